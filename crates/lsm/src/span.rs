@@ -1,0 +1,167 @@
+//! The unit of storage: one span, kept as its encoded OTLP bytes, plus the few
+//! fields the engine needs to place and find it.
+//!
+//! A span's `payload` is the encoded `opentelemetry.proto.trace.v1.Span` exactly
+//! as the client sent it, so nothing of it (attributes, events, links, status,
+//! flags, trace_state, dropped counts, unknown fields) is lost. The resource and
+//! instrumentation scope it was exported under live in a [`ScopeGroup`] shared
+//! by every span of the same `ScopeSpans`, so they are stored once per request
+//! in memory and once per block on disk.
+
+use std::{fmt, str::FromStr, sync::Arc};
+
+use bytes::Bytes;
+
+/// A 128-bit trace ID. Ordered as a big-endian number, which is the byte order.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct TraceId(pub [u8; 16]);
+
+/// A 64-bit span ID.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct SpanId(pub [u8; 8]);
+
+/// Why a hex string is not an ID.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseIdError {
+    #[error("expected {expected} hex digits, got {actual}")]
+    Length { expected: usize, actual: usize },
+    #[error("{0:?} is not a hex digit")]
+    Digit(char),
+}
+
+macro_rules! hex_id {
+    ($ty:ident, $n:literal) => {
+        impl $ty {
+            /// The ID from a byte slice, or `None` when it is not exactly
+            #[doc = concat!(stringify!($n), " bytes long.")]
+            pub fn from_slice(bytes: &[u8]) -> Option<Self> {
+                bytes.try_into().ok().map($ty)
+            }
+
+            /// True for the all-zero ID, which OTLP declares invalid.
+            pub fn is_zero(&self) -> bool {
+                self.0 == [0; $n]
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                for b in self.0 {
+                    write!(f, "{b:02x}")?;
+                }
+                Ok(())
+            }
+        }
+
+        impl fmt::Debug for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({self})", stringify!($ty))
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = ParseIdError;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                if s.len() != 2 * $n {
+                    return Err(ParseIdError::Length {
+                        expected: 2 * $n,
+                        actual: s.len(),
+                    });
+                }
+                let mut out = [0u8; $n];
+                let digits = s.as_bytes();
+                for (i, byte) in out.iter_mut().enumerate() {
+                    let hi = hex_value(digits[2 * i])?;
+                    let lo = hex_value(digits[2 * i + 1])?;
+                    *byte = hi << 4 | lo;
+                }
+                Ok($ty(out))
+            }
+        }
+    };
+}
+
+hex_id!(TraceId, 16);
+hex_id!(SpanId, 8);
+
+fn hex_value(c: u8) -> Result<u8, ParseIdError> {
+    match c {
+        b'0'..=b'9' => Ok(c - b'0'),
+        b'a'..=b'f' => Ok(c - b'a' + 10),
+        b'A'..=b'F' => Ok(c - b'A' + 10),
+        _ => Err(ParseIdError::Digit(char::from(c))),
+    }
+}
+
+/// The resource and instrumentation scope a group of spans was exported under,
+/// as encoded OTLP messages. `None` means the field was absent on the wire.
+#[derive(Clone, PartialEq, Eq, Hash, Default, Debug)]
+pub struct ScopeGroup {
+    /// Encoded `opentelemetry.proto.resource.v1.Resource`.
+    pub resource: Option<Bytes>,
+    /// `ResourceSpans.schema_url`.
+    pub resource_schema_url: Bytes,
+    /// Encoded `opentelemetry.proto.common.v1.InstrumentationScope`.
+    pub scope: Option<Bytes>,
+    /// `ScopeSpans.schema_url`.
+    pub scope_schema_url: Bytes,
+}
+
+/// One stored span.
+#[derive(Clone, Debug)]
+pub struct Span {
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+    pub start_unix_nano: u64,
+    pub end_unix_nano: u64,
+    /// Shared by every span of the same `ScopeSpans` of one request (or block).
+    pub group: Arc<ScopeGroup>,
+    /// The encoded `opentelemetry.proto.trace.v1.Span`, as received.
+    pub payload: Bytes,
+}
+
+impl Span {
+    /// Bytes this span holds in memory beyond its share of the request buffer;
+    /// used to decide when a memtable is full.
+    pub fn memory_size(&self) -> usize {
+        std::mem::size_of::<Span>() + self.payload.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_id_hex_round_trip() {
+        let id: TraceId = "0123456789abcdefFEDCBA9876543210"
+            .parse()
+            .expect("valid hex");
+        assert_eq!(id.0[0], 0x01);
+        assert_eq!(id.0[15], 0x10);
+        assert_eq!(id.to_string(), "0123456789abcdeffedcba9876543210");
+    }
+
+    #[test]
+    fn bad_hex_is_rejected() {
+        assert_eq!(
+            "abc".parse::<TraceId>(),
+            Err(ParseIdError::Length {
+                expected: 32,
+                actual: 3
+            })
+        );
+        assert_eq!(
+            "zz".repeat(8).parse::<SpanId>(),
+            Err(ParseIdError::Digit('z'))
+        );
+    }
+
+    #[test]
+    fn trace_ids_order_as_big_endian_numbers() {
+        let small = TraceId(u128::to_be_bytes(0x00ff));
+        let big = TraceId(u128::to_be_bytes(0x0100));
+        assert!(small < big);
+    }
+}

@@ -1,0 +1,65 @@
+//! Compiles the `.proto` files with protox (a pure-Rust protobuf compiler), so a fresh machine
+//! builds with cargo alone, and writes:
+//! - prost message types and tonic clients for every file;
+//! - the server halves of `TraceService` and `QueryService` through tonic's manual service
+//!   builder, so their handlers receive and send raw protobuf bytes (see `codec.rs`);
+//! - the encoded descriptor set that gRPC server reflection serves.
+
+use std::{env, error::Error, fs, path::PathBuf};
+
+use prost::Message;
+use tonic_build::manual::{Builder, Method, Service};
+
+const PROTOS: &[&str] = &[
+    "proto/opentelemetry/proto/common/v1/common.proto",
+    "proto/opentelemetry/proto/resource/v1/resource.proto",
+    "proto/opentelemetry/proto/trace/v1/trace.proto",
+    "proto/opentelemetry/proto/collector/trace/v1/trace_service.proto",
+    "proto/tracedb/query/v1/query.proto",
+];
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let out_dir = PathBuf::from(env::var("OUT_DIR")?);
+    for proto in PROTOS {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+
+    let descriptors = protox::compile(PROTOS, ["proto"])?;
+    fs::write(out_dir.join("descriptors.bin"), descriptors.encode_to_vec())?;
+    tonic_prost_build::configure()
+        .build_server(false)
+        .bytes(".")
+        .compile_fds(descriptors)?;
+
+    let export = Method::builder()
+        .name("export")
+        .route_name("Export")
+        .input_type("crate::codec::RawRequest")
+        .output_type("crate::collector::trace::v1::ExportTraceServiceResponse")
+        .codec_path("crate::codec::RawCodec")
+        .build();
+    let trace_service = Service::builder()
+        .name("TraceService")
+        .package("opentelemetry.proto.collector.trace.v1")
+        .method(export)
+        .build();
+    let get_trace = Method::builder()
+        .name("get_trace")
+        .route_name("GetTrace")
+        .input_type("crate::query::v1::GetTraceRequest")
+        .output_type("crate::codec::EncodedMessage")
+        .codec_path("crate::codec::RawCodec")
+        .server_streaming()
+        .build();
+    let query_service = Service::builder()
+        .name("QueryService")
+        .package("tracedb.query.v1")
+        .method(get_trace)
+        .build();
+    fs::create_dir_all(out_dir.join("raw"))?;
+    Builder::new()
+        .build_client(false)
+        .out_dir(out_dir.join("raw"))
+        .compile(&[trace_service, query_service]);
+    Ok(())
+}

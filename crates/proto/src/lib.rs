@@ -1,0 +1,86 @@
+//! Protobuf and gRPC types of tracedb.
+//!
+//! - [`opentelemetry`]: the OTLP messages (common, resource, trace) and the
+//!   `TraceService` client, generated from `proto/` by prost.
+//! - [`collector`] and [`query`]: the OTLP collector messages and tracedb's own
+//!   `tracedb.query.v1` API (messages and client).
+//! - [`codec`]: a tonic codec that hands request bodies over as raw bytes and
+//!   sends pre-encoded responses, so the ingest and query paths never build
+//!   owned prost trees per span.
+//! - [`trace_service_server`] and [`query_service_server`]: the server halves of
+//!   both services, wired to [`codec::RawCodec`].
+//! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server reflection.
+
+pub mod codec;
+
+/// OTLP messages.
+pub mod opentelemetry {
+    pub mod proto {
+        pub mod common {
+            pub mod v1 {
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.common.v1.rs"
+                ));
+            }
+        }
+        pub mod resource {
+            pub mod v1 {
+                include!(concat!(
+                    env!("OUT_DIR"),
+                    "/opentelemetry.proto.resource.v1.rs"
+                ));
+            }
+        }
+        pub mod trace {
+            pub mod v1 {
+                include!(concat!(env!("OUT_DIR"), "/opentelemetry.proto.trace.v1.rs"));
+            }
+        }
+        pub mod collector {
+            pub mod trace {
+                pub mod v1 {
+                    include!(concat!(
+                        env!("OUT_DIR"),
+                        "/opentelemetry.proto.collector.trace.v1.rs"
+                    ));
+                }
+            }
+        }
+    }
+}
+
+pub use opentelemetry::proto::{collector, common, resource, trace};
+
+/// tracedb's own API packages.
+pub mod tracedb {
+    /// The query API (`tracedb.query.v1`).
+    pub mod query {
+        pub mod v1 {
+            include!(concat!(env!("OUT_DIR"), "/tracedb.query.v1.rs"));
+        }
+    }
+}
+
+pub use tracedb::query;
+
+/// Server half of `opentelemetry.proto.collector.trace.v1.TraceService`, taking raw request bytes.
+pub mod trace_service {
+    include!(concat!(
+        env!("OUT_DIR"),
+        "/raw/opentelemetry.proto.collector.trace.v1.TraceService.rs"
+    ));
+}
+pub use trace_service::trace_service_server;
+
+/// Server half of `tracedb.query.v1.QueryService`, sending pre-encoded `TracesData`.
+pub mod query_service {
+    include!(concat!(
+        env!("OUT_DIR"),
+        "/raw/tracedb.query.v1.QueryService.rs"
+    ));
+}
+pub use query_service::query_service_server;
+
+/// Encoded `FileDescriptorSet` of every `.proto` file above, for gRPC server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/descriptors.bin"));
