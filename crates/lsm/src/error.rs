@@ -37,6 +37,37 @@ pub enum Error {
         supported: u32,
     },
 
+    /// A data block of a sorted span file passed its checksum but its span batch
+    /// does not decode: the writer was wrong, or the damage matched the checksum.
+    #[error("undecodable span batch in the block of {file} at offset {offset}: {source}")]
+    CorruptBlock {
+        file: PathBuf,
+        offset: u64,
+        #[source]
+        source: crate::batch::BatchError,
+    },
+
+    /// Spans were given to a sorted span file builder out of trace-ID order.
+    #[error(
+        "span of trace {next} added after trace {previous}: spans must arrive in trace-ID order"
+    )]
+    OutOfOrder {
+        previous: crate::span::TraceId,
+        next: crate::span::TraceId,
+    },
+
+    /// One span (with its resource and scope) is too large for any data block.
+    #[error("span of trace {trace_id} needs {size} bytes, more than the {max}-byte block limit")]
+    SpanTooLarge {
+        trace_id: crate::span::TraceId,
+        size: u64,
+        max: u64,
+    },
+
+    /// A sorted span file with no spans was asked for; such files are never written.
+    #[error("refusing to write {path}: a sorted span file needs at least one span")]
+    EmptyTable { path: PathBuf },
+
     /// An encoded span batch is malformed (see [`crate::batch`]).
     #[error("malformed span batch: {0}")]
     Batch(#[from] crate::batch::BatchError),
@@ -44,6 +75,14 @@ pub enum Error {
     /// The write-ahead log failed earlier and accepts no more writes until restart.
     #[error("write-ahead log is unusable after an earlier failure: {0}")]
     WalFailed(String),
+
+    /// A write-ahead log record longer than the format allows.
+    #[error("record of {len} bytes exceeds the write-ahead log limit of {max} bytes")]
+    RecordTooLarge { len: usize, max: usize },
+
+    /// Another process has the data directory open.
+    #[error("data directory {} is in use by another tracedb process", .0.display())]
+    Locked(PathBuf),
 
     /// The engine is shutting down.
     #[error("storage engine is closed")]

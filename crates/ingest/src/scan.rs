@@ -1,0 +1,625 @@
+//! The OTLP request scanner: turns an encoded `ExportTraceServiceRequest` into
+//! stored [`Span`]s without decoding it into owned prost types.
+//!
+//! Decoding a request into a prost tree costs about half a microsecond per span
+//! and an allocation per attribute, and the tree would be re-encoded for storage
+//! anyway. Instead each span's encoded bytes become its payload (a zero-copy
+//! slice of the body), and the few fields the engine needs (trace and span IDs,
+//! start and end times) are read off the wire.
+//!
+//! Storing bytes as received is only safe if they are valid, so the scanner
+//! walks the whole structure of every message by its schema: each known field
+//! must have the wire type the schema gives it, every string must be UTF-8,
+//! `AnyValue`s may nest only [`MAX_ANY_VALUE_DEPTH`] deep, and unknown fields
+//! are skipped (and kept, inside the payload). Whatever the scanner accepts,
+//! a protobuf decoder accepts too.
+//!
+//! Two kinds of failure:
+//! - a malformed request (bad wire format anywhere) fails as a whole with a
+//!   [`ScanError`], and the output vector is left as it was;
+//! - a well-formed span with an unusable trace or span ID is rejected on its
+//!   own and counted in [`ScanOutcome`], as OTLP's partial success expects.
+//!
+//! `ResourceSpans` and `ScopeSpans` are each read twice: once for their
+//! resource or scope and schema URL (which the encoding may place after the
+//! spans), once for the spans. The first pass only skips over the spans, so it
+//! costs one varint per span.
+
+use std::{fmt::Write as _, ops::Range, sync::Arc};
+
+use bytes::{Bytes, BytesMut};
+use tracedb_lsm::{ScopeGroup, Span, SpanId, TraceId};
+
+use crate::{
+    error::{Malformed, MalformedKind, ScanError},
+    wire::{Reader, WireType},
+};
+
+#[cfg(test)]
+mod tests;
+
+/// How deeply `AnyValue`s may nest (through `ArrayValue` and `KeyValueList`)
+/// before a request is malformed. An attribute's own value is depth 1. The
+/// limit keeps the scanner's recursion bounded and leaves decoders with a
+/// nesting limit of 100 messages room to read any span we store, even inside
+/// a `TracesData`.
+pub const MAX_ANY_VALUE_DEPTH: usize = 32;
+
+/// How many rejection reasons [`ScanOutcome::rejection_message`] spells out.
+const MAX_REJECTION_REASONS: usize = 5;
+
+/// What scanning one `ExportTraceServiceRequest` found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ScanOutcome {
+    /// Spans appended to the output.
+    pub accepted: u64,
+    /// Well-formed spans left out because of an invalid trace or span ID.
+    pub rejected: u64,
+    /// The first few reasons, human readable, for `partial_success.error_message`.
+    pub rejection_message: String,
+}
+
+/// Scans an encoded `opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest`.
+///
+/// Appends one [`Span`] per accepted span to `out`: its payload is a zero-copy
+/// slice of `body` holding the span's encoded bytes, and its group is shared by
+/// every span of the same `ScopeSpans` (the resource and scope in it are also
+/// slices of `body`, unless the field was repeated and had to be merged).
+///
+/// Returns an error if the request is malformed anywhere: bad wire format at
+/// any depth, a known field with the wrong wire type, invalid UTF-8 in a string
+/// field, truncation, or `AnyValue`s nested too deeply. `out` is then left as
+/// it was. Well-formed spans whose trace ID is not 16 bytes or all zero, or
+/// whose span ID is not 8 bytes or all zero, are rejected one by one and counted.
+pub fn scan_export_request(body: &Bytes, out: &mut Vec<Span>) -> Result<ScanOutcome, ScanError> {
+    let initial_len = out.len();
+    let mut scanner = Scanner {
+        body,
+        out,
+        outcome: ScanOutcome::default(),
+    };
+    match scanner.request() {
+        Ok(()) => {
+            scanner.outcome.finish_message();
+            Ok(scanner.outcome)
+        }
+        Err(error) => {
+            out.truncate(initial_len);
+            Err(error.finish())
+        }
+    }
+}
+
+struct Scanner<'a> {
+    body: &'a Bytes,
+    out: &'a mut Vec<Span>,
+    outcome: ScanOutcome,
+}
+
+/// The fields of one span the engine needs, as read off the wire.
+struct SpanFields {
+    trace_id: Range<usize>,
+    span_id: Range<usize>,
+    start: u64,
+    end: u64,
+}
+
+/// Which repeated field of which message a span came from, for rejection reasons.
+#[derive(Clone, Copy)]
+struct SpanPosition {
+    resource_spans: usize,
+    scope_spans: usize,
+    span: usize,
+}
+
+type Scan<T = ()> = Result<T, ScanError>;
+
+impl Scanner<'_> {
+    /// `ExportTraceServiceRequest { repeated ResourceSpans resource_spans = 1; }`
+    fn request(&mut self) -> Scan {
+        let body = self.body;
+        let mut r = Reader::new(body);
+        let mut index = 0;
+        while let Some((field, wire_type)) = r.read_key()? {
+            match field {
+                1 => {
+                    let range = r.len_field(field, wire_type)?;
+                    self.resource_spans(r.sub(range), index)
+                        .map_err(|e| e.within("resource_spans", Some(index)))?;
+                    index += 1;
+                }
+                _ => r.skip(field, wire_type)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// `ResourceSpans { Resource resource = 1; repeated ScopeSpans scope_spans = 2; string schema_url = 3; }`
+    fn resource_spans(&mut self, r: Reader<'_>, rs_index: usize) -> Scan {
+        // First pass: the resource and schema URL, wherever they are.
+        let mut resource = Repeated::default();
+        let mut schema_url = 0..0;
+        let mut scope_spans = 0usize;
+        let mut first = r.clone();
+        while let Some((field, wire_type)) = first.read_key()? {
+            match field {
+                1 => {
+                    let range = first.len_field(field, wire_type)?;
+                    resource_message(first.sub(range.clone()))
+                        .map_err(|e| e.within("resource", None))?;
+                    resource.add(range);
+                }
+                2 => {
+                    first.len_field(field, wire_type)?;
+                    scope_spans += 1;
+                }
+                3 => schema_url = first.string_field(field, wire_type)?,
+                _ => first.skip(field, wire_type)?,
+            }
+        }
+        if scope_spans == 0 {
+            return Ok(());
+        }
+        let resource = resource.bytes(self.body, r.clone(), 1);
+        let schema_url = self.body.slice(schema_url);
+
+        // Second pass: the scope spans. Everything else was checked above.
+        let mut second = r;
+        let mut index = 0;
+        while let Some((field, wire_type)) = second.read_key()? {
+            if field == 2 {
+                let range = second.len_field(field, wire_type)?;
+                self.scope_spans(second.sub(range), &resource, &schema_url, rs_index, index)
+                    .map_err(|e| e.within("scope_spans", Some(index)))?;
+                index += 1;
+            } else {
+                second.skip(field, wire_type)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// `ScopeSpans { InstrumentationScope scope = 1; repeated Span spans = 2; string schema_url = 3; }`
+    fn scope_spans(
+        &mut self,
+        r: Reader<'_>,
+        resource: &Option<Bytes>,
+        resource_schema_url: &Bytes,
+        rs_index: usize,
+        ss_index: usize,
+    ) -> Scan {
+        let mut scope = Repeated::default();
+        let mut schema_url = 0..0;
+        let mut spans = 0usize;
+        let mut first = r.clone();
+        while let Some((field, wire_type)) = first.read_key()? {
+            match field {
+                1 => {
+                    let range = first.len_field(field, wire_type)?;
+                    instrumentation_scope(first.sub(range.clone()))
+                        .map_err(|e| e.within("scope", None))?;
+                    scope.add(range);
+                }
+                2 => {
+                    first.len_field(field, wire_type)?;
+                    spans += 1;
+                }
+                3 => schema_url = first.string_field(field, wire_type)?,
+                _ => first.skip(field, wire_type)?,
+            }
+        }
+        if spans == 0 {
+            return Ok(());
+        }
+        let group = Arc::new(ScopeGroup {
+            resource: resource.clone(),
+            resource_schema_url: resource_schema_url.clone(),
+            scope: scope.bytes(self.body, r.clone(), 1),
+            scope_schema_url: self.body.slice(schema_url),
+        });
+        self.out.reserve(spans);
+
+        let mut second = r;
+        let mut index = 0;
+        while let Some((field, wire_type)) = second.read_key()? {
+            if field == 2 {
+                let range = second.len_field(field, wire_type)?;
+                let fields =
+                    span(second.sub(range.clone())).map_err(|e| e.within("spans", Some(index)))?;
+                let position = SpanPosition {
+                    resource_spans: rs_index,
+                    scope_spans: ss_index,
+                    span: index,
+                };
+                self.admit(fields, range, &group, position);
+                index += 1;
+            } else {
+                second.skip(field, wire_type)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends a well-formed span, or counts it as rejected if its IDs are unusable.
+    #[inline]
+    fn admit(
+        &mut self,
+        fields: SpanFields,
+        payload: Range<usize>,
+        group: &Arc<ScopeGroup>,
+        position: SpanPosition,
+    ) {
+        let trace_id = self
+            .body
+            .get(fields.trace_id.clone())
+            .and_then(TraceId::from_slice);
+        let span_id = self
+            .body
+            .get(fields.span_id.clone())
+            .and_then(SpanId::from_slice);
+        match (trace_id, span_id) {
+            (Some(trace_id), Some(span_id)) if !trace_id.is_zero() && !span_id.is_zero() => {
+                self.out.push(Span {
+                    trace_id,
+                    span_id,
+                    start_unix_nano: fields.start,
+                    end_unix_nano: fields.end,
+                    group: Arc::clone(group),
+                    payload: self.body.slice(payload),
+                });
+                self.outcome.accepted += 1;
+            }
+            (trace_id, span_id) => {
+                let reason = if trace_id.is_none() {
+                    IdProblem::Length("trace_id", 16, fields.trace_id.len())
+                } else if trace_id.is_some_and(|id| id.is_zero()) {
+                    IdProblem::Zero("trace_id")
+                } else if span_id.is_none() {
+                    IdProblem::Length("span_id", 8, fields.span_id.len())
+                } else {
+                    IdProblem::Zero("span_id")
+                };
+                self.reject(position, reason);
+            }
+        }
+    }
+
+    #[cold]
+    fn reject(&mut self, position: SpanPosition, problem: IdProblem) {
+        let outcome = &mut self.outcome;
+        outcome.rejected += 1;
+        if outcome.rejected > MAX_REJECTION_REASONS as u64 {
+            return;
+        }
+        if !outcome.rejection_message.is_empty() {
+            outcome.rejection_message.push_str("; ");
+        }
+        // Writing to a String cannot fail.
+        let _ = write!(
+            outcome.rejection_message,
+            "resource_spans[{}].scope_spans[{}].spans[{}]: ",
+            position.resource_spans, position.scope_spans, position.span
+        );
+        let _ = match problem {
+            IdProblem::Length(field, expected, actual) => write!(
+                outcome.rejection_message,
+                "{field} is {actual} bytes, expected {expected}"
+            ),
+            IdProblem::Zero(field) => write!(outcome.rejection_message, "{field} is all zero"),
+        };
+    }
+}
+
+impl ScanOutcome {
+    /// Notes in the message how many rejections it does not spell out.
+    fn finish_message(&mut self) {
+        let unlisted = self.rejected.saturating_sub(MAX_REJECTION_REASONS as u64);
+        if unlisted > 0 {
+            let _ = write!(self.rejection_message, "; and {unlisted} more");
+        }
+    }
+}
+
+enum IdProblem {
+    /// Field name, expected length, actual length.
+    Length(&'static str, usize, usize),
+    Zero(&'static str),
+}
+
+/// A singular message field that may appear more than once. Protobuf merges
+/// the occurrences, which is the same as concatenating their encodings, so
+/// one occurrence stays a zero-copy slice and several are copied into one
+/// buffer (once, not once per occurrence, to stay linear on hostile input).
+#[derive(Default)]
+struct Repeated {
+    first: Option<Range<usize>>,
+    count: usize,
+    total_len: usize,
+}
+
+impl Repeated {
+    fn add(&mut self, range: Range<usize>) {
+        self.count += 1;
+        self.total_len += range.len();
+        self.first.get_or_insert(range);
+    }
+
+    /// The merged encoding; `parent` is the message holding the field, to be
+    /// walked again (it was validated already) when there are several.
+    fn bytes(&self, body: &Bytes, parent: Reader<'_>, field_number: u32) -> Option<Bytes> {
+        let first = self.first.clone()?;
+        if self.count == 1 {
+            return Some(body.slice(first));
+        }
+        let mut merged = BytesMut::with_capacity(self.total_len);
+        let mut r = parent;
+        while let Ok(Some((field, wire_type))) = r.read_key() {
+            if field == field_number && wire_type == WireType::Len {
+                match r.len_field(field, wire_type) {
+                    Ok(range) => merged.extend_from_slice(r.bytes(range)),
+                    Err(_) => break,
+                }
+            } else if r.skip(field, wire_type).is_err() {
+                break;
+            }
+        }
+        Some(merged.freeze())
+    }
+}
+
+/// `Span`: reads the IDs and times and checks everything else.
+fn span(mut r: Reader<'_>) -> Scan<SpanFields> {
+    let mut fields = SpanFields {
+        trace_id: 0..0,
+        span_id: 0..0,
+        start: 0,
+        end: 0,
+    };
+    let (mut attributes, mut events, mut links) = (0, 0, 0);
+    while let Some((field, wire_type)) = r.read_key()? {
+        match field {
+            1 => fields.trace_id = r.len_field(field, wire_type)?,
+            2 => fields.span_id = r.len_field(field, wire_type)?,
+            3 | 5 => {
+                r.string_field(field, wire_type)?;
+            }
+            4 => {
+                r.len_field(field, wire_type)?;
+            }
+            6 | 10 | 12 | 14 => {
+                r.varint_field(field, wire_type)?;
+            }
+            7 => fields.start = r.fixed64_field(field, wire_type)?,
+            8 => fields.end = r.fixed64_field(field, wire_type)?,
+            9 => attribute(&mut r, field, wire_type, &mut attributes)?,
+            11 => {
+                let range = r.len_field(field, wire_type)?;
+                event(r.sub(range)).map_err(|e| e.within("events", Some(events)))?;
+                events += 1;
+            }
+            13 => {
+                let range = r.len_field(field, wire_type)?;
+                link(r.sub(range)).map_err(|e| e.within("links", Some(links)))?;
+                links += 1;
+            }
+            15 => {
+                let range = r.len_field(field, wire_type)?;
+                status(r.sub(range)).map_err(|e| e.within("status", None))?;
+            }
+            16 => {
+                r.fixed32_field(field, wire_type)?;
+            }
+            _ => r.skip(field, wire_type)?,
+        }
+    }
+    Ok(fields)
+}
+
+/// Checks a repeated `KeyValue` field whose key was just read.
+#[inline]
+fn attribute(r: &mut Reader<'_>, field: u32, wire_type: WireType, index: &mut usize) -> Scan {
+    let range = r.len_field(field, wire_type)?;
+    key_value(r.sub(range), 1).map_err(|e| e.within("attributes", Some(*index)))?;
+    *index += 1;
+    Ok(())
+}
+
+/// `Span.Event { fixed64 time_unix_nano = 1; string name = 2; repeated KeyValue attributes = 3; uint32 dropped_attributes_count = 4; }`
+fn event(mut r: Reader<'_>) -> Scan {
+    let mut attributes = 0;
+    while let Some((field, wire_type)) = r.read_key()? {
+        match field {
+            1 => {
+                r.fixed64_field(field, wire_type)?;
+            }
+            2 => {
+                r.string_field(field, wire_type)?;
+            }
+            3 => attribute(&mut r, field, wire_type, &mut attributes)?,
+            4 => {
+                r.varint_field(field, wire_type)?;
+            }
+            _ => r.skip(field, wire_type)?,
+        }
+    }
+    Ok(())
+}
+
+/// `Span.Link { bytes trace_id = 1; bytes span_id = 2; string trace_state = 3; repeated KeyValue attributes = 4; uint32 dropped_attributes_count = 5; fixed32 flags = 6; }`
+fn link(mut r: Reader<'_>) -> Scan {
+    let mut attributes = 0;
+    while let Some((field, wire_type)) = r.read_key()? {
+        match field {
+            1 | 2 => {
+                r.len_field(field, wire_type)?;
+            }
+            3 => {
+                r.string_field(field, wire_type)?;
+            }
+            4 => attribute(&mut r, field, wire_type, &mut attributes)?,
+            5 => {
+                r.varint_field(field, wire_type)?;
+            }
+            6 => {
+                r.fixed32_field(field, wire_type)?;
+            }
+            _ => r.skip(field, wire_type)?,
+        }
+    }
+    Ok(())
+}
+
+/// `Status { string message = 2; StatusCode code = 3; }` (field 1 is reserved).
+fn status(mut r: Reader<'_>) -> Scan {
+    while let Some((field, wire_type)) = r.read_key()? {
+        match field {
+            2 => {
+                r.string_field(field, wire_type)?;
+            }
+            3 => {
+                r.varint_field(field, wire_type)?;
+            }
+            _ => r.skip(field, wire_type)?,
+        }
+    }
+    Ok(())
+}
+
+/// `Resource { repeated KeyValue attributes = 1; uint32 dropped_attributes_count = 2; repeated EntityRef entity_refs = 3; }`
+fn resource_message(mut r: Reader<'_>) -> Scan {
+    let (mut attributes, mut entity_refs) = (0, 0);
+    while let Some((field, wire_type)) = r.read_key()? {
+        match field {
+            1 => attribute(&mut r, field, wire_type, &mut attributes)?,
+            2 => {
+                r.varint_field(field, wire_type)?;
+            }
+            3 => {
+                let range = r.len_field(field, wire_type)?;
+                entity_ref(r.sub(range)).map_err(|e| e.within("entity_refs", Some(entity_refs)))?;
+                entity_refs += 1;
+            }
+            _ => r.skip(field, wire_type)?,
+        }
+    }
+    Ok(())
+}
+
+/// `EntityRef { string schema_url = 1; string type = 2; repeated string id_keys = 3; repeated string description_keys = 4; }`
+fn entity_ref(mut r: Reader<'_>) -> Scan {
+    while let Some((field, wire_type)) = r.read_key()? {
+        match field {
+            1..=4 => {
+                r.string_field(field, wire_type)?;
+            }
+            _ => r.skip(field, wire_type)?,
+        }
+    }
+    Ok(())
+}
+
+/// `InstrumentationScope { string name = 1; string version = 2; repeated KeyValue attributes = 3; uint32 dropped_attributes_count = 4; }`
+fn instrumentation_scope(mut r: Reader<'_>) -> Scan {
+    let mut attributes = 0;
+    while let Some((field, wire_type)) = r.read_key()? {
+        match field {
+            1 | 2 => {
+                r.string_field(field, wire_type)?;
+            }
+            3 => attribute(&mut r, field, wire_type, &mut attributes)?,
+            4 => {
+                r.varint_field(field, wire_type)?;
+            }
+            _ => r.skip(field, wire_type)?,
+        }
+    }
+    Ok(())
+}
+
+/// `KeyValue { string key = 1; AnyValue value = 2; }`; `depth` is the depth
+/// its value would have.
+fn key_value(mut r: Reader<'_>, depth: usize) -> Scan {
+    while let Some((field, wire_type)) = r.read_key()? {
+        match field {
+            1 => {
+                r.string_field(field, wire_type)?;
+            }
+            2 => {
+                let range = r.len_field(field, wire_type)?;
+                any_value(r.sub(range), depth).map_err(|e| e.within("value", None))?;
+            }
+            _ => r.skip(field, wire_type)?,
+        }
+    }
+    Ok(())
+}
+
+/// `AnyValue { oneof value { string string_value = 1; bool bool_value = 2; int64 int_value = 3;
+/// double double_value = 4; ArrayValue array_value = 5; KeyValueList kvlist_value = 6; bytes bytes_value = 7; } }`
+fn any_value(mut r: Reader<'_>, depth: usize) -> Scan {
+    if depth > MAX_ANY_VALUE_DEPTH {
+        return Err(Malformed {
+            kind: MalformedKind::NestingTooDeep {
+                limit: MAX_ANY_VALUE_DEPTH,
+            },
+            offset: r.position(),
+        }
+        .into());
+    }
+    while let Some((field, wire_type)) = r.read_key()? {
+        match field {
+            1 => {
+                r.string_field(field, wire_type)?;
+            }
+            2 | 3 => {
+                r.varint_field(field, wire_type)?;
+            }
+            4 => {
+                r.fixed64_field(field, wire_type)?;
+            }
+            5 => {
+                let range = r.len_field(field, wire_type)?;
+                array_value(r.sub(range), depth).map_err(|e| e.within("array_value", None))?;
+            }
+            6 => {
+                let range = r.len_field(field, wire_type)?;
+                kvlist_value(r.sub(range), depth).map_err(|e| e.within("kvlist_value", None))?;
+            }
+            7 => {
+                r.len_field(field, wire_type)?;
+            }
+            _ => r.skip(field, wire_type)?,
+        }
+    }
+    Ok(())
+}
+
+/// `ArrayValue { repeated AnyValue values = 1; }` inside an `AnyValue` at `depth`.
+fn array_value(mut r: Reader<'_>, depth: usize) -> Scan {
+    let mut index = 0;
+    while let Some((field, wire_type)) = r.read_key()? {
+        if field == 1 {
+            let range = r.len_field(field, wire_type)?;
+            any_value(r.sub(range), depth + 1).map_err(|e| e.within("values", Some(index)))?;
+            index += 1;
+        } else {
+            r.skip(field, wire_type)?;
+        }
+    }
+    Ok(())
+}
+
+/// `KeyValueList { repeated KeyValue values = 1; }` inside an `AnyValue` at `depth`.
+fn kvlist_value(mut r: Reader<'_>, depth: usize) -> Scan {
+    let mut index = 0;
+    while let Some((field, wire_type)) = r.read_key()? {
+        if field == 1 {
+            let range = r.len_field(field, wire_type)?;
+            key_value(r.sub(range), depth + 1).map_err(|e| e.within("values", Some(index)))?;
+            index += 1;
+        } else {
+            r.skip(field, wire_type)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,371 @@
+//! Sorted span files: the immutable files a memtable is flushed to and
+//! compaction rewrites.
+//!
+//! A file holds spans in trace-ID order (spans of one trace in the order they
+//! were added), cut into independently compressed and checksummed data blocks.
+//! After the blocks come a block index, a bloom filter over the file's distinct
+//! trace IDs, and a fixed-size footer with the file's ID and time range. A
+//! lookup by trace ID first asks the footer's ID range and the bloom filter
+//! (both in memory after [`SsTable::open`]), so a file without the trace costs
+//! no block read in the common case; otherwise it inflates only the blocks
+//! whose ID range covers the trace, usually one.
+//!
+//! Opening a file checks everything that is read on every lookup (header,
+//! footer, index, bloom filter, and that they agree); data blocks are checked
+//! when they are read, so opening stays cheap however large the file. Damage is
+//! reported as [`Error::ChecksumMismatch`], [`Error::Corrupt`],
+//! [`Error::CorruptBlock`] or [`Error::UnsupportedVersion`], never a panic, and
+//! no length read from the file can make a reader allocate more than the file
+//! size (or, for one decompressed block, 64 MiB).
+//!
+//! - `builder`: writes a file from sorted spans.
+//! - `block`: the data block and its trailer.
+//! - `index`: the block index.
+//! - `bloom`: the bloom filter and its hash.
+//! - `footer`: the header and the footer.
+//!
+//! The byte layout is in `docs/FORMAT-table.md` ("Sorted span file").
+
+mod block;
+mod bloom;
+mod builder;
+mod footer;
+mod index;
+
+#[cfg(test)]
+mod tests;
+
+use std::{
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicU64, Ordering},
+};
+
+pub use builder::SsTableBuilder;
+
+use crate::{
+    error::{Error, Result},
+    mmap::Mmap,
+    span::{Span, TraceId},
+};
+
+use block::decode_block;
+use bloom::Bloom;
+use footer::{check_header, u32_at, Footer, FOOTER_LEN, HEADER_LEN};
+use index::{blocks_for, decode_index, BlockHandle};
+
+/// How a [`SsTableBuilder`] lays out a file.
+#[derive(Debug, Clone)]
+pub struct TableOptions {
+    /// Target uncompressed size of a data block. Larger blocks compress better;
+    /// smaller ones make a lookup inflate less. Clamped to 1 byte .. 16 MiB.
+    pub block_bytes: usize,
+    /// zstd level for data blocks.
+    pub zstd_level: i32,
+    /// Bloom filter bits per distinct trace ID; 10 gives about 1% false positives.
+    pub bloom_bits_per_key: usize,
+}
+
+impl Default for TableOptions {
+    fn default() -> Self {
+        TableOptions {
+            block_bytes: 64 << 10,
+            zstd_level: 3,
+            bloom_bits_per_key: 10,
+        }
+    }
+}
+
+/// A file's summary, kept in the engine's manifest and read from its footer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableMeta {
+    pub min_trace_id: TraceId,
+    pub max_trace_id: TraceId,
+    /// Smallest span start time.
+    pub min_time_unix_nano: u64,
+    /// Largest span end time.
+    pub max_time_unix_nano: u64,
+    pub span_count: u64,
+    /// Distinct trace IDs.
+    pub trace_count: u64,
+    pub file_size: u64,
+}
+
+/// An open, checked sorted span file. Cheap to share between threads.
+#[derive(Debug)]
+pub struct SsTable {
+    path: PathBuf,
+    map: Mmap,
+    meta: TableMeta,
+    blocks: Vec<BlockHandle>,
+    bloom: Bloom,
+    /// Data blocks read since open, for tests and metrics.
+    blocks_read: AtomicU64,
+}
+
+impl SsTable {
+    /// Maps the file and checks its header, footer, index and bloom filter and
+    /// that they agree with each other. Data blocks are checked when read.
+    pub fn open(path: &Path) -> Result<SsTable> {
+        let map = Mmap::open(path)?;
+        let file = map.as_bytes();
+        let footer = Footer::decode(path, file)?;
+        check_header(path, file)?;
+        let file_len = file.len() as u64;
+        let footer_at = file_len - FOOTER_LEN as u64;
+
+        // The regions must tile the file: blocks, index, bloom filter, footer.
+        let index_end = footer.index_offset.checked_add(footer.index_len);
+        let bloom_end = footer.bloom_offset.checked_add(footer.bloom_len);
+        if footer.index_offset < HEADER_LEN as u64
+            || index_end != Some(footer.bloom_offset)
+            || bloom_end != Some(footer_at)
+        {
+            return Err(corrupt(
+                path,
+                footer_at,
+                format!(
+                    "footer regions do not tile a {file_len}-byte file: index {}+{}, bloom {}+{}",
+                    footer.index_offset, footer.index_len, footer.bloom_offset, footer.bloom_len
+                ),
+            ));
+        }
+        // All four bounds are now at most the file length, which fits in usize.
+        let index_region = &file[footer.index_offset as usize..footer.bloom_offset as usize];
+        let bloom_region = &file[footer.bloom_offset as usize..footer_at as usize];
+        let blocks = decode_index(path, footer.index_offset, index_region, HEADER_LEN as u64)?;
+        let bloom = Bloom::decode(path, footer.bloom_offset, bloom_region)?;
+        check_footer_against_index(path, footer_at, &footer, &blocks)?;
+
+        let meta = TableMeta {
+            min_trace_id: footer.min_trace_id,
+            max_trace_id: footer.max_trace_id,
+            min_time_unix_nano: footer.min_start_unix_nano,
+            max_time_unix_nano: footer.max_end_unix_nano,
+            span_count: footer.span_count,
+            trace_count: footer.trace_count,
+            file_size: file_len,
+        };
+        Ok(SsTable {
+            path: path.to_path_buf(),
+            map,
+            meta,
+            blocks,
+            bloom,
+            blocks_read: AtomicU64::new(0),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn meta(&self) -> &TableMeta {
+        &self.meta
+    }
+
+    /// False when the file certainly holds no span of `trace_id`: outside the
+    /// file's ID range or rejected by the bloom filter. Reads no data block.
+    pub fn may_contain(&self, trace_id: &TraceId) -> bool {
+        (self.meta.min_trace_id..=self.meta.max_trace_id).contains(trace_id)
+            && self.bloom.may_contain(trace_id)
+    }
+
+    /// All spans of the trace, in file order; empty when the file has none.
+    /// Reads only the blocks whose trace-ID range includes the ID.
+    pub fn get(&self, trace_id: &TraceId) -> Result<Vec<Span>> {
+        if !self.may_contain(trace_id) {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        for i in blocks_for(&self.blocks, trace_id) {
+            let spans = self.read_block(i)?;
+            out.extend(spans.into_iter().filter(|s| s.trace_id == *trace_id));
+        }
+        Ok(out)
+    }
+
+    /// Every span in file order, block by block. After an error the iterator ends.
+    pub fn iter(&self) -> SsTableIterator<'_> {
+        SsTableIterator {
+            table: self,
+            next_block: 0,
+            spans: Vec::new().into_iter(),
+        }
+    }
+
+    /// Reads and checks every block, and that the blocks agree with the index,
+    /// the bloom filter and the footer. Returns the span count or the first error.
+    pub fn verify(&self) -> Result<u64> {
+        let mut spans = 0u64;
+        let mut traces = 0u64;
+        let mut previous: Option<TraceId> = None;
+        let mut min_start = u64::MAX;
+        let mut max_end = 0u64;
+        for i in 0..self.blocks.len() {
+            let offset = self.blocks[i].offset;
+            for span in self.read_block(i)? {
+                spans += 1;
+                min_start = min_start.min(span.start_unix_nano);
+                max_end = max_end.max(span.end_unix_nano);
+                if previous != Some(span.trace_id) {
+                    traces += 1;
+                    previous = Some(span.trace_id);
+                    if !self.bloom.may_contain(&span.trace_id) {
+                        return Err(corrupt(
+                            &self.path,
+                            offset,
+                            format!(
+                                "bloom filter misses trace {} stored in this block",
+                                span.trace_id
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        let m = &self.meta;
+        let found = (spans, traces, min_start, max_end);
+        let claimed = (
+            m.span_count,
+            m.trace_count,
+            m.min_time_unix_nano,
+            m.max_time_unix_nano,
+        );
+        if found != claimed {
+            return Err(corrupt(
+                &self.path,
+                m.file_size - FOOTER_LEN as u64,
+                format!("blocks hold (spans, traces, min start, max end) {found:?}, footer says {claimed:?}"),
+            ));
+        }
+        Ok(spans)
+    }
+
+    /// Data blocks read since open.
+    pub fn blocks_read(&self) -> u64 {
+        self.blocks_read.load(Ordering::Relaxed)
+    }
+
+    /// Reads, checks and decodes block `i`, and checks it against its index entry.
+    fn read_block(&self, i: usize) -> Result<Vec<Span>> {
+        self.blocks_read.fetch_add(1, Ordering::Relaxed);
+        let h = &self.blocks[i];
+        // The index was checked at open to tile the data region of the file.
+        let bytes = &self.map.as_bytes()[h.offset as usize..h.end() as usize];
+        let spans = decode_block(&self.path, h.offset, bytes)?;
+        let sorted = spans.windows(2).all(|w| w[0].trace_id <= w[1].trace_id);
+        let agrees = spans.len() == h.span_count as usize
+            && spans.first().map(|s| s.trace_id) == Some(h.first_trace_id)
+            && spans.last().map(|s| s.trace_id) == Some(h.last_trace_id)
+            && spans.iter().map(|s| s.start_unix_nano).min() == Some(h.min_start_unix_nano)
+            && spans.iter().map(|s| s.start_unix_nano).max() == Some(h.max_start_unix_nano);
+        if !sorted || !agrees {
+            return Err(corrupt(
+                &self.path,
+                h.offset,
+                format!("block {i} does not match its index entry (sorted: {sorted})"),
+            ));
+        }
+        Ok(spans)
+    }
+}
+
+/// Every span of a file in order; see [`SsTable::iter`].
+#[derive(Debug)]
+pub struct SsTableIterator<'a> {
+    table: &'a SsTable,
+    next_block: usize,
+    spans: std::vec::IntoIter<Span>,
+}
+
+impl Iterator for SsTableIterator<'_> {
+    type Item = Result<Span>;
+
+    fn next(&mut self) -> Option<Result<Span>> {
+        loop {
+            if let Some(span) = self.spans.next() {
+                return Some(Ok(span));
+            }
+            if self.next_block >= self.table.blocks.len() {
+                return None;
+            }
+            let i = self.next_block;
+            self.next_block += 1;
+            match self.table.read_block(i) {
+                Ok(spans) => self.spans = spans.into_iter(),
+                Err(e) => {
+                    self.next_block = self.table.blocks.len();
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
+}
+
+/// Checks that the footer's summary agrees with the index.
+fn check_footer_against_index(
+    path: &Path,
+    at: u64,
+    footer: &Footer,
+    blocks: &[BlockHandle],
+) -> Result<()> {
+    let spans: u64 = blocks.iter().map(|b| u64::from(b.span_count)).sum();
+    let min_start = blocks.iter().map(|b| b.min_start_unix_nano).min();
+    let problem = if footer.block_count != blocks.len() as u64 {
+        Some(format!(
+            "footer counts {} blocks, index has {}",
+            footer.block_count,
+            blocks.len()
+        ))
+    } else if footer.span_count != spans {
+        Some(format!(
+            "footer counts {} spans, index has {spans}",
+            footer.span_count
+        ))
+    } else if footer.trace_count == 0 || footer.trace_count > spans {
+        Some(format!(
+            "footer counts {} traces in {spans} spans",
+            footer.trace_count
+        ))
+    } else if blocks.first().map(|b| b.first_trace_id) != Some(footer.min_trace_id)
+        || blocks.last().map(|b| b.last_trace_id) != Some(footer.max_trace_id)
+    {
+        Some("footer trace-ID range differs from the index".to_string())
+    } else if min_start != Some(footer.min_start_unix_nano) {
+        Some("footer start time differs from the index".to_string())
+    } else {
+        None
+    };
+    match problem {
+        Some(reason) => Err(corrupt(path, at, reason)),
+        None => Ok(()),
+    }
+}
+
+/// A [`Error::Corrupt`] for `file` at `offset`.
+pub(crate) fn corrupt(file: &Path, offset: u64, reason: impl Into<String>) -> Error {
+    Error::Corrupt {
+        file: file.to_path_buf(),
+        offset,
+        reason: reason.into(),
+    }
+}
+
+/// Checks a region whose last four bytes are a crc32c of the rest, found at
+/// `offset` in `file`; returns the rest. The region must be at least 4 bytes.
+pub(crate) fn check_crc<'a>(file: &Path, offset: u64, region: &'a [u8]) -> Result<&'a [u8]> {
+    let Some(n) = region.len().checked_sub(4) else {
+        return Err(corrupt(file, offset, "region too short for a checksum"));
+    };
+    let expected = u32_at(region, n);
+    let actual = crc32c::crc32c(&region[..n]);
+    if expected != actual {
+        return Err(Error::ChecksumMismatch {
+            file: file.to_path_buf(),
+            offset,
+            expected,
+            actual,
+        });
+    }
+    Ok(&region[..n])
+}

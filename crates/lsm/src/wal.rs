@@ -1,0 +1,531 @@
+//! The write-ahead log: every accepted batch is made durable here before the
+//! client hears "ok", so a crash loses nothing that was acknowledged.
+//!
+//! # Group commit
+//!
+//! An fsync costs milliseconds, far more than encoding a record, so records
+//! share fsyncs. [`Wal::append`] only frames the payload into an in-memory
+//! buffer under a short lock and returns a [`WalTicket`]; it never touches the
+//! disk. One sync thread takes the whole buffer, writes it to the segment file,
+//! calls `fdatasync`, and then publishes the highest durable log sequence
+//! number (LSN). Waiters compare their ticket's LSN against it, async ones
+//! through a `tokio::sync::watch`, blocking ones through a condvar. While one
+//! fsync runs, new records pile up in the buffer and go out together in the
+//! next one, so the fsync rate adapts to the disk, not to the request rate.
+//! The sync thread is only woken when the buffer goes from empty to non-empty.
+//!
+//! LSNs number the records appended since [`Wal::open`], starting at 1; they
+//! are not stored on disk.
+//!
+//! # Failure
+//!
+//! A failed write or fsync poisons the log for good: after a failed fsync the
+//! kernel may have dropped the dirty pages and report success on a retry, so
+//! nothing written since the last good fsync can be trusted. Waiters of records
+//! that were not yet durable get [`Error::WalFailed`], and so does every later
+//! append. The process has to restart and replay.
+//!
+//! # Segments and recovery
+//!
+//! The log is a directory of numbered segment files (layout in
+//! `docs/FORMAT.md`, "Write-ahead log segment"). Appends go to one segment; it
+//! is closed when it passes [`WalOptions::segment_bytes`] and the next one
+//! starts, so the engine can delete whole segments once their records are in
+//! sorted files. A segment is fsynced before the next one is created, and each
+//! run of the process starts a fresh segment, so only the newest segment on
+//! disk can end in a torn write.
+//!
+//! [`Wal::open`] replays every segment in id order. A damaged record at the
+//! end of the newest segment is a write the crash interrupted: the file is cut
+//! back to the last intact record and replay goes on. A damaged record in an
+//! older segment cannot come from a crash (the segment was fsynced whole
+//! before its successor existed); it is bit rot or tampering. Replay of that
+//! segment stops at the damage, an error is logged, and later segments are
+//! still replayed: refusing to start would lose every later record, while the
+//! records past the damage in that segment cannot be trusted to be framed
+//! right. The file is left untouched for inspection.
+
+mod segment;
+mod sync;
+
+#[cfg(test)]
+mod tests;
+
+use std::{
+    fs, io,
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    thread::JoinHandle,
+};
+
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+
+pub use segment::MAX_RECORD_LEN;
+use segment::{encode_record, framed_len, list_segments, segment_path, SegmentWriter, HEADER_LEN};
+
+/// Where the log lives and when it rotates.
+#[derive(Debug, Clone)]
+pub struct WalOptions {
+    /// Directory of the segment files; created if missing.
+    pub dir: PathBuf,
+    /// A segment is closed once it holds this many bytes; a segment may exceed
+    /// it by at most one record.
+    pub segment_bytes: u64,
+}
+
+impl WalOptions {
+    /// Options for a log in `dir` with 64 MiB segments.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        WalOptions {
+            dir: dir.into(),
+            segment_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Names one appended record: the segment it is written to and its LSN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalTicket {
+    pub segment: u64,
+    pub lsn: u64,
+}
+
+/// What [`Wal::open`] found on disk.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplayStats {
+    /// Segments with a valid header that were replayed.
+    pub segments: usize,
+    /// Records handed to the replay callback.
+    pub records: u64,
+    /// Payload bytes handed to the replay callback.
+    pub bytes: u64,
+    /// Newest segments whose torn or damaged tail was cut off.
+    pub torn_tails: usize,
+    /// Older segments whose replay stopped early at a damaged record.
+    pub corrupt_segments: usize,
+}
+
+/// Counters since [`Wal::open`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WalStats {
+    /// Every fsync and fdatasync issued: segment data, new segment files and
+    /// the directory.
+    pub fsyncs: u64,
+    /// Batches of records made durable by one fdatasync each.
+    pub group_commits: u64,
+    /// Records accepted by [`Wal::append`].
+    pub records: u64,
+    /// Bytes written to segment files, headers and framing included.
+    pub bytes_written: u64,
+    /// Segment files created, the one created by `open` included.
+    pub segments_created: u64,
+}
+
+/// The write-ahead log. Cheap to share behind an `Arc`; see the module docs.
+pub struct Wal {
+    shared: Arc<Shared>,
+    /// The sync thread, taken by the first `close`.
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// State shared by the appenders, the waiters and the sync thread.
+struct Shared {
+    dir: PathBuf,
+    segment_bytes: u64,
+    state: Mutex<State>,
+    /// Signalled when `pending` turns non-empty or `stopping` is set.
+    has_work: Condvar,
+    /// Signalled whenever `durable_lsn`, `failed` or `stopped` changes.
+    progress_changed: Condvar,
+    /// The same news as `progress_changed`, for async waiters.
+    progress: watch::Sender<Progress>,
+    counters: Counters,
+    /// Makes the next batch fail as if the disk had refused it.
+    #[cfg(test)]
+    fail_next_batch: std::sync::atomic::AtomicBool,
+}
+
+/// Everything the state lock guards.
+struct State {
+    /// Framed records not yet taken by the sync thread, one chunk per segment.
+    pending: Vec<Chunk>,
+    /// An emptied buffer the sync thread handed back, to avoid reallocating.
+    spare: Vec<u8>,
+    /// LSN the next append gets.
+    next_lsn: u64,
+    /// Segment new appends go to.
+    segment: u64,
+    /// Bytes `segment` will hold once everything pending is written.
+    segment_len: u64,
+    /// Every record with an LSN up to this one is written and fdatasynced.
+    durable_lsn: u64,
+    /// Segment the sync thread has open; every segment before it is complete.
+    writer_segment: u64,
+    /// Why the log is poisoned, if it is.
+    failed: Option<Arc<str>>,
+    /// `close` was called: refuse appends, drain, then stop.
+    stopping: bool,
+    /// The sync thread has exited; nothing more will become durable.
+    stopped: bool,
+}
+
+/// Framed records bound for one segment.
+struct Chunk {
+    segment: u64,
+    bytes: Vec<u8>,
+}
+
+/// What the sync thread publishes to waiters.
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    durable_lsn: u64,
+    failed: Option<Arc<str>>,
+    stopped: bool,
+}
+
+impl Progress {
+    /// How a wait for `lsn` ends, or `None` while it must go on waiting.
+    fn outcome(&self, lsn: u64) -> Option<Result<()>> {
+        if lsn <= self.durable_lsn {
+            Some(Ok(()))
+        } else if let Some(msg) = &self.failed {
+            Some(Err(Error::WalFailed(msg.to_string())))
+        } else if self.stopped {
+            // Only a ticket this log never issued can get here: `close`
+            // drains every append before the thread stops.
+            Some(Err(Error::Closed))
+        } else {
+            None
+        }
+    }
+}
+
+impl State {
+    fn progress(&self) -> Progress {
+        Progress {
+            durable_lsn: self.durable_lsn,
+            failed: self.failed.clone(),
+            stopped: self.stopped,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    fsyncs: AtomicU64,
+    group_commits: AtomicU64,
+    records: AtomicU64,
+    bytes_written: AtomicU64,
+    segments_created: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+impl Shared {
+    /// Tells both kinds of waiters what changed. Called with the state locked,
+    /// so the two channels never disagree about the order of events.
+    fn publish(&self, state: &State) {
+        self.progress.send_replace(state.progress());
+        self.progress_changed.notify_all();
+    }
+}
+
+impl Wal {
+    /// Creates `opts.dir` if missing, replays every intact record of every
+    /// segment in order through `replay(segment_id, payload)`, cuts a torn
+    /// tail off the newest segment, and starts a new segment (the highest
+    /// existing id + 1, or 1) for appends. See the module docs for how
+    /// damage is treated. An error from `replay` stops the open and is returned.
+    pub fn open(
+        opts: WalOptions,
+        mut replay: impl FnMut(u64, Bytes) -> Result<()>,
+    ) -> Result<(Wal, ReplayStats)> {
+        let dir = opts.dir;
+        fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let ids = list_segments(&dir)?;
+        let mut stats = ReplayStats::default();
+        for (i, &id) in ids.iter().enumerate() {
+            let newest = i + 1 == ids.len();
+            let path = segment_path(&dir, id);
+            let (header, outcome) = segment::scan(&path, id, &mut replay)?;
+            if let segment::Header::Short { len } = header {
+                if !newest {
+                    return Err(Error::Corrupt {
+                        file: path,
+                        offset: 0,
+                        reason: format!(
+                            "segment of {len} bytes is shorter than its {HEADER_LEN}-byte header"
+                        ),
+                    });
+                }
+                tracing::warn!(
+                    file = %path.display(),
+                    len,
+                    "removing write-ahead log segment whose creation was interrupted"
+                );
+                fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+                segment::sync_dir(&dir)?;
+                continue;
+            }
+            stats.segments += 1;
+            stats.records += outcome.records;
+            stats.bytes += outcome.payload_bytes;
+            if let Some(damage) = outcome.damage {
+                if newest {
+                    tracing::warn!(
+                        file = %path.display(),
+                        offset = damage.offset,
+                        reason = %damage.reason,
+                        "cutting torn tail off write-ahead log segment"
+                    );
+                    segment::truncate(&path, outcome.good_len)?;
+                    stats.torn_tails += 1;
+                } else {
+                    tracing::error!(
+                        file = %path.display(),
+                        offset = damage.offset,
+                        reason = %damage.reason,
+                        "write-ahead log segment is damaged; records after this offset are lost"
+                    );
+                    stats.corrupt_segments += 1;
+                }
+            }
+        }
+
+        let first = match ids.last() {
+            None => 1,
+            Some(&max) => max.checked_add(1).ok_or_else(|| Error::Corrupt {
+                file: segment_path(&dir, max),
+                offset: 0,
+                reason: "no segment id left after this one".into(),
+            })?,
+        };
+        let (writer, fsyncs) = SegmentWriter::create(&dir, first)?;
+        let counters = Counters::default();
+        Counters::add(&counters.fsyncs, fsyncs);
+        Counters::add(&counters.bytes_written, HEADER_LEN);
+        Counters::add(&counters.segments_created, 1);
+
+        let shared = Arc::new(Shared {
+            dir,
+            segment_bytes: opts.segment_bytes,
+            state: Mutex::new(State {
+                pending: Vec::new(),
+                spare: Vec::new(),
+                next_lsn: 1,
+                segment: first,
+                segment_len: HEADER_LEN,
+                durable_lsn: 0,
+                writer_segment: first,
+                failed: None,
+                stopping: false,
+                stopped: false,
+            }),
+            has_work: Condvar::new(),
+            progress_changed: Condvar::new(),
+            progress: watch::Sender::new(Progress::default()),
+            counters,
+            #[cfg(test)]
+            fail_next_batch: std::sync::atomic::AtomicBool::new(false),
+        });
+        let thread = {
+            let for_thread = shared.clone();
+            std::thread::Builder::new()
+                .name("wal-sync".into())
+                .spawn(move || sync::run(&for_thread, writer))
+                .map_err(|e| Error::io(&shared.dir, e))?
+        };
+        let wal = Wal {
+            shared,
+            thread: Mutex::new(Some(thread)),
+        };
+        Ok((wal, stats))
+    }
+
+    /// Frames `payload` into the group-commit buffer and returns its ticket
+    /// without waiting for the disk. Fails if the log is poisoned or closed,
+    /// or if the payload is longer than [`MAX_RECORD_LEN`].
+    pub fn append(&self, payload: &[u8]) -> Result<WalTicket> {
+        if payload.len() > MAX_RECORD_LEN {
+            return Err(Error::RecordTooLarge {
+                len: payload.len(),
+                max: MAX_RECORD_LEN,
+            });
+        }
+        let mut guard = self.shared.state.lock();
+        let st = &mut *guard;
+        if let Some(msg) = &st.failed {
+            return Err(Error::WalFailed(msg.to_string()));
+        }
+        if st.stopping {
+            return Err(Error::Closed);
+        }
+        if st.segment_len >= self.shared.segment_bytes && st.segment_len > HEADER_LEN {
+            st.segment += 1;
+            st.segment_len = HEADER_LEN;
+        }
+        let segment = st.segment;
+        let was_idle = st.pending.is_empty();
+        match st.pending.last_mut() {
+            Some(chunk) if chunk.segment == segment => encode_record(payload, &mut chunk.bytes),
+            _ => {
+                let mut bytes = std::mem::take(&mut st.spare);
+                encode_record(payload, &mut bytes);
+                st.pending.push(Chunk { segment, bytes });
+            }
+        }
+        st.segment_len += framed_len(payload.len());
+        let lsn = st.next_lsn;
+        st.next_lsn += 1;
+        drop(guard);
+
+        Counters::add(&self.shared.counters.records, 1);
+        if was_idle {
+            // The sync thread rechecks `pending` under the lock before it
+            // sleeps, so it cannot miss this even if it is busy right now.
+            self.shared.has_work.notify_one();
+        }
+        Ok(WalTicket { segment, lsn })
+    }
+
+    /// Resolves once the record of `ticket` is written and fdatasynced;
+    /// [`Error::WalFailed`] if the log failed before that.
+    pub async fn wait_durable(&self, ticket: WalTicket) -> Result<()> {
+        let mut rx = self.shared.progress.subscribe();
+        let progress = rx
+            .wait_for(|p| p.outcome(ticket.lsn).is_some())
+            .await
+            // The sender lives as long as `self`; this cannot happen.
+            .map_err(|_| Error::Closed)?;
+        progress.outcome(ticket.lsn).unwrap_or(Err(Error::Closed))
+    }
+
+    /// [`Wal::wait_durable`] for threads outside an async runtime.
+    pub fn wait_durable_blocking(&self, ticket: WalTicket) -> Result<()> {
+        let mut st = self.shared.state.lock();
+        loop {
+            if let Some(outcome) = st.progress().outcome(ticket.lsn) {
+                return outcome;
+            }
+            self.shared.progress_changed.wait(&mut st);
+        }
+    }
+
+    /// Segment that new appends currently go to.
+    pub fn current_segment(&self) -> u64 {
+        self.shared.state.lock().segment
+    }
+
+    /// Deletes the segment files with an id below `segment` and fsyncs the
+    /// directory; returns how many were deleted. The current segment is never
+    /// deleted, nor is a segment the sync thread is still writing (after a
+    /// rotation its last records may still be in memory); such a segment goes
+    /// in a later call.
+    pub fn delete_segments_before(&self, segment: u64) -> Result<usize> {
+        let limit = {
+            let st = self.shared.state.lock();
+            segment.min(st.writer_segment).min(st.segment)
+        };
+        let dir = &self.shared.dir;
+        let mut deleted = 0;
+        let mut first_error = None;
+        for id in list_segments(dir)?.into_iter().filter(|&id| id < limit) {
+            let path = segment_path(dir, id);
+            match fs::remove_file(&path) {
+                Ok(()) => deleted += 1,
+                // A concurrent call got there first.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    first_error = Some(Error::io(&path, e));
+                    break;
+                }
+            }
+        }
+        if deleted > 0 {
+            segment::sync_dir(dir)?;
+            Counters::add(&self.shared.counters.fsyncs, 1);
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(deleted),
+        }
+    }
+
+    /// Counters since open.
+    pub fn stats(&self) -> WalStats {
+        let c = &self.shared.counters;
+        WalStats {
+            fsyncs: c.fsyncs.load(Ordering::Relaxed),
+            group_commits: c.group_commits.load(Ordering::Relaxed),
+            records: c.records.load(Ordering::Relaxed),
+            bytes_written: c.bytes_written.load(Ordering::Relaxed),
+            segments_created: c.segments_created.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Refuses further appends, writes and fsyncs everything appended so far,
+    /// and joins the sync thread. Calling it again returns the same outcome:
+    /// `Ok`, or [`Error::WalFailed`] if the log is poisoned.
+    pub fn close(&self) -> Result<()> {
+        // Held across the join so a concurrent `close` returns only after it.
+        let mut thread = self.thread.lock();
+        if let Some(handle) = thread.take() {
+            self.shared.state.lock().stopping = true;
+            self.shared.has_work.notify_one();
+            if handle.join().is_err() {
+                let mut st = self.shared.state.lock();
+                st.failed
+                    .get_or_insert_with(|| Arc::from("write-ahead log sync thread panicked"));
+                self.shared.publish(&st);
+            }
+        }
+        match &self.shared.state.lock().failed {
+            Some(msg) => Err(Error::WalFailed(msg.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// Closes the log and deletes every segment, the current one included. For a
+    /// clean shutdown, once the caller has made every record durable elsewhere: the
+    /// next start then has nothing to replay.
+    pub fn close_and_discard(&self) -> Result<usize> {
+        self.close()?;
+        let dir = &self.shared.dir;
+        let mut deleted = 0;
+        for id in list_segments(dir)? {
+            let path = segment_path(dir, id);
+            match fs::remove_file(&path) {
+                Ok(()) => deleted += 1,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&path, e)),
+            }
+        }
+        segment::sync_dir(dir)?;
+        Ok(deleted)
+    }
+
+    #[cfg(test)]
+    fn fail_next_batch(&self) {
+        self.shared
+            .fail_next_batch
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Wal {
+    fn drop(&mut self) {
+        // A failure was logged by the sync thread when it happened.
+        let _ = self.close();
+    }
+}

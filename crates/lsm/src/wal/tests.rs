@@ -1,0 +1,505 @@
+//! Tests of the write-ahead log: round trips, group commit, recovery from torn
+//! and damaged segments, rotation, poisoning.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Instant,
+};
+
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+
+use super::*;
+
+/// Records replayed by an open, with their segment ids.
+type Replayed = Vec<(u64, Vec<u8>)>;
+
+fn open_opts(opts: WalOptions) -> (Wal, ReplayStats, Replayed) {
+    let mut seen = Vec::new();
+    let (wal, stats) = Wal::open(opts, |seg, payload| {
+        seen.push((seg, payload.to_vec()));
+        Ok(())
+    })
+    .expect("open wal");
+    (wal, stats, seen)
+}
+
+fn open(dir: &Path) -> (Wal, ReplayStats, Replayed) {
+    open_opts(WalOptions::new(dir))
+}
+
+fn payloads(seen: &Replayed) -> Vec<Vec<u8>> {
+    seen.iter().map(|(_, p)| p.clone()).collect()
+}
+
+/// A payload of `len` bytes that differs for every `i`.
+fn payload(i: u64, len: usize) -> Vec<u8> {
+    let mut rng = SmallRng::seed_from_u64(i);
+    (0..len).map(|_| rng.random()).collect()
+}
+
+fn seg(dir: &Path, id: u64) -> PathBuf {
+    segment_path(dir, id)
+}
+
+/// Offset of each record in a segment holding records of these payload lengths.
+fn record_offsets(lens: &[usize]) -> Vec<u64> {
+    let mut at = HEADER_LEN;
+    lens.iter()
+        .map(|&len| {
+            let start = at;
+            at += framed_len(len);
+            start
+        })
+        .collect()
+}
+
+/// Appends each payload and waits until all are durable.
+fn append_all(wal: &Wal, records: &[Vec<u8>]) -> Vec<WalTicket> {
+    let tickets: Vec<_> = records
+        .iter()
+        .map(|p| wal.append(p).expect("append"))
+        .collect();
+    for t in &tickets {
+        wal.wait_durable_blocking(*t).expect("durable");
+    }
+    tickets
+}
+
+fn flip_byte(path: &Path, offset: u64) {
+    let mut bytes = fs::read(path).expect("read segment");
+    bytes[offset as usize] ^= 0x40;
+    fs::write(path, bytes).expect("write segment");
+}
+
+#[test]
+fn wal_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Wal>();
+}
+
+#[test]
+fn appended_records_replay_in_order_with_exact_bytes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lens = [0usize, 1, 7, 100, 4096, 100_000, 3];
+    let records: Vec<_> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| payload(i as u64, len))
+        .collect();
+
+    let (wal, stats, seen) = open(dir.path());
+    assert_eq!(stats, ReplayStats::default());
+    assert!(seen.is_empty());
+    assert_eq!(wal.current_segment(), 1);
+    let tickets = append_all(&wal, &records);
+    let lsns: Vec<_> = tickets.iter().map(|t| t.lsn).collect();
+    assert_eq!(lsns, (1..=records.len() as u64).collect::<Vec<_>>());
+    assert!(tickets.iter().all(|t| t.segment == 1));
+    let st = wal.stats();
+    assert_eq!(st.records, records.len() as u64);
+    let framed: u64 = lens.iter().map(|&l| framed_len(l)).sum();
+    assert_eq!(st.bytes_written, HEADER_LEN + framed);
+    wal.close().expect("close");
+
+    let (wal, stats, seen) = open(dir.path());
+    assert_eq!(payloads(&seen), records);
+    assert!(seen.iter().all(|(s, _)| *s == 1));
+    assert_eq!(stats.segments, 1);
+    assert_eq!(stats.records, records.len() as u64);
+    assert_eq!(stats.bytes, lens.iter().sum::<usize>() as u64);
+    assert_eq!(stats.torn_tails, 0);
+    assert_eq!(
+        wal.current_segment(),
+        2,
+        "a reopened log starts a new segment"
+    );
+}
+
+#[test]
+fn concurrent_appenders_share_fsyncs() {
+    const THREADS: u64 = 8;
+    const PER_THREAD: u64 = 500;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (wal, _, _) = open(dir.path());
+    let wal = Arc::new(wal);
+    let started = Instant::now();
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let wal = wal.clone();
+            std::thread::spawn(move || {
+                for i in 0..PER_THREAD {
+                    let ticket = wal
+                        .append(format!("thread {t} record {i}").as_bytes())
+                        .expect("append");
+                    wal.wait_durable_blocking(ticket).expect("durable");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("appender thread");
+    }
+    let elapsed = started.elapsed();
+    let stats = wal.stats();
+    let total = THREADS * PER_THREAD;
+    assert_eq!(stats.records, total);
+    assert!(
+        stats.group_commits < total && stats.fsyncs < total,
+        "no group commit: {stats:?}"
+    );
+    eprintln!(
+        "{total} records, {} group commits, {:.2} ms per commit",
+        stats.group_commits,
+        elapsed.as_secs_f64() * 1e3 / stats.group_commits as f64
+    );
+    wal.close().expect("close");
+
+    let (_, stats, seen) = open(dir.path());
+    assert_eq!(stats.records, total);
+    for t in 0..THREADS {
+        let prefix = format!("thread {t} record ");
+        let mine: Vec<String> = seen
+            .iter()
+            .map(|(_, p)| String::from_utf8(p.clone()).expect("utf-8"))
+            .filter(|s| s.starts_with(&prefix))
+            .collect();
+        let expected: Vec<String> = (0..PER_THREAD).map(|i| format!("{prefix}{i}")).collect();
+        assert_eq!(mine, expected, "thread {t}'s records out of order or lost");
+    }
+}
+
+#[test]
+fn torn_tail_at_every_offset_is_cut_and_the_log_stays_usable() {
+    let source = tempfile::tempdir().expect("tempdir");
+    let lens = [30usize, 50, 40];
+    let records: Vec<_> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| payload(i as u64, len))
+        .collect();
+    let (wal, _, _) = open(source.path());
+    append_all(&wal, &records);
+    wal.close().expect("close");
+    let full = fs::read(seg(source.path(), 1)).expect("read segment");
+    let last_start = record_offsets(&lens)[2];
+    assert_eq!(full.len() as u64, last_start + framed_len(40));
+
+    for cut in last_start..full.len() as u64 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = seg(dir.path(), 1);
+        fs::write(&path, &full[..cut as usize]).expect("write torn segment");
+
+        let (wal, stats, seen) = open(dir.path());
+        assert_eq!(payloads(&seen), records[..2], "cut at {cut}");
+        let torn = usize::from(cut != last_start);
+        assert_eq!(stats.torn_tails, torn, "cut at {cut}");
+        let len = fs::metadata(&path).expect("metadata").len();
+        assert_eq!(len, last_start, "file not cut back (cut at {cut})");
+        let after = payload(1000 + cut, 20);
+        append_all(&wal, std::slice::from_ref(&after));
+        wal.close().expect("close");
+
+        let (_, stats, seen) = open(dir.path());
+        let mut expected = records[..2].to_vec();
+        expected.push(after);
+        assert_eq!(payloads(&seen), expected, "second reopen, cut at {cut}");
+        assert_eq!(stats.torn_tails, 0);
+        assert_eq!(stats.segments, 2);
+    }
+}
+
+#[test]
+fn flipped_byte_in_the_last_record_drops_only_that_record() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lens = [10usize, 20, 30];
+    let records: Vec<_> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| payload(i as u64, len))
+        .collect();
+    let (wal, _, _) = open(dir.path());
+    append_all(&wal, &records);
+    wal.close().expect("close");
+    let offsets = record_offsets(&lens);
+    flip_byte(
+        &seg(dir.path(), 1),
+        offsets[2] + segment::FRAME_LEN as u64 + 15,
+    );
+
+    let (_, stats, seen) = open(dir.path());
+    assert_eq!(payloads(&seen), records[..2]);
+    assert_eq!(stats.torn_tails, 1);
+    assert_eq!(
+        fs::metadata(seg(dir.path(), 1)).expect("metadata").len(),
+        offsets[2]
+    );
+}
+
+#[test]
+fn flipped_byte_in_an_older_segment_stops_only_that_segment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lens = [10usize, 20, 30];
+    let older: Vec<_> = lens
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| payload(i as u64, len))
+        .collect();
+    let newer: Vec<_> = (0..2).map(|i| payload(100 + i, 25)).collect();
+    let (wal, _, _) = open(dir.path());
+    append_all(&wal, &older);
+    wal.close().expect("close");
+    let (wal, _, _) = open(dir.path());
+    append_all(&wal, &newer);
+    wal.close().expect("close");
+
+    let path = seg(dir.path(), 1);
+    let len_before = fs::metadata(&path).expect("metadata").len();
+    flip_byte(
+        &path,
+        record_offsets(&lens)[1] + segment::FRAME_LEN as u64 + 5,
+    );
+
+    let (_, stats, seen) = open(dir.path());
+    let mut expected = vec![older[0].clone()];
+    expected.extend(newer.iter().cloned());
+    assert_eq!(payloads(&seen), expected);
+    assert_eq!(seen[0].0, 1);
+    assert!(seen[1..].iter().all(|(s, _)| *s == 2));
+    assert_eq!(stats.corrupt_segments, 1);
+    assert_eq!(stats.torn_tails, 0);
+    assert_eq!(
+        fs::metadata(&path).expect("metadata").len(),
+        len_before,
+        "an older damaged segment is left as it is"
+    );
+}
+
+#[test]
+fn rotation_and_delete_segments_before() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = WalOptions {
+        segment_bytes: 256,
+        ..WalOptions::new(dir.path())
+    };
+    let (wal, _, _) = open_opts(opts.clone());
+    let records: Vec<_> = (0..50).map(|i| payload(i, 40)).collect();
+    let tickets = append_all(&wal, &records);
+
+    // 24 + 5 * 48 = 264 >= 256: five records per segment.
+    let segments: Vec<_> = tickets.iter().map(|t| t.segment).collect();
+    let expected: Vec<u64> = (0..50).map(|i| 1 + i / 5).collect();
+    assert_eq!(segments, expected);
+    assert_eq!(wal.current_segment(), 10);
+    assert_eq!(
+        list_segments(dir.path()).expect("list"),
+        (1..=10).collect::<Vec<_>>()
+    );
+    assert_eq!(wal.stats().segments_created, 10);
+    for id in 1..10 {
+        let len = fs::metadata(seg(dir.path(), id)).expect("metadata").len();
+        assert_eq!(len, HEADER_LEN + 5 * framed_len(40), "segment {id}");
+    }
+
+    let cut = tickets[25].segment;
+    assert_eq!(cut, 6);
+    assert_eq!(wal.delete_segments_before(cut).expect("delete"), 5);
+    assert_eq!(
+        list_segments(dir.path()).expect("list"),
+        (6..=10).collect::<Vec<_>>()
+    );
+    assert_eq!(wal.delete_segments_before(cut).expect("delete again"), 0);
+    // Never the current segment, whatever the bound.
+    assert_eq!(wal.delete_segments_before(u64::MAX).expect("delete"), 4);
+    assert_eq!(list_segments(dir.path()).expect("list"), vec![10]);
+    wal.close().expect("close");
+
+    let (_, stats, seen) = open_opts(opts);
+    assert_eq!(payloads(&seen), records[45..]);
+    assert!(seen.iter().all(|(s, _)| *s == 10));
+    assert_eq!(stats.segments, 1);
+}
+
+#[test]
+fn hostile_length_is_a_torn_tail() {
+    for hostile in [u32::MAX, (MAX_RECORD_LEN as u32) + 1, 200 << 20] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let records: Vec<_> = (0..2).map(|i| payload(i, 16)).collect();
+        let (wal, _, _) = open(dir.path());
+        append_all(&wal, &records);
+        wal.close().expect("close");
+        let path = seg(dir.path(), 1);
+        let second = record_offsets(&[16, 16])[1] as usize;
+        let mut bytes = fs::read(&path).expect("read");
+        bytes[second..second + 4].copy_from_slice(&hostile.to_le_bytes());
+        fs::write(&path, bytes).expect("write");
+
+        let (_, stats, seen) = open(dir.path());
+        assert_eq!(payloads(&seen), records[..1], "length {hostile:#x}");
+        assert_eq!(stats.torn_tails, 1);
+        assert_eq!(fs::metadata(&path).expect("metadata").len(), second as u64);
+    }
+}
+
+#[test]
+fn a_hostile_length_is_rejected_before_reading_the_payload() {
+    // The scan must report the limit, not a short file, for a length above it.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (wal, _, _) = open(dir.path());
+    append_all(&wal, &[b"x".to_vec()]);
+    wal.close().expect("close");
+    let path = seg(dir.path(), 1);
+    let mut bytes = fs::read(&path).expect("read");
+    let at = HEADER_LEN as usize;
+    bytes[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    fs::write(&path, bytes).expect("write");
+    let (_, outcome) = segment::scan(&path, 1, &mut |_, _| Ok(())).expect("scan");
+    let damage = outcome.damage.expect("damage found");
+    assert_eq!(damage.offset, HEADER_LEN);
+    assert!(
+        damage.reason.contains("exceeds the limit"),
+        "{}",
+        damage.reason
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn wait_durable_works_in_an_async_runtime() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (wal, _, _) = open(dir.path());
+    let wal = Arc::new(wal);
+    let tasks: Vec<_> = (0..16u64)
+        .map(|i| {
+            let wal = wal.clone();
+            tokio::spawn(async move {
+                let ticket = wal.append(&payload(i, 32)).expect("append");
+                wal.wait_durable(ticket).await.map(|()| ticket)
+            })
+        })
+        .collect();
+    let mut lsns = Vec::new();
+    for task in tasks {
+        lsns.push(task.await.expect("task").expect("durable").lsn);
+    }
+    lsns.sort_unstable();
+    assert_eq!(lsns, (1..=16).collect::<Vec<_>>());
+    assert!(wal.stats().group_commits >= 1);
+    wal.close().expect("close");
+    let (_, stats, _) = open(dir.path());
+    assert_eq!(stats.records, 16);
+}
+
+#[test]
+fn a_failed_write_poisons_the_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (wal, _, _) = open(dir.path());
+    let good = wal.append(b"good").expect("append");
+    wal.wait_durable_blocking(good).expect("durable");
+
+    wal.fail_next_batch();
+    let lost = wal.append(b"lost").expect("append");
+    assert!(matches!(
+        wal.wait_durable_blocking(lost),
+        Err(Error::WalFailed(_))
+    ));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    assert!(matches!(
+        rt.block_on(wal.wait_durable(lost)),
+        Err(Error::WalFailed(_))
+    ));
+    // What was durable before the failure stays durable.
+    wal.wait_durable_blocking(good).expect("still durable");
+    assert!(matches!(wal.append(b"later"), Err(Error::WalFailed(_))));
+    assert!(matches!(wal.close(), Err(Error::WalFailed(_))));
+    drop(wal);
+
+    let (_, _, seen) = open(dir.path());
+    assert_eq!(payloads(&seen), vec![b"good".to_vec()]);
+}
+
+#[test]
+fn close_drains_is_idempotent_and_refuses_appends() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (wal, _, _) = open(dir.path());
+    let records: Vec<_> = (0..100).map(|i| payload(i, 64)).collect();
+    let tickets: Vec<_> = records
+        .iter()
+        .map(|p| wal.append(p).expect("append"))
+        .collect();
+    wal.close().expect("close");
+    // Everything appended before close is durable once it returns.
+    for t in tickets {
+        wal.wait_durable_blocking(t).expect("durable after close");
+    }
+    wal.close().expect("second close");
+    assert!(matches!(wal.append(b"late"), Err(Error::Closed)));
+    let never = WalTicket {
+        segment: 1,
+        lsn: 1_000,
+    };
+    assert!(matches!(
+        wal.wait_durable_blocking(never),
+        Err(Error::Closed)
+    ));
+    drop(wal);
+    let (_, _, seen) = open(dir.path());
+    assert_eq!(payloads(&seen), records);
+}
+
+#[test]
+fn a_short_newest_segment_is_removed_and_a_short_older_one_is_an_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (wal, _, _) = open(dir.path());
+    append_all(&wal, &[b"kept".to_vec()]);
+    wal.close().expect("close");
+    drop(wal);
+    // A crash while the next open created segment 2, cut mid-header.
+    fs::write(seg(dir.path(), 2), [0u8; 10]).expect("write");
+
+    let (wal, stats, seen) = open(dir.path());
+    assert_eq!(payloads(&seen), vec![b"kept".to_vec()]);
+    assert_eq!(stats.segments, 1);
+    assert_eq!(wal.current_segment(), 3);
+    assert!(!seg(dir.path(), 2).exists());
+    wal.close().expect("close");
+    drop(wal);
+
+    // Segment 3 is now the newest; a short segment 1 cannot be a crash.
+    fs::write(seg(dir.path(), 1), [0u8; 10]).expect("write");
+    let result = Wal::open(WalOptions::new(dir.path()), |_, _| Ok(()));
+    assert!(matches!(result, Err(Error::Corrupt { offset: 0, .. })));
+}
+
+#[test]
+fn a_replay_error_stops_the_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (wal, _, _) = open(dir.path());
+    append_all(&wal, &[b"a".to_vec(), b"b".to_vec()]);
+    wal.close().expect("close");
+    drop(wal);
+    let mut calls = 0;
+    let result = Wal::open(WalOptions::new(dir.path()), |_, _| {
+        calls += 1;
+        Err(Error::Closed)
+    });
+    assert!(matches!(result, Err(Error::Closed)));
+    assert_eq!(calls, 1);
+}
+
+#[test]
+fn an_oversized_payload_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (wal, _, _) = open(dir.path());
+    let big = vec![0u8; MAX_RECORD_LEN + 1];
+    assert!(matches!(
+        wal.append(&big),
+        Err(Error::RecordTooLarge { .. })
+    ));
+    assert!(
+        wal.append(b"fine").is_ok(),
+        "a refused record does not poison"
+    );
+}

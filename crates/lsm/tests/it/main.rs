@@ -1,0 +1,197 @@
+//! Engine-level tests: the write path, flushes, reads during flushes, restart.
+
+use std::{sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use tracedb_lsm::{
+    Engine, EngineOptions, Error, MemTableOptions, ScopeGroup, Span, SpanId, TraceId,
+};
+
+fn group(service: &str) -> Arc<ScopeGroup> {
+    Arc::new(ScopeGroup {
+        resource: Some(Bytes::from(format!("resource {service}"))),
+        resource_schema_url: Bytes::new(),
+        scope: None,
+        scope_schema_url: Bytes::from_static(b"schema"),
+    })
+}
+
+fn span(group: &Arc<ScopeGroup>, trace: u128, id: u64) -> Span {
+    Span {
+        trace_id: TraceId(trace.to_be_bytes()),
+        span_id: SpanId((id + 1).to_be_bytes()),
+        start_unix_nano: id,
+        end_unix_nano: id + 10,
+        group: group.clone(),
+        payload: Bytes::from(format!(
+            "span {trace:x} {id} {}",
+            "p".repeat((id % 50) as usize)
+        )),
+    }
+}
+
+fn options(dir: &std::path::Path, flush_bytes: usize) -> EngineOptions {
+    let mut opts = EngineOptions::new(dir);
+    opts.memtable = MemTableOptions {
+        shards: 2,
+        flush_bytes,
+        max_age: Duration::from_secs(3600),
+    };
+    opts
+}
+
+fn check_trace(engine: &Engine, trace: u128, spans: u64) {
+    let got = engine
+        .get_trace(&TraceId(trace.to_be_bytes()))
+        .expect("get_trace");
+    assert_eq!(got.len() as u64, spans, "trace {trace:x}");
+    for (i, s) in got.iter().enumerate() {
+        assert_eq!(s.start_unix_nano, i as u64, "ordered by start time");
+        assert_eq!(s.payload, span(&s.group, trace, i as u64).payload);
+        assert_eq!(
+            s.group.resource,
+            Some(Bytes::from(format!("resource svc-{}", trace % 3)))
+        );
+    }
+}
+
+#[test]
+fn spans_are_found_in_memory_in_files_and_after_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = Engine::open(options(dir.path(), usize::MAX)).expect("open");
+    for t in 0..30u128 {
+        let g = group(&format!("svc-{}", t % 3));
+        engine
+            .write_blocking((0..10).map(|i| span(&g, t, i)).collect())
+            .expect("write");
+    }
+    check_trace(&engine, 5, 10);
+    assert_eq!(engine.stats().tables, 0, "nothing flushed yet");
+
+    engine.flush().expect("flush");
+    let stats = engine.stats();
+    assert!(
+        stats.tables >= 1 && stats.memtable_spans == 0 && stats.sealed_buffers == 0,
+        "{stats:?}"
+    );
+    check_trace(&engine, 5, 10);
+    assert!(engine
+        .get_trace(&TraceId([0xee; 16]))
+        .expect("get")
+        .is_empty());
+
+    engine.close().expect("close");
+    drop(engine);
+    let engine = Engine::open(options(dir.path(), usize::MAX)).expect("reopen");
+    for t in 0..30u128 {
+        check_trace(&engine, t, 10);
+    }
+}
+
+#[test]
+fn reopening_replays_the_wal_of_unflushed_spans() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let engine = Engine::open(options(dir.path(), usize::MAX)).expect("open");
+        let g = group("svc-1");
+        engine
+            .write_blocking((0..7).map(|i| span(&g, 1, i)).collect())
+            .expect("write");
+        // Closing flushes; to test replay, copy the WAL away before close and put it back after.
+        let wal = dir.path().join("wal");
+        let saved = dir.path().join("wal-saved");
+        copy_dir(&wal, &saved);
+        engine.close().expect("close");
+        std::fs::remove_dir_all(dir.path().join("tables")).expect("drop files");
+        std::fs::remove_dir_all(&wal).expect("drop wal");
+        std::fs::rename(&saved, &wal).expect("restore wal");
+    }
+    let engine = Engine::open(options(dir.path(), usize::MAX)).expect("reopen");
+    check_trace(&engine, 1, 7);
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
+    }
+}
+
+#[test]
+fn reads_during_flushes_never_miss_an_acknowledged_span() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // ~8 KiB buffers: many seals and flushes while readers run.
+    let engine = Arc::new(Engine::open(options(dir.path(), 8 << 10)).expect("open"));
+    let writers: Vec<_> = (0..4u128)
+        .map(|w| {
+            let engine = engine.clone();
+            std::thread::spawn(move || {
+                for t in 0..150u128 {
+                    let trace = w * 1_000 + t;
+                    let g = group(&format!("svc-{}", trace % 3));
+                    engine
+                        .write_blocking((0..5).map(|i| span(&g, trace, i)).collect())
+                        .expect("write");
+                    // Acknowledged: it must be readable now and from now on.
+                    check_trace(&engine, trace, 5);
+                    if t > 0 {
+                        check_trace(&engine, trace - 1, 5);
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().expect("writer");
+    }
+    let stats = engine.stats();
+    assert!(
+        stats.flushes >= 5,
+        "expected flushes during the run: {stats:?}"
+    );
+    engine.flush().expect("flush");
+    for w in 0..4u128 {
+        for t in 0..150u128 {
+            check_trace(&engine, w * 1_000 + t, 5);
+        }
+    }
+    // Everything is in files: only the live WAL segment is left.
+    let segments = std::fs::read_dir(dir.path().join("wal"))
+        .expect("wal dir")
+        .count();
+    assert_eq!(segments, 1, "flushed WAL segments were not deleted");
+}
+
+#[test]
+fn a_data_directory_opens_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _engine = Engine::open(options(dir.path(), usize::MAX)).expect("open");
+    match Engine::open(options(dir.path(), usize::MAX)) {
+        Err(Error::Locked(path)) => assert_eq!(path, dir.path()),
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("second open of a locked directory succeeded"),
+    }
+}
+
+#[test]
+fn leftovers_of_an_interrupted_flush_are_removed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("tables")).expect("mkdir");
+    let leftover = dir.path().join("tables/00000000000000000003.sst.tmp");
+    std::fs::write(&leftover, b"half a file").expect("write");
+    let _engine = Engine::open(options(dir.path(), usize::MAX)).expect("open");
+    assert!(!leftover.exists());
+}
+
+#[test]
+fn duplicate_spans_are_returned_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = Engine::open(options(dir.path(), usize::MAX)).expect("open");
+    let g = group("svc-1");
+    let batch: Vec<Span> = (0..4).map(|i| span(&g, 1, i)).collect();
+    engine.write_blocking(batch.clone()).expect("write");
+    engine.flush().expect("flush");
+    engine.write_blocking(batch).expect("retried write");
+    check_trace(&engine, 1, 4);
+}

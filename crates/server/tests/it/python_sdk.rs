@@ -1,0 +1,116 @@
+//! End to end with a real OpenTelemetry SDK: the Python SDK's OTLP/gRPC exporter
+//! (gzip) sends traces with attributes, events, links and status; GetTrace must
+//! return them field for field, with their resource and scope.
+
+use std::{collections::BTreeMap, path::PathBuf, process::Command};
+
+use prost::Message;
+use tracedb_proto::{
+    collector::trace::v1::ExportTraceServiceRequest, common::v1::InstrumentationScope,
+    resource::v1::Resource, trace::v1::Span,
+};
+
+use crate::harness::{get_trace, Server};
+
+/// The virtualenv's Python, made by the README's test command (`scripts/test`).
+fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("TRACEDB_TEST_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
+    assert!(
+        venv.exists(),
+        "no Python with the OpenTelemetry SDK at {}: run scripts/test (it creates .venv) or set TRACEDB_TEST_PYTHON",
+        venv.display()
+    );
+    venv
+}
+
+type Expected = BTreeMap<Vec<u8>, (Option<Resource>, Option<InstrumentationScope>, String, Span)>;
+
+/// Every span of a request, by span ID, with its resource, scope and scope schema URL.
+fn by_span_id(requests: &[ExportTraceServiceRequest]) -> Expected {
+    let mut out = BTreeMap::new();
+    for req in requests {
+        for rs in &req.resource_spans {
+            for ss in &rs.scope_spans {
+                for span in &ss.spans {
+                    out.insert(
+                        span.span_id.to_vec(),
+                        (
+                            rs.resource.clone(),
+                            ss.scope.clone(),
+                            ss.schema_url.clone(),
+                            span.clone(),
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn python_sdk_traces_come_back_field_for_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path());
+    let sent_file = dir.path().join("sent.pb");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/export_traces.py");
+    let out = Command::new(python())
+        .arg(&script)
+        .arg(server.addr.to_string())
+        .arg(&sent_file)
+        .output()
+        .expect("run the Python exporter");
+    assert!(
+        out.status.success(),
+        "python failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let sent =
+        ExportTraceServiceRequest::decode(&std::fs::read(&sent_file).expect("sent spans")[..])
+            .expect("the SDK's encoding");
+    let expected = by_span_id(&[sent]);
+    assert_eq!(expected.len(), 15, "5 traces of 3 spans");
+    let trace_ids: std::collections::BTreeSet<Vec<u8>> = expected
+        .values()
+        .map(|(_, _, _, s)| s.trace_id.to_vec())
+        .collect();
+    assert_eq!(trace_ids.len(), 5);
+    assert!(
+        expected.values().any(|(_, _, _, s)| !s.links.is_empty()),
+        "the script sends links"
+    );
+    assert!(
+        expected.values().any(|(_, _, _, s)| !s.events.is_empty()),
+        "the script sends events"
+    );
+
+    let mut query = server.query().await;
+    let mut got_requests = Vec::new();
+    for id in &trace_ids {
+        let trace = u128::from_be_bytes(id[..].try_into().expect("16 bytes"));
+        let messages = get_trace(&mut query, trace)
+            .await
+            .expect("trace exported by the SDK");
+        got_requests.push(ExportTraceServiceRequest {
+            resource_spans: messages
+                .into_iter()
+                .flat_map(|m| m.resource_spans)
+                .collect(),
+        });
+    }
+    let got = by_span_id(&got_requests);
+    assert_eq!(got.len(), expected.len(), "span count");
+    for (id, want) in &expected {
+        let have = got
+            .get(id)
+            .unwrap_or_else(|| panic!("span {id:02x?} missing"));
+        assert_eq!(have.3, want.3, "span fields");
+        assert_eq!(have.0, want.0, "resource");
+        assert_eq!(have.1, want.1, "scope");
+        assert_eq!(have.2, want.2, "scope schema URL");
+    }
+}
