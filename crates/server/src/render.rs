@@ -58,9 +58,11 @@ pub fn render_trace(trace_id: &TraceId, messages: &[TracesData]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "trace {trace_id}: {} spans, {} services, {}",
+        "trace {trace_id}: {} span{}, {} service{}, {}",
         rows.len(),
+        plural(rows.len()),
         services.len(),
+        plural(services.len()),
         duration(total)
     );
 
@@ -157,6 +159,14 @@ fn render_span(out: &mut String, row: &Row<'_>, depth: usize, trace_start: u64, 
             hex(&link.span_id),
             attributes(&link.attributes)
         );
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
     }
 }
 
@@ -265,7 +275,7 @@ mod tests {
         };
         let text = render_trace(&TraceId([1; 16]), &[data]);
         let lines: Vec<&str> = text.lines().collect();
-        assert!(lines[0].contains("3 spans, 1 services"), "{text}");
+        assert!(lines[0].contains("3 spans, 1 service,"), "{text}");
         assert!(lines[1].contains(" checkout: root"), "{text}");
         assert!(lines[2].contains("   checkout: child"), "{text}");
         assert!(lines[3].contains("     checkout: grandchild"), "{text}");

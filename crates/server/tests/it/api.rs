@@ -234,7 +234,7 @@ async fn tracedb_get_prints_the_span_tree() {
         String::from_utf8_lossy(&out.stderr)
     );
     let lines: Vec<&str> = text.lines().collect();
-    assert!(lines[0].contains("3 spans, 1 services"), "{text}");
+    assert!(lines[0].contains("3 spans, 1 service,"), "{text}");
     assert!(
         lines[1].contains("checkout: op-0 server ERROR: boom"),
         "{text}"
