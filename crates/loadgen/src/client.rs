@@ -1,0 +1,152 @@
+//! Sending pre-encoded export requests over OTLP/gRPC or OTLP/HTTP, and GetTrace.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use prost::Message;
+use tonic::{transport::Channel, Code};
+use tracedb_proto::{
+    codec::{EncodedMessage, RawCodec},
+    collector::trace::v1::ExportTraceServiceResponse,
+    query::v1::{query_service_client::QueryServiceClient, GetTraceRequest},
+};
+
+/// What happened to one export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Accepted; `rejected` spans were refused through partial success.
+    Accepted { rejected: u64 },
+    /// The server asked to retry later (UNAVAILABLE, RESOURCE_EXHAUSTED with
+    /// retry info, HTTP 429/503).
+    Throttled,
+    /// Anything else: the request was lost.
+    Failed(String),
+}
+
+/// An OTLP endpoint.
+#[derive(Clone)]
+pub enum Exporter {
+    Grpc(Vec<Channel>),
+    Http {
+        client: Box<Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>>,
+        uri: hyper::Uri,
+    },
+}
+
+impl Exporter {
+    /// `connections` HTTP/2 connections for gRPC; HTTP/1 pools its own.
+    pub async fn connect(
+        endpoint: &str,
+        http: bool,
+        connections: usize,
+    ) -> anyhow::Result<Exporter> {
+        let base = if endpoint.contains("://") {
+            endpoint.to_string()
+        } else {
+            format!("http://{endpoint}")
+        };
+        if http {
+            let uri: hyper::Uri = format!("{}/v1/traces", base.trim_end_matches('/')).parse()?;
+            let client = Client::builder(TokioExecutor::new()).build_http();
+            return Ok(Exporter::Http {
+                client: Box::new(client),
+                uri,
+            });
+        }
+        let mut channels = Vec::new();
+        for _ in 0..connections.max(1) {
+            channels.push(Channel::from_shared(base.clone())?.connect().await?);
+        }
+        Ok(Exporter::Grpc(channels))
+    }
+
+    /// Sends one request body; `stream` picks the connection.
+    pub async fn export(&self, body: Bytes, stream: usize) -> Outcome {
+        match self {
+            Exporter::Grpc(channels) => {
+                let mut grpc = tonic::client::Grpc::new(channels[stream % channels.len()].clone());
+                if let Err(e) = grpc.ready().await {
+                    return Outcome::Failed(e.to_string());
+                }
+                let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+                    "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                );
+                let codec = RawCodec::<EncodedMessage, ExportTraceServiceResponse>::default();
+                match grpc
+                    .unary(tonic::Request::new(EncodedMessage(body)), path, codec)
+                    .await
+                {
+                    Ok(response) => Outcome::Accepted {
+                        rejected: rejected(&response.into_inner()),
+                    },
+                    // OTLP: UNAVAILABLE is retryable, RESOURCE_EXHAUSTED only with retry info.
+                    Err(s) if s.code() == Code::Unavailable => Outcome::Throttled,
+                    Err(s) if s.code() == Code::ResourceExhausted && !s.details().is_empty() => {
+                        Outcome::Throttled
+                    }
+                    Err(s) => Outcome::Failed(format!("{:?}: {}", s.code(), s.message())),
+                }
+            }
+            Exporter::Http { client, uri } => {
+                let request = match hyper::Request::post(uri.clone())
+                    .header("content-type", "application/x-protobuf")
+                    .body(Full::new(body))
+                {
+                    Ok(r) => r,
+                    Err(e) => return Outcome::Failed(e.to_string()),
+                };
+                let response = match client.request(request).await {
+                    Ok(r) => r,
+                    Err(e) => return Outcome::Failed(e.to_string()),
+                };
+                let status = response.status();
+                let body = match response.into_body().collect().await {
+                    Ok(b) => b.to_bytes(),
+                    Err(e) => return Outcome::Failed(e.to_string()),
+                };
+                match status.as_u16() {
+                    200 => match ExportTraceServiceResponse::decode(body) {
+                        Ok(r) => Outcome::Accepted {
+                            rejected: rejected(&r),
+                        },
+                        Err(e) => Outcome::Failed(format!("undecodable response: {e}")),
+                    },
+                    429 | 502 | 503 | 504 => Outcome::Throttled,
+                    code => Outcome::Failed(format!("HTTP {code}")),
+                }
+            }
+        }
+    }
+}
+
+fn rejected(response: &ExportTraceServiceResponse) -> u64 {
+    response
+        .partial_success
+        .as_ref()
+        .map_or(0, |p| u64::try_from(p.rejected_spans).unwrap_or(0))
+}
+
+/// Fetches a trace with tracedb's GetTrace; `Ok(None)` for NOT_FOUND.
+pub async fn get_trace(
+    client: &mut QueryServiceClient<Channel>,
+    trace_id: u128,
+) -> anyhow::Result<Option<usize>> {
+    let request = GetTraceRequest {
+        trace_id: trace_id.to_be_bytes().to_vec().into(),
+    };
+    let mut stream = match client.get_trace(request).await {
+        Ok(r) => r.into_inner(),
+        Err(s) if s.code() == Code::NotFound => return Ok(None),
+        Err(s) => return Err(s.into()),
+    };
+    let mut spans = 0;
+    while let Some(m) = stream.message().await? {
+        spans += m
+            .resource_spans
+            .iter()
+            .flat_map(|rs| &rs.scope_spans)
+            .map(|ss| ss.spans.len())
+            .sum::<usize>();
+    }
+    Ok(Some(spans))
+}

@@ -1,0 +1,380 @@
+//! `tracedb-bench`: an OTLP load generator that reports what users feel.
+//!
+//! - `--mode open` (default): requests leave on a fixed timetable for the asked
+//!   spans/s, whether or not earlier ones have returned. Each latency is measured
+//!   from the request's *scheduled* send time, so a stalled server cannot hide
+//!   its stall by slowing the generator down (coordinated omission).
+//! - `--mode max`: `--concurrency` closed-loop streams send as fast as the
+//!   server answers; reports the accepted spans/s.
+//! - After either, `--query-samples N` fetches N traces that were fully
+//!   acknowledged (and N absent IDs) with GetTrace, checks every span came back,
+//!   and reports query latency.
+//! - `--server-pid` and `--data-dir` add the server's CPU time per span, peak
+//!   RSS and bytes on disk per span.
+//!
+//! Requests are generated from `--seed` and encoded before the clock starts
+//! (see `workload`). Progress goes to stderr; a table to stdout, and the same
+//! figures as JSON to `--json FILE`.
+
+mod client;
+mod cost;
+mod report;
+mod workload;
+
+use std::{
+    collections::HashSet,
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use clap::{Parser, ValueEnum};
+use hdrhistogram::Histogram;
+use rand::{rngs::SmallRng, seq::IndexedRandom, Rng, SeedableRng};
+use tokio::sync::{mpsc, Semaphore};
+
+use crate::{
+    client::{Exporter, Outcome},
+    report::{Latency, Summary},
+    workload::{Workload, WorkloadOptions},
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// Fixed rate on a timetable; latency corrected for coordinated omission.
+    Open,
+    /// Closed-loop streams as fast as the server answers.
+    Max,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tracedb-bench",
+    version,
+    about = "OTLP load generator and trace checker (open-loop, HDR latency)."
+)]
+struct Args {
+    /// OTLP endpoint: host:port of gRPC, or of HTTP with --http.
+    #[arg(long, default_value = "127.0.0.1:4317")]
+    endpoint: String,
+    /// Send OTLP/HTTP protobuf (POST /v1/traces) instead of gRPC.
+    #[arg(long)]
+    http: bool,
+    #[arg(long, value_enum, default_value_t = Mode::Open)]
+    mode: Mode,
+    /// Offered spans per second (open loop).
+    #[arg(long, default_value_t = 50_000)]
+    rate: u64,
+    /// Seconds of load.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Streams in max mode; most requests in flight in open mode.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// gRPC connections to spread requests over.
+    #[arg(long, default_value_t = 2)]
+    connections: usize,
+    /// Spans per request.
+    #[arg(long, default_value_t = 512)]
+    batch_size: usize,
+    /// Spans in the pool of pre-encoded requests (reused with fresh trace IDs).
+    #[arg(long, default_value_t = 200_000)]
+    pool_spans: usize,
+    /// Number of services (resources) in the workload.
+    #[arg(long, default_value_t = 8)]
+    services: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Traces to fetch and verify with GetTrace after the load (and as many absent IDs).
+    #[arg(long, default_value_t = 0)]
+    query_samples: usize,
+    /// tracedb's gRPC address for GetTrace [default: --endpoint when it is gRPC].
+    #[arg(long)]
+    query_endpoint: Option<String>,
+    /// The server's PID: report its CPU time per span and peak RSS.
+    #[arg(long)]
+    server_pid: Option<u32>,
+    /// The server's data directory: report bytes on disk per span.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Write the summary as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// One finished export.
+struct Record {
+    latency: Duration,
+    spans: usize,
+    outcome: Outcome,
+    /// pass << 32 | request index.
+    key: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    anyhow::ensure!(
+        args.rate > 0 && args.duration > 0.0 && args.batch_size > 0,
+        "--rate, --duration and --batch-size must be positive"
+    );
+    let opts = WorkloadOptions {
+        seed: args.seed,
+        batch_spans: args.batch_size,
+        pool_spans: args.pool_spans.max(args.batch_size),
+        services: args.services,
+        ..WorkloadOptions::default()
+    };
+    let started = Instant::now();
+    let workload = Arc::new(workload::generate(&opts)?);
+    eprintln!(
+        "encoded {} requests, {} spans, {} traces in {:.1?}",
+        workload.requests.len(),
+        workload.total_spans(),
+        workload.traces.len(),
+        started.elapsed()
+    );
+    let exporter = Exporter::connect(&args.endpoint, args.http, args.connections)
+        .await
+        .with_context(|| format!("connecting to {}", args.endpoint))?;
+
+    let before = args.server_pid.map(cost::sample).transpose()?;
+    let (records, elapsed) = match args.mode {
+        Mode::Open => open_loop(&args, &workload, exporter).await,
+        Mode::Max => max_rate(&args, &workload, exporter).await,
+    };
+    let after = args.server_pid.map(cost::sample).transpose()?;
+
+    let mut summary = summarize(&args, &records, elapsed)?;
+    if let (Some(b), Some(a)) = (before, after) {
+        let accepted = summary.accepted_spans.max(1) as f64;
+        summary.server_cpu_us_per_span = Some((a.cpu_seconds - b.cpu_seconds) * 1e6 / accepted);
+        summary.server_peak_rss_bytes = Some(a.peak_rss_bytes);
+    }
+    if let Some(dir) = &args.data_dir {
+        summary.disk_bytes_per_span =
+            Some(cost::disk_bytes(dir) as f64 / summary.accepted_spans.max(1) as f64);
+    }
+    if args.query_samples > 0 {
+        let acked: HashSet<u64> = records
+            .iter()
+            .filter(|r| matches!(r.outcome, Outcome::Accepted { .. }))
+            .map(|r| r.key)
+            .collect();
+        summary.query = Some(query_phase(&args, &workload, &acked).await?);
+    }
+    print!("{}", summary.table());
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&summary.json())?)?;
+    }
+    Ok(())
+}
+
+/// Requests leave on a timetable; latency counts from the scheduled time.
+async fn open_loop(
+    args: &Args,
+    workload: &Arc<Workload>,
+    exporter: Exporter,
+) -> (Vec<Record>, Duration) {
+    let interval = Duration::from_secs_f64(args.batch_size as f64 / args.rate as f64);
+    let total = Duration::from_secs_f64(args.duration);
+    let in_flight = Arc::new(Semaphore::new(args.concurrency.max(1)));
+    let (tx, rx) = mpsc::unbounded_channel();
+    let collector = tokio::spawn(collect(rx, total));
+    let start = Instant::now();
+    let n = workload.requests.len() as u64;
+    let mut i = 0u64;
+    loop {
+        let scheduled = start + interval.mul_f64(i as f64);
+        if scheduled >= start + total {
+            break;
+        }
+        tokio::time::sleep_until(scheduled.into()).await;
+        // Waiting for a slot delays the send, not the clock: the wait is part of the latency.
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            break;
+        };
+        let (workload, exporter, tx) = (workload.clone(), exporter.clone(), tx.clone());
+        tokio::spawn(async move {
+            let (pass, idx) = (i / n, (i % n) as usize);
+            let request = &workload.requests[idx];
+            let outcome = exporter
+                .export(request.body_for_pass(pass), i as usize)
+                .await;
+            let _ = tx.send(Record {
+                latency: scheduled.elapsed(),
+                spans: request.spans,
+                outcome,
+                key: pass << 32 | idx as u64,
+            });
+            drop(permit);
+        });
+        i += 1;
+    }
+    drop(tx);
+    let records = collector.await.unwrap_or_default();
+    (records, start.elapsed())
+}
+
+/// `--concurrency` streams, each sending its next request when the last returns.
+async fn max_rate(
+    args: &Args,
+    workload: &Arc<Workload>,
+    exporter: Exporter,
+) -> (Vec<Record>, Duration) {
+    let total = Duration::from_secs_f64(args.duration);
+    let next = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = mpsc::unbounded_channel();
+    let collector = tokio::spawn(collect(rx, total));
+    let start = Instant::now();
+    let n = workload.requests.len() as u64;
+    let streams: Vec<_> = (0..args.concurrency.max(1))
+        .map(|stream| {
+            let (workload, exporter, tx, next) =
+                (workload.clone(), exporter.clone(), tx.clone(), next.clone());
+            tokio::spawn(async move {
+                while start.elapsed() < total {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let (pass, idx) = (i / n, (i % n) as usize);
+                    let request = &workload.requests[idx];
+                    let sent = Instant::now();
+                    let outcome = exporter.export(request.body_for_pass(pass), stream).await;
+                    let _ = tx.send(Record {
+                        latency: sent.elapsed(),
+                        spans: request.spans,
+                        outcome,
+                        key: pass << 32 | idx as u64,
+                    });
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    for s in streams {
+        let _ = s.await;
+    }
+    let elapsed = start.elapsed();
+    (collector.await.unwrap_or_default(), elapsed)
+}
+
+/// Gathers records, printing progress to stderr every second.
+async fn collect(mut rx: mpsc::UnboundedReceiver<Record>, total: Duration) -> Vec<Record> {
+    let mut records = Vec::new();
+    let start = Instant::now();
+    let mut last_report = Instant::now();
+    let mut spans_since = 0usize;
+    while let Some(r) = rx.recv().await {
+        spans_since += r.spans;
+        records.push(r);
+        if last_report.elapsed() >= Duration::from_secs(1) {
+            eprintln!(
+                "  {:>5.1}s / {:.0}s: {:>9.0} spans/s acknowledged or failed, {} requests done",
+                start.elapsed().as_secs_f64(),
+                total.as_secs_f64(),
+                spans_since as f64 / last_report.elapsed().as_secs_f64(),
+                records.len()
+            );
+            spans_since = 0;
+            last_report = Instant::now();
+        }
+    }
+    records
+}
+
+fn summarize(args: &Args, records: &[Record], elapsed: Duration) -> anyhow::Result<Summary> {
+    let mut histogram = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
+    let mut summary = Summary::new(
+        if args.mode == Mode::Open {
+            "open"
+        } else {
+            "max"
+        },
+        args.rate,
+        elapsed,
+    );
+    for r in records {
+        histogram.saturating_record(r.latency.as_micros() as u64);
+        match &r.outcome {
+            Outcome::Accepted { rejected } => {
+                summary.accepted_spans += r.spans as u64 - rejected;
+                summary.rejected_spans += rejected;
+            }
+            Outcome::Throttled => summary.throttled_spans += r.spans as u64,
+            Outcome::Failed(why) => {
+                summary.failed_spans += r.spans as u64;
+                summary.first_error.get_or_insert_with(|| why.clone());
+            }
+        }
+    }
+    summary.requests = records.len() as u64;
+    summary.export_latency = Some(Latency::from_histogram(&histogram));
+    Ok(summary)
+}
+
+/// GetTrace for sampled acknowledged traces (all spans must come back) and for absent IDs.
+async fn query_phase(
+    args: &Args,
+    workload: &Workload,
+    acked: &HashSet<u64>,
+) -> anyhow::Result<report::QueryResult> {
+    let endpoint = match (&args.query_endpoint, args.http) {
+        (Some(e), _) => e.clone(),
+        (None, false) => args.endpoint.clone(),
+        (None, true) => anyhow::bail!("--query-endpoint is needed with --http"),
+    };
+    let uri = if endpoint.contains("://") {
+        endpoint
+    } else {
+        format!("http://{endpoint}")
+    };
+    let mut client =
+        tracedb_proto::query::v1::query_service_client::QueryServiceClient::connect(uri)
+            .await?
+            .max_decoding_message_size(64 << 20);
+    let passes = acked.iter().map(|k| k >> 32).max().map_or(0, |p| p + 1);
+    let mut complete: Vec<(u128, u32)> = Vec::new();
+    for pass in 0..passes {
+        for t in &workload.traces {
+            if t.requests
+                .iter()
+                .all(|&r| acked.contains(&(pass << 32 | u64::from(r))))
+            {
+                complete.push((t.id_in_pass(pass), t.spans));
+            }
+        }
+    }
+    let mut rng = SmallRng::seed_from_u64(args.seed ^ 0x5eed);
+    let sample: Vec<(u128, u32)> = complete
+        .choose_multiple(&mut rng, args.query_samples)
+        .copied()
+        .collect();
+    let mut present = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut absent = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut result = report::QueryResult::default();
+    for (id, spans) in &sample {
+        let t = Instant::now();
+        let got = client::get_trace(&mut client, *id).await?;
+        present.saturating_record(t.elapsed().as_micros() as u64);
+        match got {
+            Some(n) if n == *spans as usize => result.complete += 1,
+            Some(_) => result.incomplete += 1,
+            None => result.missing += 1,
+        }
+    }
+    for _ in 0..sample.len() {
+        let id: u128 = rng.random();
+        let t = Instant::now();
+        let got = client::get_trace(&mut client, id).await?;
+        absent.saturating_record(t.elapsed().as_micros() as u64);
+        if got.is_none() {
+            result.absent_not_found += 1;
+        }
+    }
+    result.present_latency = Some(Latency::from_histogram(&present));
+    result.absent_latency = Some(Latency::from_histogram(&absent));
+    Ok(result)
+}

@@ -1,0 +1,201 @@
+//! The summary: a human table and the same figures as JSON.
+
+use std::{fmt::Write, time::Duration};
+
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Latency {
+    pub count: u64,
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub p9999: u64,
+    pub max: u64,
+}
+
+impl Latency {
+    pub fn from_histogram(h: &Histogram<u64>) -> Latency {
+        Latency {
+            count: h.len(),
+            p50: h.value_at_quantile(0.5),
+            p90: h.value_at_quantile(0.9),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            p9999: h.value_at_quantile(0.9999),
+            max: h.max(),
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({"count": self.count, "p50_us": self.p50, "p90_us": self.p90, "p99_us": self.p99,
+               "p99_9_us": self.p999, "p99_99_us": self.p9999, "max_us": self.max})
+    }
+
+    fn row(&self, name: &str, out: &mut String) {
+        let ms = |us: u64| us as f64 / 1000.0;
+        let _ = writeln!(
+            out,
+            "{name:<24} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}  (ms, n={})",
+            ms(self.p50),
+            ms(self.p90),
+            ms(self.p99),
+            ms(self.p999),
+            ms(self.p9999),
+            ms(self.max),
+            self.count
+        );
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct QueryResult {
+    pub complete: u64,
+    pub incomplete: u64,
+    pub missing: u64,
+    pub absent_not_found: u64,
+    pub present_latency: Option<Latency>,
+    pub absent_latency: Option<Latency>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Summary {
+    pub mode: &'static str,
+    pub offered_rate: u64,
+    pub elapsed: Duration,
+    pub requests: u64,
+    pub accepted_spans: u64,
+    pub rejected_spans: u64,
+    pub throttled_spans: u64,
+    pub failed_spans: u64,
+    pub first_error: Option<String>,
+    pub export_latency: Option<Latency>,
+    pub server_cpu_us_per_span: Option<f64>,
+    pub server_peak_rss_bytes: Option<u64>,
+    pub disk_bytes_per_span: Option<f64>,
+    pub query: Option<QueryResult>,
+}
+
+impl Summary {
+    pub fn new(mode: &'static str, offered_rate: u64, elapsed: Duration) -> Self {
+        Summary {
+            mode,
+            offered_rate,
+            elapsed,
+            requests: 0,
+            accepted_spans: 0,
+            rejected_spans: 0,
+            throttled_spans: 0,
+            failed_spans: 0,
+            first_error: None,
+            export_latency: None,
+            server_cpu_us_per_span: None,
+            server_peak_rss_bytes: None,
+            disk_bytes_per_span: None,
+            query: None,
+        }
+    }
+
+    fn accepted_per_second(&self) -> f64 {
+        self.accepted_spans as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "mode {}{}, {:.1} s, {} requests",
+            self.mode,
+            if self.mode == "open" {
+                format!(" at {} spans/s offered", self.offered_rate)
+            } else {
+                String::new()
+            },
+            self.elapsed.as_secs_f64(),
+            self.requests
+        );
+        let _ = writeln!(
+            out,
+            "accepted spans/s         {:>12.0}",
+            self.accepted_per_second()
+        );
+        let _ = writeln!(
+            out,
+            "spans accepted/rejected/throttled/failed  {} / {} / {} / {}",
+            self.accepted_spans, self.rejected_spans, self.throttled_spans, self.failed_spans
+        );
+        if let Some(e) = &self.first_error {
+            let _ = writeln!(out, "first error              {e}");
+        }
+        let _ = writeln!(
+            out,
+            "{:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "latency", "p50", "p90", "p99", "p99.9", "p99.99", "max"
+        );
+        if let Some(l) = &self.export_latency {
+            l.row(
+                if self.mode == "open" {
+                    "export (from schedule)"
+                } else {
+                    "export"
+                },
+                &mut out,
+            );
+        }
+        if let Some(q) = &self.query {
+            if let Some(l) = &q.present_latency {
+                l.row("GetTrace present", &mut out);
+            }
+            if let Some(l) = &q.absent_latency {
+                l.row("GetTrace absent", &mut out);
+            }
+            let _ = writeln!(
+                out,
+                "traces complete/incomplete/missing  {} / {} / {}; absent IDs not found {}",
+                q.complete, q.incomplete, q.missing, q.absent_not_found
+            );
+        }
+        if let Some(c) = self.server_cpu_us_per_span {
+            let _ = writeln!(out, "server CPU per span      {c:>12.3} µs");
+        }
+        if let Some(r) = self.server_peak_rss_bytes {
+            let _ = writeln!(
+                out,
+                "server peak RSS          {:>12.1} MiB",
+                r as f64 / (1 << 20) as f64
+            );
+        }
+        if let Some(d) = self.disk_bytes_per_span {
+            let _ = writeln!(out, "disk bytes per span      {d:>12.1}");
+        }
+        out
+    }
+
+    pub fn json(&self) -> Value {
+        json!({
+            "mode": self.mode,
+            "offered_spans_per_second": self.offered_rate,
+            "elapsed_seconds": self.elapsed.as_secs_f64(),
+            "requests": self.requests,
+            "accepted_spans_per_second": self.accepted_per_second(),
+            "accepted_spans": self.accepted_spans,
+            "rejected_spans": self.rejected_spans,
+            "throttled_spans": self.throttled_spans,
+            "failed_spans": self.failed_spans,
+            "first_error": self.first_error,
+            "export_latency": self.export_latency.map(|l| l.json()),
+            "server_cpu_us_per_span": self.server_cpu_us_per_span,
+            "server_peak_rss_bytes": self.server_peak_rss_bytes,
+            "disk_bytes_per_span": self.disk_bytes_per_span,
+            "query": self.query.as_ref().map(|q| json!({
+                "complete": q.complete, "incomplete": q.incomplete, "missing": q.missing,
+                "absent_not_found": q.absent_not_found,
+                "present_latency": q.present_latency.map(|l| l.json()),
+                "absent_latency": q.absent_latency.map(|l| l.json()),
+            })),
+        })
+    }
+}

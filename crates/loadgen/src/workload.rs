@@ -1,0 +1,416 @@
+//! The workload: realistic OTLP export requests, generated from a seed and
+//! encoded before the clock starts.
+//!
+//! Traces have 5-50 spans across a chain of services, with parent links,
+//! attributes, events, some error spans, and links to earlier traces. A few
+//! spans of some traces are held back and sent a couple of requests later, as
+//! late spans and retried batches arrive in real deployments. Requests are
+//! shaped as a Collector sends them: up to `batch_spans` spans, grouped by
+//! service (resource) and instrumentation scope.
+//!
+//! The pool of requests is reused for long runs. Each pass over the pool XORs
+//! the pass number into the low 8 bytes of every trace ID (at offsets recorded
+//! at generation), so every pass sends new traces without re-encoding.
+
+use std::collections::BTreeMap;
+
+use bytes::{Bytes, BytesMut};
+use prost::Message;
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use tracedb_proto::{
+    collector::trace::v1::ExportTraceServiceRequest,
+    common::v1::{any_value::Value, AnyValue, InstrumentationScope, KeyValue},
+    resource::v1::Resource,
+    trace::v1::{span, status::StatusCode, ResourceSpans, ScopeSpans, Span, Status},
+};
+
+/// How the workload looks.
+#[derive(Debug, Clone)]
+pub struct WorkloadOptions {
+    pub seed: u64,
+    /// Spans per request.
+    pub batch_spans: usize,
+    /// Spans in the pool of pre-encoded requests.
+    pub pool_spans: usize,
+    /// Distinct services (resources).
+    pub services: usize,
+    /// Share of traces that have one span sent late.
+    pub late_fraction: f64,
+    /// Share of spans with an error status.
+    pub error_fraction: f64,
+}
+
+impl Default for WorkloadOptions {
+    fn default() -> Self {
+        WorkloadOptions {
+            seed: 1,
+            batch_spans: 512,
+            pool_spans: 200_000,
+            services: 8,
+            late_fraction: 0.05,
+            error_fraction: 0.02,
+        }
+    }
+}
+
+/// One pre-encoded request.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub body: Bytes,
+    pub spans: usize,
+    /// Offsets of every span's 16 trace ID bytes in `body`.
+    trace_id_offsets: Vec<usize>,
+}
+
+impl Request {
+    /// The body for pass `pass` over the pool: trace IDs XORed with the pass number.
+    pub fn body_for_pass(&self, pass: u64) -> Bytes {
+        if pass == 0 {
+            return self.body.clone();
+        }
+        let mut body = BytesMut::from(&self.body[..]);
+        let mask = pass.to_be_bytes();
+        for &offset in &self.trace_id_offsets {
+            for (b, m) in body[offset + 8..offset + 16].iter_mut().zip(mask) {
+                *b ^= m;
+            }
+        }
+        body.freeze()
+    }
+}
+
+/// A trace of the pool: its ID in pass 0, how many spans it has, and which
+/// requests carry them.
+#[derive(Debug, Clone)]
+pub struct TraceInfo {
+    pub id: u128,
+    pub spans: u32,
+    pub requests: Vec<u32>,
+}
+
+impl TraceInfo {
+    /// The trace's ID in pass `pass`.
+    pub fn id_in_pass(&self, pass: u64) -> u128 {
+        self.id ^ u128::from(pass)
+    }
+}
+
+/// The pre-encoded pool.
+#[derive(Debug)]
+pub struct Workload {
+    pub requests: Vec<Request>,
+    pub traces: Vec<TraceInfo>,
+}
+
+impl Workload {
+    pub fn total_spans(&self) -> usize {
+        self.requests.iter().map(|r| r.spans).sum()
+    }
+}
+
+const ROUTES: &[&str] = &[
+    "/api/cart",
+    "/api/checkout",
+    "/api/search",
+    "/api/user",
+    "/healthz",
+];
+const OPERATIONS: &[&str] = &[
+    "SELECT orders",
+    "GET inventory",
+    "publish event",
+    "render",
+    "cache get",
+];
+
+fn kv(key: &str, value: Value) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue { value: Some(value) }),
+    }
+}
+
+fn string(key: &str, value: &str) -> KeyValue {
+    kv(key, Value::StringValue(value.into()))
+}
+
+/// Generates and encodes the pool.
+pub fn generate(opts: &WorkloadOptions) -> anyhow::Result<Workload> {
+    let mut rng = SmallRng::seed_from_u64(opts.seed);
+    let services = opts.services.max(1);
+    let base_time: u64 = 1_700_000_000_000_000_000 + opts.seed % 1_000_000 * 1_000_000_000;
+
+    // Spans in sending order, each with its service; late spans are moved later.
+    let mut queue: Vec<(usize, Span)> = Vec::with_capacity(opts.pool_spans);
+    let mut late: Vec<(usize, usize, Span)> = Vec::new(); // (due position, service, span)
+    let mut traces = Vec::new();
+    let mut previous_trace: Option<(u128, u64)> = None;
+    while queue.len() + late.len() < opts.pool_spans {
+        let trace_id: u128 = rng.random::<u128>() | 1;
+        let n = rng.random_range(5..=50u32);
+        let start = base_time + traces.len() as u64 * 1_000_000;
+        let root_service = rng.random_range(0..services);
+        let mut span_ids = Vec::with_capacity(n as usize);
+        let mut spans = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let span_id: u64 = rng.random::<u64>() | 1;
+            let parent = if i == 0 {
+                None
+            } else {
+                Some(span_ids[rng.random_range(0..i as usize)])
+            };
+            span_ids.push(span_id);
+            let service = if i == 0 {
+                root_service
+            } else {
+                (root_service + rng.random_range(0..3)) % services
+            };
+            let offset = u64::from(i) * 20_000 + rng.random_range(0..10_000);
+            let duration = rng.random_range(5_000..2_000_000);
+            let error = rng.random_bool(opts.error_fraction);
+            let kind = if i == 0 {
+                span::SpanKind::Server
+            } else if parent.is_some() && rng.random_bool(0.5) {
+                span::SpanKind::Client
+            } else {
+                span::SpanKind::Internal
+            };
+            let mut attributes = vec![
+                string(
+                    "http.method",
+                    if rng.random_bool(0.8) { "GET" } else { "POST" },
+                ),
+                string("http.route", ROUTES[rng.random_range(0..ROUTES.len())]),
+                kv(
+                    "http.status_code",
+                    Value::IntValue(if error { 500 } else { 200 }),
+                ),
+            ];
+            if kind == span::SpanKind::Client {
+                attributes.push(string("db.system", "postgresql"));
+                attributes.push(kv("net.peer.port", Value::IntValue(5432)));
+            }
+            let mut events = Vec::new();
+            if error || rng.random_bool(0.1) {
+                events.push(span::Event {
+                    time_unix_nano: start + offset + duration / 2,
+                    name: if error {
+                        "exception".into()
+                    } else {
+                        "cache miss".into()
+                    },
+                    attributes: vec![string("exception.message", "deadline exceeded")],
+                    dropped_attributes_count: 0,
+                });
+            }
+            let links = match (i, previous_trace) {
+                (0, Some((t, s))) if rng.random_bool(0.1) => vec![span::Link {
+                    trace_id: t.to_be_bytes().to_vec().into(),
+                    span_id: s.to_be_bytes().to_vec().into(),
+                    trace_state: String::new(),
+                    attributes: vec![string("link.kind", "follows_from")],
+                    dropped_attributes_count: 0,
+                    flags: 1,
+                }],
+                _ => Vec::new(),
+            };
+            spans.push((
+                service,
+                Span {
+                    trace_id: trace_id.to_be_bytes().to_vec().into(),
+                    span_id: span_id.to_be_bytes().to_vec().into(),
+                    parent_span_id: parent
+                        .map(|p| p.to_be_bytes().to_vec())
+                        .unwrap_or_default()
+                        .into(),
+                    name: if i == 0 {
+                        ROUTES[rng.random_range(0..ROUTES.len())].into()
+                    } else {
+                        OPERATIONS[rng.random_range(0..OPERATIONS.len())].into()
+                    },
+                    kind: kind as i32,
+                    start_time_unix_nano: start + offset,
+                    end_time_unix_nano: start + offset + duration,
+                    attributes,
+                    events,
+                    links,
+                    status: error.then(|| Status {
+                        message: "deadline exceeded".into(),
+                        code: StatusCode::Error as i32,
+                    }),
+                    flags: 0x101,
+                    ..Default::default()
+                },
+            ));
+        }
+        previous_trace = Some((trace_id, span_ids[0]));
+        let late_one = rng.random_bool(opts.late_fraction);
+        for (i, (service, span)) in spans.into_iter().enumerate() {
+            if late_one && i == n as usize - 1 {
+                // Two to three requests later.
+                let due = queue.len() + opts.batch_spans * rng.random_range(2..=3);
+                late.push((due, service, span));
+            } else {
+                queue.push((service, span));
+            }
+            while let Some(pos) = late.iter().position(|(due, _, _)| *due <= queue.len()) {
+                let (_, s, sp) = late.swap_remove(pos);
+                queue.push((s, sp));
+            }
+        }
+        traces.push(TraceInfo {
+            id: trace_id,
+            spans: n,
+            requests: Vec::new(),
+        });
+    }
+    queue.extend(late.into_iter().map(|(_, s, sp)| (s, sp)));
+
+    let resources: Vec<Resource> = (0..services)
+        .map(|s| Resource {
+            attributes: vec![
+                string("service.name", &format!("service-{s}")),
+                string("service.version", "1.4.2"),
+                string("host.name", &format!("node-{}", s % 3)),
+                string("telemetry.sdk.language", "rust"),
+            ],
+            ..Default::default()
+        })
+        .collect();
+    let trace_index: std::collections::HashMap<u128, usize> =
+        traces.iter().enumerate().map(|(i, t)| (t.id, i)).collect();
+
+    let mut requests = Vec::new();
+    for chunk in queue.chunks(opts.batch_spans.max(1)) {
+        let mut by_service: BTreeMap<usize, Vec<Span>> = BTreeMap::new();
+        for (service, span) in chunk {
+            by_service.entry(*service).or_default().push(span.clone());
+        }
+        let request = ExportTraceServiceRequest {
+            resource_spans: by_service
+                .into_iter()
+                .map(|(service, spans)| ResourceSpans {
+                    resource: Some(resources[service].clone()),
+                    scope_spans: vec![ScopeSpans {
+                        scope: Some(InstrumentationScope {
+                            name: "tracedb-bench".into(),
+                            version: "0.1".into(),
+                            ..Default::default()
+                        }),
+                        spans,
+                        schema_url: "https://opentelemetry.io/schemas/1.21.0".into(),
+                    }],
+                    schema_url: String::new(),
+                })
+                .collect(),
+        };
+        let body = Bytes::from(request.encode_to_vec());
+        let offsets = trace_id_offsets(&body)?;
+        let index = requests.len() as u32;
+        for (_, span) in chunk {
+            let id = u128::from_be_bytes(span.trace_id[..].try_into()?);
+            let t = &mut traces[trace_index[&id]];
+            if t.requests.last() != Some(&index) {
+                t.requests.push(index);
+            }
+        }
+        requests.push(Request {
+            body,
+            spans: chunk.len(),
+            trace_id_offsets: offsets,
+        });
+    }
+    Ok(Workload { requests, traces })
+}
+
+/// Where each span's trace ID sits in an encoded request, found with the same
+/// scanner the server uses. prost writes `trace_id` (field 1, 16 bytes) first.
+fn trace_id_offsets(body: &Bytes) -> anyhow::Result<Vec<usize>> {
+    let mut spans = Vec::new();
+    tracedb_ingest::scan_export_request(body, &mut spans)?;
+    spans
+        .iter()
+        .map(|s| {
+            let start = s.payload.as_ptr() as usize - body.as_ptr() as usize;
+            anyhow::ensure!(
+                body[start..start + 2] == [0x0a, 16],
+                "trace_id is not the first field"
+            );
+            Ok(start + 2)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> WorkloadOptions {
+        WorkloadOptions {
+            pool_spans: 5_000,
+            batch_spans: 100,
+            ..WorkloadOptions::default()
+        }
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_requests() {
+        let a = generate(&small()).expect("workload");
+        let b = generate(&small()).expect("workload");
+        assert_eq!(a.requests.len(), b.requests.len());
+        assert!(a
+            .requests
+            .iter()
+            .zip(&b.requests)
+            .all(|(x, y)| x.body == y.body));
+        let c = generate(&WorkloadOptions { seed: 2, ..small() }).expect("workload");
+        assert_ne!(a.requests[0].body, c.requests[0].body);
+    }
+
+    #[test]
+    fn every_span_is_in_exactly_one_request_and_traces_know_their_requests() {
+        let w = generate(&small()).expect("workload");
+        assert_eq!(
+            w.total_spans(),
+            w.traces.iter().map(|t| t.spans as usize).sum::<usize>()
+        );
+        assert!(w.traces.iter().all(|t| (5..=50).contains(&t.spans)));
+        assert!(
+            w.traces.iter().any(|t| t.requests.len() > 1),
+            "some traces span requests"
+        );
+        let mut count = std::collections::HashMap::new();
+        for r in &w.requests {
+            let req = ExportTraceServiceRequest::decode(r.body.clone()).expect("valid");
+            for rs in req.resource_spans {
+                for ss in rs.scope_spans {
+                    for s in ss.spans {
+                        *count
+                            .entry(u128::from_be_bytes(s.trace_id[..].try_into().expect("16")))
+                            .or_insert(0u32) += 1;
+                    }
+                }
+            }
+        }
+        assert!(w.traces.iter().all(|t| count[&t.id] == t.spans));
+    }
+
+    #[test]
+    fn later_passes_rename_every_trace() {
+        let w = generate(&small()).expect("workload");
+        let r = &w.requests[0];
+        let pass1 = ExportTraceServiceRequest::decode(r.body_for_pass(5)).expect("valid");
+        let pass0 = ExportTraceServiceRequest::decode(r.body.clone()).expect("valid");
+        let ids = |req: &ExportTraceServiceRequest| -> Vec<u128> {
+            req.resource_spans
+                .iter()
+                .flat_map(|rs| &rs.scope_spans)
+                .flat_map(|ss| &ss.spans)
+                .map(|s| u128::from_be_bytes(s.trace_id[..].try_into().expect("16")))
+                .collect()
+        };
+        let (a, b) = (ids(&pass0), ids(&pass1));
+        assert_eq!(a.len(), b.len());
+        assert!(a.iter().zip(&b).all(|(x, y)| x ^ 5 == *y));
+    }
+}
