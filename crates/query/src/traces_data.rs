@@ -140,7 +140,7 @@ fn encode_one(spans: &[Span]) -> Bytes {
 }
 
 fn varint_len(v: u64) -> usize {
-    ((64 - (v | 1).leading_zeros() as usize) + 6) / 7
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// Size of a length-delimited field (tag < 16) with a body of `len` bytes.
