@@ -5,7 +5,7 @@
 //! # Picking
 //!
 //! 1. Level 0 first: once it holds `l0_trigger_files` files, every level-0 file
-//!    not already being compacted is merged with the level-1 files of the
+//!    is merged (one level-0 task at a time) with the level-1 files of the
 //!    partitions those files' time ranges touch (only those whose trace-ID
 //!    range overlaps). The outputs are level-1 files split by partition.
 //! 2. Otherwise, the (level, partition) whose bytes most exceed its target
@@ -194,12 +194,13 @@ fn pick_l0(
     if version.l0.len() < opts.l0_trigger_files.max(1) {
         return None;
     }
-    let l0: Vec<Arc<TableFile>> = version
-        .l0
-        .iter()
-        .filter(|f| !busy.contains(&f.id))
-        .cloned()
-        .collect();
+    // One level-0 task at a time: two would both write level-1 files over the
+    // whole ID range of a partition, and level-1 files of a partition must not
+    // overlap.
+    if version.l0.iter().any(|f| busy.contains(&f.id)) {
+        return None;
+    }
+    let l0 = version.l0.clone();
     let first = l0.first()?;
     let m = first.table().meta();
     let (mut lo_p, mut hi_p) = (u64::MAX, 0u64);

@@ -1,4 +1,15 @@
-//! Engine-level tests: the write path, flushes, reads during flushes, restart.
+//! Engine-level tests: the write path, flushes, reads during flushes, restart
+//! (here), and in the modules: a model test against a `BTreeMap`, concurrency
+//! with compaction, crashes at each compaction step, retention, back-pressure,
+//! bounded lookups and the compaction picker.
+
+mod backpressure;
+mod concurrency;
+mod crash;
+mod lookups;
+mod model;
+mod retention;
+mod util;
 
 use std::{sync::Arc, time::Duration};
 
