@@ -9,6 +9,7 @@ mod crash;
 mod lookups;
 mod model;
 mod retention;
+mod scale;
 mod util;
 
 use std::{sync::Arc, time::Duration};
