@@ -31,6 +31,7 @@
 mod background;
 mod options;
 mod recovery;
+mod stats;
 
 use std::{
     collections::{BTreeMap, HashSet},
@@ -48,6 +49,8 @@ use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
 
 pub use options::{Clock, CrashPoint, EngineOptions, Hooks};
+pub use stats::EngineStats;
+use stats::{add, Counters};
 
 use crate::{
     batch::{decode_batch, encode_batch},
@@ -56,8 +59,8 @@ use crate::{
     manifest::Manifest,
     memtable::{MemTable, Sealed},
     span::{Span, TraceId},
-    version::{Janitor, LevelStats, SuperVersion, TimeRange},
-    wal::{Wal, WalOptions, WalStats},
+    version::{Janitor, SuperVersion, TimeRange},
+    wal::{Wal, WalOptions},
 };
 
 /// The snapshot readers take; the name the vertical slice used.
@@ -68,74 +71,6 @@ const FLUSH_RETRY: Duration = Duration::from_secs(1);
 /// Retry hints returned with [`Error::Backpressure`].
 const RETRY_MEMORY: Duration = Duration::from_millis(200);
 const RETRY_L0: Duration = Duration::from_secs(1);
-
-/// Counters for operators and tests.
-#[derive(Debug, Clone, Default)]
-pub struct EngineStats {
-    /// Spans and bytes in the memtable (not counting sealed buffers).
-    pub memtable_spans: usize,
-    pub memtable_bytes: usize,
-    pub sealed_buffers: usize,
-    pub sealed_spans: usize,
-    /// Bytes counted against the memory budget (memtable, sealed buffers and
-    /// admitted writes not yet buffered), and the budget.
-    pub memory_bytes: usize,
-    pub memory_budget_bytes: usize,
-    /// Live files and their bytes, all levels.
-    pub tables: usize,
-    pub table_bytes: u64,
-    /// Files and bytes per level, level 0 first.
-    pub levels: Vec<LevelStats>,
-    pub flushes: u64,
-    pub flush_errors: u64,
-    /// Merge compactions done, trivial moves done, and failures.
-    pub compactions: u64,
-    pub compaction_moves: u64,
-    pub compaction_errors: u64,
-    /// Bytes compaction read and wrote; with the flushed bytes this gives
-    /// write amplification.
-    pub compaction_bytes_read: u64,
-    pub compaction_bytes_written: u64,
-    pub flush_bytes_written: u64,
-    /// Duplicate spans compaction dropped.
-    pub compaction_duplicates: u64,
-    /// Files retention deleted whole, their bytes, and spans compaction
-    /// dropped for being past retention.
-    pub retention_files_dropped: u64,
-    pub retention_bytes_dropped: u64,
-    pub expired_spans_dropped: u64,
-    /// Trace lookups, files they read blocks of, and blocks read.
-    pub lookups: u64,
-    pub lookup_files_read: u64,
-    pub blocks_read: u64,
-    /// Writes refused with [`Error::Backpressure`].
-    pub backpressure_rejections: u64,
-    pub wal: WalStats,
-}
-
-#[derive(Default)]
-struct Counters {
-    flushes: AtomicU64,
-    flush_errors: AtomicU64,
-    flush_bytes_written: AtomicU64,
-    compactions: AtomicU64,
-    compaction_moves: AtomicU64,
-    compaction_errors: AtomicU64,
-    compaction_bytes_read: AtomicU64,
-    compaction_bytes_written: AtomicU64,
-    compaction_duplicates: AtomicU64,
-    retention_files_dropped: AtomicU64,
-    retention_bytes_dropped: AtomicU64,
-    expired_spans_dropped: AtomicU64,
-    lookups: AtomicU64,
-    lookup_files_read: AtomicU64,
-    blocks_read: AtomicU64,
-    backpressure_rejections: AtomicU64,
-}
-
-fn add(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Ordering::Relaxed);
-}
 
 enum Task {
     Flush(Arc<Sealed>),
