@@ -1,120 +1,126 @@
-//! The storage engine: the write path (WAL, then memtable) and the read path
-//! (memtable, sealed buffers, sorted files) tied together, plus the flusher.
+//! The storage engine: the write path (WAL, then memtable), the read path
+//! (memtable, sealed buffers, sorted files), and the background work (flush,
+//! compaction, retention) tied together.
 //!
-//! Write: a request's spans are encoded into one WAL record and appended to the
-//! group-commit buffer; the request waits until an fsync covers it, then appends
-//! the spans to a memtable shard. Only then is it acknowledged, so an
-//! acknowledged span is on disk and visible to queries.
+//! Write: a request is first *admitted* against the memory budget and the
+//! level-0 file count; if either is over its limit it is refused at once with
+//! [`Error::Backpressure`] (nothing queues). Then its spans are encoded into
+//! one WAL record and appended to the group-commit buffer; the request waits
+//! until an fsync covers it, then appends the spans to a memtable shard. Only
+//! then is it acknowledged, so an acknowledged span is on disk and visible.
 //!
-//! Flush: a sealed buffer is published in the [`Snapshot`] (so readers keep
-//! seeing its spans) and sent to the flusher thread over a channel. The flusher
-//! sorts it by trace ID, writes a sorted file (fsync, rename), and swaps in a new
-//! snapshot that has the file and no longer has the buffer. The snapshot lock is
-//! held only for that pointer swap; sorting and writing hold no lock at all.
+//! Flush: a sealed buffer is published in the [`SuperVersion`] (so readers
+//! keep seeing its spans) and sent to the flusher thread. The flusher sorts it,
+//! writes a level-0 file, appends the edit to the manifest (fsync), and swaps
+//! in a super-version that has the file and not the buffer.
 //!
-//! WAL segments are deleted once no buffered span, sealed buffer, or in-flight
-//! request still needs them. A crash between writing a file and deleting the
-//! segments makes recovery load some spans twice; reads return each
-//! (trace ID, span ID) once, so nobody sees the duplicate.
+//! Compaction and retention run on their own threads (`background`); they
+//! too end in "manifest edit, then pointer swap". That swap, under the state
+//! lock, is all a reader or writer can ever wait for: sorting, merging and
+//! writing files happen outside every lock readers or writers take.
 //!
 //! Read: spans move memtable -> sealed buffer -> file, each move atomic with
-//! respect to the next stage, and a reader looks in that same order (memtable
-//! first, then one snapshot of sealed buffers and files). So a span is never
-//! missed; at worst it is seen twice and deduplicated.
+//! respect to the next stage, and a reader looks in that same order. A span
+//! is never missed; at worst it is seen twice and deduplicated.
+//!
+//! Shutdown ([`Engine::close`]): refuse new writes, seal and flush every
+//! buffer, stop compaction (a running merge stops at the next trace and
+//! removes its outputs), join the threads, then discard the WAL if every
+//! acknowledged span is in a file.
+
+mod background;
+mod options;
+mod recovery;
+mod stats;
 
 use std::{
     collections::{BTreeMap, HashSet},
     fs::{self, File},
     path::{Path, PathBuf},
     sync::{
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
         Arc,
     },
     thread::JoinHandle,
     time::Duration,
 };
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
+
+pub use options::{Clock, CrashPoint, EngineOptions, Hooks};
+pub use stats::EngineStats;
+use stats::{add, Counters};
 
 use crate::{
     batch::{decode_batch, encode_batch},
-    error::{Error, Result},
-    memtable::{MemTable, MemTableOptions, Sealed},
-    sort::sort_by_trace_id,
+    compaction::RateLimiter,
+    error::{Backpressure, Error, Result},
+    manifest::Manifest,
+    memtable::{MemTable, Sealed},
     span::{Span, TraceId},
-    table::{SsTable, SsTableBuilder, TableOptions},
-    wal::{Wal, WalOptions, WalStats},
+    version::{Janitor, SuperVersion, TimeRange},
+    wal::{Wal, WalOptions},
 };
 
-/// How often the flusher looks for buffers past their maximum age.
-const AGE_CHECK: Duration = Duration::from_millis(500);
+/// The snapshot readers take; the name the vertical slice used.
+pub type Snapshot = SuperVersion;
+
 /// How long the flusher waits before retrying a failed flush.
 const FLUSH_RETRY: Duration = Duration::from_secs(1);
-
-/// Engine configuration.
-#[derive(Debug, Clone)]
-pub struct EngineOptions {
-    pub data_dir: PathBuf,
-    pub memtable: MemTableOptions,
-    pub wal_segment_bytes: u64,
-    pub table: TableOptions,
-}
-
-impl EngineOptions {
-    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
-        EngineOptions {
-            data_dir: data_dir.into(),
-            memtable: MemTableOptions::default(),
-            wal_segment_bytes: 64 << 20,
-            table: TableOptions::default(),
-        }
-    }
-}
-
-/// What readers see besides the memtable: sealed buffers not yet flushed, and files.
-/// Replaced as a whole, never mutated.
-#[derive(Debug, Default)]
-pub struct Snapshot {
-    pub sealed: Vec<Arc<Sealed>>,
-    /// Ordered by file ID, oldest first.
-    pub tables: Vec<Arc<SsTable>>,
-}
-
-/// Counters for operators and tests.
-#[derive(Debug, Clone, Default)]
-pub struct EngineStats {
-    pub memtable_spans: usize,
-    pub memtable_bytes: usize,
-    pub sealed_buffers: usize,
-    pub tables: usize,
-    pub table_bytes: u64,
-    pub flushes: u64,
-    pub flush_errors: u64,
-    pub wal: WalStats,
-}
+/// Retry hints returned with [`Error::Backpressure`].
+const RETRY_MEMORY: Duration = Duration::from_millis(200);
+const RETRY_L0: Duration = Duration::from_secs(1);
 
 enum Task {
     Flush(Arc<Sealed>),
     Stop,
 }
 
+/// Compaction scheduling, under [`Inner::sched`].
+#[derive(Default)]
+struct Sched {
+    /// Files inputs of running tasks (compaction or retention).
+    busy: HashSet<u64>,
+    paused: bool,
+    stopping: bool,
+}
+
 struct Inner {
+    opts: EngineOptions,
     tables_dir: PathBuf,
-    table_opts: TableOptions,
     wal: Wal,
     memtable: MemTable,
-    state: Mutex<Arc<Snapshot>>,
-    /// Signalled whenever a flush installs a new snapshot.
+    /// The current super-version. Locked only to clone or swap the `Arc`.
+    state: Mutex<Arc<SuperVersion>>,
+    /// Signalled whenever a flush installs a new super-version.
     flushed: Condvar,
     flush_tx: Sender<Task>,
     /// Requests between WAL append and memtable append, by the lowest WAL
     /// segment they can be in: their segments must not be deleted yet.
     in_flight: Mutex<BTreeMap<u64, usize>>,
-    next_table_id: AtomicU64,
+    /// The install lock: held while an edit is appended and the version
+    /// swapped, so edits reach the manifest in the order they are installed.
+    manifest: Mutex<Manifest>,
+    next_file_id: AtomicU64,
+    /// Level-0 files in the current version, for admission without a lock.
+    l0_files: AtomicUsize,
+    /// Bytes counted against the memory budget: reserved at admission,
+    /// released when the sealed buffer holding them is in a file.
+    mem_bytes: AtomicUsize,
+    sched: Mutex<Sched>,
+    /// Signalled on new work for compaction, pause/resume, stop, and when a
+    /// task finishes.
+    sched_cv: Condvar,
+    /// Mirrors of `Sched::{paused, stopping}` a merge checks per trace.
+    compaction_paused: AtomicBool,
+    compaction_stopping: AtomicBool,
+    limiter: RateLimiter,
+    janitor: Arc<Janitor>,
     closed: AtomicBool,
-    flushes: AtomicU64,
-    flush_errors: AtomicU64,
+    /// A simulated crash happened (or `abandon` was called): write nothing more.
+    crashed: AtomicBool,
+    counters: Counters,
     /// Held for the engine's lifetime: one process per data directory.
     _lock: File,
 }
@@ -122,32 +128,50 @@ struct Inner {
 /// The storage engine. Cheap to share behind an `Arc`; every method takes `&self`.
 pub struct Engine {
     inner: Arc<Inner>,
-    flusher: Mutex<Option<JoinHandle<()>>>,
+    threads: Mutex<Threads>,
+}
+
+#[derive(Default)]
+struct Threads {
+    flusher: Option<JoinHandle<()>>,
+    compactors: Vec<JoinHandle<()>>,
 }
 
 impl Engine {
-    /// Opens (or creates) the data directory: loads the sorted files, replays the
-    /// WAL into the memtable, and starts the flusher.
+    /// Opens (or creates) the data directory: recovers the files the manifest
+    /// names, replays the WAL into the memtable, and starts the flusher and
+    /// the compaction threads.
     pub fn open(opts: EngineOptions) -> Result<Engine> {
-        let dir = &opts.data_dir;
+        let dir = opts.data_dir.clone();
         let tables_dir = dir.join("tables");
         fs::create_dir_all(&tables_dir).map_err(|e| Error::io(&tables_dir, e))?;
-        let lock = lock_data_dir(dir)?;
-        let (tables, next_table_id) = load_tables(&tables_dir)?;
+        let lock = lock_data_dir(&dir)?;
+        let janitor = Arc::new(Janitor {
+            enabled: AtomicBool::new(true),
+        });
+        let recovered = recovery::recover(&dir, &tables_dir, opts.compaction.levels, &janitor)?;
 
         let memtable = MemTable::new(opts.memtable.clone());
         let mut replayed_sealed = Vec::new();
+        let mut replayed_bytes = 0usize;
         let wal_opts = WalOptions {
             dir: dir.join("wal"),
             segment_bytes: opts.wal_segment_bytes,
         };
         let (wal, replay) = Wal::open(wal_opts, |segment, record| {
             let spans = decode_batch(&record)?;
+            replayed_bytes += spans.iter().map(Span::memory_size).sum::<usize>();
             memtable.append(spans, segment, |s| replayed_sealed.push(Arc::new(s)));
             Ok(())
         })?;
+        let level_files: Vec<usize> = recovered
+            .version
+            .level_stats()
+            .iter()
+            .map(|l| l.files)
+            .collect();
         tracing::info!(
-            tables = tables.len(),
+            files_per_level = ?level_files,
             wal_segments = replay.segments,
             wal_records = replay.records,
             torn_tails = replay.torn_tails,
@@ -157,46 +181,71 @@ impl Engine {
         let (flush_tx, flush_rx) = crossbeam_channel::unbounded();
         let inner = Arc::new(Inner {
             tables_dir,
-            table_opts: opts.table.clone(),
             wal,
             memtable,
-            state: Mutex::new(Arc::new(Snapshot {
+            state: Mutex::new(Arc::new(SuperVersion {
                 sealed: replayed_sealed.clone(),
-                tables,
+                version: Arc::new(recovered.version),
             })),
             flushed: Condvar::new(),
             flush_tx,
             in_flight: Mutex::new(BTreeMap::new()),
-            next_table_id: AtomicU64::new(next_table_id),
+            manifest: Mutex::new(recovered.manifest),
+            next_file_id: AtomicU64::new(recovered.next_file_id),
+            l0_files: AtomicUsize::new(level_files[0]),
+            mem_bytes: AtomicUsize::new(replayed_bytes),
+            sched: Mutex::new(Sched::default()),
+            sched_cv: Condvar::new(),
+            compaction_paused: AtomicBool::new(false),
+            compaction_stopping: AtomicBool::new(false),
+            limiter: RateLimiter::new(opts.compaction_bytes_per_sec),
+            janitor,
             closed: AtomicBool::new(false),
-            flushes: AtomicU64::new(0),
-            flush_errors: AtomicU64::new(0),
+            crashed: AtomicBool::new(false),
+            counters: Counters::default(),
             _lock: lock,
+            opts,
         });
         for sealed in replayed_sealed {
             inner.send(Task::Flush(sealed));
         }
+        let mut threads = Threads::default();
         let worker = inner.clone();
-        let flusher = std::thread::Builder::new()
-            .name("tracedb-flush".into())
-            .spawn(move || worker.run_flusher(flush_rx))
-            .map_err(|e| Error::io(&opts.data_dir, e))?;
+        threads.flusher = Some(
+            std::thread::Builder::new()
+                .name("tracedb-flush".into())
+                .spawn(move || worker.run_flusher(flush_rx))
+                .map_err(|e| Error::io(&dir, e))?,
+        );
+        for i in 0..inner.opts.compaction_threads {
+            let worker = inner.clone();
+            threads.compactors.push(
+                std::thread::Builder::new()
+                    .name(format!("tracedb-compact-{i}"))
+                    .spawn(move || worker.run_compactor())
+                    .map_err(|e| Error::io(&dir, e))?,
+            );
+        }
         Ok(Engine {
             inner,
-            flusher: Mutex::new(Some(flusher)),
+            threads: Mutex::new(threads),
         })
     }
 
-    /// Makes `spans` durable (WAL fsynced) and visible to reads. Returns once both hold.
+    /// Makes `spans` durable (WAL fsynced) and visible to reads. Returns once
+    /// both hold, or at once with [`Error::Backpressure`] if the engine is
+    /// over its memory budget or compaction is behind.
     pub async fn write(&self, spans: Vec<Span>) -> Result<()> {
         if spans.is_empty() {
             return Ok(());
         }
+        let reservation = self.inner.admit(&spans)?;
         let (ticket, guard) = self.inner.log(&spans)?;
         self.inner.wal.wait_durable(ticket).await?;
         self.inner
             .memtable
             .append(spans, ticket.segment, |s| self.inner.publish(s));
+        reservation.keep();
         drop(guard);
         Ok(())
     }
@@ -206,37 +255,50 @@ impl Engine {
         if spans.is_empty() {
             return Ok(());
         }
+        let reservation = self.inner.admit(&spans)?;
         let (ticket, guard) = self.inner.log(&spans)?;
         self.inner.wal.wait_durable_blocking(ticket)?;
         self.inner
             .memtable
             .append(spans, ticket.segment, |s| self.inner.publish(s));
+        reservation.keep();
         drop(guard);
         Ok(())
     }
 
-    /// Every stored span of a trace, each (trace ID, span ID) once, ordered by start time.
+    /// Every stored span of a trace, each (trace ID, span ID) once, ordered by
+    /// start time. Spans past retention are not returned.
     pub fn get_trace(&self, trace_id: &TraceId) -> Result<Vec<Span>> {
+        self.get_trace_in(trace_id, TimeRange::ALL)
+    }
+
+    /// [`Engine::get_trace`] with a time hint: files whose spans all lie
+    /// outside `range` are not read. Spans in memory and in the files read are
+    /// all returned, inside the range or not; spans only in skipped files are not.
+    pub fn get_trace_in(&self, trace_id: &TraceId, range: TimeRange) -> Result<Vec<Span>> {
+        let c = &self.inner.counters;
+        add(&c.lookups, 1);
         let mut spans = Vec::new();
         self.inner.memtable.get(trace_id, &mut spans);
         let snapshot = self.snapshot();
         for sealed in snapshot.sealed.iter().rev() {
             sealed.get(trace_id, &mut spans);
         }
-        for table in snapshot.tables.iter().rev() {
-            if table.may_contain(trace_id) {
-                spans.extend(table.get(trace_id)?);
-            }
+        for file in snapshot.version.candidates(trace_id, range) {
+            let (found, blocks) = file.table().lookup(trace_id)?;
+            add(&c.lookup_files_read, 1);
+            add(&c.blocks_read, blocks);
+            spans.extend(found);
         }
-        // Newest copies came first; keep those.
+        let expire_before = self.inner.expire_before();
         let mut seen = HashSet::with_capacity(spans.len());
-        spans.retain(|s| seen.insert(s.span_id));
-        spans.sort_by_key(|s| s.start_unix_nano);
+        spans.retain(|s| s.end_unix_nano >= expire_before && seen.insert(s.span_id));
+        spans.sort_by_key(|s| (s.start_unix_nano, s.span_id));
         Ok(spans)
     }
 
-    /// The current set of sealed buffers and files.
-    pub fn snapshot(&self) -> Arc<Snapshot> {
+    /// The current sealed buffers and files.
+    pub fn snapshot(&self) -> Arc<SuperVersion> {
         self.inner.state.lock().clone()
     }
 
@@ -247,7 +309,9 @@ impl Engine {
             .seal_where(true, |s| self.inner.publish(s));
         let mut state = self.inner.state.lock();
         while !state.sealed.is_empty() {
-            if self.inner.flush_errors.load(Ordering::Relaxed) > 0 && self.flusher.lock().is_none()
+            if self.inner.crashed.load(Ordering::Acquire)
+                || (self.inner.closed.load(Ordering::Acquire)
+                    && self.threads.lock().flusher.is_none())
             {
                 return Err(Error::Closed);
             }
@@ -256,51 +320,121 @@ impl Engine {
         Ok(())
     }
 
+    /// Runs compaction in the calling thread until [`crate::compaction::pick`]
+    /// finds nothing to do (waiting for tasks of background threads that
+    /// block the next pick). Returns the number of tasks run here.
+    pub fn compact(&self) -> Result<usize> {
+        self.inner.compact_until_idle()
+    }
+
+    /// Applies retention now; returns the number of files dropped.
+    pub fn apply_retention(&self) -> Result<usize> {
+        self.inner.apply_retention()
+    }
+
+    /// Pauses background compaction: a running merge waits at its next trace.
+    pub fn pause_compaction(&self) {
+        self.inner.set_paused(true);
+    }
+
+    pub fn resume_compaction(&self) {
+        self.inner.set_paused(false);
+    }
+
     pub fn stats(&self) -> EngineStats {
         let snapshot = self.snapshot();
         let (memtable_spans, memtable_bytes) = self.inner.memtable.usage();
+        let levels = snapshot.version.level_stats();
+        let c = &self.inner.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         EngineStats {
             memtable_spans,
             memtable_bytes,
             sealed_buffers: snapshot.sealed.len(),
-            tables: snapshot.tables.len(),
-            table_bytes: snapshot.tables.iter().map(|t| t.meta().file_size).sum(),
-            flushes: self.inner.flushes.load(Ordering::Relaxed),
-            flush_errors: self.inner.flush_errors.load(Ordering::Relaxed),
+            sealed_spans: snapshot.sealed.iter().map(|s| s.span_count).sum(),
+            memory_bytes: self.inner.mem_bytes.load(Ordering::Relaxed),
+            memory_budget_bytes: self.inner.opts.memory_budget_bytes,
+            tables: levels.iter().map(|l| l.files).sum(),
+            table_bytes: levels.iter().map(|l| l.bytes).sum(),
+            levels,
+            flushes: get(&c.flushes),
+            flush_errors: get(&c.flush_errors),
+            compactions: get(&c.compactions),
+            compaction_moves: get(&c.compaction_moves),
+            compaction_errors: get(&c.compaction_errors),
+            compaction_bytes_read: get(&c.compaction_bytes_read),
+            compaction_bytes_written: get(&c.compaction_bytes_written),
+            flush_bytes_written: get(&c.flush_bytes_written),
+            compaction_duplicates: get(&c.compaction_duplicates),
+            retention_files_dropped: get(&c.retention_files_dropped),
+            retention_bytes_dropped: get(&c.retention_bytes_dropped),
+            expired_spans_dropped: get(&c.expired_spans_dropped),
+            lookups: get(&c.lookups),
+            lookup_files_read: get(&c.lookup_files_read),
+            blocks_read: get(&c.blocks_read),
+            backpressure_rejections: get(&c.backpressure_rejections),
             wal: self.inner.wal.stats(),
         }
     }
 
-    /// Stops taking writes, flushes every buffer to files, deletes the WAL
-    /// segments that are no longer needed, and stops the flusher. Idempotent.
+    /// Stops taking writes, flushes every buffer to files, stops compaction,
+    /// joins the threads, and deletes the WAL segments that are no longer
+    /// needed. Idempotent.
     pub fn close(&self) -> Result<()> {
+        self.shut_down(false)
+    }
+
+    /// Stops the engine as a crash would (for tests): no flush, nothing more
+    /// written or deleted; acknowledged spans stay in the WAL. Reopening the
+    /// directory then exercises recovery.
+    pub fn abandon(&self) {
+        if let Err(e) = self.shut_down(true) {
+            tracing::warn!(error = %e, "abandoning storage");
+        }
+    }
+
+    fn shut_down(&self, crash: bool) -> Result<()> {
+        let inner = &self.inner;
+        if crash {
+            inner.crashed.store(true, Ordering::SeqCst);
+            inner.janitor.enabled.store(false, Ordering::SeqCst);
+        }
         {
-            let _in_flight = self.inner.in_flight.lock();
-            if self.inner.closed.swap(true, Ordering::SeqCst) {
+            let _in_flight = inner.in_flight.lock();
+            if inner.closed.swap(true, Ordering::SeqCst) {
                 return Ok(());
             }
         }
-        self.inner
-            .memtable
-            .seal_where(true, |s| self.inner.publish(s));
-        self.inner.send(Task::Stop);
-        if let Some(handle) = self.flusher.lock().take() {
+        let crashed = inner.crashed.load(Ordering::SeqCst);
+        if !crashed {
+            inner.memtable.seal_where(true, |s| inner.publish(s));
+        }
+        inner.send(Task::Stop);
+        let threads = std::mem::take(&mut *self.threads.lock());
+        if let Some(handle) = threads.flusher {
             if handle.join().is_err() {
                 tracing::error!("flusher thread panicked");
             }
         }
-        let unflushed = self.snapshot().sealed.len()
-            + self.inner.memtable.usage().0
-            + self.inner.in_flight.lock().len();
-        if unflushed == 0 {
+        inner.stop_compaction();
+        for handle in threads.compactors {
+            if handle.join().is_err() {
+                tracing::error!("compaction thread panicked");
+            }
+        }
+        let unflushed =
+            self.snapshot().sealed.len() + inner.memtable.usage().0 + inner.in_flight.lock().len();
+        if unflushed == 0 && !crashed {
             // Every acknowledged span is in a file: the next start replays nothing.
-            self.inner.wal.close_and_discard()?;
+            inner.wal.close_and_discard()?;
         } else {
-            self.inner.wal.close()?;
-            tracing::warn!(
-                unflushed,
-                "closed with spans not in files; the WAL keeps them"
-            );
+            inner.wal.close()?;
+            if !crashed {
+                tracing::warn!(
+                    unflushed,
+                    "closed with spans not in files; the WAL keeps them"
+                );
+            }
         }
         Ok(())
     }
@@ -332,7 +466,59 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// Bytes admitted against the memory budget; given back on drop unless the
+/// spans reached the memtable ([`Reservation::keep`]), where the flush of
+/// their buffer gives them back.
+struct Reservation<'a> {
+    inner: &'a Inner,
+    bytes: usize,
+}
+
+impl Reservation<'_> {
+    fn keep(mut self) {
+        self.bytes = 0;
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.inner.mem_bytes.fetch_sub(self.bytes, Ordering::AcqRel);
+        }
+    }
+}
+
 impl Inner {
+    /// Decides whether a write is taken; see [`Error::Backpressure`]. A write
+    /// into an empty budget is always taken, however large, so no request is
+    /// refused forever.
+    fn admit(&self, spans: &[Span]) -> Result<Reservation<'_>> {
+        let files = self.l0_files.load(Ordering::Relaxed);
+        let limit = self.opts.l0_stop_files;
+        if limit > 0 && files >= limit {
+            add(&self.counters.backpressure_rejections, 1);
+            return Err(Error::Backpressure {
+                reason: Backpressure::TooManyL0Files { files, limit },
+                retry_after: RETRY_L0,
+            });
+        }
+        let bytes: usize = spans.iter().map(Span::memory_size).sum();
+        let budget = self.opts.memory_budget_bytes;
+        let before = self.mem_bytes.fetch_add(bytes, Ordering::AcqRel);
+        if before > 0 && before + bytes > budget {
+            self.mem_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            add(&self.counters.backpressure_rejections, 1);
+            return Err(Error::Backpressure {
+                reason: Backpressure::MemoryBudget {
+                    used: before,
+                    budget,
+                },
+                retry_after: RETRY_MEMORY,
+            });
+        }
+        Ok(Reservation { inner: self, bytes })
+    }
+
     /// Appends the WAL record of `spans`. The in-flight registration is taken
     /// first, with the current segment, which is at most the segment the record
     /// lands in: so that segment cannot be deleted before the spans are buffered.
@@ -357,154 +543,17 @@ impl Inner {
         Ok((ticket, guard))
     }
 
-    /// Makes a sealed buffer visible to readers, then queues it for flushing.
-    /// Called with the shard lock held (see `memtable`).
-    fn publish(&self, sealed: Sealed) {
-        let sealed = Arc::new(sealed);
-        {
-            let mut state = self.state.lock();
-            let mut next = Snapshot {
-                sealed: state.sealed.clone(),
-                tables: state.tables.clone(),
-            };
-            next.sealed.push(sealed.clone());
-            *state = Arc::new(next);
-        }
-        self.send(Task::Flush(sealed));
-    }
-
-    fn send(&self, task: Task) {
-        // The receiver lives as long as the flusher thread, which only exits on Stop.
-        if self.flush_tx.send(task).is_err() {
-            tracing::error!("flusher is gone; sealed buffer stays in memory and in the WAL");
+    /// Spans ending before this are past retention (0 when retention is off).
+    fn expire_before(&self) -> u64 {
+        match self.opts.retention {
+            Some(r) => self
+                .opts
+                .clock
+                .now_unix_nano()
+                .saturating_sub(r.as_nanos() as u64),
+            None => 0,
         }
     }
-
-    fn run_flusher(&self, rx: Receiver<Task>) {
-        loop {
-            match rx.recv_timeout(AGE_CHECK) {
-                Ok(Task::Flush(sealed)) => self.flush_until_done(&sealed),
-                Ok(Task::Stop) => {
-                    // Everything queued before Stop has been flushed (FIFO channel).
-                    break;
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    if !self.closed.load(Ordering::Acquire) {
-                        self.memtable.seal_where(false, |s| self.publish(s));
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => break,
-            }
-        }
-    }
-
-    fn flush_until_done(&self, sealed: &Arc<Sealed>) {
-        loop {
-            match self.flush_one(sealed) {
-                Ok(()) => return,
-                Err(e) => {
-                    self.flush_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(error = %e, buffer = sealed.id, "flush failed; retrying");
-                    if self.closed.load(Ordering::Acquire) {
-                        return;
-                    }
-                    std::thread::sleep(FLUSH_RETRY);
-                }
-            }
-        }
-    }
-
-    /// Sorts and writes one sealed buffer, then installs the file. No lock is held
-    /// while sorting or writing.
-    fn flush_one(&self, sealed: &Arc<Sealed>) -> Result<()> {
-        let started = std::time::Instant::now();
-        let mut spans = sealed.to_vec();
-        sort_by_trace_id(&mut spans);
-        let id = self.next_table_id.fetch_add(1, Ordering::Relaxed);
-        let path = table_path(&self.tables_dir, id);
-        let mut builder = SsTableBuilder::new(self.table_opts.clone());
-        for span in &spans {
-            builder.add(span)?;
-        }
-        let meta = builder.finish(&path)?;
-        let table = Arc::new(SsTable::open(&path)?);
-        {
-            let mut state = self.state.lock();
-            let mut next = Snapshot {
-                sealed: state
-                    .sealed
-                    .iter()
-                    .filter(|s| s.id != sealed.id)
-                    .cloned()
-                    .collect(),
-                tables: state.tables.clone(),
-            };
-            next.tables.push(table);
-            *state = Arc::new(next);
-        }
-        self.flushed.notify_all();
-        self.flushes.fetch_add(1, Ordering::Relaxed);
-        tracing::info!(
-            file = %path.display(),
-            spans = meta.span_count,
-            bytes = meta.file_size,
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "flushed buffer"
-        );
-        self.trim_wal();
-        Ok(())
-    }
-
-    /// Deletes WAL segments that hold nothing which is not yet in a file.
-    fn trim_wal(&self) {
-        let mut keep_from = self
-            .wal
-            .current_segment()
-            .min(self.memtable.min_wal_segment());
-        if let Some((&seg, _)) = self.in_flight.lock().first_key_value() {
-            keep_from = keep_from.min(seg);
-        }
-        let snapshot = self.state.lock().clone();
-        for sealed in &snapshot.sealed {
-            keep_from = keep_from.min(sealed.min_wal_segment);
-        }
-        match self.wal.delete_segments_before(keep_from) {
-            Ok(0) => {}
-            Ok(n) => tracing::debug!(deleted = n, keep_from, "deleted wal segments"),
-            Err(e) => tracing::warn!(error = %e, "deleting wal segments"),
-        }
-    }
-}
-
-fn table_path(dir: &Path, id: u64) -> PathBuf {
-    dir.join(format!("{id:020}.sst"))
-}
-
-/// Loads every sorted file, removing leftovers of flushes a crash interrupted.
-fn load_tables(dir: &Path) -> Result<(Vec<Arc<SsTable>>, u64)> {
-    let mut found = Vec::new();
-    for entry in fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
-        let entry = entry.map_err(|e| Error::io(dir, e))?;
-        let path = entry.path();
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.ends_with(".tmp") {
-            tracing::warn!(file = %path.display(), "removing unfinished file of an interrupted flush");
-            fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
-        } else if let Some(id) = name
-            .strip_suffix(".sst")
-            .and_then(|s| s.parse::<u64>().ok())
-        {
-            found.push((id, path));
-        }
-    }
-    found.sort();
-    let next_id = found.last().map_or(0, |(id, _)| id + 1);
-    let tables = found
-        .into_iter()
-        .map(|(_, path)| SsTable::open(&path).map(Arc::new))
-        .collect::<Result<Vec<_>>>()?;
-    Ok((tables, next_id))
 }
 
 fn lock_data_dir(dir: &Path) -> Result<File> {

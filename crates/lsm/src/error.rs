@@ -87,6 +87,45 @@ pub enum Error {
     /// The engine is shutting down.
     #[error("storage engine is closed")]
     Closed,
+
+    /// The write was refused, not queued: buffered spans are over the memory
+    /// budget, or flushing or compaction is behind. Nothing was logged; the
+    /// client should retry after about `retry_after`. The ingest layer maps
+    /// this to a retryable status.
+    #[error("storage is busy ({reason}); retry in {} ms", retry_after.as_millis())]
+    Backpressure {
+        reason: Backpressure,
+        retry_after: std::time::Duration,
+    },
+
+    /// A crash point set by a test was reached; the engine does nothing more
+    /// and must be abandoned ([`crate::Engine::abandon`]).
+    #[error("simulated crash at {0:?}")]
+    SimulatedCrash(crate::engine::CrashPoint),
+}
+
+/// Why a write was refused with [`Error::Backpressure`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backpressure {
+    /// Spans in memtables and sealed buffers would pass the memory budget.
+    MemoryBudget { used: usize, budget: usize },
+    /// Level 0 holds so many files that compaction is behind.
+    TooManyL0Files { files: usize, limit: usize },
+}
+
+impl std::fmt::Display for Backpressure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backpressure::MemoryBudget { used, budget } => write!(
+                f,
+                "{used} bytes of spans buffered in memory, budget {budget}: flushing is behind"
+            ),
+            Backpressure::TooManyL0Files { files, limit } => write!(
+                f,
+                "{files} level-0 files, limit {limit}: compaction is behind"
+            ),
+        }
+    }
 }
 
 impl Error {

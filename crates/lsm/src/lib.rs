@@ -10,25 +10,37 @@
 //! - [`sort`]: the strict-less sort by trace ID of a sealed buffer.
 //! - [`table`]: immutable sorted files (blocks, index, bloom filter, footer), read
 //!   through `mmap` (the only module with `unsafe`).
-//! - [`engine`]: ties them together: the write path, the flusher thread, the
-//!   snapshot readers take, recovery at start-up.
+//! - [`manifest`]: the log of edits to the set of live files, fsynced before
+//!   each edit is installed; the truth at recovery.
+//! - [`version`]: the live files per level ([`Version`]) and the snapshot a
+//!   reader holds ([`SuperVersion`]: sealed buffers plus a version).
+//! - [`compaction`]: the pure choice of what to merge ([`compaction::pick`]) and
+//!   the merge itself, which writes new files and installs nothing.
+//! - [`engine`]: ties them together: the write path with admission
+//!   (back-pressure), the flusher and compaction threads, retention, the
+//!   lookups, recovery at start-up, shutdown.
 
 pub mod batch;
+pub mod compaction;
 pub mod engine;
 pub mod error;
+pub mod manifest;
 pub mod memtable;
 mod mmap;
 pub mod sort;
 pub mod span;
 pub mod table;
+pub mod version;
 pub mod wal;
 
 #[cfg(test)]
 mod test_util;
 
-pub use engine::{Engine, EngineOptions, EngineStats, Snapshot};
-pub use error::{Error, Result};
+pub use compaction::{CompactionOptions, CompactionTask};
+pub use engine::{Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks, Snapshot};
+pub use error::{Backpressure, Error, Result};
 pub use memtable::MemTableOptions;
 pub use span::{ParseIdError, ScopeGroup, Span, SpanId, TraceId};
 pub use table::{SsTable, SsTableBuilder, SsTableIterator, TableMeta, TableOptions};
+pub use version::{LevelStats, SuperVersion, TableFile, TimeRange, Version};
 pub use wal::{ReplayStats, Wal, WalOptions, WalStats, WalTicket};

@@ -173,15 +173,22 @@ impl SsTable {
     /// All spans of the trace, in file order; empty when the file has none.
     /// Reads only the blocks whose trace-ID range includes the ID.
     pub fn get(&self, trace_id: &TraceId) -> Result<Vec<Span>> {
+        self.lookup(trace_id).map(|(spans, _)| spans)
+    }
+
+    /// [`SsTable::get`], plus the number of data blocks it read.
+    pub fn lookup(&self, trace_id: &TraceId) -> Result<(Vec<Span>, u64)> {
         if !self.may_contain(trace_id) {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), 0));
         }
         let mut out = Vec::new();
+        let mut blocks = 0;
         for i in blocks_for(&self.blocks, trace_id) {
             let spans = self.read_block(i)?;
+            blocks += 1;
             out.extend(spans.into_iter().filter(|s| s.trace_id == *trace_id));
         }
-        Ok(out)
+        Ok((out, blocks))
     }
 
     /// Every span in file order, block by block. After an error the iterator ends.

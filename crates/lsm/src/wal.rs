@@ -126,6 +126,11 @@ pub struct WalStats {
     pub bytes_written: u64,
     /// Segment files created, the one created by `open` included.
     pub segments_created: u64,
+    /// fdatasyncs of segment data (the group-commit syncs), and the time they
+    /// took in total and at most: mean latency is `data_sync_nanos / data_syncs`.
+    pub data_syncs: u64,
+    pub data_sync_nanos: u64,
+    pub data_sync_max_nanos: u64,
 }
 
 /// The write-ahead log. Cheap to share behind an `Arc`; see the module docs.
@@ -224,6 +229,9 @@ struct Counters {
     records: AtomicU64,
     bytes_written: AtomicU64,
     segments_created: AtomicU64,
+    data_syncs: AtomicU64,
+    data_sync_nanos: AtomicU64,
+    data_sync_max_nanos: AtomicU64,
 }
 
 impl Counters {
@@ -471,6 +479,9 @@ impl Wal {
             records: c.records.load(Ordering::Relaxed),
             bytes_written: c.bytes_written.load(Ordering::Relaxed),
             segments_created: c.segments_created.load(Ordering::Relaxed),
+            data_syncs: c.data_syncs.load(Ordering::Relaxed),
+            data_sync_nanos: c.data_sync_nanos.load(Ordering::Relaxed),
+            data_sync_max_nanos: c.data_sync_max_nanos.load(Ordering::Relaxed),
         }
     }
 

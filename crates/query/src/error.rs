@@ -6,6 +6,8 @@ use tracedb_lsm::TraceId;
 pub enum Error {
     #[error("trace_id must be 16 bytes, got {0}")]
     TraceIdLength(usize),
+    #[error("start_time_unix_nano {start} is after end_time_unix_nano {end}")]
+    TimeRange { start: u64, end: u64 },
     #[error("trace {0} not found")]
     NotFound(TraceId),
     #[error(transparent)]
@@ -19,7 +21,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl From<Error> for tonic::Status {
     fn from(e: Error) -> Self {
         match e {
-            Error::TraceIdLength(_) => tonic::Status::invalid_argument(e.to_string()),
+            Error::TraceIdLength(_) | Error::TimeRange { .. } => {
+                tonic::Status::invalid_argument(e.to_string())
+            }
             Error::NotFound(_) => tonic::Status::not_found(e.to_string()),
             Error::Storage(ref inner) => {
                 tracing::error!(error = %inner, "reading trace");

@@ -4,7 +4,7 @@ use std::{pin::Pin, sync::Arc};
 
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
-use tracedb_lsm::{Engine, TraceId};
+use tracedb_lsm::{Engine, TimeRange, TraceId};
 use tracedb_proto::{
     codec::EncodedMessage, query::v1::GetTraceRequest, query_service_server::QueryService,
 };
@@ -27,10 +27,24 @@ impl QueryApi {
 
     /// The trace's spans as `TracesData` messages under the gRPC size limit.
     pub async fn trace_messages(&self, trace_id: &[u8]) -> Result<Vec<bytes::Bytes>, Error> {
+        self.trace_messages_in(trace_id, TimeRange::ALL).await
+    }
+
+    /// [`QueryApi::trace_messages`] with the request's time hints (0 = unset):
+    /// files whose spans all lie outside `range` are not read.
+    pub async fn trace_messages_in(
+        &self,
+        trace_id: &[u8],
+        range: TimeRange,
+    ) -> Result<Vec<bytes::Bytes>, Error> {
         let id = TraceId::from_slice(trace_id).ok_or(Error::TraceIdLength(trace_id.len()))?;
+        let (start, end) = (range.start_unix_nano, range.end_unix_nano);
+        if start != 0 && end != 0 && start > end {
+            return Err(Error::TimeRange { start, end });
+        }
         let engine = self.engine.clone();
         // File reads go through mmap and can block on disk: keep them off the runtime threads.
-        let spans = tokio::task::spawn_blocking(move || engine.get_trace(&id))
+        let spans = tokio::task::spawn_blocking(move || engine.get_trace_in(&id, range))
             .await
             .map_err(|e| Error::Internal(e.to_string()))??;
         if spans.is_empty() {
@@ -51,7 +65,9 @@ impl QueryService for QueryApi {
         &self,
         request: Request<GetTraceRequest>,
     ) -> Result<Response<Self::GetTraceStream>, Status> {
-        let messages = self.trace_messages(&request.get_ref().trace_id).await?;
+        let req = request.get_ref();
+        let range = TimeRange::new(req.start_time_unix_nano, req.end_time_unix_nano);
+        let messages = self.trace_messages_in(&req.trace_id, range).await?;
         let stream = tokio_stream::iter(messages.into_iter().map(|m| Ok(EncodedMessage(m))));
         Ok(Response::new(Box::pin(stream)))
     }

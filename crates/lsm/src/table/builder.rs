@@ -150,6 +150,12 @@ impl SsTableBuilder {
         self.span_count
     }
 
+    /// About how large the file would be if finished now (finished blocks
+    /// compressed, the open block uncompressed); compaction cuts outputs by it.
+    pub fn estimated_bytes(&self) -> u64 {
+        (self.body.len() + self.pending_bytes) as u64
+    }
+
     /// Encodes the open block into `body`.
     fn close_block(&mut self) {
         let (Some(first), Some(last)) = (self.pending.first(), self.pending.last()) else {

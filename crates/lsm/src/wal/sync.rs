@@ -104,12 +104,19 @@ fn write_batch(shared: &Shared, writer: &mut SegmentWriter, batch: &[Chunk]) -> 
 /// fdatasyncs `writer` if anything was written since its last sync.
 fn sync(counters: &Counters, writer: &mut SegmentWriter) -> Result<()> {
     if writer.unsynced {
+        let started = std::time::Instant::now();
         writer
             .file
             .sync_data()
             .map_err(|e| Error::io(&writer.path, e))?;
         writer.unsynced = false;
+        let nanos = started.elapsed().as_nanos() as u64;
         Counters::add(&counters.fsyncs, 1);
+        Counters::add(&counters.data_syncs, 1);
+        Counters::add(&counters.data_sync_nanos, nanos);
+        counters
+            .data_sync_max_nanos
+            .fetch_max(nanos, std::sync::atomic::Ordering::Relaxed);
     }
     Ok(())
 }

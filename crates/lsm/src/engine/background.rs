@@ -1,0 +1,501 @@
+//! The engine's background work: the flusher, the compaction threads and
+//! retention, and the one way any of them changes the tree, [`Inner::install`]:
+//! append the edit to the manifest (fsync), then swap the super-version under
+//! the state lock, then mark removed files obsolete (deleted when the last
+//! snapshot using them drops).
+
+use std::{
+    collections::HashSet,
+    sync::{atomic::Ordering, Arc},
+    time::{Duration, Instant},
+};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+use super::{add, CrashPoint, Inner, Task, FLUSH_RETRY};
+use crate::{
+    compaction::{self, merge, table_path, CompactionTask, MergeContext, TaskKind},
+    error::{Error, Result},
+    manifest::{Edit, FileEntry, Manifest, ManifestState, NO_PARTITION},
+    memtable::Sealed,
+    sort::sort_by_trace_id,
+    table::{SsTable, SsTableBuilder},
+    version::{SuperVersion, TableFile},
+};
+
+/// How often the flusher looks for buffers past their maximum age.
+const AGE_CHECK: Duration = Duration::from_millis(500);
+/// Longest a compaction thread sleeps without looking for work.
+const COMPACTION_IDLE: Duration = Duration::from_secs(1);
+/// Pause after a failed compaction before the next try.
+const COMPACTION_RETRY: Duration = Duration::from_secs(1);
+
+impl Inner {
+    /// Makes a sealed buffer visible to readers, then queues it for flushing.
+    /// Called with the shard lock held (see `memtable`).
+    pub(super) fn publish(&self, sealed: Sealed) {
+        let sealed = Arc::new(sealed);
+        {
+            let mut state = self.state.lock();
+            let mut sealed_list = state.sealed.clone();
+            sealed_list.push(sealed.clone());
+            *state = Arc::new(SuperVersion {
+                sealed: sealed_list,
+                version: state.version.clone(),
+            });
+        }
+        self.send(Task::Flush(sealed));
+    }
+
+    pub(super) fn send(&self, task: Task) {
+        // The receiver lives as long as the flusher thread, which only exits on Stop.
+        if self.flush_tx.send(task).is_err() {
+            tracing::error!("flusher is gone; sealed buffer stays in memory and in the WAL");
+        }
+    }
+
+    pub(super) fn run_flusher(&self, rx: Receiver<Task>) {
+        loop {
+            match rx.recv_timeout(AGE_CHECK) {
+                Ok(Task::Flush(sealed)) => self.flush_until_done(&sealed),
+                // Everything queued before Stop has been flushed (FIFO channel).
+                Ok(Task::Stop) | Err(RecvTimeoutError::Disconnected) => break,
+                Err(RecvTimeoutError::Timeout) => {
+                    if !self.closed.load(Ordering::Acquire) {
+                        self.memtable.seal_where(false, |s| self.publish(s));
+                    }
+                }
+            }
+        }
+    }
+
+    fn flush_until_done(&self, sealed: &Arc<Sealed>) {
+        loop {
+            match self.flush_one(sealed) {
+                Ok(()) => return,
+                Err(e) => {
+                    if self.crashed.load(Ordering::Acquire) {
+                        return;
+                    }
+                    self.counters.flush_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(error = %e, buffer = sealed.id, "flush failed; retrying");
+                    if self.closed.load(Ordering::Acquire) {
+                        return;
+                    }
+                    std::thread::sleep(FLUSH_RETRY);
+                }
+            }
+        }
+    }
+
+    /// Sorts and writes one sealed buffer as a level-0 file, then installs it.
+    /// No lock is held while sorting or writing.
+    fn flush_one(&self, sealed: &Arc<Sealed>) -> Result<()> {
+        if self.crashed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let started = Instant::now();
+        let mut spans = sealed.to_vec();
+        sort_by_trace_id(&mut spans);
+        let id = self.next_file_id.fetch_add(1, Ordering::Relaxed);
+        let path = table_path(&self.tables_dir, id);
+        let mut builder = SsTableBuilder::new(self.opts.table.clone());
+        for span in &spans {
+            builder.add(span)?;
+        }
+        let meta = builder.finish(&path)?;
+        let entry = FileEntry {
+            id,
+            level: 0,
+            partition: NO_PARTITION,
+            file_size: meta.file_size,
+        };
+        let file = Arc::new(TableFile::new(
+            entry,
+            SsTable::open(&path)?,
+            self.janitor.clone(),
+        ));
+        self.install(
+            Edit {
+                next_file_id: self.next_file_id.load(Ordering::Relaxed),
+                removed: Vec::new(),
+                added: vec![entry],
+            },
+            vec![file],
+            Some(sealed.id),
+            None,
+        )?;
+        self.mem_bytes.fetch_sub(sealed.bytes, Ordering::AcqRel);
+        self.flushed.notify_all();
+        self.sched_cv.notify_all();
+        add(&self.counters.flushes, 1);
+        add(&self.counters.flush_bytes_written, meta.file_size);
+        tracing::info!(
+            file = %path.display(),
+            spans = meta.span_count,
+            bytes = meta.file_size,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "flushed buffer"
+        );
+        self.trim_wal();
+        Ok(())
+    }
+
+    /// Deletes WAL segments that hold nothing which is not yet in a file.
+    fn trim_wal(&self) {
+        let mut keep_from = self
+            .wal
+            .current_segment()
+            .min(self.memtable.min_wal_segment());
+        if let Some((&seg, _)) = self.in_flight.lock().first_key_value() {
+            keep_from = keep_from.min(seg);
+        }
+        let snapshot = self.state.lock().clone();
+        for sealed in &snapshot.sealed {
+            keep_from = keep_from.min(sealed.min_wal_segment);
+        }
+        match self.wal.delete_segments_before(keep_from) {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(deleted = n, keep_from, "deleted wal segments"),
+            Err(e) => tracing::warn!(error = %e, "deleting wal segments"),
+        }
+    }
+
+    /// Writes `edit` to the manifest, then swaps in the version with `added`
+    /// and without `edit.removed` (and without the sealed buffer `flushed`).
+    /// `crash` makes a test crash at one of the steps.
+    fn install(
+        &self,
+        edit: Edit,
+        added: Vec<Arc<TableFile>>,
+        flushed: Option<u64>,
+        crash: Option<CrashPoint>,
+    ) -> Result<()> {
+        let mut manifest = self.manifest.lock();
+        if self.crashed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        match crash {
+            Some(point @ CrashPoint::TornManifestAppend) => {
+                let mut full = Vec::new();
+                edit.encode(&mut full);
+                manifest.append_torn(&edit, 8 + full.len() / 2)?;
+                return Err(self.crash(point));
+            }
+            Some(point @ CrashPoint::AfterManifestAppend) => {
+                manifest.append(&edit)?;
+                return Err(self.crash(point));
+            }
+            _ => manifest.append(&edit)?,
+        }
+        let removed: HashSet<u64> = edit.removed.iter().copied().collect();
+        let kept: HashSet<u64> = added.iter().map(|f| f.id).collect();
+        let (obsolete, current) = {
+            let mut state = self.state.lock();
+            let obsolete: Vec<Arc<TableFile>> = state
+                .version
+                .files()
+                .filter(|f| removed.contains(&f.id) && !kept.contains(&f.id))
+                .cloned()
+                .collect();
+            let version = Arc::new(state.version.apply(&removed, added));
+            let sealed = state
+                .sealed
+                .iter()
+                .filter(|s| Some(s.id) != flushed)
+                .cloned()
+                .collect();
+            *state = Arc::new(SuperVersion { sealed, version });
+            (obsolete, state.clone())
+        };
+        self.l0_files
+            .store(current.version.l0.len(), Ordering::Relaxed);
+        if let Some(point @ CrashPoint::BeforeInputsDeleted) = crash {
+            return Err(self.crash(point));
+        }
+        for f in obsolete {
+            f.mark_obsolete();
+        }
+        if manifest.wants_rewrite() {
+            let state = ManifestState {
+                files: current.version.files().map(|f| (f.id, f.entry())).collect(),
+                next_file_id: self.next_file_id.load(Ordering::Relaxed),
+                torn_tail: false,
+            };
+            *manifest = Manifest::create(&self.opts.data_dir, &state)?;
+        }
+        Ok(())
+    }
+
+    /// Simulates a crash: from now on nothing is written or deleted.
+    fn crash(&self, point: CrashPoint) -> Error {
+        tracing::warn!(?point, "simulated crash");
+        self.crashed.store(true, Ordering::SeqCst);
+        self.janitor.enabled.store(false, Ordering::SeqCst);
+        Error::SimulatedCrash(point)
+    }
+
+    pub(super) fn set_paused(&self, paused: bool) {
+        let mut s = self.sched.lock();
+        s.paused = paused;
+        self.compaction_paused.store(paused, Ordering::SeqCst);
+        self.sched_cv.notify_all();
+    }
+
+    pub(super) fn stop_compaction(&self) {
+        let mut s = self.sched.lock();
+        s.stopping = true;
+        self.compaction_stopping.store(true, Ordering::SeqCst);
+        self.sched_cv.notify_all();
+    }
+
+    /// Asked by a merge between traces: waits while paused; true to stop.
+    fn merge_should_stop(&self) -> bool {
+        if self.compaction_paused.load(Ordering::Relaxed) {
+            let mut s = self.sched.lock();
+            while s.paused && !s.stopping {
+                self.sched_cv.wait(&mut s);
+            }
+        }
+        self.compaction_stopping.load(Ordering::Relaxed) || self.crashed.load(Ordering::Relaxed)
+    }
+
+    /// Body of a compaction thread: pick, run, repeat; apply retention every
+    /// `retention_interval`.
+    pub(super) fn run_compactor(&self) {
+        let mut last_retention = Instant::now();
+        loop {
+            let task = {
+                let mut s = self.sched.lock();
+                loop {
+                    if s.stopping || self.crashed.load(Ordering::Acquire) {
+                        return;
+                    }
+                    if !s.paused {
+                        if last_retention.elapsed() >= self.opts.retention_interval {
+                            break None;
+                        }
+                        let version = self.state.lock().version.clone();
+                        if let Some(task) =
+                            compaction::pick(&version, &self.opts.compaction, &s.busy)
+                        {
+                            s.busy.extend(task.inputs.iter().map(|f| f.id));
+                            break Some(task);
+                        }
+                    }
+                    let wait = self
+                        .opts
+                        .retention_interval
+                        .saturating_sub(last_retention.elapsed())
+                        .clamp(Duration::from_millis(10), COMPACTION_IDLE);
+                    self.sched_cv.wait_for(&mut s, wait);
+                }
+            };
+            let Some(task) = task else {
+                last_retention = Instant::now();
+                if let Err(e) = self.apply_retention() {
+                    tracing::error!(error = %e, "retention failed");
+                }
+                continue;
+            };
+            let result = self.run_task(&task);
+            self.finish_task(&task);
+            if let Err(e) = result {
+                if self.crashed.load(Ordering::Acquire) {
+                    return;
+                }
+                add(&self.counters.compaction_errors, 1);
+                tracing::error!(error = %e, "compaction failed; retrying later");
+                std::thread::sleep(COMPACTION_RETRY);
+            }
+        }
+    }
+
+    fn finish_task(&self, task: &CompactionTask) {
+        let mut s = self.sched.lock();
+        for f in &task.inputs {
+            s.busy.remove(&f.id);
+        }
+        self.sched_cv.notify_all();
+    }
+
+    /// Runs compaction in the calling thread until nothing is left to pick.
+    pub(super) fn compact_until_idle(&self) -> Result<usize> {
+        let mut done = 0;
+        loop {
+            let task = {
+                let mut s = self.sched.lock();
+                loop {
+                    if self.closed.load(Ordering::Acquire) || self.crashed.load(Ordering::Acquire) {
+                        return Err(Error::Closed);
+                    }
+                    let version = self.state.lock().version.clone();
+                    if let Some(task) = compaction::pick(&version, &self.opts.compaction, &s.busy) {
+                        s.busy.extend(task.inputs.iter().map(|f| f.id));
+                        break task;
+                    }
+                    if s.busy.is_empty() {
+                        return Ok(done);
+                    }
+                    self.sched_cv.wait_for(&mut s, COMPACTION_IDLE);
+                }
+            };
+            let result = self.run_task(&task);
+            self.finish_task(&task);
+            result?;
+            done += 1;
+        }
+    }
+
+    /// Runs one task to its install.
+    fn run_task(&self, task: &CompactionTask) -> Result<()> {
+        let started = Instant::now();
+        if task.kind == TaskKind::Move {
+            let file = &task.inputs[0];
+            let moved = Arc::new(file.moved_to(task.output_level as u32));
+            let entry = moved.entry();
+            self.install(
+                Edit {
+                    next_file_id: self.next_file_id.load(Ordering::Relaxed),
+                    removed: vec![file.id],
+                    added: vec![entry],
+                },
+                vec![moved],
+                None,
+                None,
+            )?;
+            add(&self.counters.compaction_moves, 1);
+            tracing::debug!(
+                file = file.id,
+                to_level = task.output_level,
+                "moved file down"
+            );
+            return Ok(());
+        }
+        tracing::info!(
+            from_level = task.input_level,
+            to_level = task.output_level,
+            inputs = task.inputs.len(),
+            input_bytes = task.input_bytes(),
+            "compaction started"
+        );
+        let stop = || self.merge_should_stop();
+        let ctx = MergeContext {
+            opts: &self.opts.compaction,
+            table_opts: &self.opts.table,
+            tables_dir: &self.tables_dir,
+            next_file_id: &self.next_file_id,
+            limiter: &self.limiter,
+            expire_before: self.expire_before(),
+            should_stop: &stop,
+            after_first_trace: self.opts.hooks.after_first_trace.as_deref(),
+        };
+        let Some(out) = merge(task, &ctx)? else {
+            tracing::info!("compaction stopped before it finished; outputs removed");
+            return Ok(());
+        };
+        let crash = self.opts.hooks.crash_at;
+        if let Some(point @ CrashPoint::BeforeOutputsSynced) = crash {
+            for (entry, path) in &out.files {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| Error::io(path, e))?;
+                f.set_len(entry.file_size / 2)
+                    .map_err(|e| Error::io(path, e))?;
+            }
+            return Err(self.crash(point));
+        }
+        let mut added = Vec::with_capacity(out.files.len());
+        for (entry, path) in &out.files {
+            let table = SsTable::open(path)?;
+            added.push(Arc::new(TableFile::new(
+                *entry,
+                table,
+                self.janitor.clone(),
+            )));
+        }
+        let edit = Edit {
+            next_file_id: self.next_file_id.load(Ordering::Relaxed),
+            removed: task.inputs.iter().map(|f| f.id).collect(),
+            added: out.files.iter().map(|(e, _)| *e).collect(),
+        };
+        if let Err(e) = self.install(edit, added, None, crash) {
+            if !self.crashed.load(Ordering::Acquire) {
+                for (_, path) in &out.files {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+            return Err(e);
+        }
+        let c = &self.counters;
+        add(&c.compactions, 1);
+        add(&c.compaction_bytes_read, out.bytes_read);
+        add(&c.compaction_bytes_written, out.bytes_written);
+        add(&c.compaction_duplicates, out.duplicates);
+        add(&c.expired_spans_dropped, out.expired);
+        tracing::info!(
+            from_level = task.input_level,
+            to_level = task.output_level,
+            inputs = task.inputs.len(),
+            outputs = out.files.len(),
+            bytes_read = out.bytes_read,
+            bytes_written = out.bytes_written,
+            spans = out.spans_out,
+            duplicates = out.duplicates,
+            expired = out.expired,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "compaction done"
+        );
+        Ok(())
+    }
+
+    /// Drops every file whose newest span is past retention, by one manifest
+    /// edit. Files in running compactions are left for the next pass.
+    pub(super) fn apply_retention(&self) -> Result<usize> {
+        let expire_before = self.expire_before();
+        if expire_before == 0 {
+            return Ok(0);
+        }
+        let expired: Vec<Arc<TableFile>> = {
+            let mut s = self.sched.lock();
+            let version = self.state.lock().version.clone();
+            let expired: Vec<_> = version
+                .files()
+                .filter(|f| {
+                    !s.busy.contains(&f.id) && f.table().meta().max_time_unix_nano < expire_before
+                })
+                .cloned()
+                .collect();
+            s.busy.extend(expired.iter().map(|f| f.id));
+            expired
+        };
+        if expired.is_empty() {
+            return Ok(0);
+        }
+        let bytes: u64 = expired.iter().map(|f| f.size()).sum();
+        let task = CompactionTask {
+            kind: TaskKind::Merge,
+            input_level: 0,
+            output_level: 0,
+            inputs: expired,
+        };
+        let result = self.install(
+            Edit {
+                next_file_id: self.next_file_id.load(Ordering::Relaxed),
+                removed: task.inputs.iter().map(|f| f.id).collect(),
+                added: Vec::new(),
+            },
+            Vec::new(),
+            None,
+            None,
+        );
+        self.finish_task(&task);
+        result?;
+        let n = task.inputs.len();
+        add(&self.counters.retention_files_dropped, n as u64);
+        add(&self.counters.retention_bytes_dropped, bytes);
+        tracing::info!(files = n, bytes, expire_before, "retention dropped files");
+        Ok(n)
+    }
+}

@@ -1,0 +1,126 @@
+//! Engine configuration, the clock, and the hooks tests use to simulate
+//! crashes and stalls.
+
+use std::{
+    fmt,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use crate::{compaction::CompactionOptions, memtable::MemTableOptions, table::TableOptions};
+
+/// Engine configuration. Every field has a default ([`EngineOptions::new`]).
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    pub data_dir: PathBuf,
+    pub memtable: MemTableOptions,
+    pub wal_segment_bytes: u64,
+    pub table: TableOptions,
+    /// Shape of the tree and when to compact (levels, size ratio 10, ...).
+    pub compaction: CompactionOptions,
+    /// Background compaction threads; 0 runs none (then only
+    /// [`crate::Engine::compact`] compacts). Default 1.
+    pub compaction_threads: usize,
+    /// Cap on the bytes compaction writes per second, all threads together;
+    /// 0 = unlimited. Default 64 MiB/s.
+    pub compaction_bytes_per_sec: u64,
+    /// Spans whose end time is older than this are removed; `None` keeps
+    /// everything. Default 7 days.
+    pub retention: Option<Duration>,
+    /// How often the background threads apply retention. Default 60 s.
+    pub retention_interval: Duration,
+    /// Most bytes of spans held in memtables and sealed buffers together;
+    /// past it a write gets [`crate::Error::Backpressure`]. Default 512 MiB.
+    pub memory_budget_bytes: usize,
+    /// Level-0 file count at which writes get [`crate::Error::Backpressure`]
+    /// until compaction catches up. Default 24.
+    pub l0_stop_files: usize,
+    /// Where "now" comes from, for retention. Default: the system clock.
+    pub clock: Clock,
+    /// Test hooks; [`Hooks::default`] does nothing.
+    #[doc(hidden)]
+    pub hooks: Hooks,
+}
+
+impl EngineOptions {
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        EngineOptions {
+            data_dir: data_dir.into(),
+            memtable: MemTableOptions::default(),
+            wal_segment_bytes: 64 << 20,
+            table: TableOptions::default(),
+            compaction: CompactionOptions::default(),
+            compaction_threads: 1,
+            compaction_bytes_per_sec: 64 << 20,
+            retention: Some(Duration::from_secs(7 * 24 * 3600)),
+            retention_interval: Duration::from_secs(60),
+            memory_budget_bytes: 512 << 20,
+            l0_stop_files: 24,
+            clock: Clock::system(),
+            hooks: Hooks::default(),
+        }
+    }
+}
+
+/// The current time in Unix nanoseconds.
+#[derive(Clone)]
+pub struct Clock(Arc<dyn Fn() -> u64 + Send + Sync>);
+
+impl Clock {
+    pub fn system() -> Self {
+        Clock(Arc::new(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        }))
+    }
+
+    /// A clock that asks `now` (tests use a settable one).
+    pub fn from_fn(now: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
+        Clock(Arc::new(now))
+    }
+
+    pub fn now_unix_nano(&self) -> u64 {
+        (self.0)()
+    }
+}
+
+impl fmt::Debug for Clock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Clock({})", self.now_unix_nano())
+    }
+}
+
+/// A step of a compaction at which a test can make the engine "crash": stop
+/// writing anything at that point, as a killed process would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// Outputs written but not durable: each is left cut to half its length.
+    BeforeOutputsSynced,
+    /// The manifest edit is half appended (a torn record).
+    TornManifestAppend,
+    /// The manifest edit is durable; the new version is not installed.
+    AfterManifestAppend,
+    /// The new version is installed; the inputs are not deleted.
+    BeforeInputsDeleted,
+}
+
+/// Test hooks.
+#[derive(Clone, Default)]
+pub struct Hooks {
+    /// Crash at this step of the next merge compaction.
+    pub crash_at: Option<CrashPoint>,
+    /// Called by a merge after its first trace; a test can block in it to hold
+    /// a merge half done.
+    pub after_first_trace: Option<Arc<dyn Fn() + Send + Sync>>,
+}
+
+impl fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hooks")
+            .field("crash_at", &self.crash_at)
+            .field("after_first_trace", &self.after_first_trace.is_some())
+            .finish()
+    }
+}

@@ -1,0 +1,127 @@
+//! Bounded lookups: an absent ID reads almost no data block; time hints skip
+//! files; the compaction picker keeps levels in shape.
+
+use std::collections::HashSet;
+
+use tracedb_lsm::{compaction::pick, Engine, TimeRange};
+
+use crate::util::{small_tree, span_at, tid, TestClock, SEC, T0};
+
+#[test]
+fn an_absent_trace_reads_no_data_block_in_the_common_case() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let engine = Engine::open(small_tree(dir.path(), &clock)).expect("open");
+    for t in 0..400u128 {
+        engine
+            .write_blocking((0..3).map(|i| span_at(t * 2, i, T0 + i)).collect())
+            .expect("write");
+    }
+    engine.flush().expect("flush");
+    engine.compact().expect("compact");
+    let before = engine.stats();
+    assert!(before.tables > 5, "{before:?}");
+    // Odd IDs inside the stored range are absent.
+    for t in 0..1000u128 {
+        assert!(engine.get_trace(&tid(t * 2 + 1)).expect("get").is_empty());
+    }
+    let after = engine.stats();
+    let blocks = after.blocks_read - before.blocks_read;
+    assert!(blocks < 50, "{blocks} blocks read for 1000 absent lookups");
+    // A present trace reads at most a block or two per level.
+    let present_before = after.blocks_read;
+    assert_eq!(engine.get_trace(&tid(10)).expect("get").len(), 3);
+    let read = engine.stats().blocks_read - present_before;
+    assert!(
+        (1..=2 * after.levels.len() as u64).contains(&read),
+        "{read}"
+    );
+}
+
+#[test]
+fn time_hints_skip_files_outside_the_window() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let engine = Engine::open(small_tree(dir.path(), &clock)).expect("open");
+    let early = T0 - 50 * SEC;
+    engine
+        .write_blocking(vec![span_at(5, 1, early)])
+        .expect("write");
+    engine.flush().expect("flush");
+    engine
+        .write_blocking(vec![span_at(5, 2, T0)])
+        .expect("write");
+    engine.flush().expect("flush");
+    assert_eq!(engine.get_trace(&tid(5)).expect("get").len(), 2);
+    let late_only = engine
+        .get_trace_in(&tid(5), TimeRange::new(T0 - SEC, T0 + SEC))
+        .expect("get");
+    assert_eq!(late_only.len(), 1);
+    assert_eq!(late_only[0].start_unix_nano, T0);
+    let early_only = engine
+        .get_trace_in(&tid(5), TimeRange::new(0, early + SEC))
+        .expect("get");
+    assert_eq!(early_only.len(), 1);
+    assert_eq!(early_only[0].start_unix_nano, early);
+}
+
+#[test]
+fn the_picker_empties_level_0_and_keeps_deeper_levels_in_shape() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let opts = small_tree(dir.path(), &clock);
+    let copts = opts.compaction.clone();
+    let engine = Engine::open(opts).expect("open");
+    assert!(pick(&engine.snapshot().version, &copts, &HashSet::new()).is_none());
+    for t in 0..3000u128 {
+        engine
+            .write_blocking(vec![span_at(t.wrapping_mul(0x9e37_79b9_7f4a_7c15), 1, T0)])
+            .expect("write");
+    }
+    engine.flush().expect("flush");
+    let version = engine.snapshot().version.clone();
+    let task = pick(&version, &copts, &HashSet::new()).expect("level 0 is over the trigger");
+    assert_eq!((task.input_level, task.output_level), (0, 1));
+    assert_eq!(task.inputs.len(), version.l0.len());
+    // Busy files are not picked again.
+    let busy = task.input_ids();
+    assert!(pick(&version, &copts, &busy).is_none_or(|t| t.input_level > 0));
+
+    engine.compact().expect("compact");
+    let version = engine.snapshot().version.clone();
+    assert!(
+        pick(&version, &copts, &HashSet::new()).is_none(),
+        "compact runs to a fixed point"
+    );
+    assert!(version.l0.is_empty());
+    // Every non-last level partition is within its target, and files in a
+    // (level, partition) have disjoint, sorted trace-ID ranges.
+    for (i, parts) in version.deeper.iter().enumerate() {
+        for files in parts.values() {
+            if i + 2 < version.levels() {
+                let bytes: u64 = files.iter().map(|f| f.size()).sum();
+                assert!(
+                    bytes <= copts.level_target(i + 1),
+                    "level {} {bytes}",
+                    i + 1
+                );
+            }
+            for w in files.windows(2) {
+                assert!(w[0].table().meta().max_trace_id < w[1].table().meta().min_trace_id);
+            }
+        }
+    }
+    assert!(
+        version.deeper.iter().skip(1).any(|p| !p.is_empty()),
+        "data reached level 2+"
+    );
+    for t in (0..3000u128).step_by(97) {
+        assert_eq!(
+            engine
+                .get_trace(&tid(t.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+                .expect("get")
+                .len(),
+            1
+        );
+    }
+}
