@@ -133,6 +133,7 @@ pub async fn get_trace(
 ) -> anyhow::Result<Option<usize>> {
     let request = GetTraceRequest {
         trace_id: trace_id.to_be_bytes().to_vec().into(),
+        ..Default::default()
     };
     let mut stream = match client.get_trace(request).await {
         Ok(r) => r.into_inner(),

@@ -38,6 +38,9 @@ pub struct WorkloadOptions {
     pub late_fraction: f64,
     /// Share of spans with an error status.
     pub error_fraction: f64,
+    /// When the first trace starts. The default is the current minute, so servers
+    /// with a retention period keep the spans; all else follows the seed.
+    pub start_unix_nano: u64,
 }
 
 impl Default for WorkloadOptions {
@@ -49,8 +52,16 @@ impl Default for WorkloadOptions {
             services: 8,
             late_fraction: 0.05,
             error_fraction: 0.02,
+            start_unix_nano: current_minute_unix_nano(),
         }
     }
+}
+
+fn current_minute_unix_nano() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    (now - now % 60) * 1_000_000_000
 }
 
 /// One pre-encoded request.
@@ -138,7 +149,7 @@ fn string(key: &str, value: &str) -> KeyValue {
 pub fn generate(opts: &WorkloadOptions) -> anyhow::Result<Workload> {
     let mut rng = SmallRng::seed_from_u64(opts.seed);
     let services = opts.services.max(1);
-    let base_time: u64 = 1_700_000_000_000_000_000 + opts.seed % 1_000_000 * 1_000_000_000;
+    let base_time = opts.start_unix_nano;
 
     // Spans in sending order, each with its service; late spans are moved later.
     let mut queue: Vec<(usize, Span)> = Vec::with_capacity(opts.pool_spans);

@@ -117,6 +117,7 @@ async fn get(trace_id: TraceId, addr: &str) -> anyhow::Result<()> {
             .with_context(|| format!("connecting to {uri}"))?;
     let request = tracedb_proto::query::v1::GetTraceRequest {
         trace_id: trace_id.0.to_vec().into(),
+        ..Default::default()
     };
     let mut stream = match client.get_trace(request).await {
         Ok(response) => response.into_inner(),

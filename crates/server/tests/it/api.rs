@@ -79,6 +79,7 @@ async fn status_codes_follow_the_otlp_rules() {
     let short = query
         .get_trace(GetTraceRequest {
             trace_id: vec![1, 2, 3].into(),
+            ..Default::default()
         })
         .await;
     assert_eq!(short.expect_err("3-byte id").code(), Code::InvalidArgument);

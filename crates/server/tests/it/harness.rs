@@ -159,6 +159,18 @@ pub fn string_kv(key: &str, value: &str) -> KeyValue {
     }
 }
 
+/// The start time of every test span: this process's start, so spans are well
+/// inside the server's retention period and the same on every call.
+fn base_time() -> u64 {
+    static BASE: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970");
+        now.as_secs() * 1_000_000_000
+    });
+    *BASE
+}
+
 /// A span with attributes, an event, a link, status, flags and trace state, so
 /// round trips exercise every field.
 pub fn rich_span(trace: u128, span_no: u64, parent: Option<u64>) -> Span {
@@ -173,8 +185,8 @@ pub fn rich_span(trace: u128, span_no: u64, parent: Option<u64>) -> Span {
         flags: 0x101,
         name: format!("op-{span_no}"),
         kind: span::SpanKind::Server as i32,
-        start_time_unix_nano: 1_700_000_000_000_000_000 + span_no * 1_000,
-        end_time_unix_nano: 1_700_000_000_000_000_000 + span_no * 1_000 + 500,
+        start_time_unix_nano: base_time() + span_no * 1_000,
+        end_time_unix_nano: base_time() + span_no * 1_000 + 500,
         attributes: vec![
             string_kv("http.route", "/cart"),
             KeyValue {
@@ -186,7 +198,7 @@ pub fn rich_span(trace: u128, span_no: u64, parent: Option<u64>) -> Span {
         ],
         dropped_attributes_count: 1,
         events: vec![span::Event {
-            time_unix_nano: 1_700_000_000_000_000_100,
+            time_unix_nano: base_time() + 100,
             name: "retry".into(),
             attributes: vec![string_kv("why", "timeout")],
             dropped_attributes_count: 0,
@@ -246,6 +258,7 @@ pub async fn get_trace(
     let mut stream = client
         .get_trace(GetTraceRequest {
             trace_id: trace.to_be_bytes().to_vec().into(),
+            ..Default::default()
         })
         .await?
         .into_inner();
