@@ -119,6 +119,30 @@ impl Exporter {
     }
 }
 
+impl Exporter {
+    /// Exports as a well-behaved OTLP client does: a throttled request is sent
+    /// again after a pause (50 ms, doubling up to 1 s), at most `retries` times.
+    /// Returns the final outcome and the number of retries it took.
+    pub async fn export_retrying(
+        &self,
+        body: Bytes,
+        stream: usize,
+        retries: u32,
+    ) -> (Outcome, u32) {
+        let mut pause = std::time::Duration::from_millis(50);
+        let mut attempt = 0;
+        loop {
+            let outcome = self.export(body.clone(), stream).await;
+            if outcome != Outcome::Throttled || attempt == retries {
+                return (outcome, attempt);
+            }
+            attempt += 1;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_secs(1));
+        }
+    }
+}
+
 fn rejected(response: &ExportTraceServiceResponse) -> u64 {
     response
         .partial_success

@@ -4,6 +4,8 @@
 //!   spans/s, whether or not earlier ones have returned. Each latency is measured
 //!   from the request's *scheduled* send time, so a stalled server cannot hide
 //!   its stall by slowing the generator down (coordinated omission).
+//! - A throttled request (UNAVAILABLE, HTTP 429/503) is sent again after a pause,
+//!   as OTLP exporters do (`--retries`); its latency runs to the final answer.
 //! - `--mode max`: `--concurrency` closed-loop streams send as fast as the
 //!   server answers; reports the accepted spans/s.
 //! - After either, `--query-samples N` fetches N traces that were fully
@@ -75,6 +77,9 @@ struct Args {
     /// Streams in max mode; most requests in flight in open mode.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
+    /// Times a throttled request is sent again (pausing 50 ms, doubling up to 1 s).
+    #[arg(long, default_value_t = 10)]
+    retries: u32,
     /// gRPC connections to spread requests over.
     #[arg(long, default_value_t = 2)]
     connections: usize,
@@ -111,6 +116,8 @@ struct Record {
     latency: Duration,
     spans: usize,
     outcome: Outcome,
+    /// Times the request was sent again after the server throttled it.
+    retried: u32,
     /// pass << 32 | request index.
     key: u64,
 }
@@ -181,6 +188,7 @@ async fn open_loop(
     exporter: Exporter,
 ) -> (Vec<Record>, Duration) {
     let interval = Duration::from_secs_f64(args.batch_size as f64 / args.rate as f64);
+    let retries = args.retries;
     let total = Duration::from_secs_f64(args.duration);
     let in_flight = Arc::new(Semaphore::new(args.concurrency.max(1)));
     let (tx, rx) = mpsc::unbounded_channel();
@@ -202,13 +210,14 @@ async fn open_loop(
         tokio::spawn(async move {
             let (pass, idx) = (i / n, (i % n) as usize);
             let request = &workload.requests[idx];
-            let outcome = exporter
-                .export(request.body_for_pass(pass), i as usize)
+            let (outcome, retried) = exporter
+                .export_retrying(request.body_for_pass(pass), i as usize, retries)
                 .await;
             let _ = tx.send(Record {
                 latency: scheduled.elapsed(),
                 spans: request.spans,
                 outcome,
+                retried,
                 key: pass << 32 | idx as u64,
             });
             drop(permit);
@@ -227,6 +236,7 @@ async fn max_rate(
     exporter: Exporter,
 ) -> (Vec<Record>, Duration) {
     let total = Duration::from_secs_f64(args.duration);
+    let retries = args.retries;
     let next = Arc::new(AtomicU64::new(0));
     let (tx, rx) = mpsc::unbounded_channel();
     let collector = tokio::spawn(collect(rx, total));
@@ -242,11 +252,14 @@ async fn max_rate(
                     let (pass, idx) = (i / n, (i % n) as usize);
                     let request = &workload.requests[idx];
                     let sent = Instant::now();
-                    let outcome = exporter.export(request.body_for_pass(pass), stream).await;
+                    let (outcome, retried) = exporter
+                        .export_retrying(request.body_for_pass(pass), stream, retries)
+                        .await;
                     let _ = tx.send(Record {
                         latency: sent.elapsed(),
                         spans: request.spans,
                         outcome,
+                        retried,
                         key: pass << 32 | idx as u64,
                     });
                 }
@@ -298,6 +311,7 @@ fn summarize(args: &Args, records: &[Record], elapsed: Duration) -> anyhow::Resu
     );
     for r in records {
         histogram.saturating_record(r.latency.as_micros() as u64);
+        summary.retried_spans += u64::from(r.retried) * r.spans as u64;
         match &r.outcome {
             Outcome::Accepted { rejected } => {
                 summary.accepted_spans += r.spans as u64 - rejected;

@@ -71,6 +71,8 @@ pub struct Summary {
     pub rejected_spans: u64,
     pub throttled_spans: u64,
     pub failed_spans: u64,
+    /// Spans sent again after a throttled attempt (counted once per retry).
+    pub retried_spans: u64,
     pub first_error: Option<String>,
     pub export_latency: Option<Latency>,
     pub server_cpu_us_per_span: Option<f64>,
@@ -90,6 +92,7 @@ impl Summary {
             rejected_spans: 0,
             throttled_spans: 0,
             failed_spans: 0,
+            retried_spans: 0,
             first_error: None,
             export_latency: None,
             server_cpu_us_per_span: None,
@@ -124,8 +127,12 @@ impl Summary {
         );
         let _ = writeln!(
             out,
-            "spans accepted/rejected/throttled/failed  {} / {} / {} / {}",
-            self.accepted_spans, self.rejected_spans, self.throttled_spans, self.failed_spans
+            "spans accepted/rejected/throttled/failed  {} / {} / {} / {}; retried {}",
+            self.accepted_spans,
+            self.rejected_spans,
+            self.throttled_spans,
+            self.failed_spans,
+            self.retried_spans
         );
         if let Some(e) = &self.first_error {
             let _ = writeln!(out, "first error              {e}");
@@ -185,6 +192,7 @@ impl Summary {
             "rejected_spans": self.rejected_spans,
             "throttled_spans": self.throttled_spans,
             "failed_spans": self.failed_spans,
+            "retried_spans": self.retried_spans,
             "first_error": self.first_error,
             "export_latency": self.export_latency.map(|l| l.json()),
             "server_cpu_us_per_span": self.server_cpu_us_per_span,
