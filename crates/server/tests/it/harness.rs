@@ -24,7 +24,10 @@ pub const TRACEDB: &str = env!("CARGO_BIN_EXE_tracedb");
 /// A running `tracedb serve`.
 pub struct Server {
     child: Child,
+    /// The gRPC address.
     pub addr: SocketAddr,
+    /// The HTTP address (OTLP/HTTP, /metrics, /ready).
+    pub http: SocketAddr,
     /// Everything the server logged so far.
     pub log: Arc<Mutex<Vec<String>>>,
 }
@@ -37,7 +40,14 @@ impl Server {
 
     pub fn start_with(data_dir: &Path, extra: &[&str]) -> Server {
         let mut child = Command::new(TRACEDB)
-            .args(["serve", "--grpc-addr", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "serve",
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--http-addr",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(data_dir)
             .args(extra)
             .env("RUST_LOG", "info")
@@ -59,8 +69,8 @@ impl Server {
                 sink.lock().expect("log lock").push(line);
             }
         });
-        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(addr) => addr,
+        let (addr, http) = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(addrs) => addrs,
             Err(_) => {
                 let _ = child.kill();
                 panic!(
@@ -69,7 +79,12 @@ impl Server {
                 );
             }
         };
-        Server { child, addr, log }
+        Server {
+            child,
+            addr,
+            http,
+            log,
+        }
     }
 
     pub fn endpoint(&self) -> String {
@@ -141,13 +156,16 @@ fn wait_timeout(child: &mut Child, limit: Duration) -> ExitStatus {
     }
 }
 
-/// Parses `grpc=ADDR` out of the server's start-up line.
-fn listening_addr(line: &str) -> Option<SocketAddr> {
+/// Parses `grpc=ADDR` and `http=ADDR` out of the server's ready line.
+fn listening_addr(line: &str) -> Option<(SocketAddr, SocketAddr)> {
     if !line.contains("tracedb listening") {
         return None;
     }
-    let rest = &line[line.find("grpc=")? + 5..];
-    rest.split_whitespace().next()?.parse().ok()
+    let field = |name: &str| -> Option<SocketAddr> {
+        let rest = &line[line.find(name)? + name.len()..];
+        rest.split_whitespace().next()?.parse().ok()
+    };
+    Some((field(" grpc=")?, field(" http=")?))
 }
 
 pub fn string_kv(key: &str, value: &str) -> KeyValue {
