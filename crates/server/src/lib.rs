@@ -110,8 +110,13 @@ pub async fn serve(
         ingest: ingest.clone(),
         engine: engine_cell.clone(),
     }));
+    let http_listener = axum::serve::ListenerExt::tap_io(listeners.http, |stream| {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::trace!(error = %e, "setting TCP_NODELAY");
+        }
+    });
     let http_task = tokio::spawn(async move {
-        axum::serve(listeners.http, http_router)
+        axum::serve(http_listener, http_router)
             .with_graceful_shutdown(stopped(stop_rx))
             .await
     });
@@ -238,10 +243,11 @@ fn spawn_grpc(
         .add_service(reflection_v1alpha)
         .add_service(export)
         .add_service(query);
-    Ok(tokio::spawn(router.serve_with_incoming_shutdown(
-        tokio_stream::wrappers::TcpListenerStream::new(listener),
-        stop,
-    )))
+    // Without TCP_NODELAY, small unary answers wait out delayed ACKs (~40 ms).
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    Ok(tokio::spawn(
+        router.serve_with_incoming_shutdown(incoming, stop),
+    ))
 }
 
 /// Keeps the memory budget's view of buffered spans current, and flushes
