@@ -16,6 +16,8 @@ const PROTOS: &[&str] = &[
     "proto/opentelemetry/proto/trace/v1/trace.proto",
     "proto/opentelemetry/proto/collector/trace/v1/trace_service.proto",
     "proto/tracedb/query/v1/query.proto",
+    "proto/google/rpc/status.proto",
+    "proto/google/rpc/error_details.proto",
 ];
 
 fn main() -> Result<(), Box<dyn Error>> {

@@ -1,30 +1,46 @@
-//! OTLP receivers of tracedb: wire-format scanning, validation, and the gRPC
-//! `TraceService`.
+//! OTLP receivers of tracedb: OTLP/gRPC and OTLP/HTTP (protobuf and JSON), with
+//! wire-format scanning, validation, admission under a memory budget, and the
+//! status codes the OTLP specification prescribes.
 //!
 //! How a request body moves through the crate:
-//! - [`wire`] is a bounds-checked cursor over protobuf bytes: keys, varints,
-//!   fixed-width values, length-delimited ranges, skipping of unknown fields.
-//!   It never allocates and never recurses.
-//! - [`scan`] walks an encoded `ExportTraceServiceRequest` by its schema with
-//!   that cursor, validates every message in it, and turns each span into a
+//! - [`service`] (gRPC `TraceService/Export`, behind the [`limit`] wrappers) and
+//!   [`http`] (`POST /v1/traces`: content type, gzip, size limit) each turn a
+//!   request into an encoded `ExportTraceServiceRequest`; [`json`] converts
+//!   OTLP/JSON to that encoding first.
+//! - [`export`] is the path both share: [`Ingest`] checks the server's phase,
+//!   takes the body's bytes from the [`budget`], scans it and hands the spans to
+//!   the storage engine, answering only once they are durable, and counts the
+//!   outcome in [`metrics`].
+//! - [`scan`] walks the encoded request by its schema with the [`wire`] cursor,
+//!   validates every message in it, and turns each span into a
 //!   [`tracedb_lsm::Span`] whose payload is a zero-copy slice of the body and
 //!   whose [`tracedb_lsm::ScopeGroup`] is shared per `ScopeSpans`. Spans with
 //!   unusable IDs are rejected one by one ([`ScanOutcome`]); a malformed
 //!   request is rejected whole ([`ScanError`]).
-//! - [`service`] is `TraceService/Export`: it scans the raw request body and
-//!   hands the spans to the storage engine, answering only once they are durable.
-//! - [`limit`] makes an over-size request RESOURCE_EXHAUSTED, as OTLP specifies.
+//! - [`status`] is the one place where an [`Error`] becomes a gRPC status (with
+//!   `RetryInfo` when retryable) or an HTTP status with a `google.rpc.Status`
+//!   body.
 //! - [`error`] holds the crate's error types.
 
 #![deny(unsafe_code)]
 
+pub mod budget;
 pub mod error;
+pub mod export;
+pub mod http;
+pub mod json;
 pub mod limit;
+pub mod metrics;
 pub mod scan;
 pub mod service;
+pub mod status;
 pub mod wire;
 
+pub use budget::{MemoryBudget, Permit};
 pub use error::{Error, FieldPath, Malformed, MalformedKind, PathSegment, Result, ScanError};
-pub use limit::OtlpSizeStatus;
+pub use export::{Ingest, IngestOptions, Phase};
+pub use json::{json_to_protobuf, JsonError};
+pub use limit::{GrpcAdmission, OtlpSizeStatus};
+pub use metrics::{Exposition, IngestMetrics, Protocol};
 pub use scan::{scan_export_request, ScanOutcome, MAX_ANY_VALUE_DEPTH};
 pub use service::OtlpTraceService;

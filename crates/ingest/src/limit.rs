@@ -1,5 +1,10 @@
-//! The status code of an over-size export.
+//! Wrappers around the gRPC `TraceService` that act before tonic reads a body.
 //!
+//! [`GrpcAdmission`] refuses an export at once, without reading its body, when
+//! the server is not serving or the memory budget is already full: a flood of
+//! requests then costs headers, not bodies.
+//!
+//! [`OtlpSizeStatus`] fixes the status code of an over-size export.
 //! The OTLP specification answers a request over the server's size limit with
 //! RESOURCE_EXHAUSTED and no retry information, so clients drop it instead of
 //! retrying it forever. tonic says RESOURCE_EXHAUSTED when a *decompressed*
@@ -9,7 +14,9 @@
 use std::{
     future::Future,
     pin::Pin,
+    sync::Arc,
     task::{Context, Poll},
+    time::Instant,
 };
 
 use tonic::{
@@ -18,6 +25,8 @@ use tonic::{
     server::NamedService,
 };
 use tower_service::Service;
+
+use crate::{export::Ingest, metrics::Protocol, scan::ScanOutcome, status::grpc_status};
 
 /// Where tonic's message for a frame over the limit begins.
 const TOO_LARGE: &str = "Error, decoded message length too large";
@@ -71,5 +80,49 @@ where
             }
             Ok(response)
         })
+    }
+}
+
+/// A service wrapper that answers UNAVAILABLE (with retry info) before the body
+/// is read when the server is not serving or the memory budget is full.
+#[derive(Clone)]
+pub struct GrpcAdmission<S> {
+    inner: S,
+    ingest: Arc<Ingest>,
+}
+
+impl<S> GrpcAdmission<S> {
+    pub fn new(inner: S, ingest: Arc<Ingest>) -> Self {
+        GrpcAdmission { inner, ingest }
+    }
+}
+
+impl<S: NamedService> NamedService for GrpcAdmission<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B> Service<Request<B>> for GrpcAdmission<S>
+where
+    S: Service<Request<B>, Response = Response<Body>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let started = Instant::now();
+        if let Err(error) = self.ingest.admit(0) {
+            let response = grpc_status(&error).into_http();
+            self.ingest
+                .finish(Protocol::Grpc, &Err::<ScanOutcome, _>(error), started);
+            return Box::pin(std::future::ready(Ok(response)));
+        }
+        Box::pin(self.inner.call(request))
     }
 }

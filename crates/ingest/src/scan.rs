@@ -55,6 +55,11 @@ pub struct ScanOutcome {
     pub accepted: u64,
     /// Well-formed spans left out because of an invalid trace or span ID.
     pub rejected: u64,
+    /// Of `rejected`: spans whose trace ID is not 16 bytes or is all zero.
+    pub rejected_trace_id: u64,
+    /// Of `rejected`: spans with a usable trace ID whose span ID is not 8 bytes
+    /// or is all zero.
+    pub rejected_span_id: u64,
     /// The first few reasons, human readable, for `partial_success.error_message`.
     pub rejection_message: String,
 }
@@ -288,6 +293,12 @@ impl Scanner<'_> {
     fn reject(&mut self, position: SpanPosition, problem: IdProblem) {
         let outcome = &mut self.outcome;
         outcome.rejected += 1;
+        match problem {
+            IdProblem::Length("trace_id", ..) | IdProblem::Zero("trace_id") => {
+                outcome.rejected_trace_id += 1;
+            }
+            _ => outcome.rejected_span_id += 1,
+        }
         if outcome.rejected > MAX_REJECTION_REASONS as u64 {
             return;
         }

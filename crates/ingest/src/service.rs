@@ -1,35 +1,31 @@
 //! `opentelemetry.proto.collector.trace.v1.TraceService/Export` over gRPC.
 //!
-//! The request body arrives as raw bytes (see `tracedb_proto::codec`), is scanned
-//! and validated without building prost trees, and its valid spans are handed to
-//! the storage engine, which returns once they are in an fsynced WAL. Only then
-//! does the client get OK. Spans with invalid IDs are reported through
-//! `partial_success` while the rest of the request is stored.
+//! The request body arrives as raw bytes (see `tracedb_proto::codec`), already
+//! decompressed and bounded by tonic; [`Ingest`] admits, scans and stores it, and
+//! [`crate::status`] turns a refusal into the status OTLP prescribes. Spans with
+//! invalid IDs are reported through `partial_success` while the rest of the
+//! request is stored.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Instant};
 
 use tonic::{Request, Response, Status};
-use tracedb_lsm::Engine;
 use tracedb_proto::{
     codec::RawRequest,
     collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceResponse},
     trace_service_server::TraceService,
 };
 
-use crate::scan::scan_export_request;
+use crate::{export::Ingest, metrics::Protocol, scan::ScanOutcome, status::grpc_status};
 
-/// Typical encoded size of a span, to size the output vector in one allocation.
-const TYPICAL_SPAN_BYTES: usize = 128;
-
-/// The OTLP trace receiver over one storage engine.
+/// The OTLP trace receiver over gRPC.
 #[derive(Clone)]
 pub struct OtlpTraceService {
-    engine: Arc<Engine>,
+    ingest: Arc<Ingest>,
 }
 
 impl OtlpTraceService {
-    pub fn new(engine: Arc<Engine>) -> Self {
-        OtlpTraceService { engine }
+    pub fn new(ingest: Arc<Ingest>) -> Self {
+        OtlpTraceService { ingest }
     }
 }
 
@@ -40,25 +36,28 @@ impl TraceService for OtlpTraceService {
         &self,
         request: Request<RawRequest>,
     ) -> Result<Response<ExportTraceServiceResponse>, Status> {
+        let started = Instant::now();
         let body = request.into_inner().0;
-        let mut spans = Vec::with_capacity(body.len() / TYPICAL_SPAN_BYTES + 1);
-        let outcome = scan_export_request(&body, &mut spans).map_err(|e| {
-            Status::invalid_argument(format!("malformed ExportTraceServiceRequest: {e}"))
-        })?;
-        self.engine.write(spans).await.map_err(storage_status)?;
-        let partial_success = (outcome.rejected > 0).then(|| ExportTracePartialSuccess {
-            rejected_spans: i64::try_from(outcome.rejected).unwrap_or(i64::MAX),
-            error_message: outcome.rejection_message,
-        });
-        Ok(Response::new(ExportTraceServiceResponse {
-            partial_success,
-        }))
+        self.ingest
+            .metrics()
+            .record_bytes(Protocol::Grpc, body.len());
+        let result = match self.ingest.admit(body.len()) {
+            Ok(permit) => self.ingest.store(body, permit).await,
+            Err(e) => Err(e),
+        };
+        self.ingest.finish(Protocol::Grpc, &result, started);
+        match result {
+            Ok(outcome) => Ok(Response::new(export_response(outcome))),
+            Err(e) => Err(grpc_status(&e)),
+        }
     }
 }
 
-/// Storage failures are retryable from the client's point of view: nothing of the
-/// request was acknowledged, and the OTLP spec has clients retry UNAVAILABLE.
-fn storage_status(e: tracedb_lsm::Error) -> Status {
-    tracing::warn!(error = %e, "export not stored");
-    Status::unavailable(format!("spans not stored: {e}"))
+/// OK, with `partial_success` when some spans were rejected.
+pub fn export_response(outcome: ScanOutcome) -> ExportTraceServiceResponse {
+    let partial_success = (outcome.rejected > 0).then(|| ExportTracePartialSuccess {
+        rejected_spans: i64::try_from(outcome.rejected).unwrap_or(i64::MAX),
+        error_message: outcome.rejection_message,
+    });
+    ExportTraceServiceResponse { partial_success }
 }

@@ -9,6 +9,8 @@
 //!   owned prost trees per span.
 //! - [`trace_service_server`] and [`query_service_server`]: the server halves of
 //!   both services, wired to [`codec::RawCodec`].
+//! - [`google::rpc`]: `google.rpc.Status` and `google.rpc.RetryInfo`, the error
+//!   model of gRPC status details and of OTLP/HTTP error bodies.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server reflection.
 
 pub mod codec;
@@ -63,6 +65,13 @@ pub mod tracedb {
 }
 
 pub use tracedb::query;
+
+/// The gRPC error model (`google.rpc.Status`, `google.rpc.RetryInfo`).
+pub mod google {
+    pub mod rpc {
+        include!(concat!(env!("OUT_DIR"), "/google.rpc.rs"));
+    }
+}
 
 /// Server half of `opentelemetry.proto.collector.trace.v1.TraceService`, taking raw request bytes.
 pub mod trace_service {

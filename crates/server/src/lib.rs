@@ -1,96 +1,224 @@
 //! The tracedb server: configuration, start-up, serving and orderly shutdown.
 //!
-//! [`run`] opens the storage engine on the data directory, serves on the gRPC
-//! address the OTLP `TraceService` (ingest), `tracedb.query.v1.QueryService`
-//! (queries), `grpc.health.v1.Health` and server reflection, and on shutdown stops
-//! accepting, lets in-flight requests finish, then flushes every buffer to files
-//! and closes the WAL. [`render`] prints a trace for `tracedb get`.
+//! - [`config`]: the options of `tracedb serve` (flags, `TRACEDB_*`
+//!   variables, a TOML file) and their validation.
+//! - [`serve`] (and [`run`], which binds the addresses first) brings the server
+//!   up in this order: both listeners bound and answering, health NOT_SERVING;
+//!   the storage engine opened (WAL replayed); ingest and queries switched on,
+//!   health SERVING. On the gRPC address: the OTLP `TraceService`,
+//!   `tracedb.query.v1.QueryService`, `grpc.health.v1.Health` and reflection.
+//!   On the HTTP address: OTLP/HTTP `POST /v1/traces`, and [`ops`]'
+//!   `GET /metrics` and `GET /ready`.
+//! - On shutdown: ingest refuses new exports and health says NOT_SERVING; both
+//!   listeners stop accepting; in-flight requests finish; every buffer is
+//!   flushed to files and the WAL closed — all within `--shutdown-timeout-secs`.
+//! - [`deferred`]: a gRPC service registered before its engine exists.
+//! - [`render`] prints a trace for `tracedb get`.
 
+pub mod config;
+pub mod deferred;
+pub mod ops;
 pub mod render;
 
-use std::{future::Future, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+use std::{
+    future::Future,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, OnceLock,
+    },
+    time::{Duration, Instant},
+};
 
 use anyhow::Context;
-use tokio::net::TcpListener;
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 use tonic::codec::CompressionEncoding;
-use tracedb_ingest::{OtlpSizeStatus, OtlpTraceService};
-use tracedb_lsm::{Engine, EngineOptions, MemTableOptions};
+use tracedb_ingest::{GrpcAdmission, Ingest, OtlpSizeStatus, OtlpTraceService};
+use tracedb_lsm::Engine;
 use tracedb_proto::{
     query_service_server::QueryServiceServer, trace_service_server::TraceServiceServer,
 };
 use tracedb_query::QueryApi;
 
-/// Default OTLP gRPC address.
-pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:4317";
-/// Default OTLP HTTP address.
-pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:4318";
-/// Default data directory, relative to the working directory.
-pub const DEFAULT_DATA_DIR: &str = "./tracedb-data";
+pub use config::{
+    ByteSize, Config, ConfigError, DEFAULT_DATA_DIR, DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR,
+};
 
-/// Everything `tracedb serve` can be told.
-#[derive(Debug, Clone)]
-pub struct Config {
-    pub data_dir: PathBuf,
-    pub grpc_addr: SocketAddr,
-    /// Reserved for OTLP/HTTP; accepted and reported, not served yet.
-    pub http_addr: SocketAddr,
-    /// Largest accepted gRPC message after decompression.
-    pub max_message_bytes: usize,
-    pub memtable: MemTableOptions,
+use crate::deferred::Deferred;
+
+type IngestServer = TraceServiceServer<OtlpTraceService>;
+type QueryServer = QueryServiceServer<QueryApi>;
+
+/// The two listeners, bound before [`serve`] is called.
+pub struct Listeners {
+    pub grpc: TcpListener,
+    pub http: TcpListener,
 }
 
-impl Config {
-    /// The defaults, on `data_dir`.
-    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
-        Config {
-            data_dir: data_dir.into(),
-            grpc_addr: SocketAddr::from(([127, 0, 0, 1], 4317)),
-            http_addr: SocketAddr::from(([127, 0, 0, 1], 4318)),
-            max_message_bytes: 64 << 20,
-            memtable: MemTableOptions::default(),
-        }
-    }
-}
-
-/// Runs the server until `shutdown` resolves, then shuts down in order.
+/// Binds both addresses and runs the server until `shutdown` resolves.
 pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(config.grpc_addr)
-        .await
-        .with_context(|| format!("binding the gRPC address {}", config.grpc_addr))?;
-    serve(config, listener, shutdown).await
+    let grpc = TcpListener::bind(config.grpc_addr).await.with_context(|| {
+        format!(
+            "binding the gRPC address {} (--grpc-addr)",
+            config.grpc_addr
+        )
+    })?;
+    let http = TcpListener::bind(config.http_addr).await.with_context(|| {
+        format!(
+            "binding the HTTP address {} (--http-addr)",
+            config.http_addr
+        )
+    })?;
+    serve(config, Listeners { grpc, http }, shutdown).await
 }
 
-/// Accepted connections with Nagle's algorithm off: tonic sets TCP_NODELAY only on
-/// sockets it accepts itself, and a streamed response (headers, data, trailers in
-/// separate writes) would otherwise wait for the client's delayed ACK, ~40 ms.
-fn incoming(
-    listener: TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use tokio_stream::StreamExt;
-    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|conn| {
-        let conn = conn?;
-        conn.set_nodelay(true)?;
-        Ok(conn)
-    })
-}
-
-/// [`run`] on a listener that is already bound.
+/// [`run`] on listeners that are already bound.
 pub async fn serve(
     config: Config,
-    listener: TcpListener,
+    listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let mut engine_opts = EngineOptions::new(&config.data_dir);
-    engine_opts.memtable = config.memtable.clone();
-    let engine = tokio::task::spawn_blocking(move || Engine::open(engine_opts))
-        .await?
-        .with_context(|| format!("opening the data directory {}", config.data_dir.display()))?;
-    let engine = Arc::new(engine);
+    let grpc_addr = listeners.grpc.local_addr()?;
+    let http_addr = listeners.http.local_addr()?;
 
+    // Poll the signal from the start, so SIGTERM during start-up is a clean stop.
+    let (signal_tx, mut signal_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = signal_tx.send(true);
+    });
+    // Tells both servers to stop accepting.
+    let (stop_tx, stop_rx) = watch::channel(false);
+
+    let ingest = Ingest::new(config.ingest_options());
+    let engine_cell: Arc<OnceLock<Arc<Engine>>> = Arc::new(OnceLock::new());
     let (health, health_service) = tonic_health::server::health_reporter();
+    set_health(&health, tonic_health::ServingStatus::NotServing).await;
+
+    let query = Deferred::<QueryServer>::new();
+    let grpc_task = spawn_grpc(
+        listeners.grpc,
+        &config,
+        ingest.clone(),
+        query.clone(),
+        health_service,
+        stopped(stop_rx.clone()),
+    )?;
+    let http_router = tracedb_ingest::http::router(ingest.clone()).merge(ops::router(ops::Ops {
+        ingest: ingest.clone(),
+        engine: engine_cell.clone(),
+    }));
+    let http_listener = axum::serve::ListenerExt::tap_io(listeners.http, |stream| {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::trace!(error = %e, "setting TCP_NODELAY");
+        }
+    });
+    let http_task = tokio::spawn(async move {
+        axum::serve(http_listener, http_router)
+            .with_graceful_shutdown(stopped(stop_rx))
+            .await
+    });
+    tracing::info!(grpc = %grpc_addr, http = %http_addr, "tracedb starting: opening storage");
+
+    let engine_opts = config.engine_options();
+    let opened = tokio::task::spawn_blocking(move || Engine::open(engine_opts))
+        .await?
+        .with_context(|| format!("opening the data directory {}", config.data_dir.display()));
+    let engine = match opened {
+        Ok(engine) => Arc::new(engine),
+        Err(e) => {
+            let _ = stop_tx.send(true);
+            let _ = tokio::join!(grpc_task, http_task);
+            return Err(e);
+        }
+    };
+    let _ = engine_cell.set(engine.clone());
+    query.set(
+        QueryServiceServer::new(QueryApi::new(engine.clone()))
+            .accept_compressed(CompressionEncoding::Gzip)
+            .send_compressed(CompressionEncoding::Gzip),
+    );
+    ingest.start(engine.clone());
+    set_health(&health, tonic_health::ServingStatus::Serving).await;
+    let sampler = Sampler::spawn(ingest.clone(), engine.clone());
+    tracing::info!(
+        grpc = %grpc_addr,
+        http = %http_addr,
+        data_dir = %config.data_dir.display(),
+        max_memory = %config.max_memory,
+        "tracedb listening (grpc: OTLP TraceService, QueryService, health, reflection; http: POST /v1/traces, GET /metrics, GET /ready)"
+    );
+
+    let _ = signal_rx.wait_for(|stop| *stop).await;
+    let deadline = Instant::now() + config.shutdown_timeout();
+    tracing::info!(
+        timeout_secs = config.shutdown_timeout_secs,
+        "shutting down: refusing new exports, finishing in-flight ones"
+    );
+    ingest.shut_down();
+    set_health(&health, tonic_health::ServingStatus::NotServing).await;
+    let _ = stop_tx.send(true);
+
+    let servers = async {
+        let (grpc, http) = tokio::join!(grpc_task, http_task);
+        (grpc, http)
+    };
+    match tokio::time::timeout_at(deadline.into(), servers).await {
+        Ok((grpc, http)) => {
+            grpc?.context("serving gRPC")?;
+            http?.context("serving HTTP")?;
+        }
+        Err(_) => tracing::warn!(
+            "in-flight requests did not finish within the shutdown timeout; closing their connections (none of them was acknowledged)"
+        ),
+    }
+
+    sampler.stop(deadline).await;
+    tracing::info!("flushing buffers to files");
+    let close = tokio::task::spawn_blocking(move || engine.close());
+    match tokio::time::timeout_at(deadline.into(), close).await {
+        Ok(closed) => closed?.context("closing storage")?,
+        Err(_) => {
+            tracing::warn!(
+                "buffers not flushed within the shutdown timeout; exiting anyway: every acknowledged span is in the fsynced WAL and is replayed at the next start"
+            );
+            return Ok(());
+        }
+    }
+    tracing::info!("shut down cleanly");
+    Ok(())
+}
+
+/// Resolves once `rx` says stop.
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+async fn set_health(
+    health: &tonic_health::server::HealthReporter,
+    status: tonic_health::ServingStatus,
+) {
+    health.set_service_status("", status).await;
+    health
+        .set_service_status(<IngestServer as tonic::server::NamedService>::NAME, status)
+        .await;
+    health
+        .set_service_status(<QueryServer as tonic::server::NamedService>::NAME, status)
+        .await;
+}
+
+fn spawn_grpc(
+    listener: TcpListener,
+    config: &Config,
+    ingest: Arc<Ingest>,
+    query: Deferred<QueryServer>,
+    health_service: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<JoinHandle<Result<(), tonic::transport::Error>>> {
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(tracedb_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -99,61 +227,75 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(tracedb_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-
-    let ingest = OtlpSizeStatus::new(
-        TraceServiceServer::new(OtlpTraceService::new(engine.clone()))
-            .accept_compressed(CompressionEncoding::Gzip)
-            .send_compressed(CompressionEncoding::Gzip)
-            .max_decoding_message_size(config.max_message_bytes),
+    let export = GrpcAdmission::new(
+        OtlpSizeStatus::new(
+            TraceServiceServer::new(OtlpTraceService::new(ingest.clone()))
+                .accept_compressed(CompressionEncoding::Gzip)
+                .send_compressed(CompressionEncoding::Gzip)
+                .max_decoding_message_size(config.max_message_bytes.as_usize()),
+        ),
+        ingest,
     );
-    let query = QueryServiceServer::new(QueryApi::new(engine.clone()))
-        .accept_compressed(CompressionEncoding::Gzip)
-        .send_compressed(CompressionEncoding::Gzip);
-    health
-        .set_serving::<TraceServiceServer<OtlpTraceService>>()
-        .await;
-    health.set_serving::<QueryServiceServer<QueryApi>>().await;
-    health
-        .set_service_status("", tonic_health::ServingStatus::Serving)
-        .await;
-
-    let local = listener.local_addr()?;
-    tracing::info!(
-        grpc = %local,
-        http = %config.http_addr,
-        data_dir = %config.data_dir.display(),
-        "tracedb listening (grpc: OTLP TraceService, QueryService, health, reflection; http address reserved for OTLP/HTTP)"
-    );
-
-    let shutdown_health = health.clone();
-    let shutdown = async move {
-        shutdown.await;
-        tracing::info!("shutting down: refusing new requests, finishing in-flight ones");
-        shutdown_health
-            .set_service_status("", tonic_health::ServingStatus::NotServing)
-            .await;
-        shutdown_health
-            .set_not_serving::<TraceServiceServer<OtlpTraceService>>()
-            .await;
-        shutdown_health
-            .set_not_serving::<QueryServiceServer<QueryApi>>()
-            .await;
-    };
-    tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(ingest)
-        .add_service(query)
-        .serve_with_incoming_shutdown(incoming(listener), shutdown)
-        .await
-        .context("serving gRPC")?;
+        .add_service(export)
+        .add_service(query);
+    // Without TCP_NODELAY, small unary answers wait out delayed ACKs (~40 ms).
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    Ok(tokio::spawn(
+        router.serve_with_incoming_shutdown(incoming, stop),
+    ))
+}
 
-    tracing::info!("flushing buffers to files");
-    tokio::task::spawn_blocking(move || engine.close())
-        .await?
-        .context("closing storage")?;
-    tracing::info!("shut down cleanly");
-    Ok(())
+/// Keeps the memory budget's view of buffered spans current, and flushes
+/// early when buffered spans fill half the budget.
+struct Sampler {
+    task: JoinHandle<()>,
+    stop: Arc<AtomicBool>,
+    flush: Arc<tokio::sync::Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl Sampler {
+    fn spawn(ingest: Arc<Ingest>, engine: Arc<Engine>) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flush: Arc<tokio::sync::Mutex<Option<JoinHandle<()>>>> = Arc::default();
+        let (task_stop, task_flush) = (stop.clone(), flush.clone());
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(tracedb_ingest::export::SAMPLE_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while !task_stop.load(Ordering::Acquire) {
+                tick.tick().await;
+                let sampled = {
+                    let (ingest, engine) = (ingest.clone(), engine.clone());
+                    tokio::task::spawn_blocking(move || ingest.sample(&engine)).await
+                };
+                let needs_flush = sampled.unwrap_or(false);
+                let mut running = task_flush.lock().await;
+                let idle = running.as_ref().is_none_or(|h| h.is_finished());
+                if needs_flush && idle && !task_stop.load(Ordering::Acquire) {
+                    tracing::debug!("buffered spans fill half the memory budget: flushing early");
+                    let engine = engine.clone();
+                    *running = Some(tokio::task::spawn_blocking(move || {
+                        if let Err(e) = engine.flush() {
+                            tracing::warn!(error = %e, "early flush failed");
+                        }
+                    }));
+                }
+            }
+        });
+        Sampler { task, stop, flush }
+    }
+
+    /// Stops sampling and waits (until `deadline`) for an early flush in progress,
+    /// which must not overlap the engine's close.
+    async fn stop(self, deadline: Instant) {
+        self.stop.store(true, Ordering::Release);
+        let _ = tokio::time::timeout_at(deadline.into(), self.task).await;
+        if let Some(flush) = self.flush.lock().await.take() {
+            let _ = tokio::time::timeout_at(deadline.into(), flush).await;
+        }
+    }
 }

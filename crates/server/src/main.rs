@@ -1,11 +1,11 @@
 //! The `tracedb` command: `serve` runs the server, `get` prints a stored trace.
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
+use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 use tracedb_lsm::TraceId;
-use tracedb_server::{Config, DEFAULT_DATA_DIR, DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR};
+use tracedb_server::{Config, DEFAULT_GRPC_ADDR};
 
 #[derive(Parser)]
 #[command(
@@ -21,32 +21,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the server: OTLP/gRPC ingest, the query API, health and reflection.
+    /// Run the server: OTLP/gRPC and OTLP/HTTP ingest, the query API, health,
+    /// reflection and metrics. Options come from flags, then TRACEDB_*
+    /// environment variables, then the --config file, then the defaults shown.
     Serve {
-        /// Where files and the write-ahead log live; created if missing.
-        #[arg(long, env = "TRACEDB_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
-        data_dir: PathBuf,
-        /// gRPC address: OTLP TraceService, tracedb.query.v1.QueryService, health, reflection.
-        #[arg(long, env = "TRACEDB_GRPC_ADDR", default_value = DEFAULT_GRPC_ADDR)]
-        grpc_addr: SocketAddr,
-        /// HTTP address, reserved for OTLP/HTTP (accepted, not served yet).
-        #[arg(long, env = "TRACEDB_HTTP_ADDR", default_value = DEFAULT_HTTP_ADDR)]
-        http_addr: SocketAddr,
-        /// Largest accepted gRPC message in bytes, after decompression.
-        #[arg(long, env = "TRACEDB_MAX_MESSAGE_BYTES", default_value_t = 64 << 20)]
-        max_message_bytes: usize,
-        /// Number of in-memory buffer shards [default: number of cores].
-        #[arg(long, env = "TRACEDB_SHARDS")]
-        shards: Option<usize>,
-        /// A shard's buffer is flushed to a file once it holds this many bytes.
-        #[arg(long, env = "TRACEDB_FLUSH_BYTES", default_value_t = 32 << 20)]
-        flush_bytes: usize,
-        /// ... or once its oldest span has waited this many seconds.
-        #[arg(long, env = "TRACEDB_FLUSH_AGE_SECS", default_value_t = 30)]
-        flush_age_secs: u64,
-        /// Log filter (error, warn, info, debug, trace, or a RUST_LOG-style directive).
-        #[arg(long, env = "RUST_LOG", default_value = "info")]
-        log_level: String,
+        /// A TOML file of options: the long flag names in snake_case, such as
+        /// `max_memory = "512MiB"`. Unknown keys are an error.
+        #[arg(long, env = "TRACEDB_CONFIG")]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        settings: Config,
     },
     /// Print a stored trace as an indented span tree.
     Get {
@@ -59,8 +43,11 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli) {
+    let matches = Cli::command().get_matches();
+    let result = Cli::from_arg_matches(&matches)
+        .map_err(anyhow::Error::from)
+        .and_then(|cli| run(cli, &matches));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -69,36 +56,21 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     match cli.command {
-        Command::Serve {
-            data_dir,
-            grpc_addr,
-            http_addr,
-            max_message_bytes,
-            shards,
-            flush_bytes,
-            flush_age_secs,
-            log_level,
-        } => {
+        Command::Serve { config, settings } => {
+            let serve_matches = matches
+                .subcommand_matches("serve")
+                .context("clap gave no matches for serve")?;
+            let config = tracedb_server::config::load(settings, serve_matches, config.as_deref())?;
             tracing_subscriber::fmt()
-                .with_env_filter(tracing_subscriber::EnvFilter::try_new(&log_level)?)
+                .with_env_filter(tracing_subscriber::EnvFilter::try_new(&config.log_level)?)
                 .with_writer(std::io::stderr)
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .init();
-            let mut config = Config::new(data_dir);
-            config.grpc_addr = grpc_addr;
-            config.http_addr = http_addr;
-            config.max_message_bytes = max_message_bytes;
-            if let Some(shards) = shards {
-                anyhow::ensure!(shards > 0, "--shards must be at least 1");
-                config.memtable.shards = shards;
-            }
-            config.memtable.flush_bytes = flush_bytes;
-            config.memtable.max_age = Duration::from_secs(flush_age_secs);
             runtime.block_on(tracedb_server::run(config, shutdown_signal()))
         }
         Command::Get { trace_id, addr } => runtime.block_on(get(trace_id, &addr)),

@@ -429,6 +429,8 @@ fn invalid_ids_are_rejected_one_by_one() {
     let (outcome, out) = scan_ok(&encode(&one_resource(spans)));
     assert_eq!(outcome.accepted, 3);
     assert_eq!(outcome.rejected, 6);
+    assert_eq!(outcome.rejected_trace_id, 3);
+    assert_eq!(outcome.rejected_span_id, 3);
     let kept: Vec<u64> = out.iter().map(|s| s.start_unix_nano).collect();
     assert_eq!(kept, [10, 12, 18]);
     assert_eq!(

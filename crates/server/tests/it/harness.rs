@@ -24,7 +24,10 @@ pub const TRACEDB: &str = env!("CARGO_BIN_EXE_tracedb");
 /// A running `tracedb serve`.
 pub struct Server {
     child: Child,
+    /// The gRPC address.
     pub addr: SocketAddr,
+    /// The HTTP address (OTLP/HTTP, /metrics, /ready).
+    pub http: SocketAddr,
     /// Everything the server logged so far.
     pub log: Arc<Mutex<Vec<String>>>,
 }
@@ -37,7 +40,14 @@ impl Server {
 
     pub fn start_with(data_dir: &Path, extra: &[&str]) -> Server {
         let mut child = Command::new(TRACEDB)
-            .args(["serve", "--grpc-addr", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "serve",
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--http-addr",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(data_dir)
             .args(extra)
             .env("RUST_LOG", "info")
@@ -59,8 +69,8 @@ impl Server {
                 sink.lock().expect("log lock").push(line);
             }
         });
-        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(addr) => addr,
+        let (addr, http) = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(addrs) => addrs,
             Err(_) => {
                 let _ = child.kill();
                 panic!(
@@ -69,7 +79,12 @@ impl Server {
                 );
             }
         };
-        Server { child, addr, log }
+        Server {
+            child,
+            addr,
+            http,
+            log,
+        }
     }
 
     pub fn endpoint(&self) -> String {
@@ -141,13 +156,16 @@ fn wait_timeout(child: &mut Child, limit: Duration) -> ExitStatus {
     }
 }
 
-/// Parses `grpc=ADDR` out of the server's start-up line.
-fn listening_addr(line: &str) -> Option<SocketAddr> {
+/// Parses `grpc=ADDR` and `http=ADDR` out of the server's ready line.
+fn listening_addr(line: &str) -> Option<(SocketAddr, SocketAddr)> {
     if !line.contains("tracedb listening") {
         return None;
     }
-    let rest = &line[line.find("grpc=")? + 5..];
-    rest.split_whitespace().next()?.parse().ok()
+    let field = |name: &str| -> Option<SocketAddr> {
+        let rest = &line[line.find(name)? + name.len()..];
+        rest.split_whitespace().next()?.parse().ok()
+    };
+    Some((field(" grpc=")?, field(" http=")?))
 }
 
 pub fn string_kv(key: &str, value: &str) -> KeyValue {
@@ -291,4 +309,120 @@ pub fn spans_of(messages: &[TracesData]) -> Vec<(String, Span)> {
     }
     out.sort_by(|a, b| a.1.span_id.cmp(&b.1.span_id));
     out
+}
+
+/// An HTTP response as read off the socket.
+#[derive(Debug)]
+pub struct HttpResponse {
+    pub status: u16,
+    /// Header names lowercased.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection (`Connection: close`), read to
+/// the end. Small on purpose: the tests need exact control of every header.
+pub fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<HttpResponse> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body)?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other("bad status line"))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    if headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"))
+    {
+        body = dechunk(&body);
+    }
+    Ok(HttpResponse {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = data.windows(2).position(|w| w == b"\r\n") {
+        let size =
+            usize::from_str_radix(String::from_utf8_lossy(&data[..eol]).trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&data[eol + 2..eol + 2 + size]);
+        data = &data[eol + 2 + size + 2..];
+    }
+    out
+}
+
+/// `POST /v1/traces`.
+pub fn post_traces(server: &Server, headers: &[(&str, &str)], body: &[u8]) -> HttpResponse {
+    http_request(server.http, "POST", "/v1/traces", headers, body).expect("POST /v1/traces")
+}
+
+/// The value of one sample of `/metrics`, e.g.
+/// `tracedb_spans_accepted_total{protocol="grpc"}`.
+pub fn metric(server: &Server, sample: &str) -> f64 {
+    let response = http_request(server.http, "GET", "/metrics", &[], b"").expect("GET /metrics");
+    assert_eq!(response.status, 200);
+    let text = String::from_utf8(response.body).expect("utf-8 metrics");
+    text.lines()
+        .find_map(|line| line.strip_prefix(sample)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no sample {sample} in /metrics:\n{text}"))
+        .parse()
+        .expect("a number")
+}
+
+/// `grpc.health.v1.Health/Check` for the whole server.
+pub async fn health(server: &Server) -> i32 {
+    let mut client = tonic_health::pb::health_client::HealthClient::new(server.channel().await);
+    client
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .expect("health check")
+        .into_inner()
+        .status
 }

@@ -1,8 +1,15 @@
 //! Integration tests of the `tracedb` binary: each starts real server processes
-//! on 127.0.0.1 with a temporary data directory and talks to them over gRPC.
+//! on 127.0.0.1 with a temporary data directory and talks to them over gRPC and
+//! HTTP, with Rust clients and with real OpenTelemetry clients (the Python SDK,
+//! telemetrygen).
 
 mod api;
+mod config;
 mod crash;
 mod harness;
+mod otlp_http;
+mod overload;
 mod python_sdk;
 mod restart;
+mod shutdown;
+mod telemetrygen;

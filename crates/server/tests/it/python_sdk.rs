@@ -1,6 +1,7 @@
-//! End to end with a real OpenTelemetry SDK: the Python SDK's OTLP/gRPC exporter
-//! (gzip) sends traces with attributes, events, links and status; GetTrace must
-//! return them field for field, with their resource and scope.
+//! End to end with a real OpenTelemetry SDK: the Python SDK's OTLP/gRPC and
+//! OTLP/HTTP protobuf exporters (gzip) send traces with attributes, events,
+//! links and status; GetTrace must return them field for field, with their
+//! resource and scope, and the server must count every one as accepted.
 
 use std::{collections::BTreeMap, path::PathBuf, process::Command};
 
@@ -10,7 +11,7 @@ use tracedb_proto::{
     resource::v1::Resource, trace::v1::Span,
 };
 
-use crate::harness::{get_trace, Server};
+use crate::harness::{get_trace, metric, Server};
 
 /// The virtualenv's Python, made by the README's test command (`scripts/test`).
 fn python() -> PathBuf {
@@ -53,13 +54,27 @@ fn by_span_id(requests: &[ExportTraceServiceRequest]) -> Expected {
 
 #[tokio::test]
 async fn python_sdk_traces_come_back_field_for_field() {
+    python_sdk_round_trip("grpc").await;
+}
+
+#[tokio::test]
+async fn python_sdk_http_protobuf_traces_come_back_field_for_field() {
+    python_sdk_round_trip("http").await;
+}
+
+async fn python_sdk_round_trip(protocol: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(dir.path());
     let sent_file = dir.path().join("sent.pb");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/export_traces.py");
+    let endpoint = match protocol {
+        "grpc" => server.addr,
+        _ => server.http,
+    };
     let out = Command::new(python())
         .arg(&script)
-        .arg(server.addr.to_string())
+        .arg(protocol)
+        .arg(endpoint.to_string())
         .arg(&sent_file)
         .output()
         .expect("run the Python exporter");
@@ -79,6 +94,16 @@ async fn python_sdk_traces_come_back_field_for_field() {
         .map(|(_, _, _, s)| s.trace_id.to_vec())
         .collect();
     assert_eq!(trace_ids.len(), 5);
+    let counter = match protocol {
+        "grpc" => "tracedb_spans_accepted_total{protocol=\"grpc\"}",
+        _ => "tracedb_spans_accepted_total{protocol=\"http_protobuf\"}",
+    };
+    assert_eq!(metric(&server, counter), 15.0, "{counter}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("Failed to export"),
+        "the SDK reported failed exports:\n{stderr}"
+    );
     assert!(
         expected.values().any(|(_, _, _, s)| !s.links.is_empty()),
         "the script sends links"

@@ -1,6 +1,9 @@
-"""Exports traces to tracedb with the OpenTelemetry Python SDK's OTLP/gRPC exporter.
+"""Exports traces to tracedb with the OpenTelemetry Python SDK's OTLP exporters.
 
-Usage: export_traces.py ENDPOINT OUT_FILE
+Usage: export_traces.py grpc|http HOST:PORT OUT_FILE
+
+`grpc` uses the OTLP/gRPC exporter, `http` the OTLP/HTTP protobuf exporter (the
+SDKs' default protocol, to http://HOST:PORT/v1/traces); both send gzip.
 
 Every span the SDK finishes also goes to an in-memory exporter; once the OTLP
 exporter has flushed, those spans are encoded the way the OTLP exporter encodes
@@ -13,7 +16,13 @@ import sys
 import grpc
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcSpanExporter,
+)
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+    OTLPSpanExporter as HttpSpanExporter,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
@@ -21,13 +30,22 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 
 def main() -> None:
-    endpoint, out_path = sys.argv[1], sys.argv[2]
+    protocol, endpoint, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
     memory = InMemorySpanExporter()
     provider = TracerProvider(
         resource=Resource.create({"service.name": "checkout", "deployment.environment": "e2e"})
     )
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    otlp = OTLPSpanExporter(endpoint=endpoint, insecure=True, compression=grpc.Compression.Gzip)
+    if protocol == "grpc":
+        otlp = GrpcSpanExporter(
+            endpoint=endpoint, insecure=True, compression=grpc.Compression.Gzip
+        )
+    elif protocol == "http":
+        otlp = HttpSpanExporter(
+            endpoint=f"http://{endpoint}/v1/traces", compression=Compression.Gzip
+        )
+    else:
+        sys.exit(f"unknown protocol {protocol!r}: use grpc or http")
     provider.add_span_processor(BatchSpanProcessor(otlp))
     tracer = provider.get_tracer(
         "tracedb.e2e", "1.2.3", schema_url="https://opentelemetry.io/schemas/1.21.0"
@@ -59,6 +77,8 @@ def main() -> None:
     if not provider.force_flush(10_000):
         sys.exit("force_flush timed out")
     provider.shutdown()
+    # The exporters log failed exports instead of raising: make them count.
+    print(f"exported {len(memory.get_finished_spans())} spans over {protocol}")
     request = encode_spans(memory.get_finished_spans())
     with open(out_path, "wb") as out:
         out.write(request.SerializeToString())

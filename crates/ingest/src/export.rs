@@ -1,0 +1,205 @@
+//! The export path both protocols share: admit, scan, store, count.
+//!
+//! [`Ingest`] is what the gRPC handler ([`crate::service`]) and the HTTP handler
+//! ([`crate::http`]) call once they hold a protobuf request body. It knows the
+//! server's phase (starting, serving, shutting down), owns the
+//! [`MemoryBudget`] and the [`IngestMetrics`], and runs
+//! [`scan_export_request`] and [`Engine::write`] in the same way for every
+//! request, so a request gets the same answer whichever way it came.
+//!
+//! The phase only ever moves forward: `Starting` until the storage engine is
+//! open, `Serving`, then `ShuttingDown` from the moment a shutdown signal
+//! arrives. Requests admitted before shutdown finish normally; later ones are
+//! told to retry elsewhere or later.
+
+use std::{
+    sync::{
+        atomic::{AtomicU8, Ordering},
+        Arc, OnceLock,
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use tracedb_lsm::Engine;
+
+use crate::{
+    budget::{MemoryBudget, Permit},
+    error::Error,
+    metrics::{IngestMetrics, Protocol},
+    scan::{scan_export_request, ScanOutcome},
+};
+
+/// Typical encoded size of a span, to size the output vector in one allocation.
+const TYPICAL_SPAN_BYTES: usize = 128;
+
+/// How often the buffered-bytes figure is refreshed from the engine.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Where the server is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    Starting = 0,
+    Serving = 1,
+    ShuttingDown = 2,
+}
+
+/// Limits of the export path.
+#[derive(Debug, Clone)]
+pub struct IngestOptions {
+    /// Largest request body, compressed or not, in bytes.
+    pub max_message_bytes: usize,
+    /// Budget for in-flight request bodies plus buffered spans, in bytes.
+    pub max_memory: usize,
+}
+
+/// The shared export path.
+pub struct Ingest {
+    options: IngestOptions,
+    phase: AtomicU8,
+    /// Set once, when the engine has opened; `Starting` until then.
+    engine: OnceLock<Arc<Engine>>,
+    budget: Arc<MemoryBudget>,
+    metrics: IngestMetrics,
+}
+
+impl Ingest {
+    /// An export path that refuses every request until [`Ingest::start`].
+    pub fn new(options: IngestOptions) -> Arc<Self> {
+        Arc::new(Ingest {
+            budget: MemoryBudget::new(options.max_memory),
+            options,
+            phase: AtomicU8::new(Phase::Starting as u8),
+            engine: OnceLock::new(),
+            metrics: IngestMetrics::default(),
+        })
+    }
+
+    /// Starts taking exports into `engine`.
+    pub fn start(&self, engine: Arc<Engine>) {
+        if self.engine.set(engine).is_ok() {
+            let _ = self.phase.compare_exchange(
+                Phase::Starting as u8,
+                Phase::Serving as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+    }
+
+    /// Refuses new exports from now on; admitted ones finish.
+    pub fn shut_down(&self) {
+        self.phase
+            .store(Phase::ShuttingDown as u8, Ordering::Release);
+    }
+
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Acquire) {
+            0 => Phase::Starting,
+            1 => Phase::Serving,
+            _ => Phase::ShuttingDown,
+        }
+    }
+
+    pub fn options(&self) -> &IngestOptions {
+        &self.options
+    }
+
+    pub fn budget(&self) -> &Arc<MemoryBudget> {
+        &self.budget
+    }
+
+    pub fn metrics(&self) -> &IngestMetrics {
+        &self.metrics
+    }
+
+    /// Admits a request of `bytes` (0 when its size is not known yet): checks
+    /// the phase and takes the bytes from the memory budget.
+    pub fn admit(&self, bytes: usize) -> Result<Permit, Error> {
+        self.serving_engine()?;
+        if bytes > self.options.max_message_bytes {
+            return Err(Error::TooLarge {
+                limit: self.options.max_message_bytes,
+            });
+        }
+        self.budget.acquire(bytes)
+    }
+
+    fn serving_engine(&self) -> Result<&Arc<Engine>, Error> {
+        match self.phase() {
+            Phase::Starting => Err(Error::Starting),
+            Phase::ShuttingDown => Err(Error::ShuttingDown),
+            Phase::Serving => self.engine.get().ok_or(Error::Starting),
+        }
+    }
+
+    /// Scans an encoded `ExportTraceServiceRequest` and stores its valid spans.
+    /// Returns once they are durable; `permit` holds the body's bytes meanwhile.
+    pub async fn store(&self, body: Bytes, permit: Permit) -> Result<ScanOutcome, Error> {
+        let engine = self.serving_engine()?.clone();
+        let mut spans = Vec::with_capacity(body.len() / TYPICAL_SPAN_BYTES + 1);
+        let outcome = scan_export_request(&body, &mut spans)?;
+        let started = Instant::now();
+        let stored_bytes = body.len();
+        if let Err(e) = engine.write(spans).await {
+            if let tracedb_lsm::Error::Backpressure { .. } = e {
+                // Flushing or compaction is behind: the client retries later.
+                tracing::debug!(error = %e, spans = outcome.accepted, "export refused: storage pushing back");
+            } else {
+                self.metrics.record_storage_failure(outcome.accepted);
+                tracing::warn!(error = %e, spans = outcome.accepted, "export not stored");
+            }
+            return Err(Error::Storage(e));
+        }
+        self.metrics.record_storage_write(started.elapsed());
+        // The spans now live in the memtable and keep the body alive: count it
+        // as buffered before giving back the in-flight bytes.
+        if outcome.accepted > 0 {
+            self.budget.add_buffered(stored_bytes);
+        }
+        drop(permit);
+        Ok(outcome)
+    }
+
+    /// Records a finished request in the metrics and the log.
+    pub fn finish(
+        &self,
+        protocol: Protocol,
+        result: &Result<ScanOutcome, Error>,
+        started: Instant,
+    ) {
+        self.metrics.record(protocol, result, started.elapsed());
+        match result {
+            Ok(o) if o.rejected > 0 => tracing::debug!(
+                protocol = protocol.label(),
+                accepted = o.accepted,
+                rejected = o.rejected,
+                reasons = %o.rejection_message,
+                "export partially accepted"
+            ),
+            Ok(o) => tracing::trace!(
+                protocol = protocol.label(),
+                accepted = o.accepted,
+                "export stored"
+            ),
+            Err(e @ (Error::Overloaded { .. } | Error::Starting | Error::ShuttingDown)) => {
+                tracing::debug!(protocol = protocol.label(), error = %e, "export refused")
+            }
+            Err(e) => tracing::info!(protocol = protocol.label(), error = %e, "export refused"),
+        }
+    }
+
+    /// Refreshes the budget's view of buffered spans from the engine, and when
+    /// they hold more than half the budget, seals and flushes them early so
+    /// the budget frees up without waiting for `--flush-bytes` or
+    /// `--flush-age-secs`. Called every [`SAMPLE_INTERVAL`] until shutdown;
+    /// returns whether a flush is needed, which the caller runs off the runtime.
+    pub fn sample(&self, engine: &Engine) -> bool {
+        let stats = engine.stats();
+        let sealed: usize = engine.snapshot().sealed.iter().map(|s| s.bytes).sum();
+        let buffered = stats.memtable_bytes + sealed;
+        self.budget.set_buffered(buffered);
+        stats.memtable_bytes > self.budget.limit() / 2
+    }
+}

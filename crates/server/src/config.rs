@@ -1,0 +1,531 @@
+//! `tracedb serve`'s configuration: one struct, four sources, one validation.
+//!
+//! [`Config`] is at once the clap argument set (each field a `--flag` with a
+//! `TRACEDB_*` environment variable and a default, all shown by
+//! `tracedb serve --help`) and the schema of the optional TOML file
+//! (`--config`, same names in snake_case, unknown keys refused). Adding a knob
+//! is adding one field here, then reading it where it applies (for storage
+//! knobs, in [`Config::engine_options`]).
+//!
+//! Precedence, highest first: command-line flag, environment variable, config
+//! file, default. [`load`] merges them without naming any field: it serializes
+//! what clap resolved, overlays the file's keys for every option clap took
+//! from its default, and deserializes the result. [`Config::validate`] then
+//! checks everything at once and says, for each problem, what to change.
+
+use std::{
+    fmt,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    str::FromStr,
+    time::Duration,
+};
+
+use clap::{parser::ValueSource, ArgMatches};
+use serde::{Deserialize, Serialize};
+use tracedb_ingest::IngestOptions;
+use tracedb_lsm::{EngineOptions, MemTableOptions};
+
+/// Default OTLP gRPC address.
+pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:4317";
+/// Default OTLP HTTP address.
+pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:4318";
+/// Default data directory, relative to the working directory.
+pub const DEFAULT_DATA_DIR: &str = "./tracedb-data";
+
+/// Largest request the WAL can take in one record, with room for the batch
+/// encoding's overhead.
+const MAX_MESSAGE_BYTES_LIMIT: u64 = 128 << 20;
+
+/// Everything `tracedb serve` can be told.
+#[derive(Debug, Clone, PartialEq, clap::Args, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where files and the write-ahead log live; created if missing.
+    #[arg(long, env = "TRACEDB_DATA_DIR", default_value = DEFAULT_DATA_DIR)]
+    pub data_dir: PathBuf,
+
+    /// gRPC address: OTLP TraceService, tracedb.query.v1.QueryService, health, reflection.
+    #[arg(long, env = "TRACEDB_GRPC_ADDR", default_value = DEFAULT_GRPC_ADDR)]
+    pub grpc_addr: SocketAddr,
+
+    /// HTTP address: OTLP/HTTP (POST /v1/traces), GET /metrics, GET /ready.
+    #[arg(long, env = "TRACEDB_HTTP_ADDR", default_value = DEFAULT_HTTP_ADDR)]
+    pub http_addr: SocketAddr,
+
+    /// Largest accepted request body, compressed and after decompression
+    /// (bytes; suffixes KiB, MiB, GiB). Larger ones get RESOURCE_EXHAUSTED / 413.
+    #[arg(long, env = "TRACEDB_MAX_MESSAGE_BYTES", default_value = "64MiB")]
+    pub max_message_bytes: ByteSize,
+
+    /// Memory budget for in-flight request bodies plus spans not yet flushed to
+    /// files (bytes; suffixes KiB, MiB, GiB). Beyond it exports get
+    /// UNAVAILABLE / 429 with a retry delay.
+    #[arg(long, env = "TRACEDB_MAX_MEMORY", default_value = "1GiB")]
+    pub max_memory: ByteSize,
+
+    /// Number of in-memory buffer shards [default: number of cores].
+    #[arg(long, env = "TRACEDB_SHARDS")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<usize>,
+
+    /// A shard's buffer is flushed to a file once it holds this much
+    /// (bytes; suffixes KiB, MiB, GiB).
+    #[arg(long, env = "TRACEDB_FLUSH_BYTES", default_value = "32MiB")]
+    pub flush_bytes: ByteSize,
+
+    /// ... or once its oldest span has waited this many seconds.
+    #[arg(long, env = "TRACEDB_FLUSH_AGE_SECS", default_value_t = 30)]
+    pub flush_age_secs: u64,
+
+    /// How long spans are kept: files whose newest span is older are dropped
+    /// whole (suffixes s, m, h, d; "off" keeps everything).
+    #[arg(long, env = "TRACEDB_RETENTION", default_value = "7d")]
+    pub retention: Age,
+
+    /// Background compaction threads (0 turns compaction off).
+    #[arg(long, env = "TRACEDB_COMPACTION_THREADS", default_value_t = 1)]
+    pub compaction_threads: usize,
+
+    /// Most bytes per second compaction may write, so it cannot starve ingest
+    /// (suffixes KiB, MiB, GiB; 0 = unlimited).
+    #[arg(long, env = "TRACEDB_COMPACTION_RATE", default_value = "64MiB")]
+    pub compaction_rate: ByteSize,
+
+    /// On SIGTERM or ctrl-c, how many seconds in-flight requests get to finish
+    /// and buffers to flush before the process exits anyway (every
+    /// acknowledged span is already in the fsynced WAL).
+    #[arg(long, env = "TRACEDB_SHUTDOWN_TIMEOUT_SECS", default_value_t = 30)]
+    pub shutdown_timeout_secs: u64,
+
+    /// Log filter: error, warn, info, debug, trace, or RUST_LOG directives
+    /// such as "info,tracedb_ingest=debug".
+    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    pub log_level: String,
+}
+
+impl Config {
+    /// The storage engine's options.
+    pub fn engine_options(&self) -> EngineOptions {
+        let mut opts = EngineOptions::new(&self.data_dir);
+        let mut memtable = MemTableOptions::default();
+        if let Some(shards) = self.shards {
+            memtable.shards = shards;
+        }
+        memtable.flush_bytes = self.flush_bytes.as_usize();
+        memtable.max_age = Duration::from_secs(self.flush_age_secs);
+        opts.memtable = memtable;
+        opts.retention = self.retention.0;
+        opts.compaction_threads = self.compaction_threads;
+        opts.compaction_bytes_per_sec = self.compaction_rate.0;
+        // The ingest layer admits requests against max_memory, counting buffered
+        // spans too; the engine's own budget is the backstop for the same figure.
+        opts.memory_budget_bytes = self.max_memory.as_usize();
+        opts
+    }
+
+    /// The ingest path's limits.
+    pub fn ingest_options(&self) -> IngestOptions {
+        IngestOptions {
+            max_message_bytes: self.max_message_bytes.as_usize(),
+            max_memory: self.max_memory.as_usize(),
+        }
+    }
+
+    pub fn shutdown_timeout(&self) -> Duration {
+        Duration::from_secs(self.shutdown_timeout_secs)
+    }
+
+    /// Checks every option; the error lists each problem with how to fix it.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut problems = Vec::new();
+        let mut check = |ok: bool, problem: String| {
+            if !ok {
+                problems.push(problem);
+            }
+        };
+        if let Some(shards) = self.shards {
+            check(
+                (1..=4096).contains(&shards),
+                format!(
+                    "shards is {shards}: it must be between 1 and 4096; leave it out for one per core"
+                ),
+            );
+        }
+        let max_message = self.max_message_bytes.0;
+        check(
+            (1024..=MAX_MESSAGE_BYTES_LIMIT).contains(&max_message),
+            format!(
+                "max_message_bytes is {}: it must be between 1KiB and {}",
+                self.max_message_bytes,
+                ByteSize(MAX_MESSAGE_BYTES_LIMIT)
+            ),
+        );
+        check(
+            self.max_memory.0 >= max_message.saturating_mul(2),
+            format!(
+                "max_memory ({}) is less than twice max_message_bytes ({}): a largest request \
+                 (held compressed and decompressed) could never be admitted; raise max_memory \
+                 to at least {} or lower max_message_bytes",
+                self.max_memory,
+                self.max_message_bytes,
+                ByteSize(max_message.saturating_mul(2))
+            ),
+        );
+        check(
+            (4096..=(4 << 30)).contains(&self.flush_bytes.0),
+            format!(
+                "flush_bytes is {}: it must be between 4KiB and 4GiB",
+                self.flush_bytes
+            ),
+        );
+        check(
+            self.flush_age_secs >= 1,
+            "flush_age_secs is 0: it must be at least 1 second".to_string(),
+        );
+        check(
+            self.compaction_threads <= 64,
+            format!(
+                "compaction_threads is {}: use 0 to 64 (one or two is plenty on most machines)",
+                self.compaction_threads
+            ),
+        );
+        if let Some(retention) = self.retention.0 {
+            check(
+                retention >= Duration::from_secs(60),
+                format!(
+                    "retention is {}: keep at least 1m, or say \"off\" to keep everything",
+                    self.retention
+                ),
+            );
+        }
+        check(
+            self.shutdown_timeout_secs >= 1,
+            "shutdown_timeout_secs is 0: it must be at least 1 second".to_string(),
+        );
+        check(
+            self.grpc_addr != self.http_addr || self.grpc_addr.port() == 0,
+            format!(
+                "grpc_addr and http_addr are both {}: give them different ports \
+                 (OTLP uses 4317 for gRPC and 4318 for HTTP)",
+                self.grpc_addr
+            ),
+        );
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
+            problems.push(format!(
+                "log_level {:?} is not a log filter ({e}): use error, warn, info, debug or trace",
+                self.log_level
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(problems))
+        }
+    }
+}
+
+/// What is wrong with the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the config file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config file {}: {message}", path.display())]
+    File { path: PathBuf, message: String },
+    #[error("invalid configuration:\n  - {}", .0.join("\n  - "))]
+    Invalid(Vec<String>),
+}
+
+/// Merges `cli` (what clap resolved from flags, environment and defaults, with
+/// `matches` telling which) with the TOML file at `file`, and validates.
+pub fn load(cli: Config, matches: &ArgMatches, file: Option<&Path>) -> Result<Config, ConfigError> {
+    let config = match file {
+        None => cli,
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            merge_file(cli, matches, &text).map_err(|message| ConfigError::File {
+                path: path.to_path_buf(),
+                message,
+            })?
+        }
+    };
+    config.validate()?;
+    Ok(config)
+}
+
+fn merge_file(cli: Config, matches: &ArgMatches, text: &str) -> Result<Config, String> {
+    let file: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+    let mut merged = toml::Table::try_from(&cli).map_err(|e| e.to_string())?;
+    let options = <Config as clap::Args>::augment_args(clap::Command::new("tracedb"));
+    let known: Vec<&str> = options
+        .get_arguments()
+        .map(|a| a.get_id().as_str())
+        .collect();
+    for (key, value) in file {
+        if !known.contains(&key.as_str()) {
+            let mut names = known.clone();
+            names.sort_unstable();
+            return Err(format!(
+                "unknown key `{key}`; the keys are {} (see tracedb serve --help)",
+                names.join(", ")
+            ));
+        }
+        let explicit = matches
+            .value_source(&key)
+            .is_some_and(|source| source != ValueSource::DefaultValue);
+        if !explicit {
+            merged.insert(key, value);
+        }
+    }
+    merged
+        .try_into()
+        .map_err(|e: toml::de::Error| e.to_string().trim_end().to_string())
+}
+
+/// A byte count that reads `1048576`, `64KiB`, `512MiB`, `1GiB` (also `KB`,
+/// `MB`, `GB` and `K`, `M`, `G`, all powers of 1024).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    pub fn as_usize(self) -> usize {
+        usize::try_from(self.0).unwrap_or(usize::MAX)
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (unit, shift) in [("GiB", 30), ("MiB", 20), ("KiB", 10)] {
+            if self.0 >= 1 << shift && self.0.is_multiple_of(1 << shift) {
+                return write!(f, "{}{unit}", self.0 >> shift);
+            }
+        }
+        write!(f, "{}", self.0)
+    }
+}
+
+impl FromStr for ByteSize {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (digits, unit) = s.split_at(split);
+        let n: u64 = digits
+            .parse()
+            .map_err(|_| format!("{s:?} is not a byte size such as 1048576, 64KiB or 1GiB"))?;
+        let shift = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "b" => 0,
+            "k" | "kb" | "kib" => 10,
+            "m" | "mb" | "mib" => 20,
+            "g" | "gb" | "gib" => 30,
+            other => {
+                return Err(format!(
+                    "unknown unit {other:?} in {s:?}: use KiB, MiB or GiB"
+                ))
+            }
+        };
+        n.checked_mul(1 << shift)
+            .map(ByteSize)
+            .ok_or_else(|| format!("{s:?} is too large"))
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Number(n) => Ok(ByteSize(n)),
+            Raw::Text(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// A period such as `90s`, `15m`, `12h` or `7d`; `off` (or `0`) means none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Age(pub Option<Duration>);
+
+impl fmt::Display for Age {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(d) = self.0 else {
+            return f.write_str("off");
+        };
+        let secs = d.as_secs();
+        for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60)] {
+            if secs >= size && secs.is_multiple_of(size) {
+                return write!(f, "{}{unit}", secs / size);
+            }
+        }
+        write!(f, "{secs}s")
+    }
+}
+
+impl FromStr for Age {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("off") || s == "0" {
+            return Ok(Age(None));
+        }
+        let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        let (digits, unit) = s.split_at(split);
+        let n: u64 = digits
+            .parse()
+            .map_err(|_| format!("{s:?} is not a period such as 90s, 15m, 12h, 7d or off"))?;
+        let size = match unit.trim() {
+            "s" => 1,
+            "m" => 60,
+            "h" => 3_600,
+            "d" => 86_400,
+            other => return Err(format!("unknown unit {other:?} in {s:?}: use s, m, h or d")),
+        };
+        n.checked_mul(size)
+            .map(|secs| Age(Some(Duration::from_secs(secs))))
+            .ok_or_else(|| format!("{s:?} is too long"))
+    }
+}
+
+impl Serialize for Age {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Age {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, FromArgMatches, Parser};
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        settings: Config,
+    }
+
+    fn parse(args: &[&str], file: &str) -> Result<Config, String> {
+        let matches = Cli::command()
+            .mut_args(|a| a.env(None::<&str>))
+            .try_get_matches_from(std::iter::once("tracedb").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        let cli = Cli::from_arg_matches(&matches).map_err(|e| e.to_string())?;
+        let merged = merge_file(cli.settings, &matches, file)?;
+        merged.validate().map_err(|e| e.to_string())?;
+        Ok(merged)
+    }
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!("1GiB".parse(), Ok(ByteSize(1 << 30)));
+        assert_eq!("64 kb".parse(), Ok(ByteSize(64 << 10)));
+        assert_eq!("123".parse(), Ok(ByteSize(123)));
+        assert!("12XB".parse::<ByteSize>().is_err());
+        assert!("".parse::<ByteSize>().is_err());
+        assert_eq!(ByteSize(64 << 20).to_string(), "64MiB");
+        assert_eq!(ByteSize(1000).to_string(), "1000");
+    }
+
+    #[test]
+    fn ages() {
+        assert_eq!("7d".parse(), Ok(Age(Some(Duration::from_secs(7 * 86_400)))));
+        assert_eq!("90s".parse(), Ok(Age(Some(Duration::from_secs(90)))));
+        assert_eq!("off".parse(), Ok(Age(None)));
+        assert!("7w".parse::<Age>().is_err());
+        assert!("d".parse::<Age>().is_err());
+        assert_eq!(Age(Some(Duration::from_secs(3 * 3_600))).to_string(), "3h");
+        assert_eq!(Age(None).to_string(), "off");
+    }
+
+    #[test]
+    fn storage_knobs_reach_the_engine() {
+        let c = parse(
+            &[
+                "--retention",
+                "12h",
+                "--compaction-threads",
+                "2",
+                "--compaction-rate",
+                "8MiB",
+            ],
+            "",
+        )
+        .expect("valid flags");
+        let opts = c.engine_options();
+        assert_eq!(opts.retention, Some(Duration::from_secs(12 * 3_600)));
+        assert_eq!(opts.compaction_threads, 2);
+        assert_eq!(opts.compaction_bytes_per_sec, 8 << 20);
+        let off = parse(&["--retention", "off"], "").expect("valid flags");
+        assert_eq!(off.engine_options().retention, None);
+        let short = parse(&["--retention", "10s"], "").expect_err("too short");
+        assert!(short.contains("retention is 10s"), "{short}");
+    }
+
+    #[test]
+    fn file_fills_in_what_flags_leave_at_default() {
+        let c = parse(
+            &["--flush-age-secs", "7"],
+            "flush_age_secs = 99\nshards = 3\nmax_memory = \"2GiB\"\nmax_message_bytes = 1048576\n",
+        )
+        .expect("valid");
+        assert_eq!(c.flush_age_secs, 7, "the flag wins");
+        assert_eq!(c.shards, Some(3));
+        assert_eq!(c.max_memory, ByteSize(2 << 30));
+        assert_eq!(c.max_message_bytes, ByteSize(1 << 20));
+        assert_eq!(c.http_addr.to_string(), DEFAULT_HTTP_ADDR);
+        assert_eq!(c.engine_options().memtable.shards, 3);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        let e = parse(&[], "max_memroy = \"1GiB\"\n").expect_err("typo");
+        assert!(e.starts_with("unknown key `max_memroy`"), "{e}");
+        assert!(e.contains("max_memory"), "{e}");
+    }
+
+    #[test]
+    fn wrong_types_are_refused() {
+        let e = parse(&[], "shards = \"many\"\n").expect_err("not a number");
+        assert!(e.contains("shards"), "{e}");
+    }
+
+    #[test]
+    fn validation_lists_every_problem() {
+        let e = parse(
+            &["--max-memory", "1MiB", "--flush-age-secs", "0"],
+            "shards = 0\n",
+        )
+        .expect_err("invalid");
+        assert!(e.contains("shards is 0"), "{e}");
+        assert!(e.contains("max_memory (1MiB) is less than twice"), "{e}");
+        assert!(e.contains("flush_age_secs is 0"), "{e}");
+    }
+}

@@ -1,0 +1,168 @@
+//! The operator's HTTP endpoints beside OTLP/HTTP: `GET /metrics` and `GET /ready`.
+//!
+//! `/metrics` is Prometheus' text format: the ingest counters (spans accepted
+//! and rejected by reason, requests by outcome, latency histograms), the memory
+//! budget, and the storage engine's own counters, read when scraped.
+//! `/ready` is 200 while the server takes exports and 503 while it starts up or
+//! shuts down, for load balancers and orchestrators.
+
+use std::sync::{Arc, OnceLock};
+
+use axum::{
+    extract::State,
+    http::{header, StatusCode},
+    response::IntoResponse,
+    routing::get,
+    Router,
+};
+use tracedb_ingest::{Exposition, Ingest, Phase};
+use tracedb_lsm::Engine;
+
+/// What the endpoints read.
+#[derive(Clone)]
+pub struct Ops {
+    pub ingest: Arc<Ingest>,
+    /// Set once the engine has opened.
+    pub engine: Arc<OnceLock<Arc<Engine>>>,
+}
+
+/// `/metrics` and `/ready`.
+pub fn router(ops: Ops) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/ready", get(ready))
+        .with_state(ops)
+}
+
+async fn ready(State(ops): State<Ops>) -> impl IntoResponse {
+    match ops.ingest.phase() {
+        Phase::Serving => (StatusCode::OK, "ready\n"),
+        Phase::Starting => (StatusCode::SERVICE_UNAVAILABLE, "starting up\n"),
+        Phase::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n"),
+    }
+}
+
+async fn metrics(State(ops): State<Ops>) -> impl IntoResponse {
+    let text = render(&ops);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+}
+
+/// The whole `/metrics` document.
+pub fn render(ops: &Ops) -> String {
+    let mut out = Exposition::default();
+    let ingest = &ops.ingest;
+    out.single(
+        "tracedb_ready",
+        "gauge",
+        "1 while the server takes exports, 0 while starting up or shutting down.",
+        u64::from(ingest.phase() == Phase::Serving),
+    );
+    ingest.metrics().write(&mut out);
+
+    let budget = ingest.budget();
+    out.single(
+        "tracedb_memory_budget_bytes",
+        "gauge",
+        "The memory budget for in-flight requests and buffered spans (--max-memory).",
+        budget.limit(),
+    );
+    out.single(
+        "tracedb_memory_in_flight_bytes",
+        "gauge",
+        "Bytes of request bodies being read, decoded or stored.",
+        budget.in_flight(),
+    );
+    out.single(
+        "tracedb_memory_buffered_bytes",
+        "gauge",
+        "Bytes of acknowledged spans not yet in sorted files, as last sampled.",
+        budget.buffered(),
+    );
+
+    if let Some(engine) = ops.engine.get() {
+        let s = engine.stats();
+        let sealed_bytes: usize = engine.snapshot().sealed.iter().map(|b| b.bytes).sum();
+        let gauges: [(&str, &str, u64); 6] = [
+            (
+                "tracedb_memtable_spans",
+                "Spans in the memtable.",
+                s.memtable_spans as u64,
+            ),
+            (
+                "tracedb_memtable_bytes",
+                "Bytes of spans in the memtable.",
+                s.memtable_bytes as u64,
+            ),
+            (
+                "tracedb_sealed_buffers",
+                "Sealed buffers waiting to be flushed.",
+                s.sealed_buffers as u64,
+            ),
+            (
+                "tracedb_sealed_bytes",
+                "Bytes of spans in sealed buffers.",
+                sealed_bytes as u64,
+            ),
+            (
+                "tracedb_sorted_files",
+                "Sorted span files on disk.",
+                s.tables as u64,
+            ),
+            (
+                "tracedb_sorted_file_bytes",
+                "Bytes of sorted span files on disk.",
+                s.table_bytes,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            out.single(name, "gauge", help, value);
+        }
+        let counters: [(&str, &str, u64); 7] = [
+            (
+                "tracedb_flushes_total",
+                "Buffers flushed to sorted files.",
+                s.flushes,
+            ),
+            (
+                "tracedb_flush_errors_total",
+                "Failed flush attempts (retried).",
+                s.flush_errors,
+            ),
+            (
+                "tracedb_wal_fsyncs_total",
+                "fdatasync calls on the write-ahead log.",
+                s.wal.fsyncs,
+            ),
+            (
+                "tracedb_wal_group_commits_total",
+                "WAL writes that made records durable, each covering one or more requests.",
+                s.wal.group_commits,
+            ),
+            (
+                "tracedb_wal_records_total",
+                "Records appended to the write-ahead log (one per request).",
+                s.wal.records,
+            ),
+            (
+                "tracedb_wal_written_bytes_total",
+                "Bytes written to the write-ahead log.",
+                s.wal.bytes_written,
+            ),
+            (
+                "tracedb_wal_segments_created_total",
+                "Write-ahead log segment files created.",
+                s.wal.segments_created,
+            ),
+        ];
+        for (name, help, value) in counters {
+            out.single(name, "counter", help, value);
+        }
+    }
+    out.finish()
+}

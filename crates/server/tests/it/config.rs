@@ -1,0 +1,98 @@
+//! Configuration from the outside: a TOML file, environment variables, and
+//! the errors a wrong setting gets.
+
+use std::process::Command;
+
+use crate::harness::{metric, Server, TRACEDB};
+
+fn serve_fails(args: &[&str], envs: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cmd = Command::new(TRACEDB);
+    cmd.arg("serve")
+        .args([
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .args(args);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run tracedb");
+    assert!(!out.status.success(), "tracedb serve {args:?} started");
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[test]
+fn config_file_with_an_unknown_key_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("tracedb.toml");
+    std::fs::write(&file, "max_memory = \"512MiB\"\nflush_secs = 10\n").expect("write");
+    let err = serve_fails(&["--config", file.to_str().expect("utf-8 path")], &[]);
+    assert!(err.contains("tracedb.toml"), "{err}");
+    assert!(err.contains("unknown key `flush_secs`"), "{err}");
+    assert!(
+        err.contains("flush_age_secs"),
+        "names the valid keys: {err}"
+    );
+}
+
+#[test]
+fn invalid_values_say_what_to_change() {
+    let err = serve_fails(&["--max-memory", "1MiB"], &[("TRACEDB_SHARDS", "0")]);
+    assert!(err.contains("shards is 0"), "{err}");
+    assert!(err.contains("raise max_memory"), "{err}");
+    let err = serve_fails(&["--max-memory", "lots"], &[]);
+    assert!(err.contains("not a byte size"), "{err}");
+}
+
+#[tokio::test]
+async fn config_file_and_environment_are_applied() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("tracedb.toml");
+    std::fs::write(
+        &file,
+        "max_memory = \"512MiB\"\nmax_message_bytes = \"8MiB\"\nshutdown_timeout_secs = 5\n",
+    )
+    .expect("write");
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &["--config", file.to_str().expect("utf-8 path")],
+    );
+    assert_eq!(
+        metric(&server, "tracedb_memory_budget_bytes"),
+        (512u64 << 20) as f64
+    );
+    drop(server);
+
+    // An environment variable outranks the file.
+    let mut child = Command::new(TRACEDB)
+        .args([
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("data2"))
+        .args(["--config", file.to_str().expect("utf-8 path")])
+        .env("TRACEDB_MAX_MEMORY", "256MiB")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stderr = child.stderr.take().expect("stderr");
+    let line = std::io::BufRead::lines(std::io::BufReader::new(stderr))
+        .map_while(Result::ok)
+        .find(|l| l.contains("tracedb listening"))
+        .expect("ready line");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        line.contains("max_memory=256MiB"),
+        "env outranks the file: {line}"
+    );
+}
