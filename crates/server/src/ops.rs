@@ -53,6 +53,119 @@ async fn metrics(State(ops): State<Ops>) -> impl IntoResponse {
     )
 }
 
+/// The storage engine's levels, compaction, retention, lookup and WAL latency
+/// counters.
+fn write_lsm(out: &mut Exposition, s: &tracedb_lsm::EngineStats) {
+    out.header(
+        "tracedb_level_files",
+        "gauge",
+        "Sorted span files per level (0 = flush outputs).",
+    );
+    for (level, stats) in s.levels.iter().enumerate() {
+        out.sample(
+            "tracedb_level_files",
+            &format!("level=\"{level}\""),
+            stats.files,
+        );
+    }
+    out.header(
+        "tracedb_level_bytes",
+        "gauge",
+        "Bytes of sorted span files per level.",
+    );
+    for (level, stats) in s.levels.iter().enumerate() {
+        out.sample(
+            "tracedb_level_bytes",
+            &format!("level=\"{level}\""),
+            stats.bytes,
+        );
+    }
+    let counters: [(&str, &str, u64); 13] = [
+        (
+            "tracedb_compactions_total",
+            "Compactions that merged files.",
+            s.compactions,
+        ),
+        (
+            "tracedb_compaction_moves_total",
+            "Files moved to a deeper level without rewriting.",
+            s.compaction_moves,
+        ),
+        (
+            "tracedb_compaction_errors_total",
+            "Failed compactions (retried).",
+            s.compaction_errors,
+        ),
+        (
+            "tracedb_compaction_read_bytes_total",
+            "Bytes compaction read.",
+            s.compaction_bytes_read,
+        ),
+        (
+            "tracedb_compaction_written_bytes_total",
+            "Bytes compaction wrote (with flushed bytes: write amplification).",
+            s.compaction_bytes_written,
+        ),
+        (
+            "tracedb_flush_written_bytes_total",
+            "Bytes flushes wrote to sorted files.",
+            s.flush_bytes_written,
+        ),
+        (
+            "tracedb_compaction_duplicates_total",
+            "Duplicate spans (same trace and span ID) compaction dropped.",
+            s.compaction_duplicates,
+        ),
+        (
+            "tracedb_retention_dropped_files_total",
+            "Sorted files dropped by retention.",
+            s.retention_files_dropped,
+        ),
+        (
+            "tracedb_retention_dropped_bytes_total",
+            "Bytes dropped by retention.",
+            s.retention_bytes_dropped,
+        ),
+        ("tracedb_lookups_total", "Trace lookups by ID.", s.lookups),
+        (
+            "tracedb_lookup_files_read_total",
+            "Sorted files a lookup had to open a block of.",
+            s.lookup_files_read,
+        ),
+        (
+            "tracedb_blocks_read_total",
+            "Data blocks read (checksummed and inflated).",
+            s.blocks_read,
+        ),
+        (
+            "tracedb_backpressure_rejections_total",
+            "Writes refused because flushing or compaction was behind.",
+            s.backpressure_rejections,
+        ),
+    ];
+    for (name, help, value) in counters {
+        out.single(name, "counter", help, value);
+    }
+    out.single(
+        "tracedb_wal_data_sync_seconds_sum",
+        "counter",
+        "Time spent in group-commit fdatasyncs of the write-ahead log.",
+        s.wal.data_sync_nanos as f64 / 1e9,
+    );
+    out.single(
+        "tracedb_wal_data_syncs_total",
+        "counter",
+        "Group-commit fdatasyncs of the write-ahead log.",
+        s.wal.data_syncs,
+    );
+    out.single(
+        "tracedb_wal_data_sync_max_seconds",
+        "gauge",
+        "Longest group-commit fdatasync since start.",
+        s.wal.data_sync_max_nanos as f64 / 1e9,
+    );
+}
+
 /// The whole `/metrics` document.
 pub fn render(ops: &Ops) -> String {
     let mut out = Exposition::default();
@@ -163,6 +276,7 @@ pub fn render(ops: &Ops) -> String {
         for (name, help, value) in counters {
             out.single(name, "counter", help, value);
         }
+        write_lsm(&mut out, &s);
     }
     out.finish()
 }

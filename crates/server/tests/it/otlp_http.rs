@@ -398,6 +398,13 @@ async fn metrics_and_ready_are_served() {
         "tracedb_wal_fsyncs_total",
         "tracedb_flushes_total",
         "tracedb_memtable_bytes",
+        "tracedb_level_files",
+        "tracedb_compactions_total",
+        "tracedb_compaction_written_bytes_total",
+        "tracedb_lookups_total",
+        "tracedb_blocks_read_total",
+        "tracedb_wal_data_sync_seconds_sum",
+        "tracedb_backpressure_rejections_total",
     ] {
         assert!(
             text.contains(&format!("# TYPE {family} ")),
@@ -408,9 +415,16 @@ async fn metrics_and_ready_are_served() {
         metric(&server, "tracedb_memory_budget_bytes"),
         (1u64 << 30) as f64
     );
+    assert!(text.contains("tracedb_level_files{level=\"0\"} "), "{text}");
     let before = metric(&server, "tracedb_wal_fsyncs_total");
+    let lookups = metric(&server, "tracedb_lookups_total");
     assert_still_serving(&server, 0x7e).await;
     assert!(metric(&server, "tracedb_wal_fsyncs_total") > before);
+    assert!(metric(&server, "tracedb_wal_data_syncs_total") > 0.0);
+    assert!(
+        metric(&server, "tracedb_lookups_total") > lookups,
+        "GetTrace counts a lookup"
+    );
     assert_eq!(
         metric(
             &server,
