@@ -115,9 +115,13 @@ impl Ingest {
     }
 
     /// Admits a request of `bytes` (0 when its size is not known yet): checks
-    /// the phase and takes the bytes from the memory budget.
+    /// the phase and the storage engine's back-pressure, and takes the bytes
+    /// from the memory budget.
     pub fn admit(&self, bytes: usize) -> Result<Permit, Error> {
-        self.serving_engine()?;
+        // Storage pushing back refuses the request before its body is read.
+        self.serving_engine()?
+            .check_pressure()
+            .map_err(Error::Storage)?;
         if bytes > self.options.max_message_bytes {
             return Err(Error::TooLarge {
                 limit: self.options.max_message_bytes,

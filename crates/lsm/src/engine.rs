@@ -341,6 +341,13 @@ impl Engine {
         self.inner.set_paused(false);
     }
 
+    /// `Err(Error::Backpressure)` while compaction is so far behind that writes
+    /// are refused: lets the ingest layer turn a request away before reading
+    /// and scanning its body. One atomic load.
+    pub fn check_pressure(&self) -> Result<()> {
+        self.inner.l0_pressure()
+    }
+
     pub fn stats(&self) -> EngineStats {
         let snapshot = self.snapshot();
         let (memtable_spans, memtable_bytes) = self.inner.memtable.usage();
@@ -489,10 +496,9 @@ impl Drop for Reservation<'_> {
 }
 
 impl Inner {
-    /// Decides whether a write is taken; see [`Error::Backpressure`]. A write
-    /// into an empty budget is always taken, however large, so no request is
-    /// refused forever.
-    fn admit(&self, spans: &[Span]) -> Result<Reservation<'_>> {
+    /// Refuses writes while level 0 holds `l0_stop_files` files: compaction is
+    /// behind, and more flushes would only make every lookup slower.
+    fn l0_pressure(&self) -> Result<()> {
         let files = self.l0_files.load(Ordering::Relaxed);
         let limit = self.opts.l0_stop_files;
         if limit > 0 && files >= limit {
@@ -502,6 +508,14 @@ impl Inner {
                 retry_after: RETRY_L0,
             });
         }
+        Ok(())
+    }
+
+    /// Decides whether a write is taken; see [`Error::Backpressure`]. A write
+    /// into an empty budget is always taken, however large, so no request is
+    /// refused forever.
+    fn admit(&self, spans: &[Span]) -> Result<Reservation<'_>> {
+        self.l0_pressure()?;
         let bytes: usize = spans.iter().map(Span::memory_size).sum();
         let budget = self.opts.memory_budget_bytes;
         let before = self.mem_bytes.fetch_add(bytes, Ordering::AcqRel);

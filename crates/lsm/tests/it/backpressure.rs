@@ -71,8 +71,15 @@ fn too_many_level_0_files_refuse_writes_until_compaction() {
             ..
         })
     ));
+    assert!(
+        matches!(engine.check_pressure(), Err(Error::Backpressure { .. })),
+        "the pre-admission check agrees with the write"
+    );
     assert!(engine.compact().expect("compact") > 0);
     assert_eq!(engine.stats().levels[0].files, 0);
+    engine
+        .check_pressure()
+        .expect("no pressure after compaction");
     engine
         .write_blocking(vec![span_at(3, 1, T0)])
         .expect("taken after compaction");
