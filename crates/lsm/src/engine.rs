@@ -56,6 +56,7 @@ use crate::{
     batch::{decode_batch, encode_batch},
     compaction::RateLimiter,
     error::{Backpressure, Error, Result},
+    fault::Faults,
     manifest::Manifest,
     memtable::{MemTable, Sealed},
     span::{Span, TraceId},
@@ -121,6 +122,8 @@ struct Inner {
     /// A simulated crash happened (or `abandon` was called): write nothing more.
     crashed: AtomicBool,
     counters: Counters,
+    /// File operations of manifest rewrites (with faults injected by tests).
+    faults: Faults,
     /// Held for the engine's lifetime: one process per data directory.
     _lock: File,
 }
@@ -141,7 +144,9 @@ impl Engine {
     /// Opens (or creates) the data directory: recovers the files the manifest
     /// names, replays the WAL into the memtable, and starts the flusher and
     /// the compaction threads.
-    pub fn open(opts: EngineOptions) -> Result<Engine> {
+    pub fn open(mut opts: EngineOptions) -> Result<Engine> {
+        let faults = Faults::new(opts.hooks.faults.clone());
+        opts.table.faults = faults.clone();
         let dir = opts.data_dir.clone();
         let tables_dir = dir.join("tables");
         fs::create_dir_all(&tables_dir).map_err(|e| Error::io(&tables_dir, e))?;
@@ -149,7 +154,8 @@ impl Engine {
         let janitor = Arc::new(Janitor {
             enabled: AtomicBool::new(true),
         });
-        let recovered = recovery::recover(&dir, &tables_dir, opts.compaction.levels, &janitor)?;
+        let recovered =
+            recovery::recover(&dir, &tables_dir, opts.compaction.levels, &janitor, &faults)?;
 
         let memtable = MemTable::new(opts.memtable.clone());
         let mut replayed_sealed = Vec::new();
@@ -157,6 +163,7 @@ impl Engine {
         let wal_opts = WalOptions {
             dir: dir.join("wal"),
             segment_bytes: opts.wal_segment_bytes,
+            faults: faults.clone(),
         };
         let (wal, replay) = Wal::open(wal_opts, |segment, record| {
             let spans = decode_batch(&record)?;
@@ -203,6 +210,7 @@ impl Engine {
             closed: AtomicBool::new(false),
             crashed: AtomicBool::new(false),
             counters: Counters::default(),
+            faults,
             _lock: lock,
             opts,
         });

@@ -72,9 +72,16 @@ pub enum Error {
     #[error("malformed span batch: {0}")]
     Batch(#[from] crate::batch::BatchError),
 
-    /// The write-ahead log failed earlier and accepts no more writes until restart.
-    #[error("write-ahead log is unusable after an earlier failure: {0}")]
+    /// The write-ahead log could not make the record durable (a write or
+    /// fsync failed, e.g. the disk is full). Nothing was acknowledged; the log
+    /// goes on in a new segment, so a retry can succeed.
+    #[error("write-ahead log write failed, the write was not made durable: {0}")]
     WalFailed(String),
+
+    /// An earlier manifest append failed; the manifest must be rewritten
+    /// before it takes another edit (the engine does that by itself).
+    #[error("manifest {} is damaged by an earlier failed append and awaits a rewrite", .0.display())]
+    ManifestDamaged(PathBuf),
 
     /// A write-ahead log record longer than the format allows.
     #[error("record of {len} bytes exceeds the write-ahead log limit of {max} bytes")]

@@ -16,6 +16,8 @@
 //!   reader holds ([`SuperVersion`]: sealed buffers plus a version).
 //! - [`compaction`]: the pure choice of what to merge ([`compaction::pick`]) and
 //!   the merge itself, which writes new files and installs nothing.
+//! - [`fault`] (doc-hidden): the file layer durable writes go through, where
+//!   tests inject `ENOSPC` and `EIO`.
 //! - [`engine`]: ties them together: the write path with admission
 //!   (back-pressure), the flusher and compaction threads, retention, the
 //!   lookups, recovery at start-up, shutdown.
@@ -24,6 +26,8 @@ pub mod batch;
 pub mod compaction;
 pub mod engine;
 pub mod error;
+#[doc(hidden)]
+pub mod fault;
 pub mod manifest;
 pub mod memtable;
 mod mmap;

@@ -63,6 +63,9 @@ pub struct TableOptions {
     pub zstd_level: i32,
     /// Bloom filter bits per distinct trace ID; 10 gives about 1% false positives.
     pub bloom_bits_per_key: usize,
+    /// File operations, with faults injected by tests.
+    #[doc(hidden)]
+    pub faults: crate::fault::Faults,
 }
 
 impl Default for TableOptions {
@@ -71,6 +74,7 @@ impl Default for TableOptions {
             block_bytes: 64 << 10,
             zstd_level: 3,
             bloom_bits_per_key: 10,
+            faults: crate::fault::Faults::default(),
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::{
     memtable::Sealed,
     sort::sort_by_trace_id,
     table::{SsTable, SsTableBuilder},
-    version::{SuperVersion, TableFile},
+    version::{SuperVersion, TableFile, Version},
 };
 
 /// How often the flusher looks for buffers past their maximum age.
@@ -110,21 +110,23 @@ impl Inner {
             partition: NO_PARTITION,
             file_size: meta.file_size,
         };
-        let file = Arc::new(TableFile::new(
-            entry,
-            SsTable::open(&path)?,
-            self.janitor.clone(),
-        ));
-        self.install(
-            Edit {
-                next_file_id: self.next_file_id.load(Ordering::Relaxed),
-                removed: Vec::new(),
-                added: vec![entry],
-            },
-            vec![file],
-            Some(sealed.id),
-            None,
-        )?;
+        let installed = SsTable::open(&path).and_then(|table| {
+            let file = Arc::new(TableFile::new(entry, table, self.janitor.clone()));
+            self.install(
+                Edit {
+                    next_file_id: self.next_file_id.load(Ordering::Relaxed),
+                    removed: Vec::new(),
+                    added: vec![entry],
+                },
+                vec![file],
+                Some(sealed.id),
+                None,
+            )
+        });
+        if let Err(e) = installed {
+            self.discard_uninstalled(&[path]);
+            return Err(e);
+        }
         self.mem_bytes.fetch_sub(sealed.bytes, Ordering::AcqRel);
         self.flushed.notify_all();
         self.sched_cv.notify_all();
@@ -175,6 +177,13 @@ impl Inner {
         if self.crashed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
+        if manifest.is_damaged() {
+            // An earlier append failed; its edit may or may not be in the
+            // file. A rewrite from the live version settles it.
+            let live = self.state.lock().version.clone();
+            self.rewrite_manifest(&mut manifest, &live)?;
+            tracing::info!("manifest rewritten after an earlier failed append");
+        }
         match crash {
             Some(point @ CrashPoint::TornManifestAppend) => {
                 let mut full = Vec::new();
@@ -186,7 +195,18 @@ impl Inner {
                 manifest.append(&edit)?;
                 return Err(self.crash(point));
             }
-            _ => manifest.append(&edit)?,
+            _ => {
+                if let Err(e) = manifest.append(&edit) {
+                    // Whether the edit is durable is unknown: rewrite the
+                    // manifest without it, so it certainly is not. If that
+                    // fails too, the next install tries again first.
+                    let live = self.state.lock().version.clone();
+                    if let Err(again) = self.rewrite_manifest(&mut manifest, &live) {
+                        tracing::error!(error = %again, "rewriting the manifest after a failed append");
+                    }
+                    return Err(e);
+                }
+            }
         }
         let removed: HashSet<u64> = edit.removed.iter().copied().collect();
         let kept: HashSet<u64> = added.iter().map(|f| f.id).collect();
@@ -217,14 +237,48 @@ impl Inner {
             f.mark_obsolete();
         }
         if manifest.wants_rewrite() {
-            let state = ManifestState {
-                files: current.version.files().map(|f| (f.id, f.entry())).collect(),
-                next_file_id: self.next_file_id.load(Ordering::Relaxed),
-                torn_tail: false,
-            };
-            *manifest = Manifest::create(&self.opts.data_dir, &state)?;
+            // The edit is installed: a failed compaction of the log must not
+            // make the caller believe otherwise. The next install retries it.
+            if let Err(e) = self.rewrite_manifest(&mut manifest, &current.version) {
+                tracing::error!(error = %e, "rewriting the manifest");
+            }
         }
         Ok(())
+    }
+
+    /// Replaces the manifest by one edit naming the files of `version`. On
+    /// failure the old one is marked damaged: the rename may have happened,
+    /// so appending to the old file could write to an unlinked inode.
+    fn rewrite_manifest(&self, manifest: &mut Manifest, version: &Version) -> Result<()> {
+        let state = ManifestState {
+            files: version.files().map(|f| (f.id, f.entry())).collect(),
+            next_file_id: self.next_file_id.load(Ordering::Relaxed),
+            torn_tail: false,
+        };
+        match Manifest::create(&self.opts.data_dir, &state, &self.faults) {
+            Ok(fresh) => {
+                *manifest = fresh;
+                Ok(())
+            }
+            Err(e) => {
+                manifest.mark_damaged();
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes files written for an edit that was not installed, unless the
+    /// manifest is damaged: then the edit may be durable and name them, and
+    /// they are left for the next open to sort out.
+    fn discard_uninstalled(&self, paths: &[std::path::PathBuf]) {
+        if self.crashed.load(Ordering::Acquire) || self.manifest.lock().is_damaged() {
+            return;
+        }
+        for path in paths {
+            if let Err(e) = std::fs::remove_file(path) {
+                tracing::warn!(file = %path.display(), error = %e, "removing an uninstalled file");
+            }
+        }
     }
 
     /// Simulates a crash: from now on nothing is written or deleted.
@@ -408,12 +462,18 @@ impl Inner {
         }
         let mut added = Vec::with_capacity(out.files.len());
         for (entry, path) in &out.files {
-            let table = SsTable::open(path)?;
-            added.push(Arc::new(TableFile::new(
-                *entry,
-                table,
-                self.janitor.clone(),
-            )));
+            match SsTable::open(path) {
+                Ok(table) => added.push(Arc::new(TableFile::new(
+                    *entry,
+                    table,
+                    self.janitor.clone(),
+                ))),
+                Err(e) => {
+                    let paths: Vec<_> = out.files.iter().map(|(_, p)| p.clone()).collect();
+                    self.discard_uninstalled(&paths);
+                    return Err(e);
+                }
+            }
         }
         let edit = Edit {
             next_file_id: self.next_file_id.load(Ordering::Relaxed),
@@ -421,11 +481,8 @@ impl Inner {
             added: out.files.iter().map(|(e, _)| *e).collect(),
         };
         if let Err(e) = self.install(edit, added, None, crash) {
-            if !self.crashed.load(Ordering::Acquire) {
-                for (_, path) in &out.files {
-                    let _ = std::fs::remove_file(path);
-                }
-            }
+            let paths: Vec<_> = out.files.iter().map(|(_, p)| p.clone()).collect();
+            self.discard_uninstalled(&paths);
             return Err(e);
         }
         let c = &self.counters;

@@ -16,6 +16,7 @@ use std::{collections::BTreeMap, fs, path::Path, sync::Arc};
 use crate::{
     compaction::table_path,
     error::{Error, Result},
+    fault::Faults,
     manifest::{self, FileEntry, Manifest, ManifestState, NO_PARTITION},
     table::SsTable,
     version::{Janitor, TableFile, Version},
@@ -33,6 +34,7 @@ pub(super) fn recover(
     tables_dir: &Path,
     levels: usize,
     janitor: &Arc<Janitor>,
+    faults: &Faults,
 ) -> Result<Recovered> {
     let on_disk = list_tables(tables_dir)?;
     let max_on_disk = on_disk.keys().next_back().map_or(0, |id| id + 1);
@@ -100,7 +102,7 @@ pub(super) fn recover(
         added.push(Arc::new(TableFile::new(*entry, table, janitor.clone())));
     }
     version = version.apply(&Default::default(), added);
-    let manifest = Manifest::create(dir, &state)?;
+    let manifest = Manifest::create(dir, &state, faults)?;
     Ok(Recovered {
         manifest,
         version,
