@@ -103,6 +103,9 @@ struct Inner {
     /// The install lock: held while an edit is appended and the version
     /// swapped, so edits reach the manifest in the order they are installed.
     manifest: Mutex<Manifest>,
+    /// Files written for edits that failed while the manifest was damaged:
+    /// removed by the rewrite that repairs it.
+    orphans: Mutex<Vec<PathBuf>>,
     next_file_id: AtomicU64,
     /// Level-0 files in the current version, for admission without a lock.
     l0_files: AtomicUsize,
@@ -198,6 +201,7 @@ impl Engine {
             flush_tx,
             in_flight: Mutex::new(BTreeMap::new()),
             manifest: Mutex::new(recovered.manifest),
+            orphans: Mutex::new(Vec::new()),
             next_file_id: AtomicU64::new(recovered.next_file_id),
             l0_files: AtomicUsize::new(level_files[0]),
             mem_bytes: AtomicUsize::new(replayed_bytes),

@@ -136,6 +136,29 @@ impl std::fmt::Display for Backpressure {
 }
 
 impl Error {
+    /// Whether this is damage to stored bytes (a checksum mismatch, a
+    /// structural error, an undecodable block), as opposed to an I/O error, a
+    /// refusal or a format version this build does not read.
+    pub fn is_corruption(&self) -> bool {
+        matches!(
+            self,
+            Error::ChecksumMismatch { .. } | Error::Corrupt { .. } | Error::CorruptBlock { .. }
+        )
+    }
+
+    /// The file an error is about and, for damage, the byte offset in it.
+    pub fn location(&self) -> Option<(&std::path::Path, Option<u64>)> {
+        match self {
+            Error::ChecksumMismatch { file, offset, .. }
+            | Error::Corrupt { file, offset, .. }
+            | Error::CorruptBlock { file, offset, .. } => Some((file, Some(*offset))),
+            Error::UnsupportedVersion { file, .. } => Some((file, None)),
+            Error::Io { path, .. } => Some((path, None)),
+            Error::ManifestDamaged(path) => Some((path, None)),
+            _ => None,
+        }
+    }
+
     /// An I/O error with the path it happened on.
     pub fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
         Error::Io {

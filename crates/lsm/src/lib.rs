@@ -18,11 +18,13 @@
 //!   the merge itself, which writes new files and installs nothing.
 //! - [`fault`] (doc-hidden): the file layer durable writes go through, where
 //!   tests inject `ENOSPC` and `EIO`.
+//! - [`check`]: offline verification of a data directory, file by file.
 //! - [`engine`]: ties them together: the write path with admission
 //!   (back-pressure), the flusher and compaction threads, retention, the
 //!   lookups, recovery at start-up, shutdown.
 
 pub mod batch;
+pub mod check;
 pub mod compaction;
 pub mod engine;
 pub mod error;

@@ -60,7 +60,7 @@
 //! records past the damage in that segment cannot be trusted to be framed
 //! right. The file is left untouched for inspection.
 
-mod segment;
+pub(crate) mod segment;
 mod sync;
 
 #[cfg(test)]

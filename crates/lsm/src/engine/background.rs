@@ -82,7 +82,7 @@ impl Inner {
                     if self.closed.load(Ordering::Acquire) {
                         return;
                     }
-                    std::thread::sleep(FLUSH_RETRY);
+                    std::thread::sleep(self.opts.hooks.retry_delay.unwrap_or(FLUSH_RETRY));
                 }
             }
         }
@@ -258,6 +258,12 @@ impl Inner {
         match Manifest::create(&self.opts.data_dir, &state, &self.faults) {
             Ok(fresh) => {
                 *manifest = fresh;
+                // The new manifest names none of them: they were never installed.
+                for path in std::mem::take(&mut *self.orphans.lock()) {
+                    if let Err(e) = std::fs::remove_file(&path) {
+                        tracing::warn!(file = %path.display(), error = %e, "removing an uninstalled file");
+                    }
+                }
                 Ok(())
             }
             Err(e) => {
@@ -269,11 +275,17 @@ impl Inner {
 
     /// Removes files written for an edit that was not installed, unless the
     /// manifest is damaged: then the edit may be durable and name them, and
-    /// they are left for the next open to sort out.
+    /// they go once a rewrite has settled the manifest (or at the next open).
     fn discard_uninstalled(&self, paths: &[std::path::PathBuf]) {
-        if self.crashed.load(Ordering::Acquire) || self.manifest.lock().is_damaged() {
+        let manifest = self.manifest.lock();
+        if self.crashed.load(Ordering::Acquire) {
             return;
         }
+        if manifest.is_damaged() {
+            self.orphans.lock().extend_from_slice(paths);
+            return;
+        }
+        drop(manifest);
         for path in paths {
             if let Err(e) = std::fs::remove_file(path) {
                 tracing::warn!(file = %path.display(), error = %e, "removing an uninstalled file");
@@ -360,7 +372,7 @@ impl Inner {
                 }
                 add(&self.counters.compaction_errors, 1);
                 tracing::error!(error = %e, "compaction failed; retrying later");
-                std::thread::sleep(COMPACTION_RETRY);
+                std::thread::sleep(self.opts.hooks.retry_delay.unwrap_or(COMPACTION_RETRY));
             }
         }
     }

@@ -117,6 +117,8 @@ pub struct Hooks {
     /// Makes chosen writes and fsyncs of the WAL, the sorted files and the
     /// manifest fail ([`crate::fault`]).
     pub faults: Option<Arc<crate::fault::FaultInjector>>,
+    /// Pause before retrying a failed flush or compaction, instead of 1 s.
+    pub retry_delay: Option<Duration>,
 }
 
 impl fmt::Debug for Hooks {
@@ -125,6 +127,7 @@ impl fmt::Debug for Hooks {
             .field("crash_at", &self.crash_at)
             .field("after_first_trace", &self.after_first_trace.is_some())
             .field("faults", &self.faults.is_some())
+            .field("retry_delay", &self.retry_delay)
             .finish()
     }
 }
