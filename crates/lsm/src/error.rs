@@ -37,6 +37,23 @@ pub enum Error {
         supported: u32,
     },
 
+    /// The manifest is damaged in a way a crash cannot leave (not a torn
+    /// last record), so which files are live is unknown and the open stops.
+    #[error(
+        "the manifest {} is damaged at offset {offset} and is not a torn append, so the set of live \
+         files is unknown; refusing to start rather than guess. Run `tracedb check <data dir>` to list \
+         the damage, then restore MANIFEST from a backup, or move it aside: every .sst file in tables/ \
+         is then adopted into level 0 at the next start (no span is lost; spans that compaction or \
+         retention had already removed may be returned again until the next compaction)",
+        file.display()
+    )]
+    ManifestUnreadable {
+        file: PathBuf,
+        offset: u64,
+        #[source]
+        source: Box<Error>,
+    },
+
     /// A data block of a sorted span file passed its checksum but its span batch
     /// does not decode: the writer was wrong, or the damage matched the checksum.
     #[error("undecodable span batch in the block of {file} at offset {offset}: {source}")]
@@ -155,6 +172,7 @@ impl Error {
             Error::UnsupportedVersion { file, .. } => Some((file, None)),
             Error::Io { path, .. } => Some((path, None)),
             Error::ManifestDamaged(path) => Some((path, None)),
+            Error::ManifestUnreadable { file, offset, .. } => Some((file, Some(*offset))),
             _ => None,
         }
     }

@@ -43,7 +43,10 @@ pub mod wal;
 mod test_util;
 
 pub use compaction::{CompactionOptions, CompactionTask};
-pub use engine::{Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks, Snapshot};
+pub use engine::{
+    Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks, SkippedFile, Snapshot,
+    TraceLookup, QUARANTINE_DIR,
+};
 pub use error::{Backpressure, Error, Result};
 pub use memtable::MemTableOptions;
 pub use span::{ParseIdError, ScopeGroup, Span, SpanId, TraceId};

@@ -177,13 +177,7 @@ impl Inner {
         if self.crashed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        if manifest.is_damaged() {
-            // An earlier append failed; its edit may or may not be in the
-            // file. A rewrite from the live version settles it.
-            let live = self.state.lock().version.clone();
-            self.rewrite_manifest(&mut manifest, &live)?;
-            tracing::info!("manifest rewritten after an earlier failed append");
-        }
+        self.settle_manifest(&mut manifest)?;
         match crash {
             Some(point @ CrashPoint::TornManifestAppend) => {
                 let mut full = Vec::new();
@@ -195,18 +189,7 @@ impl Inner {
                 manifest.append(&edit)?;
                 return Err(self.crash(point));
             }
-            _ => {
-                if let Err(e) = manifest.append(&edit) {
-                    // Whether the edit is durable is unknown: rewrite the
-                    // manifest without it, so it certainly is not. If that
-                    // fails too, the next install tries again first.
-                    let live = self.state.lock().version.clone();
-                    if let Err(again) = self.rewrite_manifest(&mut manifest, &live) {
-                        tracing::error!(error = %again, "rewriting the manifest after a failed append");
-                    }
-                    return Err(e);
-                }
-            }
+            _ => self.append_edit(&mut manifest, &edit)?,
         }
         let removed: HashSet<u64> = edit.removed.iter().copied().collect();
         let kept: HashSet<u64> = added.iter().map(|f| f.id).collect();
@@ -242,6 +225,32 @@ impl Inner {
             if let Err(e) = self.rewrite_manifest(&mut manifest, &current.version) {
                 tracing::error!(error = %e, "rewriting the manifest");
             }
+        }
+        Ok(())
+    }
+
+    /// Rewrites the manifest if an earlier append failed: its edit may or may
+    /// not be in the file, and a rewrite from the live version settles it.
+    pub(super) fn settle_manifest(&self, manifest: &mut Manifest) -> Result<()> {
+        if manifest.is_damaged() {
+            let live = self.state.lock().version.clone();
+            self.rewrite_manifest(manifest, &live)?;
+            tracing::info!("manifest rewritten after an earlier failed append");
+        }
+        Ok(())
+    }
+
+    /// Appends `edit` to a settled manifest. On failure, whether the edit is
+    /// durable is unknown: the manifest is rewritten without it, so it
+    /// certainly is not; if that fails too, the next edit tries again first.
+    pub(super) fn append_edit(&self, manifest: &mut Manifest, edit: &Edit) -> Result<()> {
+        self.settle_manifest(manifest)?;
+        if let Err(e) = manifest.append(edit) {
+            let live = self.state.lock().version.clone();
+            if let Err(again) = self.rewrite_manifest(manifest, &live) {
+                tracing::error!(error = %again, "rewriting the manifest after a failed append");
+            }
+            return Err(e);
         }
         Ok(())
     }
@@ -456,7 +465,15 @@ impl Inner {
             should_stop: &stop,
             after_first_trace: self.opts.hooks.after_first_trace.as_deref(),
         };
-        let Some(out) = merge(task, &ctx)? else {
+        let merged = merge(task, &ctx).inspect_err(|e| {
+            // A damaged input would fail every retry: take it out of the tree.
+            if let Some((path, _)) = e.location().filter(|_| e.is_corruption()) {
+                if let Some(input) = task.inputs.iter().find(|f| f.path() == path) {
+                    self.quarantine(input.id, e);
+                }
+            }
+        })?;
+        let Some(out) = merged else {
             tracing::info!("compaction stopped before it finished; outputs removed");
             return Ok(());
         };

@@ -5,6 +5,7 @@
 
 mod backpressure;
 mod concurrency;
+mod corruption;
 mod crash;
 mod faults;
 mod lookups;
