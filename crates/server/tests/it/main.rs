@@ -2,6 +2,7 @@
 //! on 127.0.0.1 with a temporary data directory and talks to them over gRPC.
 
 mod api;
+mod check;
 mod crash;
 mod harness;
 mod python_sdk;
