@@ -40,6 +40,8 @@ pub mod version;
 pub mod wal;
 
 #[cfg(test)]
+mod hostile_tests;
+#[cfg(test)]
 mod test_util;
 
 pub use compaction::{CompactionOptions, CompactionTask};

@@ -233,6 +233,7 @@ pub fn read(path: &Path) -> Result<Option<(ManifestState, u64)>> {
     }
     let mut state = ManifestState::default();
     let mut at = HEADER_LEN;
+    let mut records = 0usize;
     while at < bytes.len() {
         let rest = &bytes[at..];
         let damage = if rest.len() < 8 {
@@ -263,6 +264,7 @@ pub fn read(path: &Path) -> Result<Option<(ManifestState, u64)>> {
                     let edit = Edit::decode(payload)
                         .ok_or_else(|| corrupt(path, at as u64, "undecodable edit"))?;
                     state.apply(&edit);
+                    records += 1;
                     at = end;
                     continue;
                 }
@@ -277,6 +279,16 @@ pub fn read(path: &Path) -> Result<Option<(ManifestState, u64)>> {
         );
         state.torn_tail = true;
         break;
+    }
+    if records == 0 {
+        // Written whole (temporary file, fsync, rename) with its first edit,
+        // a manifest never lacks one: this one was cut. Reading it as "no
+        // live files" would make the open delete every sorted file.
+        return Err(corrupt(
+            path,
+            HEADER_LEN as u64,
+            "no intact edit: a manifest always holds at least one, so this one was cut short",
+        ));
     }
     Ok(Some((state, at as u64)))
 }

@@ -33,6 +33,8 @@ mod footer;
 mod index;
 
 #[cfg(test)]
+pub(crate) mod hostile;
+#[cfg(test)]
 mod tests;
 
 use std::{

@@ -5,5 +5,6 @@ mod api;
 mod check;
 mod crash;
 mod harness;
+mod large;
 mod python_sdk;
 mod restart;
