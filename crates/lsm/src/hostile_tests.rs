@@ -111,7 +111,7 @@ fn entry(id: u64) -> FileEntry {
     FileEntry {
         id,
         level: (id % 3) as u32,
-        partition: if id % 3 == 0 {
+        partition: if id.is_multiple_of(3) {
             manifest::NO_PARTITION
         } else {
             id / 2
