@@ -30,6 +30,7 @@
 
 mod background;
 mod options;
+mod quarantine;
 mod recovery;
 mod stats;
 
@@ -49,6 +50,8 @@ use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
 
 pub use options::{Clock, CrashPoint, EngineOptions, Hooks};
+use quarantine::Quarantined;
+pub use quarantine::QUARANTINE_DIR;
 pub use stats::EngineStats;
 use stats::{add, Counters};
 
@@ -56,12 +59,41 @@ use crate::{
     batch::{decode_batch, encode_batch},
     compaction::RateLimiter,
     error::{Backpressure, Error, Result},
+    fault::Faults,
     manifest::Manifest,
     memtable::{MemTable, Sealed},
     span::{Span, TraceId},
     version::{Janitor, SuperVersion, TimeRange},
     wal::{Wal, WalOptions},
 };
+
+/// What [`Engine::lookup_trace`] found.
+#[derive(Debug, Clone, Default)]
+pub struct TraceLookup {
+    /// The spans read, each (trace ID, span ID) once, ordered by start time.
+    pub spans: Vec<Span>,
+    /// Files that may hold more spans of the trace but could not be read.
+    pub skipped: Vec<SkippedFile>,
+}
+
+impl TraceLookup {
+    /// Whether the spans may be incomplete.
+    pub fn is_partial(&self) -> bool {
+        !self.skipped.is_empty()
+    }
+}
+
+/// A file a lookup could not read: damaged, and quarantined unless moving it
+/// failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedFile {
+    pub id: u64,
+    /// Where the file is now (in `quarantine/` once moved there).
+    pub path: PathBuf,
+    /// What was wrong, with the offset where the damage was found, for the
+    /// operator reading the response.
+    pub reason: String,
+}
 
 /// The snapshot readers take; the name the vertical slice used.
 pub type Snapshot = SuperVersion;
@@ -102,6 +134,11 @@ struct Inner {
     /// The install lock: held while an edit is appended and the version
     /// swapped, so edits reach the manifest in the order they are installed.
     manifest: Mutex<Manifest>,
+    /// Files written for edits that failed while the manifest was damaged:
+    /// removed by the rewrite that repairs it.
+    orphans: Mutex<Vec<PathBuf>>,
+    /// Files in `quarantine/`: lookups they may have answered are incomplete.
+    quarantined: Mutex<Vec<Quarantined>>,
     next_file_id: AtomicU64,
     /// Level-0 files in the current version, for admission without a lock.
     l0_files: AtomicUsize,
@@ -121,6 +158,8 @@ struct Inner {
     /// A simulated crash happened (or `abandon` was called): write nothing more.
     crashed: AtomicBool,
     counters: Counters,
+    /// File operations of manifest rewrites (with faults injected by tests).
+    faults: Faults,
     /// Held for the engine's lifetime: one process per data directory.
     _lock: File,
 }
@@ -141,7 +180,9 @@ impl Engine {
     /// Opens (or creates) the data directory: recovers the files the manifest
     /// names, replays the WAL into the memtable, and starts the flusher and
     /// the compaction threads.
-    pub fn open(opts: EngineOptions) -> Result<Engine> {
+    pub fn open(mut opts: EngineOptions) -> Result<Engine> {
+        let faults = Faults::new(opts.hooks.faults.clone());
+        opts.table.faults = faults.clone();
         let dir = opts.data_dir.clone();
         let tables_dir = dir.join("tables");
         fs::create_dir_all(&tables_dir).map_err(|e| Error::io(&tables_dir, e))?;
@@ -149,14 +190,24 @@ impl Engine {
         let janitor = Arc::new(Janitor {
             enabled: AtomicBool::new(true),
         });
-        let recovered = recovery::recover(&dir, &tables_dir, opts.compaction.levels, &janitor)?;
+        let recovered =
+            recovery::recover(&dir, &tables_dir, opts.compaction.levels, &janitor, &faults)?;
 
+        let quarantined = quarantine::list_quarantined(&dir)?;
+        if !quarantined.is_empty() {
+            tracing::warn!(
+                files = quarantined.len(),
+                dir = %dir.join(QUARANTINE_DIR).display(),
+                "damaged sorted files are in quarantine; lookups they may have answered are reported incomplete until they are removed"
+            );
+        }
         let memtable = MemTable::new(opts.memtable.clone());
         let mut replayed_sealed = Vec::new();
         let mut replayed_bytes = 0usize;
         let wal_opts = WalOptions {
             dir: dir.join("wal"),
             segment_bytes: opts.wal_segment_bytes,
+            faults: faults.clone(),
         };
         let (wal, replay) = Wal::open(wal_opts, |segment, record| {
             let spans = decode_batch(&record)?;
@@ -191,6 +242,8 @@ impl Engine {
             flush_tx,
             in_flight: Mutex::new(BTreeMap::new()),
             manifest: Mutex::new(recovered.manifest),
+            orphans: Mutex::new(Vec::new()),
+            quarantined: Mutex::new(quarantined),
             next_file_id: AtomicU64::new(recovered.next_file_id),
             l0_files: AtomicUsize::new(level_files[0]),
             mem_bytes: AtomicUsize::new(replayed_bytes),
@@ -203,6 +256,7 @@ impl Engine {
             closed: AtomicBool::new(false),
             crashed: AtomicBool::new(false),
             counters: Counters::default(),
+            faults,
             _lock: lock,
             opts,
         });
@@ -267,7 +321,8 @@ impl Engine {
     }
 
     /// Every stored span of a trace, each (trace ID, span ID) once, ordered by
-    /// start time. Spans past retention are not returned.
+    /// start time. Spans past retention are not returned. Damaged files are
+    /// skipped (and quarantined); [`Engine::lookup_trace`] says whether any was.
     pub fn get_trace(&self, trace_id: &TraceId) -> Result<Vec<Span>> {
         self.get_trace_in(trace_id, TimeRange::ALL)
     }
@@ -276,25 +331,66 @@ impl Engine {
     /// outside `range` are not read. Spans in memory and in the files read are
     /// all returned, inside the range or not; spans only in skipped files are not.
     pub fn get_trace_in(&self, trace_id: &TraceId, range: TimeRange) -> Result<Vec<Span>> {
+        self.lookup_trace(trace_id, range).map(|found| found.spans)
+    }
+
+    /// [`Engine::get_trace_in`], and the files that may hold spans of the
+    /// trace but could not be read: a file that fails its checksums here is
+    /// quarantined (see `engine/quarantine.rs`) and reported, and so is every
+    /// file already in `quarantine/` that may hold the trace. A non-empty
+    /// [`TraceLookup::skipped`] means the spans may be incomplete.
+    pub fn lookup_trace(&self, trace_id: &TraceId, range: TimeRange) -> Result<TraceLookup> {
         let c = &self.inner.counters;
         add(&c.lookups, 1);
         let mut spans = Vec::new();
+        let mut skipped = Vec::new();
         self.inner.memtable.get(trace_id, &mut spans);
         let snapshot = self.snapshot();
         for sealed in snapshot.sealed.iter().rev() {
             sealed.get(trace_id, &mut spans);
         }
         for file in snapshot.version.candidates(trace_id, range) {
-            let (found, blocks) = file.table().lookup(trace_id)?;
-            add(&c.lookup_files_read, 1);
-            add(&c.blocks_read, blocks);
-            spans.extend(found);
+            match file.table().lookup(trace_id) {
+                Ok((found, blocks)) => {
+                    add(&c.lookup_files_read, 1);
+                    add(&c.blocks_read, blocks);
+                    spans.extend(found);
+                }
+                Err(e) => {
+                    add(&c.lookup_errors, 1);
+                    let (_, offset) = e.location().unwrap_or((file.path(), None));
+                    tracing::error!(
+                        file = %file.path().display(),
+                        offset,
+                        error = %e,
+                        trace_id = %trace_id,
+                        "reading a sorted file failed; the trace may be incomplete"
+                    );
+                    let moved = e.is_corruption() && self.inner.quarantine(file.id, &e);
+                    if !moved {
+                        skipped.push(SkippedFile {
+                            id: file.id,
+                            path: file.path().to_path_buf(),
+                            reason: e.to_string(),
+                        });
+                    }
+                }
+            }
+        }
+        for q in self.inner.quarantined.lock().iter() {
+            if q.may_hold(trace_id) && !skipped.iter().any(|s| s.id == q.id) {
+                skipped.push(SkippedFile {
+                    id: q.id,
+                    path: q.path.clone(),
+                    reason: q.reason.clone(),
+                });
+            }
         }
         let expire_before = self.inner.expire_before();
         let mut seen = HashSet::with_capacity(spans.len());
         spans.retain(|s| s.end_unix_nano >= expire_before && seen.insert(s.span_id));
         spans.sort_by_key(|s| (s.start_unix_nano, s.span_id));
-        Ok(spans)
+        Ok(TraceLookup { spans, skipped })
     }
 
     /// The current sealed buffers and files.
@@ -380,6 +476,8 @@ impl Engine {
             lookup_files_read: get(&c.lookup_files_read),
             blocks_read: get(&c.blocks_read),
             backpressure_rejections: get(&c.backpressure_rejections),
+            lookup_errors: get(&c.lookup_errors),
+            quarantined_files: self.inner.quarantined.lock().len(),
             wal: self.inner.wal.stats(),
         }
     }

@@ -37,6 +37,23 @@ pub enum Error {
         supported: u32,
     },
 
+    /// The manifest is damaged in a way a crash cannot leave (not a torn
+    /// last record), so which files are live is unknown and the open stops.
+    #[error(
+        "the manifest {} is damaged at offset {offset} and is not a torn append, so the set of live \
+         files is unknown; refusing to start rather than guess. Run `tracedb check <data dir>` to list \
+         the damage, then restore MANIFEST from a backup, or move it aside: every .sst file in tables/ \
+         is then adopted into level 0 at the next start (no span is lost; spans that compaction or \
+         retention had already removed may be returned again until the next compaction)",
+        file.display()
+    )]
+    ManifestUnreadable {
+        file: PathBuf,
+        offset: u64,
+        #[source]
+        source: Box<Error>,
+    },
+
     /// A data block of a sorted span file passed its checksum but its span batch
     /// does not decode: the writer was wrong, or the damage matched the checksum.
     #[error("undecodable span batch in the block of {file} at offset {offset}: {source}")]
@@ -72,9 +89,16 @@ pub enum Error {
     #[error("malformed span batch: {0}")]
     Batch(#[from] crate::batch::BatchError),
 
-    /// The write-ahead log failed earlier and accepts no more writes until restart.
-    #[error("write-ahead log is unusable after an earlier failure: {0}")]
+    /// The write-ahead log could not make the record durable (a write or
+    /// fsync failed, e.g. the disk is full). Nothing was acknowledged; the log
+    /// goes on in a new segment, so a retry can succeed.
+    #[error("write-ahead log write failed, the write was not made durable: {0}")]
     WalFailed(String),
+
+    /// An earlier manifest append failed; the manifest must be rewritten
+    /// before it takes another edit (the engine does that by itself).
+    #[error("manifest {} is damaged by an earlier failed append and awaits a rewrite", .0.display())]
+    ManifestDamaged(PathBuf),
 
     /// A write-ahead log record longer than the format allows.
     #[error("record of {len} bytes exceeds the write-ahead log limit of {max} bytes")]
@@ -129,6 +153,30 @@ impl std::fmt::Display for Backpressure {
 }
 
 impl Error {
+    /// Whether this is damage to stored bytes (a checksum mismatch, a
+    /// structural error, an undecodable block), as opposed to an I/O error, a
+    /// refusal or a format version this build does not read.
+    pub fn is_corruption(&self) -> bool {
+        matches!(
+            self,
+            Error::ChecksumMismatch { .. } | Error::Corrupt { .. } | Error::CorruptBlock { .. }
+        )
+    }
+
+    /// The file an error is about and, for damage, the byte offset in it.
+    pub fn location(&self) -> Option<(&std::path::Path, Option<u64>)> {
+        match self {
+            Error::ChecksumMismatch { file, offset, .. }
+            | Error::Corrupt { file, offset, .. }
+            | Error::CorruptBlock { file, offset, .. } => Some((file, Some(*offset))),
+            Error::UnsupportedVersion { file, .. } => Some((file, None)),
+            Error::Io { path, .. } => Some((path, None)),
+            Error::ManifestDamaged(path) => Some((path, None)),
+            Error::ManifestUnreadable { file, offset, .. } => Some((file, Some(*offset))),
+            _ => None,
+        }
+    }
+
     /// An I/O error with the path it happened on.
     pub fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
         Error::Io {

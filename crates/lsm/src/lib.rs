@@ -16,14 +16,20 @@
 //!   reader holds ([`SuperVersion`]: sealed buffers plus a version).
 //! - [`compaction`]: the pure choice of what to merge ([`compaction::pick`]) and
 //!   the merge itself, which writes new files and installs nothing.
+//! - [`fault`] (doc-hidden): the file layer durable writes go through, where
+//!   tests inject `ENOSPC` and `EIO`.
+//! - [`check`]: offline verification of a data directory, file by file.
 //! - [`engine`]: ties them together: the write path with admission
 //!   (back-pressure), the flusher and compaction threads, retention, the
 //!   lookups, recovery at start-up, shutdown.
 
 pub mod batch;
+pub mod check;
 pub mod compaction;
 pub mod engine;
 pub mod error;
+#[doc(hidden)]
+pub mod fault;
 pub mod manifest;
 pub mod memtable;
 mod mmap;
@@ -34,10 +40,15 @@ pub mod version;
 pub mod wal;
 
 #[cfg(test)]
+mod hostile_tests;
+#[cfg(test)]
 mod test_util;
 
 pub use compaction::{CompactionOptions, CompactionTask};
-pub use engine::{Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks, Snapshot};
+pub use engine::{
+    Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks, SkippedFile, Snapshot,
+    TraceLookup, QUARANTINE_DIR,
+};
 pub use error::{Backpressure, Error, Result};
 pub use memtable::MemTableOptions;
 pub use span::{ParseIdError, ScopeGroup, Span, SpanId, TraceId};

@@ -26,11 +26,13 @@
 use std::{
     collections::BTreeMap,
     fs::{self, File},
-    io::Write,
     path::{Path, PathBuf},
 };
 
-use crate::error::{Error, Result};
+use crate::{
+    error::{Error, Result},
+    fault::{FaultTarget, Faults},
+};
 
 /// `"TDB-MAN\0"`.
 pub const MAGIC: [u8; 8] = *b"TDB-MAN\0";
@@ -161,6 +163,11 @@ pub struct Manifest {
     path: PathBuf,
     file: File,
     edits: u64,
+    faults: Faults,
+    /// An append failed: the file may end in part of a record, or hold an
+    /// edit whose fsync failed. Nothing more is appended to it; the engine
+    /// rewrites it from the live version first ([`Manifest::is_damaged`]).
+    damaged: bool,
 }
 
 fn header() -> [u8; HEADER_LEN] {
@@ -226,6 +233,7 @@ pub fn read(path: &Path) -> Result<Option<(ManifestState, u64)>> {
     }
     let mut state = ManifestState::default();
     let mut at = HEADER_LEN;
+    let mut records = 0usize;
     while at < bytes.len() {
         let rest = &bytes[at..];
         let damage = if rest.len() < 8 {
@@ -256,6 +264,7 @@ pub fn read(path: &Path) -> Result<Option<(ManifestState, u64)>> {
                     let edit = Edit::decode(payload)
                         .ok_or_else(|| corrupt(path, at as u64, "undecodable edit"))?;
                     state.apply(&edit);
+                    records += 1;
                     at = end;
                     continue;
                 }
@@ -271,6 +280,16 @@ pub fn read(path: &Path) -> Result<Option<(ManifestState, u64)>> {
         state.torn_tail = true;
         break;
     }
+    if records == 0 {
+        // Written whole (temporary file, fsync, rename) with its first edit,
+        // a manifest never lacks one: this one was cut. Reading it as "no
+        // live files" would make the open delete every sorted file.
+        return Err(corrupt(
+            path,
+            HEADER_LEN as u64,
+            "no intact edit: a manifest always holds at least one, so this one was cut short",
+        ));
+    }
     Ok(Some((state, at as u64)))
 }
 
@@ -278,7 +297,7 @@ impl Manifest {
     /// Writes a fresh manifest holding one edit with every file of `state`,
     /// atomically (temporary file, fsync, rename, directory fsync), and opens
     /// it for appending.
-    pub fn create(dir: &Path, state: &ManifestState) -> Result<Manifest> {
+    pub fn create(dir: &Path, state: &ManifestState, faults: &Faults) -> Result<Manifest> {
         let path = dir.join("MANIFEST");
         let tmp = dir.join("MANIFEST.tmp");
         let mut buf = header().to_vec();
@@ -290,13 +309,18 @@ impl Manifest {
             },
             &mut buf,
         );
-        {
+        let written = (|| {
             let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-            f.write_all(&buf).map_err(|e| Error::io(&tmp, e))?;
-            f.sync_all().map_err(|e| Error::io(&tmp, e))?;
+            faults.write_all(FaultTarget::Manifest, &mut f, &tmp, &buf)?;
+            faults.sync_all(FaultTarget::Manifest, &f, &tmp)
+        })();
+        if let Err(e) = written {
+            // The old manifest is untouched; a leftover is replaced next time.
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
         }
         fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
-        sync_dir(dir)?;
+        faults.sync_dir(FaultTarget::Manifest, dir)?;
         let file = File::options()
             .append(true)
             .open(&path)
@@ -305,10 +329,14 @@ impl Manifest {
             path,
             file,
             edits: 1,
+            faults: faults.clone(),
+            damaged: false,
         })
     }
 
     /// Appends one edit and fsyncs it. After `Ok` the edit survives a crash.
+    /// After an error the edit may or may not be durable, and the manifest is
+    /// damaged: further appends are refused until it is rewritten.
     pub fn append(&mut self, edit: &Edit) -> Result<()> {
         let mut buf = Vec::new();
         frame(edit, &mut buf);
@@ -327,22 +355,38 @@ impl Manifest {
     }
 
     fn append_raw(&mut self, buf: &[u8]) -> Result<()> {
-        self.file
-            .write_all(buf)
-            .and_then(|()| self.file.sync_data())
-            .map_err(|e| Error::io(&self.path, e))
+        if self.damaged {
+            return Err(Error::ManifestDamaged(self.path.clone()));
+        }
+        let done = self
+            .faults
+            .write_all(FaultTarget::Manifest, &mut self.file, &self.path, buf)
+            .and_then(|()| {
+                self.faults
+                    .sync_data(FaultTarget::Manifest, &self.file, &self.path)
+            });
+        if done.is_err() {
+            self.damaged = true;
+        }
+        done
+    }
+
+    /// True after a failed append: the file must be rewritten (by
+    /// [`Manifest::create`] from the live version) before the next edit.
+    pub fn is_damaged(&self) -> bool {
+        self.damaged
+    }
+
+    /// Marks the manifest as needing a rewrite before the next append: a
+    /// rewrite that failed may have replaced the file this one appends to.
+    pub fn mark_damaged(&mut self) {
+        self.damaged = true;
     }
 
     /// True once the log holds enough edits to be worth rewriting.
     pub fn wants_rewrite(&self) -> bool {
         self.edits >= REWRITE_EDITS
     }
-}
-
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(dir, e))
 }
 
 #[cfg(test)]
@@ -369,7 +413,8 @@ mod tests {
     #[test]
     fn edits_replay_in_order() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let mut m = Manifest::create(dir.path(), &state_of(&[entry(1, 0)], 2)).expect("create");
+        let mut m = Manifest::create(dir.path(), &state_of(&[entry(1, 0)], 2), &Faults::default())
+            .expect("create");
         m.append(&Edit {
             next_file_id: 4,
             removed: vec![],
@@ -397,7 +442,8 @@ mod tests {
     fn a_torn_last_record_is_ignored_at_every_cut() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("MANIFEST");
-        let mut m = Manifest::create(dir.path(), &state_of(&[entry(1, 0)], 2)).expect("create");
+        let mut m = Manifest::create(dir.path(), &state_of(&[entry(1, 0)], 2), &Faults::default())
+            .expect("create");
         let good_len = fs::metadata(&path).expect("meta").len();
         let edit = Edit {
             next_file_id: 9,
@@ -421,7 +467,8 @@ mod tests {
     fn damage_before_the_tail_is_an_error_not_a_guess() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("MANIFEST");
-        let mut m = Manifest::create(dir.path(), &state_of(&[entry(1, 0)], 2)).expect("create");
+        let mut m = Manifest::create(dir.path(), &state_of(&[entry(1, 0)], 2), &Faults::default())
+            .expect("create");
         m.append(&Edit {
             next_file_id: 3,
             removed: vec![],

@@ -33,6 +33,8 @@ mod footer;
 mod index;
 
 #[cfg(test)]
+pub(crate) mod hostile;
+#[cfg(test)]
 mod tests;
 
 use std::{
@@ -63,6 +65,9 @@ pub struct TableOptions {
     pub zstd_level: i32,
     /// Bloom filter bits per distinct trace ID; 10 gives about 1% false positives.
     pub bloom_bits_per_key: usize,
+    /// File operations, with faults injected by tests.
+    #[doc(hidden)]
+    pub faults: crate::fault::Faults,
 }
 
 impl Default for TableOptions {
@@ -71,6 +76,7 @@ impl Default for TableOptions {
             block_bytes: 64 << 10,
             zstd_level: 3,
             bloom_bits_per_key: 10,
+            faults: crate::fault::Faults::default(),
         }
     }
 }

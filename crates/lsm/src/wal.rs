@@ -19,11 +19,26 @@
 //!
 //! # Failure
 //!
-//! A failed write or fsync poisons the log for good: after a failed fsync the
-//! kernel may have dropped the dirty pages and report success on a retry, so
-//! nothing written since the last good fsync can be trusted. Waiters of records
-//! that were not yet durable get [`Error::WalFailed`], and so does every later
-//! append. The process has to restart and replay.
+//! A failed write or fsync (a full disk, an I/O error) fails every record that
+//! was not yet durable: their waiters get [`Error::WalFailed`], which the
+//! ingest layer reports as retryable, and none of them was acknowledged. The
+//! log then *abandons the segment* and the next append starts a new one; it
+//! never writes to the failed segment again. The reason is fsync's contract:
+//! after a failed fsync the kernel may have dropped the dirty pages and marked
+//! them clean, so a retried fsync on the same file can report success for
+//! bytes that never reached the disk (the "fsyncgate" behaviour of Linux).
+//! Writing the next records into a fresh file, created, written and fsynced
+//! from the copies still in memory, does not depend on those pages. The failed
+//! segment is cut back, best effort, to the length its last good fsync
+//! covered; if that fails too, its tail is garbage that replay treats as
+//! damage in an older segment (logged, the records before it kept). Records
+//! written to it but not acknowledged may come back at restart: a client that
+//! retried them sends them again, and spans are deduplicated at read.
+//!
+//! So the log never stays broken: while the disk is full each group commit
+//! fails and its writers get a retryable error; once space returns, the next
+//! group commit creates a segment and succeeds. Only a panic of the sync
+//! thread stops the log for good.
 //!
 //! # Segments and recovery
 //!
@@ -45,7 +60,7 @@
 //! records past the damage in that segment cannot be trusted to be framed
 //! right. The file is left untouched for inspection.
 
-mod segment;
+pub(crate) mod segment;
 mod sync;
 
 #[cfg(test)]
@@ -65,7 +80,10 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 use tokio::sync::watch;
 
-use crate::error::{Error, Result};
+use crate::{
+    error::{Error, Result},
+    fault::Faults,
+};
 
 pub use segment::MAX_RECORD_LEN;
 use segment::{encode_record, framed_len, list_segments, segment_path, SegmentWriter, HEADER_LEN};
@@ -78,6 +96,9 @@ pub struct WalOptions {
     /// A segment is closed once it holds this many bytes; a segment may exceed
     /// it by at most one record.
     pub segment_bytes: u64,
+    /// File operations, with faults injected by tests.
+    #[doc(hidden)]
+    pub faults: Faults,
 }
 
 impl WalOptions {
@@ -86,6 +107,7 @@ impl WalOptions {
         WalOptions {
             dir: dir.into(),
             segment_bytes: 64 << 20,
+            faults: Faults::default(),
         }
     }
 }
@@ -152,9 +174,7 @@ struct Shared {
     /// The same news as `progress_changed`, for async waiters.
     progress: watch::Sender<Progress>,
     counters: Counters,
-    /// Makes the next batch fail as if the disk had refused it.
-    #[cfg(test)]
-    fail_next_batch: std::sync::atomic::AtomicBool,
+    faults: Faults,
 }
 
 /// Everything the state lock guards.
@@ -173,8 +193,10 @@ struct State {
     durable_lsn: u64,
     /// Segment the sync thread has open; every segment before it is complete.
     writer_segment: u64,
-    /// Why the log is poisoned, if it is.
-    failed: Option<Arc<str>>,
+    /// Records that failed, oldest first; see [`FailedRange`].
+    failures: Arc<Vec<FailedRange>>,
+    /// Why the log stopped for good (its sync thread panicked), if it did.
+    broken: Option<Arc<str>>,
     /// `close` was called: refuse appends, drain, then stop.
     stopping: bool,
     /// The sync thread has exited; nothing more will become durable.
@@ -184,23 +206,41 @@ struct State {
 /// Framed records bound for one segment.
 struct Chunk {
     segment: u64,
+    /// LSN of the last record in `bytes`.
+    last_lsn: u64,
     bytes: Vec<u8>,
+}
+
+/// LSNs `first..=last` whose write or fsync failed. Kept until the segments
+/// they were bound for are deleted, so a waiter that wakes late still learns
+/// that its record failed even after later records became durable.
+#[derive(Debug, Clone)]
+struct FailedRange {
+    first: u64,
+    last: u64,
+    /// Highest segment any of the records was bound for.
+    segment: u64,
+    reason: Arc<str>,
 }
 
 /// What the sync thread publishes to waiters.
 #[derive(Debug, Clone, Default)]
 struct Progress {
     durable_lsn: u64,
-    failed: Option<Arc<str>>,
+    failures: Arc<Vec<FailedRange>>,
+    broken: Option<Arc<str>>,
     stopped: bool,
 }
 
 impl Progress {
     /// How a wait for `lsn` ends, or `None` while it must go on waiting.
     fn outcome(&self, lsn: u64) -> Option<Result<()>> {
-        if lsn <= self.durable_lsn {
+        let at = self.failures.partition_point(|r| r.last < lsn);
+        if let Some(r) = self.failures.get(at).filter(|r| r.first <= lsn) {
+            Some(Err(Error::WalFailed(r.reason.to_string())))
+        } else if lsn <= self.durable_lsn {
             Some(Ok(()))
-        } else if let Some(msg) = &self.failed {
+        } else if let Some(msg) = &self.broken {
             Some(Err(Error::WalFailed(msg.to_string())))
         } else if self.stopped {
             // Only a ticket this log never issued can get here: `close`
@@ -216,7 +256,8 @@ impl State {
     fn progress(&self) -> Progress {
         Progress {
             durable_lsn: self.durable_lsn,
-            failed: self.failed.clone(),
+            failures: self.failures.clone(),
+            broken: self.broken.clone(),
             stopped: self.stopped,
         }
     }
@@ -269,13 +310,16 @@ impl Wal {
             let (header, outcome) = segment::scan(&path, id, &mut replay)?;
             if let segment::Header::Short { len } = header {
                 if !newest {
-                    return Err(Error::Corrupt {
-                        file: path,
-                        offset: 0,
-                        reason: format!(
-                            "segment of {len} bytes is shorter than its {HEADER_LEN}-byte header"
-                        ),
-                    });
+                    // A creation that failed (disk full) and whose clean-up
+                    // failed too: no record was ever acknowledged from a
+                    // segment before its header was fsynced. Left for the
+                    // trim that deletes old segments.
+                    tracing::warn!(
+                        file = %path.display(),
+                        len,
+                        "skipping write-ahead log segment shorter than its {HEADER_LEN}-byte header"
+                    );
+                    continue;
                 }
                 tracing::warn!(
                     file = %path.display(),
@@ -319,7 +363,8 @@ impl Wal {
                 reason: "no segment id left after this one".into(),
             })?,
         };
-        let (writer, fsyncs) = SegmentWriter::create(&dir, first)?;
+        let faults = opts.faults;
+        let (writer, fsyncs) = SegmentWriter::create(&dir, first, &faults)?;
         let counters = Counters::default();
         Counters::add(&counters.fsyncs, fsyncs);
         Counters::add(&counters.bytes_written, HEADER_LEN);
@@ -336,7 +381,8 @@ impl Wal {
                 segment_len: HEADER_LEN,
                 durable_lsn: 0,
                 writer_segment: first,
-                failed: None,
+                failures: Arc::default(),
+                broken: None,
                 stopping: false,
                 stopped: false,
             }),
@@ -344,8 +390,7 @@ impl Wal {
             progress_changed: Condvar::new(),
             progress: watch::Sender::new(Progress::default()),
             counters,
-            #[cfg(test)]
-            fail_next_batch: std::sync::atomic::AtomicBool::new(false),
+            faults,
         });
         let thread = {
             let for_thread = shared.clone();
@@ -362,8 +407,8 @@ impl Wal {
     }
 
     /// Frames `payload` into the group-commit buffer and returns its ticket
-    /// without waiting for the disk. Fails if the log is poisoned or closed,
-    /// or if the payload is longer than [`MAX_RECORD_LEN`].
+    /// without waiting for the disk. Fails if the log is closed or broken, or
+    /// if the payload is longer than [`MAX_RECORD_LEN`].
     pub fn append(&self, payload: &[u8]) -> Result<WalTicket> {
         if payload.len() > MAX_RECORD_LEN {
             return Err(Error::RecordTooLarge {
@@ -373,7 +418,7 @@ impl Wal {
         }
         let mut guard = self.shared.state.lock();
         let st = &mut *guard;
-        if let Some(msg) = &st.failed {
+        if let Some(msg) = &st.broken {
             return Err(Error::WalFailed(msg.to_string()));
         }
         if st.stopping {
@@ -385,17 +430,24 @@ impl Wal {
         }
         let segment = st.segment;
         let was_idle = st.pending.is_empty();
+        let lsn = st.next_lsn;
+        st.next_lsn += 1;
         match st.pending.last_mut() {
-            Some(chunk) if chunk.segment == segment => encode_record(payload, &mut chunk.bytes),
+            Some(chunk) if chunk.segment == segment => {
+                encode_record(payload, &mut chunk.bytes);
+                chunk.last_lsn = lsn;
+            }
             _ => {
                 let mut bytes = std::mem::take(&mut st.spare);
                 encode_record(payload, &mut bytes);
-                st.pending.push(Chunk { segment, bytes });
+                st.pending.push(Chunk {
+                    segment,
+                    last_lsn: lsn,
+                    bytes,
+                });
             }
         }
         st.segment_len += framed_len(payload.len());
-        let lsn = st.next_lsn;
-        st.next_lsn += 1;
         drop(guard);
 
         Counters::add(&self.shared.counters.records, 1);
@@ -408,7 +460,8 @@ impl Wal {
     }
 
     /// Resolves once the record of `ticket` is written and fdatasynced;
-    /// [`Error::WalFailed`] if the log failed before that.
+    /// [`Error::WalFailed`] if its write or fsync failed (retryable: later
+    /// appends go to a new segment).
     pub async fn wait_durable(&self, ticket: WalTicket) -> Result<()> {
         let mut rx = self.shared.progress.subscribe();
         let progress = rx
@@ -442,8 +495,15 @@ impl Wal {
     /// in a later call.
     pub fn delete_segments_before(&self, segment: u64) -> Result<usize> {
         let limit = {
-            let st = self.shared.state.lock();
-            segment.min(st.writer_segment).min(st.segment)
+            let mut st = self.shared.state.lock();
+            let limit = segment.min(st.writer_segment).min(st.segment);
+            // Their records' segments are going; so are their waiters (a
+            // writer keeps the segment it started in alive until it is done).
+            if st.failures.iter().any(|r| r.segment < limit) {
+                Arc::make_mut(&mut st.failures).retain(|r| r.segment >= limit);
+                self.shared.publish(&st);
+            }
+            limit
         };
         let dir = &self.shared.dir;
         let mut deleted = 0;
@@ -485,9 +545,10 @@ impl Wal {
         }
     }
 
-    /// Refuses further appends, writes and fsyncs everything appended so far,
-    /// and joins the sync thread. Calling it again returns the same outcome:
-    /// `Ok`, or [`Error::WalFailed`] if the log is poisoned.
+    /// Refuses further appends, writes and fsyncs everything appended so far
+    /// (records whose write fails get [`Error::WalFailed`] as usual), and
+    /// joins the sync thread. Calling it again returns the same outcome: `Ok`,
+    /// or [`Error::WalFailed`] if the sync thread panicked.
     pub fn close(&self) -> Result<()> {
         // Held across the join so a concurrent `close` returns only after it.
         let mut thread = self.thread.lock();
@@ -496,12 +557,12 @@ impl Wal {
             self.shared.has_work.notify_one();
             if handle.join().is_err() {
                 let mut st = self.shared.state.lock();
-                st.failed
+                st.broken
                     .get_or_insert_with(|| Arc::from("write-ahead log sync thread panicked"));
                 self.shared.publish(&st);
             }
         }
-        match &self.shared.state.lock().failed {
+        match &self.shared.state.lock().broken {
             Some(msg) => Err(Error::WalFailed(msg.to_string())),
             None => Ok(()),
         }
@@ -524,13 +585,6 @@ impl Wal {
         }
         segment::sync_dir(dir)?;
         Ok(deleted)
-    }
-
-    #[cfg(test)]
-    fn fail_next_batch(&self) {
-        self.shared
-            .fail_next_batch
-            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

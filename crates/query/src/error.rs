@@ -1,6 +1,6 @@
 //! Errors of the query service, and the one place they become gRPC statuses.
 
-use tracedb_lsm::TraceId;
+use tracedb_lsm::{SkippedFile, TraceId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -10,6 +10,17 @@ pub enum Error {
     TimeRange { start: u64, end: u64 },
     #[error("trace {0} not found")]
     NotFound(TraceId),
+    /// No span of the trace could be read, and damaged files that may hold
+    /// some were skipped: the trace may exist, its data is not readable.
+    #[error(
+        "trace {trace}: no span could be read; {} damaged file(s) that may hold it are quarantined: {}",
+        skipped.len(),
+        crate::service::describe_skipped(skipped)
+    )]
+    Unreadable {
+        trace: TraceId,
+        skipped: Vec<SkippedFile>,
+    },
     #[error(transparent)]
     Storage(#[from] tracedb_lsm::Error),
     #[error("internal error: {0}")]
@@ -25,6 +36,7 @@ impl From<Error> for tonic::Status {
                 tonic::Status::invalid_argument(e.to_string())
             }
             Error::NotFound(_) => tonic::Status::not_found(e.to_string()),
+            Error::Unreadable { .. } => tonic::Status::data_loss(e.to_string()),
             Error::Storage(ref inner) => {
                 tracing::error!(error = %inner, "reading trace");
                 tonic::Status::internal(e.to_string())

@@ -11,5 +11,5 @@ pub mod service;
 pub mod traces_data;
 
 pub use error::{Error, Result};
-pub use service::QueryApi;
+pub use service::{QueryApi, TraceMessages, PARTIAL_HEADER, PARTIAL_REASON_HEADER};
 pub use traces_data::{encode_traces_data, MAX_MESSAGE_BYTES};

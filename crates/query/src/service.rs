@@ -1,10 +1,17 @@
 //! `tracedb.query.v1.QueryService`: whole traces by ID.
+//!
+//! When the engine could not read a file that may hold spans of the trace (a
+//! damaged file, now in quarantine), the response still carries every span
+//! that was read, and its headers (initial metadata) say so:
+//! `tracedb-partial: true` and `tracedb-partial-reason: <files and damage>`.
+//! If no span at all could be read, the call fails with `DATA_LOSS` instead of
+//! `NOT_FOUND`: the trace may exist, its data is not readable.
 
 use std::{pin::Pin, sync::Arc};
 
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
-use tracedb_lsm::{Engine, TimeRange, TraceId};
+use tracedb_lsm::{Engine, SkippedFile, TimeRange, TraceId};
 use tracedb_proto::{
     codec::EncodedMessage, query::v1::GetTraceRequest, query_service_server::QueryService,
 };
@@ -13,6 +20,30 @@ use crate::{
     error::Error,
     traces_data::{encode_traces_data, MAX_MESSAGE_BYTES},
 };
+
+/// Response header set to `true` when spans of the trace may be missing.
+pub const PARTIAL_HEADER: &str = "tracedb-partial";
+/// Response header naming the files that could not be read and why.
+pub const PARTIAL_REASON_HEADER: &str = "tracedb-partial-reason";
+/// Longest `tracedb-partial-reason` value sent.
+const REASON_MAX: usize = 1024;
+
+/// A trace as `TracesData` messages, and the files that could not be read.
+#[derive(Debug, Default)]
+pub struct TraceMessages {
+    pub messages: Vec<bytes::Bytes>,
+    /// Non-empty when the messages may not hold the whole trace.
+    pub skipped: Vec<SkippedFile>,
+}
+
+/// One line naming the skipped files and their damage.
+pub fn describe_skipped(skipped: &[SkippedFile]) -> String {
+    skipped
+        .iter()
+        .map(|f| format!("{}: {}", f.path.display(), f.reason))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
 
 /// The query service over one storage engine.
 #[derive(Clone)]
@@ -37,6 +68,11 @@ impl QueryApi {
         trace_id: &[u8],
         range: TimeRange,
     ) -> Result<Vec<bytes::Bytes>, Error> {
+        self.trace(trace_id, range).await.map(|t| t.messages)
+    }
+
+    /// [`QueryApi::trace_messages_in`], and whether the trace may be incomplete.
+    pub async fn trace(&self, trace_id: &[u8], range: TimeRange) -> Result<TraceMessages, Error> {
         let id = TraceId::from_slice(trace_id).ok_or(Error::TraceIdLength(trace_id.len()))?;
         let (start, end) = (range.start_unix_nano, range.end_unix_nano);
         if start != 0 && end != 0 && start > end {
@@ -44,13 +80,22 @@ impl QueryApi {
         }
         let engine = self.engine.clone();
         // File reads go through mmap and can block on disk: keep them off the runtime threads.
-        let spans = tokio::task::spawn_blocking(move || engine.get_trace_in(&id, range))
+        let found = tokio::task::spawn_blocking(move || engine.lookup_trace(&id, range))
             .await
             .map_err(|e| Error::Internal(e.to_string()))??;
-        if spans.is_empty() {
+        if found.spans.is_empty() {
+            if found.is_partial() {
+                return Err(Error::Unreadable {
+                    trace: id,
+                    skipped: found.skipped,
+                });
+            }
             return Err(Error::NotFound(id));
         }
-        Ok(encode_traces_data(&spans, MAX_MESSAGE_BYTES))
+        Ok(TraceMessages {
+            messages: encode_traces_data(&found.spans, MAX_MESSAGE_BYTES),
+            skipped: found.skipped,
+        })
     }
 }
 
@@ -67,8 +112,55 @@ impl QueryService for QueryApi {
     ) -> Result<Response<Self::GetTraceStream>, Status> {
         let req = request.get_ref();
         let range = TimeRange::new(req.start_time_unix_nano, req.end_time_unix_nano);
-        let messages = self.trace_messages_in(&req.trace_id, range).await?;
-        let stream = tokio_stream::iter(messages.into_iter().map(|m| Ok(EncodedMessage(m))));
-        Ok(Response::new(Box::pin(stream)))
+        let found = self.trace(&req.trace_id, range).await?;
+        let partial = !found.skipped.is_empty();
+        let reason = describe_skipped(&found.skipped);
+        let stream = tokio_stream::iter(found.messages.into_iter().map(|m| Ok(EncodedMessage(m))));
+        let mut response = Response::new(Box::pin(stream) as Self::GetTraceStream);
+        if partial {
+            tracing::warn!(reason = %reason, "answering GetTrace with a partial trace");
+            let headers = response.metadata_mut();
+            headers.insert(
+                PARTIAL_HEADER,
+                tonic::metadata::MetadataValue::from_static("true"),
+            );
+            if let Ok(value) = header_value(&reason).parse() {
+                headers.insert(PARTIAL_REASON_HEADER, value);
+            }
+        }
+        Ok(response)
+    }
+}
+
+/// `text` as a header value: printable ASCII only, at most [`REASON_MAX`] bytes.
+fn header_value(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    if out.len() > REASON_MAX {
+        out.truncate(REASON_MAX - 3);
+        out.push_str("...");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values_are_printable_and_bounded() {
+        assert_eq!(header_value("a\nb\u{e9}c"), "a?b?c");
+        let long = header_value(&"x".repeat(5000));
+        assert_eq!(long.len(), REASON_MAX);
+        assert!(long.ends_with("..."));
+        assert!(long.parse::<tonic::metadata::MetadataValue<_>>().is_ok());
     }
 }

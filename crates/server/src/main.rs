@@ -1,4 +1,7 @@
-//! The `tracedb` command: `serve` runs the server, `get` prints a stored trace.
+//! The `tracedb` command: `serve` runs the server, `get` prints a stored trace,
+//! `check` verifies a data directory offline.
+
+mod check;
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -40,6 +43,12 @@ enum Command {
         #[arg(long, default_value = DEFAULT_GRPC_ADDR)]
         addr: String,
     },
+    /// Verify every file of a data directory offline, changing nothing; exit
+    /// status 1 if a problem is found.
+    Check {
+        /// The data directory of a stopped server.
+        data_dir: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -74,6 +83,7 @@ fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
             runtime.block_on(tracedb_server::run(config, shutdown_signal()))
         }
         Command::Get { trace_id, addr } => runtime.block_on(get(trace_id, &addr)),
+        Command::Check { data_dir } => check::run(&data_dir),
     }
 }
 

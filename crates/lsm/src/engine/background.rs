@@ -20,7 +20,7 @@ use crate::{
     memtable::Sealed,
     sort::sort_by_trace_id,
     table::{SsTable, SsTableBuilder},
-    version::{SuperVersion, TableFile},
+    version::{SuperVersion, TableFile, Version},
 };
 
 /// How often the flusher looks for buffers past their maximum age.
@@ -82,7 +82,7 @@ impl Inner {
                     if self.closed.load(Ordering::Acquire) {
                         return;
                     }
-                    std::thread::sleep(FLUSH_RETRY);
+                    std::thread::sleep(self.opts.hooks.retry_delay.unwrap_or(FLUSH_RETRY));
                 }
             }
         }
@@ -110,21 +110,23 @@ impl Inner {
             partition: NO_PARTITION,
             file_size: meta.file_size,
         };
-        let file = Arc::new(TableFile::new(
-            entry,
-            SsTable::open(&path)?,
-            self.janitor.clone(),
-        ));
-        self.install(
-            Edit {
-                next_file_id: self.next_file_id.load(Ordering::Relaxed),
-                removed: Vec::new(),
-                added: vec![entry],
-            },
-            vec![file],
-            Some(sealed.id),
-            None,
-        )?;
+        let installed = SsTable::open(&path).and_then(|table| {
+            let file = Arc::new(TableFile::new(entry, table, self.janitor.clone()));
+            self.install(
+                Edit {
+                    next_file_id: self.next_file_id.load(Ordering::Relaxed),
+                    removed: Vec::new(),
+                    added: vec![entry],
+                },
+                vec![file],
+                Some(sealed.id),
+                None,
+            )
+        });
+        if let Err(e) = installed {
+            self.discard_uninstalled(&[path]);
+            return Err(e);
+        }
         self.mem_bytes.fetch_sub(sealed.bytes, Ordering::AcqRel);
         self.flushed.notify_all();
         self.sched_cv.notify_all();
@@ -175,6 +177,7 @@ impl Inner {
         if self.crashed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
+        self.settle_manifest(&mut manifest)?;
         match crash {
             Some(point @ CrashPoint::TornManifestAppend) => {
                 let mut full = Vec::new();
@@ -186,7 +189,7 @@ impl Inner {
                 manifest.append(&edit)?;
                 return Err(self.crash(point));
             }
-            _ => manifest.append(&edit)?,
+            _ => self.append_edit(&mut manifest, &edit)?,
         }
         let removed: HashSet<u64> = edit.removed.iter().copied().collect();
         let kept: HashSet<u64> = added.iter().map(|f| f.id).collect();
@@ -217,14 +220,86 @@ impl Inner {
             f.mark_obsolete();
         }
         if manifest.wants_rewrite() {
-            let state = ManifestState {
-                files: current.version.files().map(|f| (f.id, f.entry())).collect(),
-                next_file_id: self.next_file_id.load(Ordering::Relaxed),
-                torn_tail: false,
-            };
-            *manifest = Manifest::create(&self.opts.data_dir, &state)?;
+            // The edit is installed: a failed compaction of the log must not
+            // make the caller believe otherwise. The next install retries it.
+            if let Err(e) = self.rewrite_manifest(&mut manifest, &current.version) {
+                tracing::error!(error = %e, "rewriting the manifest");
+            }
         }
         Ok(())
+    }
+
+    /// Rewrites the manifest if an earlier append failed: its edit may or may
+    /// not be in the file, and a rewrite from the live version settles it.
+    pub(super) fn settle_manifest(&self, manifest: &mut Manifest) -> Result<()> {
+        if manifest.is_damaged() {
+            let live = self.state.lock().version.clone();
+            self.rewrite_manifest(manifest, &live)?;
+            tracing::info!("manifest rewritten after an earlier failed append");
+        }
+        Ok(())
+    }
+
+    /// Appends `edit` to a settled manifest. On failure, whether the edit is
+    /// durable is unknown: the manifest is rewritten without it, so it
+    /// certainly is not; if that fails too, the next edit tries again first.
+    pub(super) fn append_edit(&self, manifest: &mut Manifest, edit: &Edit) -> Result<()> {
+        self.settle_manifest(manifest)?;
+        if let Err(e) = manifest.append(edit) {
+            let live = self.state.lock().version.clone();
+            if let Err(again) = self.rewrite_manifest(manifest, &live) {
+                tracing::error!(error = %again, "rewriting the manifest after a failed append");
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Replaces the manifest by one edit naming the files of `version`. On
+    /// failure the old one is marked damaged: the rename may have happened,
+    /// so appending to the old file could write to an unlinked inode.
+    fn rewrite_manifest(&self, manifest: &mut Manifest, version: &Version) -> Result<()> {
+        let state = ManifestState {
+            files: version.files().map(|f| (f.id, f.entry())).collect(),
+            next_file_id: self.next_file_id.load(Ordering::Relaxed),
+            torn_tail: false,
+        };
+        match Manifest::create(&self.opts.data_dir, &state, &self.faults) {
+            Ok(fresh) => {
+                *manifest = fresh;
+                // The new manifest names none of them: they were never installed.
+                for path in std::mem::take(&mut *self.orphans.lock()) {
+                    if let Err(e) = std::fs::remove_file(&path) {
+                        tracing::warn!(file = %path.display(), error = %e, "removing an uninstalled file");
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => {
+                manifest.mark_damaged();
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes files written for an edit that was not installed, unless the
+    /// manifest is damaged: then the edit may be durable and name them, and
+    /// they go once a rewrite has settled the manifest (or at the next open).
+    fn discard_uninstalled(&self, paths: &[std::path::PathBuf]) {
+        let manifest = self.manifest.lock();
+        if self.crashed.load(Ordering::Acquire) {
+            return;
+        }
+        if manifest.is_damaged() {
+            self.orphans.lock().extend_from_slice(paths);
+            return;
+        }
+        drop(manifest);
+        for path in paths {
+            if let Err(e) = std::fs::remove_file(path) {
+                tracing::warn!(file = %path.display(), error = %e, "removing an uninstalled file");
+            }
+        }
     }
 
     /// Simulates a crash: from now on nothing is written or deleted.
@@ -306,7 +381,7 @@ impl Inner {
                 }
                 add(&self.counters.compaction_errors, 1);
                 tracing::error!(error = %e, "compaction failed; retrying later");
-                std::thread::sleep(COMPACTION_RETRY);
+                std::thread::sleep(self.opts.hooks.retry_delay.unwrap_or(COMPACTION_RETRY));
             }
         }
     }
@@ -390,7 +465,15 @@ impl Inner {
             should_stop: &stop,
             after_first_trace: self.opts.hooks.after_first_trace.as_deref(),
         };
-        let Some(out) = merge(task, &ctx)? else {
+        let merged = merge(task, &ctx).inspect_err(|e| {
+            // A damaged input would fail every retry: take it out of the tree.
+            if let Some((path, _)) = e.location().filter(|_| e.is_corruption()) {
+                if let Some(input) = task.inputs.iter().find(|f| f.path() == path) {
+                    self.quarantine(input.id, e);
+                }
+            }
+        })?;
+        let Some(out) = merged else {
             tracing::info!("compaction stopped before it finished; outputs removed");
             return Ok(());
         };
@@ -408,12 +491,18 @@ impl Inner {
         }
         let mut added = Vec::with_capacity(out.files.len());
         for (entry, path) in &out.files {
-            let table = SsTable::open(path)?;
-            added.push(Arc::new(TableFile::new(
-                *entry,
-                table,
-                self.janitor.clone(),
-            )));
+            match SsTable::open(path) {
+                Ok(table) => added.push(Arc::new(TableFile::new(
+                    *entry,
+                    table,
+                    self.janitor.clone(),
+                ))),
+                Err(e) => {
+                    let paths: Vec<_> = out.files.iter().map(|(_, p)| p.clone()).collect();
+                    self.discard_uninstalled(&paths);
+                    return Err(e);
+                }
+            }
         }
         let edit = Edit {
             next_file_id: self.next_file_id.load(Ordering::Relaxed),
@@ -421,11 +510,8 @@ impl Inner {
             added: out.files.iter().map(|(e, _)| *e).collect(),
         };
         if let Err(e) = self.install(edit, added, None, crash) {
-            if !self.crashed.load(Ordering::Acquire) {
-                for (_, path) in &out.files {
-                    let _ = std::fs::remove_file(path);
-                }
-            }
+            let paths: Vec<_> = out.files.iter().map(|(_, p)| p.clone()).collect();
+            self.discard_uninstalled(&paths);
             return Err(e);
         }
         let c = &self.counters;

@@ -114,6 +114,11 @@ pub struct Hooks {
     /// Called by a merge after its first trace; a test can block in it to hold
     /// a merge half done.
     pub after_first_trace: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// Makes chosen writes and fsyncs of the WAL, the sorted files and the
+    /// manifest fail ([`crate::fault`]).
+    pub faults: Option<Arc<crate::fault::FaultInjector>>,
+    /// Pause before retrying a failed flush or compaction, instead of 1 s.
+    pub retry_delay: Option<Duration>,
 }
 
 impl fmt::Debug for Hooks {
@@ -121,6 +126,8 @@ impl fmt::Debug for Hooks {
         f.debug_struct("Hooks")
             .field("crash_at", &self.crash_at)
             .field("after_first_trace", &self.after_first_trace.is_some())
+            .field("faults", &self.faults.is_some())
+            .field("retry_delay", &self.retry_delay)
             .finish()
     }
 }

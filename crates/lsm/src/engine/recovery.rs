@@ -6,16 +6,22 @@
 //! 2. Remove `*.tmp` files (writes a crash interrupted) and every `.sst` file
 //!    the manifest does not name: outputs of a compaction whose edit never
 //!    became durable, or inputs whose deletion the crash cut short.
-//! 3. Open every named file; one that is missing or has another size than the
-//!    manifest recorded stops the open with an error rather than losing data
-//!    silently.
+//! 3. Open every named file. One that fails its checks (footer, index, bloom
+//!    filter) or has another size than the manifest recorded is damaged: it
+//!    is moved to `quarantine/` and dropped from the live set, and the engine
+//!    serves the rest. A named file that is missing from `tables/` but present
+//!    in `quarantine/` was being quarantined when the process stopped: it is
+//!    dropped too. One missing from both stops the open with an error rather
+//!    than losing data silently.
 //! 4. Rewrite the manifest as one edit (dropping the history and any torn tail).
 
 use std::{collections::BTreeMap, fs, path::Path, sync::Arc};
 
 use crate::{
     compaction::table_path,
+    engine::quarantine::{move_to_quarantine, QUARANTINE_DIR},
     error::{Error, Result},
+    fault::Faults,
     manifest::{self, FileEntry, Manifest, ManifestState, NO_PARTITION},
     table::SsTable,
     version::{Janitor, TableFile, Version},
@@ -33,10 +39,20 @@ pub(super) fn recover(
     tables_dir: &Path,
     levels: usize,
     janitor: &Arc<Janitor>,
+    faults: &Faults,
 ) -> Result<Recovered> {
     let on_disk = list_tables(tables_dir)?;
     let max_on_disk = on_disk.keys().next_back().map_or(0, |id| id + 1);
-    let mut state = match manifest::read(&dir.join("MANIFEST"))? {
+    let manifest_path = dir.join("MANIFEST");
+    let read = manifest::read(&manifest_path).map_err(|e| match e.location() {
+        Some((_, Some(offset))) if e.is_corruption() => Error::ManifestUnreadable {
+            file: manifest_path.clone(),
+            offset,
+            source: Box::new(e),
+        },
+        _ => e,
+    })?;
+    let mut state = match read {
         Some((state, _)) => state,
         None => {
             let mut state = ManifestState::default();
@@ -76,31 +92,63 @@ pub(super) fn recover(
         .unwrap_or(0);
     let mut version = Version::empty(levels.max(deepest));
     let mut added = Vec::with_capacity(state.files.len());
+    let mut dropped = Vec::new();
     for entry in state.files.values() {
         let path = table_path(tables_dir, entry.id);
         if !path.exists() {
+            if table_path(&dir.join(QUARANTINE_DIR), entry.id).exists() {
+                tracing::warn!(
+                    file = %path.display(),
+                    "file was moved to quarantine before the last stop; dropping it from the live set"
+                );
+                dropped.push(entry.id);
+                continue;
+            }
             return Err(Error::Corrupt {
                 file: path,
                 offset: 0,
-                reason: "named by the manifest but missing".into(),
+                reason: "named by the manifest but missing (not in quarantine/ either); \
+                         restore the file from a backup, or run `tracedb check` on the data directory"
+                    .into(),
             });
         }
-        let table = SsTable::open(&path)?;
-        if table.meta().file_size != entry.file_size {
-            return Err(Error::Corrupt {
-                file: path,
-                offset: 0,
-                reason: format!(
-                    "manifest records {} bytes, file has {}",
-                    entry.file_size,
-                    table.meta().file_size
-                ),
-            });
+        let opened = SsTable::open(&path).and_then(|table| {
+            if table.meta().file_size == entry.file_size {
+                Ok(table)
+            } else {
+                Err(Error::Corrupt {
+                    file: path.clone(),
+                    offset: 0,
+                    reason: format!(
+                        "manifest records {} bytes, file has {}",
+                        entry.file_size,
+                        table.meta().file_size
+                    ),
+                })
+            }
+        });
+        match opened {
+            Ok(table) => added.push(Arc::new(TableFile::new(*entry, table, janitor.clone()))),
+            Err(e) if e.is_corruption() => {
+                let offset = e.location().and_then(|(_, o)| o);
+                let dest = move_to_quarantine(dir, &path)?;
+                tracing::error!(
+                    file = %path.display(),
+                    offset,
+                    error = %e,
+                    moved_to = %dest.display(),
+                    "damaged sorted file quarantined at open; the rest of the data is served"
+                );
+                dropped.push(entry.id);
+            }
+            Err(e) => return Err(e),
         }
-        added.push(Arc::new(TableFile::new(*entry, table, janitor.clone())));
+    }
+    for id in dropped {
+        state.files.remove(&id);
     }
     version = version.apply(&Default::default(), added);
-    let manifest = Manifest::create(dir, &state)?;
+    let manifest = Manifest::create(dir, &state, faults)?;
     Ok(Recovered {
         manifest,
         version,

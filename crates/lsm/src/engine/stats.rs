@@ -46,6 +46,10 @@ pub struct EngineStats {
     pub blocks_read: u64,
     /// Writes refused with [`Error::Backpressure`].
     pub backpressure_rejections: u64,
+    /// Lookups of a sorted file that failed (damage, then quarantine).
+    pub lookup_errors: u64,
+    /// Files in `DATA_DIR/quarantine/`.
+    pub quarantined_files: usize,
     pub wal: WalStats,
 }
 
@@ -67,6 +71,7 @@ pub(super) struct Counters {
     pub(super) lookup_files_read: AtomicU64,
     pub(super) blocks_read: AtomicU64,
     pub(super) backpressure_rejections: AtomicU64,
+    pub(super) lookup_errors: AtomicU64,
 }
 
 pub(super) fn add(c: &AtomicU64, n: u64) {

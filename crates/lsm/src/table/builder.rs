@@ -16,13 +16,13 @@
 use std::{
     collections::HashSet,
     fs::{self, File},
-    io::Write,
     path::{Path, PathBuf},
     sync::Arc,
 };
 
 use crate::{
     error::{Error, Result},
+    fault::{FaultTarget, Faults},
     span::{ScopeGroup, Span, TraceId},
 };
 
@@ -228,7 +228,11 @@ impl SsTableBuilder {
         let file_size = bloom_offset + bloom.len() as u64 + FOOTER_LEN as u64;
         debug_assert!(index_offset >= HEADER_LEN as u64);
 
-        write_atomically(path, &[&self.body, &index, &bloom, &footer.encode()])?;
+        write_atomically(
+            &self.opts.faults,
+            path,
+            &[&self.body, &index, &bloom, &footer.encode()],
+        )?;
         Ok(TableMeta {
             min_trace_id,
             max_trace_id,
@@ -250,20 +254,22 @@ fn group_size(g: &ScopeGroup) -> usize {
 }
 
 /// Writes `parts` to `{path}.tmp`, syncs, renames to `path`, syncs the parent.
-fn write_atomically(path: &Path, parts: &[&[u8]]) -> Result<()> {
+/// On failure the temporary file is removed (best effort) and no file named
+/// `path` exists: a half-written file never carries a live name.
+fn write_atomically(faults: &Faults, path: &Path, parts: &[&[u8]]) -> Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
     let written = (|| {
         let mut file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
         for part in parts {
-            file.write_all(part).map_err(|e| Error::io(&tmp, e))?;
+            faults.write_all(FaultTarget::Table, &mut file, &tmp, part)?;
         }
-        file.sync_all().map_err(|e| Error::io(&tmp, e))?;
+        faults.sync_all(FaultTarget::Table, &file, &tmp)?;
         fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
     })();
     if let Err(e) = written {
-        // Best effort: a leftover temporary file is harmless, only untidy.
+        // Best effort: a leftover temporary file is removed at the next open.
         let _ = fs::remove_file(&tmp);
         return Err(e);
     }
@@ -271,7 +277,11 @@ fn write_atomically(path: &Path, parts: &[&[u8]]) -> Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(dir, e))
+    if let Err(e) = faults.sync_dir(FaultTarget::Table, dir) {
+        // The rename may not be durable: take the name back, so the caller
+        // can retry without a file whose durability is unknown.
+        let _ = fs::remove_file(path);
+        return Err(e);
+    }
+    Ok(())
 }

@@ -10,13 +10,16 @@
 
 use std::{
     fs::{self, File, OpenOptions},
-    io::{self, BufReader, Read, Write},
+    io::{self, BufReader, Read},
     path::{Path, PathBuf},
 };
 
 use bytes::Bytes;
 
-use crate::error::{Error, Result};
+use crate::{
+    error::{Error, Result},
+    fault::{FaultTarget, Faults},
+};
 
 /// First bytes of every segment file.
 pub(crate) const MAGIC: [u8; 8] = *b"TDB-WAL\0";
@@ -148,31 +151,65 @@ pub(crate) struct SegmentWriter {
     pub(crate) file: File,
     /// Bytes written since the last `sync_data`.
     pub(crate) unsynced: bool,
+    /// Length of the file up to the end of the last record that was fsynced.
+    pub(crate) synced_len: u64,
+    /// Length of the file once every write so far has landed.
+    pub(crate) len: u64,
 }
 
 impl SegmentWriter {
     /// Creates segment `id` with its header and makes both the file and its
     /// directory entry durable before any record goes in, so a segment that
     /// records were acknowledged from cannot vanish in a crash. Returns the
-    /// writer and the number of fsyncs it took.
-    pub(crate) fn create(dir: &Path, id: u64) -> Result<(SegmentWriter, u64)> {
+    /// writer and the number of fsyncs it took. If any step fails the file is
+    /// removed, best effort, and the id is never used again.
+    pub(crate) fn create(dir: &Path, id: u64, faults: &Faults) -> Result<(SegmentWriter, u64)> {
         let path = segment_path(dir, id);
         let mut file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&path)
             .map_err(|e| Error::io(&path, e))?;
-        file.write_all(&encode_header(id))
-            .and_then(|()| file.sync_all())
-            .map_err(|e| Error::io(&path, e))?;
-        sync_dir(dir)?;
+        let made = faults
+            .write_all(FaultTarget::Wal, &mut file, &path, &encode_header(id))
+            .and_then(|()| faults.sync_all(FaultTarget::Wal, &file, &path))
+            .and_then(|()| faults.sync_dir(FaultTarget::Wal, dir));
+        if let Err(e) = made {
+            drop(file);
+            let _ = fs::remove_file(&path);
+            return Err(e);
+        }
         let writer = SegmentWriter {
             id,
             path,
             file,
             unsynced: false,
+            synced_len: HEADER_LEN,
+            len: HEADER_LEN,
         };
         Ok((writer, 2))
+    }
+
+    /// After a failed write or fsync: cuts the file back to what the last good
+    /// fsync covered, so replay finds no garbage. Best effort; see the module
+    /// docs of [`crate::wal`] for what happens if this fails too.
+    pub(crate) fn abandon(self) {
+        let cut = self
+            .file
+            .set_len(self.synced_len)
+            .and_then(|()| self.file.sync_all());
+        match cut {
+            Ok(()) => tracing::warn!(
+                file = %self.path.display(),
+                len = self.synced_len,
+                "abandoned write-ahead log segment after a failure; cut back to its last fsync"
+            ),
+            Err(e) => tracing::error!(
+                file = %self.path.display(),
+                error = %e,
+                "abandoned write-ahead log segment after a failure; could not cut its unsynced tail"
+            ),
+        }
     }
 }
 

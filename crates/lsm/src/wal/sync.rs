@@ -3,24 +3,26 @@
 //! It sleeps until the append buffer is non-empty, takes all of it, writes it,
 //! fdatasyncs once, and publishes the last LSN it covered. Everything appended
 //! while it was writing goes out in the next round: that is the group commit.
-//! On the first I/O error it poisons the log and exits; see the module docs of
-//! [`crate::wal`] for why nothing is retried.
+//! On an I/O error it fails every record not yet durable, abandons the
+//! segment and goes on; the next batch starts a new segment. See the module
+//! docs of [`crate::wal`] for why the failed segment is never written again.
 
-use std::{io::Write, sync::Arc};
+use std::sync::Arc;
 
 use super::{
     segment::{SegmentWriter, HEADER_LEN},
-    Chunk, Counters, Shared,
+    Chunk, Counters, FailedRange, Shared,
 };
-use crate::error::{Error, Result};
+use crate::{error::Result, fault::FaultTarget};
 
 /// Largest buffer kept for reuse; a burst's buffer is dropped rather than
 /// pinned for the life of the process.
 const SPARE_MAX: usize = 4 << 20;
 
 /// Body of the sync thread. Returns when `close` asked it to stop and the
-/// buffer is drained, or after the first failure.
-pub(super) fn run(shared: &Shared, mut writer: SegmentWriter) {
+/// buffer is drained.
+pub(super) fn run(shared: &Shared, writer: SegmentWriter) {
+    let mut writer = Some(writer);
     // Marks the thread stopped however it ends, so no waiter hangs.
     let _stopped = StoppedOnExit(shared);
     loop {
@@ -35,13 +37,19 @@ pub(super) fn run(shared: &Shared, mut writer: SegmentWriter) {
             (std::mem::take(&mut st.pending), st.next_lsn - 1)
         };
 
-        let result = write_batch(shared, &mut writer, &batch);
+        let mut durable = None;
+        let result = write_batch(shared, &mut writer, &batch, &mut durable);
 
         let mut st = shared.state.lock();
+        if let Some(lsn) = durable {
+            st.durable_lsn = lsn;
+        }
         match result {
             Ok(()) => {
                 st.durable_lsn = last_lsn;
-                st.writer_segment = writer.id;
+                if let Some(w) = &writer {
+                    st.writer_segment = w.id;
+                }
                 if let Some(mut bytes) = batch.into_iter().next_back().map(|c| c.bytes) {
                     if bytes.capacity() <= SPARE_MAX && st.spare.capacity() == 0 {
                         bytes.clear();
@@ -51,65 +59,94 @@ pub(super) fn run(shared: &Shared, mut writer: SegmentWriter) {
                 shared.publish(&st);
             }
             Err(e) => {
+                // Everything not durable fails: the records of this batch and
+                // those appended meanwhile. Later appends go to a new segment.
+                let first = st.durable_lsn + 1;
+                let last = st.next_lsn - 1;
+                let abandoned = writer.take();
                 tracing::error!(
                     error = %e,
-                    segment = writer.id,
-                    "write-ahead log write failed; refusing further writes"
+                    segment = abandoned.as_ref().map(|w| w.id),
+                    records = last + 1 - first,
+                    "write-ahead log write failed; failing the records not yet durable and starting a new segment"
                 );
-                st.failed = Some(Arc::from(e.to_string()));
+                if let Some(w) = abandoned {
+                    w.abandon();
+                }
                 st.pending.clear();
+                let failed_segment = st.segment;
+                st.segment += 1;
+                st.segment_len = HEADER_LEN;
+                if first <= last {
+                    std::sync::Arc::make_mut(&mut st.failures).push(FailedRange {
+                        first,
+                        last,
+                        segment: failed_segment,
+                        reason: Arc::from(e.to_string()),
+                    });
+                }
                 shared.publish(&st);
-                return;
             }
         }
     }
 }
 
-/// Writes `batch` in order, moving to a new segment where a chunk says so, and
-/// fdatasyncs. A finished segment is synced before its successor is created,
-/// so only the newest segment on disk can have a torn tail.
-fn write_batch(shared: &Shared, writer: &mut SegmentWriter, batch: &[Chunk]) -> Result<()> {
-    #[cfg(test)]
-    if shared
-        .fail_next_batch
-        .swap(false, std::sync::atomic::Ordering::SeqCst)
-    {
-        return Err(Error::io(
-            &writer.path,
-            std::io::Error::other("injected write failure"),
-        ));
-    }
+/// Writes `batch` in order, moving to a new segment where a chunk says so (or
+/// where the previous one was abandoned), and fdatasyncs. A finished segment
+/// is synced before its successor is created, so only the newest segment on
+/// disk can have a torn tail. `durable` is set to the last LSN made durable
+/// on the way when a rotation synced part of the batch before a failure.
+fn write_batch(
+    shared: &Shared,
+    writer: &mut Option<SegmentWriter>,
+    batch: &[Chunk],
+    durable: &mut Option<u64>,
+) -> Result<()> {
     let counters = &shared.counters;
+    let mut written = None;
     for chunk in batch {
-        if chunk.segment != writer.id {
-            sync(counters, writer)?;
-            let (next, fsyncs) = SegmentWriter::create(&shared.dir, chunk.segment)?;
-            *writer = next;
-            Counters::add(&counters.fsyncs, fsyncs);
-            Counters::add(&counters.bytes_written, HEADER_LEN);
-            Counters::add(&counters.segments_created, 1);
-        }
-        writer
-            .file
-            .write_all(&chunk.bytes)
-            .map_err(|e| Error::io(&writer.path, e))?;
-        writer.unsynced = true;
+        let w = match writer {
+            Some(w) if w.id == chunk.segment => w,
+            _ => {
+                if let Some(previous) = writer.as_mut() {
+                    sync(shared, previous)?;
+                    *durable = written.or(*durable);
+                }
+                *writer = None;
+                let (next, fsyncs) =
+                    SegmentWriter::create(&shared.dir, chunk.segment, &shared.faults)?;
+                Counters::add(&counters.fsyncs, fsyncs);
+                Counters::add(&counters.bytes_written, HEADER_LEN);
+                Counters::add(&counters.segments_created, 1);
+                writer.insert(next)
+            }
+        };
+        let path = w.path.clone();
+        shared
+            .faults
+            .write_all(FaultTarget::Wal, &mut w.file, &path, &chunk.bytes)?;
+        w.unsynced = true;
+        w.len += chunk.bytes.len() as u64;
+        written = Some(chunk.last_lsn);
         Counters::add(&counters.bytes_written, chunk.bytes.len() as u64);
     }
-    sync(counters, writer)?;
+    if let Some(w) = writer.as_mut() {
+        sync(shared, w)?;
+    }
     Counters::add(&counters.group_commits, 1);
     Ok(())
 }
 
 /// fdatasyncs `writer` if anything was written since its last sync.
-fn sync(counters: &Counters, writer: &mut SegmentWriter) -> Result<()> {
+fn sync(shared: &Shared, writer: &mut SegmentWriter) -> Result<()> {
+    let counters = &shared.counters;
     if writer.unsynced {
         let started = std::time::Instant::now();
-        writer
-            .file
-            .sync_data()
-            .map_err(|e| Error::io(&writer.path, e))?;
+        shared
+            .faults
+            .sync_data(FaultTarget::Wal, &writer.file, &writer.path)?;
         writer.unsynced = false;
+        writer.synced_len = writer.len;
         let nanos = started.elapsed().as_nanos() as u64;
         Counters::add(&counters.fsyncs, 1);
         Counters::add(&counters.data_syncs, 1);

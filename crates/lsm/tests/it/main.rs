@@ -5,7 +5,9 @@
 
 mod backpressure;
 mod concurrency;
+mod corruption;
 mod crash;
+mod faults;
 mod lookups;
 mod model;
 mod retention;

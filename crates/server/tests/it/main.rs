@@ -4,9 +4,11 @@
 //! telemetrygen).
 
 mod api;
+mod check;
 mod config;
 mod crash;
 mod harness;
+mod large;
 mod otlp_http;
 mod overload;
 mod python_sdk;

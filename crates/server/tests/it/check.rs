@@ -1,0 +1,184 @@
+//! `tracedb check DATA_DIR` and a damaged sorted file end to end: the check
+//! passes on a clean directory and fails naming the file and offset after
+//! damage; the server still starts, quarantines the file, serves the rest,
+//! and marks GetTrace answers that may be incomplete.
+
+use std::{
+    fs,
+    io::{Seek, SeekFrom, Write},
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    sync::Arc,
+};
+
+use prost::Message;
+use tracedb_lsm::{Engine, EngineOptions, ScopeGroup, SpanId, TraceId};
+use tracedb_proto::{query::v1::GetTraceRequest, trace::v1::TracesData};
+
+use crate::harness::{get_trace, resource, rich_span, spans_of, Server, TRACEDB};
+
+fn check(dir: &Path) -> Output {
+    Command::new(TRACEDB)
+        .arg("check")
+        .arg(dir)
+        .output()
+        .expect("run tracedb check")
+}
+
+fn sorted_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<_> = fs::read_dir(dir.join("tables"))
+        .expect("tables dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sst"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Flips a byte in the middle of every data block of a sorted file (block
+/// offsets and lengths from its index; layout in docs/FORMAT.md).
+fn damage_blocks(path: &Path) {
+    let bytes = fs::read(path).expect("read");
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
+    let footer = bytes.len() - 120;
+    let (index_at, index_len) = (u64_at(footer) as usize, u64_at(footer + 8) as usize);
+    let mut f = fs::OpenOptions::new().write(true).open(path).expect("open");
+    for i in 0..(index_len - 4) / 64 {
+        let e = index_at + 64 * i;
+        let len = u32::from_le_bytes(bytes[e + 8..e + 12].try_into().expect("4")) as u64;
+        let at = u64_at(e) + len / 2;
+        f.seek(SeekFrom::Start(at)).expect("seek");
+        f.write_all(&[bytes[at as usize] ^ 0x5a]).expect("write");
+    }
+}
+
+/// Stores spans `span_nos` of each trace as one sorted file, with the bytes
+/// the OTLP receiver would have stored.
+fn write_file(dir: &Path, traces: &[u128], span_nos: std::ops::Range<u64>) {
+    let mut opts = EngineOptions::new(dir);
+    opts.memtable.shards = 1;
+    let engine = Engine::open(opts).expect("open engine");
+    let group = Arc::new(ScopeGroup {
+        resource: Some(resource("svc").encode_to_vec().into()),
+        resource_schema_url: Default::default(),
+        scope: None,
+        scope_schema_url: Default::default(),
+    });
+    for &t in traces {
+        let spans = span_nos
+            .clone()
+            .map(|i| {
+                let otlp = rich_span(t, i, None);
+                tracedb_lsm::Span {
+                    trace_id: TraceId(t.to_be_bytes()),
+                    span_id: SpanId(otlp.span_id[..].try_into().expect("8 bytes")),
+                    start_unix_nano: otlp.start_time_unix_nano,
+                    end_unix_nano: otlp.end_time_unix_nano,
+                    group: group.clone(),
+                    payload: otlp.encode_to_vec().into(),
+                }
+            })
+            .collect();
+        engine.write_blocking(spans).expect("write");
+    }
+    engine.close().expect("close flushes to a file");
+}
+
+async fn get(
+    server: &Server,
+    trace: u128,
+) -> Result<tonic::Response<tonic::Streaming<TracesData>>, tonic::Status> {
+    server
+        .query()
+        .await
+        .get_trace(GetTraceRequest {
+            trace_id: trace.to_be_bytes().to_vec().into(),
+            ..Default::default()
+        })
+        .await
+}
+
+#[tokio::test]
+async fn check_finds_damage_and_the_server_serves_the_rest_marking_partial_traces() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Two sorted files; trace 1 has spans in both.
+    write_file(dir.path(), &(1..=8).collect::<Vec<_>>(), 0..4);
+    write_file(dir.path(), &[1, 20], 100..104);
+    let files = sorted_files(dir.path());
+    assert_eq!(files.len(), 2, "{files:?}");
+
+    let clean = check(dir.path());
+    let out = String::from_utf8_lossy(&clean.stdout);
+    assert_eq!(clean.status.code(), Some(0), "{out}");
+    assert!(out.contains("0 problems"), "{out}");
+
+    damage_blocks(&files[0]);
+    let damaged = check(dir.path());
+    let out = String::from_utf8_lossy(&damaged.stdout);
+    assert_eq!(damaged.status.code(), Some(1), "{out}");
+    let name = files[0]
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("problem:") && l.contains(&name) && l.contains("at offset 16")),
+        "{out}"
+    );
+    let err = String::from_utf8_lossy(&damaged.stderr);
+    assert!(err.contains("1 problem(s) found"), "{err}");
+
+    let server = Server::start(dir.path());
+    // Spans in the good file come back, and the answer says more may exist.
+    let response = get(&server, 1)
+        .await
+        .expect("a partial trace is still an answer");
+    let headers = response.metadata().clone();
+    assert_eq!(
+        headers.get("tracedb-partial").and_then(|v| v.to_str().ok()),
+        Some("true")
+    );
+    let reason = headers
+        .get("tracedb-partial-reason")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        reason.contains("quarantine") && reason.contains(&name),
+        "{reason}"
+    );
+    let mut stream = response.into_inner();
+    let mut messages = Vec::new();
+    while let Some(m) = stream.message().await.expect("stream") {
+        messages.push(m);
+    }
+    assert_eq!(spans_of(&messages).len(), 4);
+
+    // A trace only in the damaged file: the data is there but unreadable.
+    let lost = get_trace(&mut server.query().await, 2)
+        .await
+        .expect_err("unreadable");
+    assert_eq!(lost.code(), tonic::Code::DataLoss, "{lost}");
+    // A trace the damaged file cannot hold: whole, and not marked.
+    let whole = get(&server, 20).await.expect("trace 20");
+    assert!(whole.metadata().get("tracedb-partial").is_none());
+    assert!(
+        server.log_text().contains("quarantined"),
+        "{}",
+        server.log_text()
+    );
+    server.kill9();
+
+    assert!(
+        dir.path().join("quarantine").join(&name).exists(),
+        "kept, not deleted"
+    );
+    let after = check(dir.path());
+    let out = String::from_utf8_lossy(&after.stdout);
+    assert_eq!(
+        after.status.code(),
+        Some(0),
+        "quarantine is a note, not a problem: {out}"
+    );
+}
