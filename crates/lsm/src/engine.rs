@@ -31,6 +31,7 @@
 mod background;
 mod options;
 mod recovery;
+mod search;
 mod stats;
 
 use std::{
@@ -49,6 +50,7 @@ use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
 
 pub use options::{Clock, CrashPoint, EngineOptions, Hooks};
+pub use search::IndexSnapshot;
 pub use stats::EngineStats;
 use stats::{add, Counters};
 
@@ -121,6 +123,8 @@ struct Inner {
     /// A simulated crash happened (or `abandon` was called): write nothing more.
     crashed: AtomicBool,
     counters: Counters,
+    /// Summaries of files and buffers for the search index.
+    index: search::IndexCache,
     /// Held for the engine's lifetime: one process per data directory.
     _lock: File,
 }
@@ -150,6 +154,8 @@ impl Engine {
             enabled: AtomicBool::new(true),
         });
         let recovered = recovery::recover(&dir, &tables_dir, opts.compaction.levels, &janitor)?;
+        let live = recovered.version.files().map(|f| f.id).collect();
+        crate::index::remove_orphans(&tables_dir, &live)?;
 
         let memtable = MemTable::new(opts.memtable.clone());
         let mut replayed_sealed = Vec::new();
@@ -203,6 +209,7 @@ impl Engine {
             closed: AtomicBool::new(false),
             crashed: AtomicBool::new(false),
             counters: Counters::default(),
+            index: search::IndexCache::default(),
             _lock: lock,
             opts,
         });

@@ -16,6 +16,9 @@
 //!   reader holds ([`SuperVersion`]: sealed buffers plus a version).
 //! - [`compaction`]: the pure choice of what to merge ([`compaction::pick`]) and
 //!   the merge itself, which writes new files and installs nothing.
+//! - [`index`]: the search index: a summary per trace per file, written
+//!   beside each file by flush and compaction (a sidecar), and the searches
+//!   over it (services, operations, traces, dependencies, tags).
 //! - [`engine`]: ties them together: the write path with admission
 //!   (back-pressure), the flusher and compaction threads, retention, the
 //!   lookups, recovery at start-up, shutdown.
@@ -24,6 +27,7 @@ pub mod batch;
 pub mod compaction;
 pub mod engine;
 pub mod error;
+pub mod index;
 pub mod manifest;
 pub mod memtable;
 mod mmap;
@@ -37,7 +41,9 @@ pub mod wal;
 mod test_util;
 
 pub use compaction::{CompactionOptions, CompactionTask};
-pub use engine::{Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks, Snapshot};
+pub use engine::{
+    Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks, IndexSnapshot, Snapshot,
+};
 pub use error::{Backpressure, Error, Result};
 pub use memtable::MemTableOptions;
 pub use span::{ParseIdError, ScopeGroup, Span, SpanId, TraceId};

@@ -6,6 +6,7 @@
 mod backpressure;
 mod concurrency;
 mod crash;
+mod index;
 mod lookups;
 mod model;
 mod retention;
