@@ -88,6 +88,11 @@ pub struct TraceSummary {
     /// Distinct tags, sorted; at most [`MAX_TAGS_PER_TRACE`].
     pub tags: Vec<Tag>,
     pub edges: Vec<Edge>,
+    /// (span ID, service) of every span, to resolve the parents of other
+    /// parts' orphans; sorted by span ID.
+    pub spans: Vec<([u8; 8], u32)>,
+    /// (parent span ID, service) of spans whose parent is not in this part.
+    pub orphans: Vec<([u8; 8], u32)>,
 }
 
 /// The summaries of one source; see the module docs.
@@ -294,14 +299,22 @@ impl SummaryBuilder {
                 let by_id: HashMap<[u8; 8], u32> =
                     acc.links.iter().map(|l| (l.span_id, l.service)).collect();
                 let mut edges: BTreeMap<(u32, u32), u32> = BTreeMap::new();
+                let mut orphans = Vec::new();
                 for link in &acc.links {
-                    let parent = link.parent.and_then(|p| by_id.get(&p));
-                    if let Some(&parent) = parent {
-                        if parent != link.service {
+                    let Some(parent_id) = link.parent else {
+                        continue;
+                    };
+                    match by_id.get(&parent_id) {
+                        Some(&parent) if parent != link.service => {
                             *edges.entry((parent, link.service)).or_default() += 1;
                         }
+                        Some(_) => {}
+                        None => orphans.push((parent_id, link.service)),
                     }
                 }
+                let mut spans: Vec<([u8; 8], u32)> = by_id.into_iter().collect();
+                spans.sort_unstable();
+                orphans.sort_unstable();
                 TraceSummary {
                     trace_id,
                     start_unix_nano: acc.start,
@@ -319,6 +332,8 @@ impl SummaryBuilder {
                             calls,
                         })
                         .collect(),
+                    spans,
+                    orphans,
                 }
             })
             .collect();
@@ -533,24 +548,64 @@ pub fn operations(sets: &[Arc<SummarySet>], service: &str, kind: Option<u8>) -> 
 }
 
 /// Calls between services, (parent, child) -> count, over parts overlapping
-/// `[start, end]` (0 = unbounded).
+/// `[start, end]` (0 = unbounded). A call is a span whose parent span is of
+/// another service; a parent in another part of the trace (another file or
+/// buffer) is found through that part's span list.
 pub fn dependencies(
     sets: &[Arc<SummarySet>],
     start: u64,
     end: u64,
 ) -> BTreeMap<(String, String), u64> {
+    let in_window = |t: &TraceSummary| {
+        (start == 0 || t.end_unix_nano >= start) && (end == 0 || t.start_unix_nano <= end)
+    };
     let mut out = BTreeMap::new();
-    for set in sets {
+    let mut pending: HashMap<TraceId, Parts> = HashMap::new();
+    for (si, set) in sets.iter().enumerate() {
         if !set.overlaps(start, end) {
             continue;
         }
-        for t in &set.traces {
-            if (start != 0 && t.end_unix_nano < start) || (end != 0 && t.start_unix_nano > end) {
+        for (ti, t) in set.traces.iter().enumerate() {
+            if !in_window(t) {
                 continue;
             }
             for e in &t.edges {
                 let key = (set.str(e.parent).to_owned(), set.str(e.child).to_owned());
                 *out.entry(key).or_default() += u64::from(e.calls);
+            }
+            if !t.orphans.is_empty() {
+                pending.entry(t.trace_id).or_default().push((si, ti));
+            }
+        }
+    }
+    if pending.is_empty() {
+        return out;
+    }
+    // The other parts of traces with orphans, wherever they are.
+    let mut others: HashMap<TraceId, Parts> = HashMap::new();
+    for (si, set) in sets.iter().enumerate() {
+        for (ti, t) in set.traces.iter().enumerate() {
+            if pending.contains_key(&t.trace_id) {
+                others.entry(t.trace_id).or_default().push((si, ti));
+            }
+        }
+    }
+    for (trace_id, parts) in pending {
+        let all = others.get(&trace_id).map_or(&[][..], Vec::as_slice);
+        for (si, ti) in parts {
+            let set = &sets[si];
+            for (parent_id, child) in &set.traces[ti].orphans {
+                let child = set.str(*child);
+                let parent = all.iter().find_map(|&(sj, tj)| {
+                    let other = &sets[sj];
+                    let spans = &other.traces[tj].spans;
+                    let i = spans.binary_search_by(|(id, _)| id.cmp(parent_id)).ok()?;
+                    Some(other.str(spans[i].1))
+                });
+                if let Some(parent) = parent.filter(|p| *p != child) {
+                    *out.entry((parent.to_owned(), child.to_owned()))
+                        .or_default() += 1;
+                }
             }
         }
     }

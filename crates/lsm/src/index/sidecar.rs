@@ -71,6 +71,13 @@ pub fn encode(set: &SummarySet) -> Vec<u8> {
             put_varint(&mut out, u64::from(e.child));
             put_varint(&mut out, u64::from(e.calls));
         }
+        for list in [&t.spans, &t.orphans] {
+            put_varint(&mut out, list.len() as u64);
+            for (id, service) in list {
+                out.extend_from_slice(id);
+                put_varint(&mut out, u64::from(*service));
+            }
+        }
     }
     let crc = crc32c::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
@@ -218,6 +225,16 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<SummarySet> {
                 calls: r.u32()?,
             });
         }
+        let mut lists = [Vec::new(), Vec::new()];
+        for list in &mut lists {
+            let k = r.count(9)?;
+            list.reserve(k);
+            for _ in 0..k {
+                let id: [u8; 8] = r.bytes(8)?.try_into().expect("8 bytes");
+                list.push((id, r.string(ns)?));
+            }
+        }
+        let [spans, orphans] = lists;
         traces.push(TraceSummary {
             trace_id,
             start_unix_nano,
@@ -228,6 +245,8 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<SummarySet> {
             ops,
             tags,
             edges,
+            spans,
+            orphans,
         });
     }
     if r.at != body.len() {

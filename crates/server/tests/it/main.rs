@@ -7,6 +7,7 @@ mod api;
 mod config;
 mod crash;
 mod harness;
+mod jaeger;
 mod otlp_http;
 mod overload;
 mod python_sdk;
