@@ -9,8 +9,9 @@
 //!   `tracedb.query.v1.QueryService`, Jaeger v2 remote storage
 //!   (`jaeger.storage.v2.TraceReader`, `DependencyReader`),
 //!   `grpc.health.v1.Health` and reflection.
-//!   On the HTTP address: OTLP/HTTP `POST /v1/traces`, and [`ops`]'
-//!   `GET /metrics` and `GET /ready`.
+//!   On the HTTP address: OTLP/HTTP `POST /v1/traces`, [`ops`]'
+//!   `GET /metrics` and `GET /ready`, and the Grafana Tempo API
+//!   (`tracedb_query::tempo`: `/api/traces`, `/api/v2/traces`, `/api/search`, tags).
 //! - On shutdown: ingest refuses new exports and health says NOT_SERVING; both
 //!   listeners stop accepting; in-flight requests finish; every buffer is
 //!   flushed to files and the WAL closed — all within `--shutdown-timeout-secs`.
@@ -119,10 +120,12 @@ pub async fn serve(
         health_service,
         stopped(stop_rx.clone()),
     )?;
-    let http_router = tracedb_ingest::http::router(ingest.clone()).merge(ops::router(ops::Ops {
-        ingest: ingest.clone(),
-        engine: engine_cell.clone(),
-    }));
+    let http_router = tracedb_ingest::http::router(ingest.clone())
+        .merge(ops::router(ops::Ops {
+            ingest: ingest.clone(),
+            engine: engine_cell.clone(),
+        }))
+        .merge(tracedb_query::tempo::router(engine_cell.clone()));
     let http_listener = axum::serve::ListenerExt::tap_io(listeners.http, |stream| {
         if let Err(e) = stream.set_nodelay(true) {
             tracing::trace!(error = %e, "setting TCP_NODELAY");
@@ -170,7 +173,7 @@ pub async fn serve(
         http = %http_addr,
         data_dir = %config.data_dir.display(),
         max_memory = %config.max_memory,
-        "tracedb listening (grpc: OTLP TraceService, QueryService, Jaeger TraceReader and DependencyReader, health, reflection; http: POST /v1/traces, GET /metrics, GET /ready)"
+        "tracedb listening (grpc: OTLP TraceService, QueryService, Jaeger TraceReader and DependencyReader, health, reflection; http: POST /v1/traces, GET /metrics, GET /ready, Tempo /api)"
     );
 
     let _ = signal_rx.wait_for(|stop| *stop).await;

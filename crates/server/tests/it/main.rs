@@ -14,3 +14,4 @@ mod python_sdk;
 mod restart;
 mod shutdown;
 mod telemetrygen;
+mod tempo;
