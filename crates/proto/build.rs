@@ -55,10 +55,18 @@ fn main() -> Result<(), Box<dyn Error>> {
         .codec_path("crate::codec::RawCodec")
         .server_streaming()
         .build();
+    let search_traces = Method::builder()
+        .name("search_traces")
+        .route_name("SearchTraces")
+        .input_type("crate::query::v1::SearchTracesRequest")
+        .output_type("crate::query::v1::SearchTracesResponse")
+        .codec_path("crate::codec::RawCodec")
+        .build();
     let query_service = Service::builder()
         .name("QueryService")
         .package("tracedb.query.v1")
         .method(get_trace)
+        .method(search_traces)
         .build();
     let jaeger = |name: &str, route: &str, input: &str, output: &str, streaming: bool| {
         let m = Method::builder()

@@ -70,6 +70,8 @@ macro_rules! prost_wire {
 prost_wire!(
     crate::collector::trace::v1::ExportTraceServiceResponse,
     crate::query::v1::GetTraceRequest,
+    crate::query::v1::SearchTracesRequest,
+    crate::query::v1::SearchTracesResponse,
     crate::jaeger::storage::v2::GetTracesRequest,
     crate::jaeger::storage::v2::GetServicesRequest,
     crate::jaeger::storage::v2::GetServicesResponse,
