@@ -105,6 +105,8 @@ pub struct SummarySet {
     pub min_time_unix_nano: u64,
     pub max_time_unix_nano: u64,
     lookup: HashMap<String, u32>,
+    /// Distinct operations of all parts, sorted (services first).
+    operations: Vec<Op>,
 }
 
 impl SummarySet {
@@ -118,12 +120,14 @@ impl SummarySet {
             .collect();
         let min = traces.iter().map(|t| t.start_unix_nano).min().unwrap_or(0);
         let max = traces.iter().map(|t| t.end_unix_nano).max().unwrap_or(0);
+        let operations: BTreeSet<Op> = traces.iter().flat_map(|t| t.ops.iter().copied()).collect();
         SummarySet {
             strings,
             traces,
             min_time_unix_nano: min,
             max_time_unix_nano: max,
             lookup,
+            operations: operations.into_iter().collect(),
         }
     }
 
@@ -383,60 +387,107 @@ impl TraceHit {
 /// The parts of one trace: (set index, trace index in the set).
 type Parts = Vec<(usize, usize)>;
 
+/// A query's strings resolved in one set's string table, once per query.
+struct Resolved {
+    /// `None`: the set lacks the string (so none of its parts has it).
+    service: Option<u32>,
+    operation: Option<u32>,
+    tags: Vec<Option<(u32, u32)>>,
+}
+
+fn resolve(set: &SummarySet, q: &SearchQuery) -> Resolved {
+    Resolved {
+        service: set.id(&q.service),
+        operation: set.id(&q.operation),
+        tags: q
+            .tags
+            .iter()
+            .map(|(k, v)| Some((set.id(k)?, set.id(v)?)))
+            .collect(),
+    }
+}
+
 /// Traces matching `q` in `sets` (the sources of one snapshot), newest first.
 /// `expire_before`: parts ending before it are past retention and ignored.
 pub fn search(sets: &[Arc<SummarySet>], q: &SearchQuery, expire_before: u64) -> Vec<TraceHit> {
     let limit = if q.limit == 0 { 20 } else { q.limit };
     // A part never starts before its trace, but may start after start_max.
-    let in_play = |set: &SummarySet| set.overlaps(q.start_min.max(expire_before), 0);
+    let in_play: Vec<bool> = sets
+        .iter()
+        .map(|set| set.overlaps(q.start_min.max(expire_before), 0))
+        .collect();
+    let resolved: Vec<Resolved> = sets.iter().map(|set| resolve(set, q)).collect();
     // Whether a part has a span of the service (always true without one).
-    let has_service = |set: &SummarySet, t: &TraceSummary| -> bool {
-        if q.service.is_empty() {
-            return true;
-        }
-        set.id(&q.service)
-            .is_some_and(|s| t.ops.iter().any(|o| o.service == s))
+    let has_service = |si: usize, t: &TraceSummary| -> bool {
+        q.service.is_empty()
+            || resolved[si]
+                .service
+                .is_some_and(|s| t.ops.iter().any(|o| o.service == s))
     };
-    // Pass 1: traces with a part that has the service.
-    let mut candidates: HashMap<TraceId, Parts> = HashMap::new();
+    // Pass 1: parts that have the service. Sets are sorted by trace ID, so
+    // the rest is sorting and merging, no hashing.
+    let mut found: Vec<(TraceId, usize, usize)> = Vec::new();
     for (si, set) in sets.iter().enumerate() {
-        if !in_play(set) || (!q.service.is_empty() && set.id(&q.service).is_none()) {
+        if !in_play[si] || (!q.service.is_empty() && resolved[si].service.is_none()) {
             continue;
         }
         for (ti, t) in set.traces.iter().enumerate() {
-            if t.end_unix_nano >= expire_before && has_service(set, t) {
-                candidates.entry(t.trace_id).or_default().push((si, ti));
+            if t.end_unix_nano >= expire_before
+                && (q.start_max == 0 || t.start_unix_nano <= q.start_max)
+                && has_service(si, t)
+            {
+                found.push((t.trace_id, si, ti));
             }
         }
     }
+    found.sort_unstable();
     // Pass 2: the candidates' other parts, which pass 1 skipped.
-    if !q.service.is_empty() && !candidates.is_empty() {
+    if !q.service.is_empty() && !found.is_empty() {
+        let mut ids: Vec<TraceId> = found.iter().map(|f| f.0).collect();
+        ids.dedup();
+        let mut more = Vec::new();
         for (si, set) in sets.iter().enumerate() {
-            if !in_play(set) {
+            if !in_play[si] {
                 continue;
             }
+            let mut i = 0;
             for (ti, t) in set.traces.iter().enumerate() {
-                if t.end_unix_nano < expire_before || has_service(set, t) {
+                while i < ids.len() && ids[i] < t.trace_id {
+                    i += 1;
+                }
+                if i == ids.len() {
+                    break;
+                }
+                if ids[i] != t.trace_id || t.end_unix_nano < expire_before {
                     continue;
                 }
-                if let Some(parts) = candidates.get_mut(&t.trace_id) {
-                    parts.push((si, ti));
+                let in_pass_1 = has_service(si, t)
+                    && (q.start_max == 0 || t.start_unix_nano <= q.start_max)
+                    && (q.service.is_empty() || resolved[si].service.is_some());
+                if !in_pass_1 {
+                    more.push((t.trace_id, si, ti));
                 }
             }
+        }
+        if !more.is_empty() {
+            found.extend(more);
+            found.sort_unstable();
         }
     }
 
     let mut matches: Vec<(u64, TraceId, Parts)> = Vec::new();
-    for (trace_id, parts) in candidates {
-        let part = |&(si, ti): &(usize, usize)| (&sets[si], &sets[si].traces[ti]);
+    for group in found.chunk_by(|a, b| a.0 == b.0) {
+        let trace_id = group[0].0;
+        let parts: Parts = group.iter().map(|&(_, si, ti)| (si, ti)).collect();
+        let part = |&(si, ti): &(usize, usize)| &sets[si].traces[ti];
         let start = parts
             .iter()
-            .map(|p| part(p).1.start_unix_nano)
+            .map(|p| part(p).start_unix_nano)
             .min()
             .unwrap_or(0);
         let end = parts
             .iter()
-            .map(|p| part(p).1.end_unix_nano)
+            .map(|p| part(p).end_unix_nano)
             .max()
             .unwrap_or(0);
         let duration = end.saturating_sub(start);
@@ -448,34 +499,41 @@ pub fn search(sets: &[Arc<SummarySet>], q: &SearchQuery, expire_before: u64) -> 
             continue;
         }
         if !q.operation.is_empty() {
-            let found = parts.iter().any(|p| {
-                let (set, t) = part(p);
-                let (Some(name), service) = (set.id(&q.operation), set.id(&q.service)) else {
+            let found = parts.iter().any(|&(si, ti)| {
+                let r = &resolved[si];
+                let Some(name) = r.operation else {
                     return false;
                 };
-                t.ops
-                    .iter()
-                    .any(|o| o.name == name && (q.service.is_empty() || Some(o.service) == service))
+                sets[si].traces[ti].ops.iter().any(|o| {
+                    o.name == name && (q.service.is_empty() || Some(o.service) == r.service)
+                })
             });
             if !found {
                 continue;
             }
         }
-        let tags_found = q.tags.iter().all(|(k, v)| {
-            parts.iter().any(|p| {
-                let (set, t) = part(p);
-                let (Some(k), Some(v)) = (set.id(k), set.id(v)) else {
+        let tags_found = (0..q.tags.len()).all(|i| {
+            parts.iter().any(|&(si, ti)| {
+                let Some((k, v)) = resolved[si].tags[i] else {
                     return false;
                 };
-                t.tags.iter().any(|tag| tag.key == k && tag.value == v)
+                sets[si].traces[ti]
+                    .tags
+                    .iter()
+                    .any(|tag| tag.key == k && tag.value == v)
             })
         });
         if tags_found {
             matches.push((start, trace_id, parts));
         }
     }
-    matches.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    matches.truncate(limit);
+    let newest_first =
+        |a: &(u64, TraceId, Parts), b: &(u64, TraceId, Parts)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+    if matches.len() > limit {
+        matches.select_nth_unstable_by(limit - 1, newest_first);
+        matches.truncate(limit);
+    }
+    matches.sort_by(newest_first);
     matches
         .into_iter()
         .map(|(_, trace_id, parts)| hit(sets, trace_id, &parts))
@@ -520,11 +578,7 @@ fn hit(sets: &[Arc<SummarySet>], trace_id: TraceId, parts: &[(usize, usize)]) ->
 pub fn services(sets: &[Arc<SummarySet>]) -> Vec<String> {
     let mut out = BTreeSet::new();
     for set in sets {
-        let ids: BTreeSet<u32> = set
-            .traces
-            .iter()
-            .flat_map(|t| t.ops.iter().map(|o| o.service))
-            .collect();
+        let ids: BTreeSet<u32> = set.operations.iter().map(|o| o.service).collect();
         out.extend(ids.into_iter().map(|i| set.str(i).to_owned()));
     }
     out.into_iter().collect()
@@ -536,9 +590,8 @@ pub fn operations(sets: &[Arc<SummarySet>], service: &str, kind: Option<u8>) -> 
     for set in sets {
         let Some(s) = set.id(service) else { continue };
         let ids: BTreeSet<(u32, u8)> = set
-            .traces
+            .operations
             .iter()
-            .flat_map(|t| t.ops.iter())
             .filter(|o| o.service == s && kind.is_none_or(|k| o.kind == k))
             .map(|o| (o.name, o.kind))
             .collect();
