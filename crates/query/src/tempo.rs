@@ -13,7 +13,8 @@
 //! Trace IDs are 1 to 32 hex digits (left-padded with zeros); anything else
 //! is 400, an ID with no stored span 404. `start` and `end` (Unix seconds)
 //! are hints for trace lookups and bounds for search and tags. Search reads
-//! only the search index; `q` (TraceQL) is not supported (400).
+//! only the search index. Of TraceQL (`q`), the subset Grafana's search
+//! builder writes is understood ([`apply_traceql`]); anything else is 400.
 
 use std::sync::{Arc, OnceLock};
 
@@ -253,6 +254,62 @@ pub fn parse_logfmt(s: &str) -> Option<Vec<(String, String)>> {
     Some(out)
 }
 
+/// The TraceQL that Grafana's search builder writes: one spanset of
+/// conditions joined by `&&`, such as
+/// `{resource.service.name="cart" && name="GET /" && duration>100ms}`.
+/// Supported: `=` on attributes (`resource.`, `span.` or `.` prefixed),
+/// `name` and service; `>`, `>=`, `<`, `<=` on `duration`/`traceDuration`.
+pub fn apply_traceql(text: &str, q: &mut SearchQuery) -> Result<(), String> {
+    let unsupported = || {
+        format!("unsupported TraceQL {text:?}: tracedb takes {{cond && cond ...}} with = on attributes, name and service, and comparisons on duration")
+    };
+    let body = text.trim();
+    let body = body
+        .strip_prefix('{')
+        .and_then(|b| b.strip_suffix('}'))
+        .ok_or_else(unsupported)?
+        .trim();
+    if body.is_empty() || body == "true" {
+        return Ok(());
+    }
+    for cond in body.split("&&") {
+        let cond = cond.trim();
+        let ops = [">=", "<=", "!=", "=~", "=", ">", "<"];
+        let (at, op) = ops
+            .iter()
+            .filter_map(|op| cond.find(op).map(|i| (i, *op)))
+            .min_by_key(|(i, op)| (*i, std::cmp::Reverse(op.len())))
+            .ok_or_else(unsupported)?;
+        let key = cond[..at].trim();
+        let raw = cond[at + op.len()..].trim();
+        let value = raw
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or(raw)
+            .to_string();
+        match (key, op) {
+            ("duration" | "traceDuration" | "span:duration", ">" | ">=") => {
+                q.duration_min = parse_duration(&value).ok_or_else(unsupported)?;
+            }
+            ("duration" | "traceDuration" | "span:duration", "<" | "<=") => {
+                q.duration_max = parse_duration(&value).ok_or_else(unsupported)?;
+            }
+            ("resource.service.name" | ".service.name" | "service.name", "=") => q.service = value,
+            ("name" | "span:name", "=") => q.operation = value,
+            (k, "=") if !k.is_empty() && !k.contains(char::is_whitespace) => {
+                let k = k
+                    .strip_prefix("resource.")
+                    .or_else(|| k.strip_prefix("span."))
+                    .or_else(|| k.strip_prefix('.'))
+                    .unwrap_or(k);
+                q.tags.push((k.to_string(), value));
+            }
+            _ => return Err(unsupported()),
+        }
+    }
+    Ok(())
+}
+
 #[tracing::instrument(skip_all)]
 async fn search(
     State(cell): State<EngineCell>,
@@ -440,5 +497,20 @@ mod tests {
         assert_eq!(parse_trace_id("abc").map(|t| t.0[15]), Some(0xbc));
         assert!(parse_trace_id("xyz").is_none());
         assert!(parse_trace_id(&"a".repeat(33)).is_none());
+        let mut q = SearchQuery::default();
+        apply_traceql(
+            r#"{resource.service.name="cart" && name="GET /" && duration>100ms && span.http.route="/x"}"#,
+            &mut q,
+        )
+        .expect("supported");
+        assert_eq!(
+            (q.service.as_str(), q.operation.as_str()),
+            ("cart", "GET /")
+        );
+        assert_eq!(q.duration_min, 100_000_000);
+        assert_eq!(q.tags, vec![("http.route".to_string(), "/x".to_string())]);
+        assert!(apply_traceql("{}", &mut SearchQuery::default()).is_ok());
+        assert!(apply_traceql("{ .a = 1 } | count() > 2", &mut SearchQuery::default()).is_err());
+        assert!(apply_traceql("{ status != error }", &mut SearchQuery::default()).is_err());
     }
 }
