@@ -1,8 +1,8 @@
 //! Compiles the `.proto` files with protox (a pure-Rust protobuf compiler), so a fresh machine
 //! builds with cargo alone, and writes:
 //! - prost message types and tonic clients for every file;
-//! - the server halves of `TraceService` and `QueryService` through tonic's manual service
-//!   builder, so their handlers receive and send raw protobuf bytes (see `codec.rs`);
+//! - the server halves of `TraceService`, `QueryService` and Jaeger's `TraceReader` and
+//!   `DependencyReader` through tonic's manual service builder, so their handlers receive and send raw protobuf bytes (see `codec.rs`);
 //! - the encoded descriptor set that gRPC server reflection serves.
 
 use std::{env, error::Error, fs, path::PathBuf};
@@ -18,6 +18,8 @@ const PROTOS: &[&str] = &[
     "proto/tracedb/query/v1/query.proto",
     "proto/google/rpc/status.proto",
     "proto/google/rpc/error_details.proto",
+    "proto/jaeger/storage/v2/trace_storage.proto",
+    "proto/jaeger/storage/v2/dependency_storage.proto",
 ];
 
 fn main() -> Result<(), Box<dyn Error>> {
@@ -53,15 +55,92 @@ fn main() -> Result<(), Box<dyn Error>> {
         .codec_path("crate::codec::RawCodec")
         .server_streaming()
         .build();
+    let search_traces = Method::builder()
+        .name("search_traces")
+        .route_name("SearchTraces")
+        .input_type("crate::query::v1::SearchTracesRequest")
+        .output_type("crate::query::v1::SearchTracesResponse")
+        .codec_path("crate::codec::RawCodec")
+        .build();
     let query_service = Service::builder()
         .name("QueryService")
         .package("tracedb.query.v1")
         .method(get_trace)
+        .method(search_traces)
+        .build();
+    let jaeger = |name: &str, route: &str, input: &str, output: &str, streaming: bool| {
+        let m = Method::builder()
+            .name(name)
+            .route_name(route)
+            .input_type(format!("crate::jaeger::storage::v2::{input}"))
+            .output_type(output)
+            .codec_path("crate::codec::RawCodec");
+        if streaming {
+            m.server_streaming().build()
+        } else {
+            m.build()
+        }
+    };
+    let v2 = |t: &str| format!("crate::jaeger::storage::v2::{t}");
+    let trace_reader = Service::builder()
+        .name("TraceReader")
+        .package("jaeger.storage.v2")
+        .method(jaeger(
+            "get_traces",
+            "GetTraces",
+            "GetTracesRequest",
+            "crate::codec::EncodedMessage",
+            true,
+        ))
+        .method(jaeger(
+            "get_services",
+            "GetServices",
+            "GetServicesRequest",
+            &v2("GetServicesResponse"),
+            false,
+        ))
+        .method(jaeger(
+            "get_operations",
+            "GetOperations",
+            "GetOperationsRequest",
+            &v2("GetOperationsResponse"),
+            false,
+        ))
+        .method(jaeger(
+            "find_traces",
+            "FindTraces",
+            "FindTracesRequest",
+            "crate::codec::EncodedMessage",
+            true,
+        ))
+        .method(jaeger(
+            "find_trace_ids",
+            "FindTraceIDs",
+            "FindTraceIDsRequest",
+            &v2("FindTraceIDsResponse"),
+            false,
+        ))
+        .build();
+    let dependency_reader = Service::builder()
+        .name("DependencyReader")
+        .package("jaeger.storage.v2")
+        .method(jaeger(
+            "get_dependencies",
+            "GetDependencies",
+            "GetDependenciesRequest",
+            &v2("GetDependenciesResponse"),
+            false,
+        ))
         .build();
     fs::create_dir_all(out_dir.join("raw"))?;
     Builder::new()
         .build_client(false)
         .out_dir(out_dir.join("raw"))
-        .compile(&[trace_service, query_service]);
+        .compile(&[
+            trace_service,
+            query_service,
+            trace_reader,
+            dependency_reader,
+        ]);
     Ok(())
 }

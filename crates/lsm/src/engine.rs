@@ -32,6 +32,7 @@ mod background;
 mod options;
 mod quarantine;
 mod recovery;
+mod search;
 mod stats;
 
 use std::{
@@ -52,6 +53,7 @@ use parking_lot::{Condvar, Mutex};
 pub use options::{Clock, CrashPoint, EngineOptions, Hooks};
 use quarantine::Quarantined;
 pub use quarantine::QUARANTINE_DIR;
+pub use search::IndexSnapshot;
 pub use stats::EngineStats;
 use stats::{add, Counters};
 
@@ -160,6 +162,8 @@ struct Inner {
     counters: Counters,
     /// File operations of manifest rewrites (with faults injected by tests).
     faults: Faults,
+    /// Summaries of files and buffers for the search index.
+    index: search::IndexCache,
     /// Held for the engine's lifetime: one process per data directory.
     _lock: File,
 }
@@ -192,6 +196,8 @@ impl Engine {
         });
         let recovered =
             recovery::recover(&dir, &tables_dir, opts.compaction.levels, &janitor, &faults)?;
+        let live = recovered.version.files().map(|f| f.id).collect();
+        crate::index::remove_orphans(&tables_dir, &live)?;
 
         let quarantined = quarantine::list_quarantined(&dir)?;
         if !quarantined.is_empty() {
@@ -257,6 +263,7 @@ impl Engine {
             crashed: AtomicBool::new(false),
             counters: Counters::default(),
             faults,
+            index: search::IndexCache::default(),
             _lock: lock,
             opts,
         });

@@ -19,6 +19,9 @@
 //! - [`fault`] (doc-hidden): the file layer durable writes go through, where
 //!   tests inject `ENOSPC` and `EIO`.
 //! - [`check`]: offline verification of a data directory, file by file.
+//! - [`index`]: the search index: a summary per trace per file, written
+//!   beside each file by flush and compaction (a sidecar), and the searches
+//!   over it (services, operations, traces, dependencies, tags).
 //! - [`engine`]: ties them together: the write path with admission
 //!   (back-pressure), the flusher and compaction threads, retention, the
 //!   lookups, recovery at start-up, shutdown.
@@ -30,6 +33,7 @@ pub mod engine;
 pub mod error;
 #[doc(hidden)]
 pub mod fault;
+pub mod index;
 pub mod manifest;
 pub mod memtable;
 mod mmap;
@@ -46,8 +50,8 @@ mod test_util;
 
 pub use compaction::{CompactionOptions, CompactionTask};
 pub use engine::{
-    Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks, SkippedFile, Snapshot,
-    TraceLookup, QUARANTINE_DIR,
+    Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks, IndexSnapshot, SkippedFile,
+    Snapshot, TraceLookup, QUARANTINE_DIR,
 };
 pub use error::{Backpressure, Error, Result};
 pub use memtable::MemTableOptions;

@@ -189,6 +189,19 @@ impl MemTable {
         }
     }
 
+    /// Every buffered span, for the search index: the frozen chunks (shared)
+    /// and a copy of each shard's growing tail.
+    pub fn chunks(&self) -> (Vec<Arc<Vec<Span>>>, Vec<Span>) {
+        let mut chunks = Vec::new();
+        let mut tails = Vec::new();
+        for shard in &self.shards {
+            let buf = shard.lock();
+            chunks.extend(buf.chunks.iter().cloned());
+            tails.extend(buf.tail.iter().cloned());
+        }
+        (chunks, tails)
+    }
+
     /// Oldest WAL segment any buffered span came from.
     pub fn min_wal_segment(&self) -> u64 {
         self.shards

@@ -129,7 +129,10 @@ impl Drop for FileHandle {
         if self.obsolete.load(Ordering::Acquire) && self.janitor.enabled.load(Ordering::Acquire) {
             let path = self.table.path();
             match std::fs::remove_file(path) {
-                Ok(()) => tracing::debug!(file = %path.display(), "deleted obsolete file"),
+                Ok(()) => {
+                    crate::index::remove_sidecar(path);
+                    tracing::debug!(file = %path.display(), "deleted obsolete file")
+                }
                 Err(e) => {
                     tracing::warn!(file = %path.display(), error = %e, "deleting obsolete file")
                 }

@@ -70,6 +70,18 @@ macro_rules! prost_wire {
 prost_wire!(
     crate::collector::trace::v1::ExportTraceServiceResponse,
     crate::query::v1::GetTraceRequest,
+    crate::query::v1::SearchTracesRequest,
+    crate::query::v1::SearchTracesResponse,
+    crate::jaeger::storage::v2::GetTracesRequest,
+    crate::jaeger::storage::v2::GetServicesRequest,
+    crate::jaeger::storage::v2::GetServicesResponse,
+    crate::jaeger::storage::v2::GetOperationsRequest,
+    crate::jaeger::storage::v2::GetOperationsResponse,
+    crate::jaeger::storage::v2::FindTracesRequest,
+    crate::jaeger::storage::v2::FindTraceIDsRequest,
+    crate::jaeger::storage::v2::FindTraceIDsResponse,
+    crate::jaeger::storage::v2::GetDependenciesRequest,
+    crate::jaeger::storage::v2::GetDependenciesResponse,
 );
 
 /// The codec: `E` is what the server sends, `D` what it receives.

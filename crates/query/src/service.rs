@@ -1,4 +1,5 @@
-//! `tracedb.query.v1.QueryService`: whole traces by ID.
+//! `tracedb.query.v1.QueryService`: whole traces by ID, and trace search
+//! over the search index.
 //!
 //! When the engine could not read a file that may hold spans of the trace (a
 //! damaged file, now in quarantine), the response still carries every span
@@ -11,9 +12,12 @@ use std::{pin::Pin, sync::Arc};
 
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
+use tracedb_lsm::index::SearchQuery;
 use tracedb_lsm::{Engine, SkippedFile, TimeRange, TraceId};
 use tracedb_proto::{
-    codec::EncodedMessage, query::v1::GetTraceRequest, query_service_server::QueryService,
+    codec::EncodedMessage,
+    query::v1::{GetTraceRequest, SearchTracesRequest, SearchTracesResponse, TraceSummary},
+    query_service_server::QueryService,
 };
 
 use crate::{
@@ -129,6 +133,43 @@ impl QueryService for QueryApi {
             }
         }
         Ok(response)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn search_traces(
+        &self,
+        request: Request<SearchTracesRequest>,
+    ) -> Result<Response<SearchTracesResponse>, Status> {
+        let r = request.into_inner();
+        let q = SearchQuery {
+            service: r.service,
+            operation: r.operation,
+            tags: Vec::new(),
+            start_min: r.start_time_unix_nano,
+            start_max: r.end_time_unix_nano,
+            duration_min: r.min_duration_nanos,
+            duration_max: r.max_duration_nanos,
+            limit: (r.limit as usize).min(crate::jaeger::MAX_SEARCH_DEPTH),
+        };
+        let engine = self.engine.clone();
+        let hits = tokio::task::spawn_blocking(move || engine.search(&q))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .map_err(Error::from)?;
+        let traces = hits
+            .into_iter()
+            .map(|h| TraceSummary {
+                trace_id: h.trace_id.0.to_vec().into(),
+                duration_nanos: h.duration_nanos(),
+                root_service: h.root_service.unwrap_or_default(),
+                root_name: h.root_name.unwrap_or_default(),
+                start_time_unix_nano: h.start_unix_nano,
+                span_count: h.span_count,
+                error_span_count: h.error_count,
+                services: h.services,
+            })
+            .collect();
+        Ok(Response::new(SearchTracesResponse { traces }))
     }
 }
 

@@ -6,9 +6,12 @@
 //!   up in this order: both listeners bound and answering, health NOT_SERVING;
 //!   the storage engine opened (WAL replayed); ingest and queries switched on,
 //!   health SERVING. On the gRPC address: the OTLP `TraceService`,
-//!   `tracedb.query.v1.QueryService`, `grpc.health.v1.Health` and reflection.
-//!   On the HTTP address: OTLP/HTTP `POST /v1/traces`, and [`ops`]'
-//!   `GET /metrics` and `GET /ready`.
+//!   `tracedb.query.v1.QueryService`, Jaeger v2 remote storage
+//!   (`jaeger.storage.v2.TraceReader`, `DependencyReader`),
+//!   `grpc.health.v1.Health` and reflection.
+//!   On the HTTP address: OTLP/HTTP `POST /v1/traces`, [`ops`]'
+//!   `GET /metrics` and `GET /ready`, and the Grafana Tempo API
+//!   (`tracedb_query::tempo`: `/api/traces`, `/api/v2/traces`, `/api/search`, tags).
 //! - On shutdown: ingest refuses new exports and health says NOT_SERVING; both
 //!   listeners stop accepting; in-flight requests finish; every buffer is
 //!   flushed to files and the WAL closed — all within `--shutdown-timeout-secs`.
@@ -35,9 +38,10 @@ use tonic::codec::CompressionEncoding;
 use tracedb_ingest::{GrpcAdmission, Ingest, OtlpSizeStatus, OtlpTraceService};
 use tracedb_lsm::Engine;
 use tracedb_proto::{
-    query_service_server::QueryServiceServer, trace_service_server::TraceServiceServer,
+    dependency_reader_server::DependencyReaderServer, query_service_server::QueryServiceServer,
+    trace_reader_server::TraceReaderServer, trace_service_server::TraceServiceServer,
 };
-use tracedb_query::QueryApi;
+use tracedb_query::{JaegerStorage, QueryApi};
 
 pub use config::{
     ByteSize, Config, ConfigError, DEFAULT_DATA_DIR, DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR,
@@ -47,6 +51,16 @@ use crate::deferred::Deferred;
 
 type IngestServer = TraceServiceServer<OtlpTraceService>;
 type QueryServer = QueryServiceServer<QueryApi>;
+type JaegerTraceServer = TraceReaderServer<JaegerStorage>;
+type JaegerDependencyServer = DependencyReaderServer<JaegerStorage>;
+
+/// The query services registered before the engine exists.
+#[derive(Clone, Default)]
+struct QueryServices {
+    query: Deferred<QueryServer>,
+    jaeger_traces: Deferred<JaegerTraceServer>,
+    jaeger_dependencies: Deferred<JaegerDependencyServer>,
+}
 
 /// The two listeners, bound before [`serve`] is called.
 pub struct Listeners {
@@ -97,7 +111,7 @@ pub async fn serve(
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, tonic_health::ServingStatus::NotServing).await;
 
-    let query = Deferred::<QueryServer>::new();
+    let query = QueryServices::default();
     let grpc_task = spawn_grpc(
         listeners.grpc,
         &config,
@@ -106,10 +120,12 @@ pub async fn serve(
         health_service,
         stopped(stop_rx.clone()),
     )?;
-    let http_router = tracedb_ingest::http::router(ingest.clone()).merge(ops::router(ops::Ops {
-        ingest: ingest.clone(),
-        engine: engine_cell.clone(),
-    }));
+    let http_router = tracedb_ingest::http::router(ingest.clone())
+        .merge(ops::router(ops::Ops {
+            ingest: ingest.clone(),
+            engine: engine_cell.clone(),
+        }))
+        .merge(tracedb_query::tempo::router(engine_cell.clone()));
     let http_listener = axum::serve::ListenerExt::tap_io(listeners.http, |stream| {
         if let Err(e) = stream.set_nodelay(true) {
             tracing::trace!(error = %e, "setting TCP_NODELAY");
@@ -135,11 +151,20 @@ pub async fn serve(
         }
     };
     let _ = engine_cell.set(engine.clone());
-    query.set(
+    query.query.set(
         QueryServiceServer::new(QueryApi::new(engine.clone()))
             .accept_compressed(CompressionEncoding::Gzip)
             .send_compressed(CompressionEncoding::Gzip),
     );
+    let jaeger = JaegerStorage::new(engine.clone());
+    query.jaeger_traces.set(
+        TraceReaderServer::new(jaeger.clone())
+            .accept_compressed(CompressionEncoding::Gzip)
+            .send_compressed(CompressionEncoding::Gzip),
+    );
+    query
+        .jaeger_dependencies
+        .set(DependencyReaderServer::new(jaeger));
     ingest.start(engine.clone());
     set_health(&health, tonic_health::ServingStatus::Serving).await;
     let sampler = Sampler::spawn(ingest.clone(), engine.clone());
@@ -148,7 +173,7 @@ pub async fn serve(
         http = %http_addr,
         data_dir = %config.data_dir.display(),
         max_memory = %config.max_memory,
-        "tracedb listening (grpc: OTLP TraceService, QueryService, health, reflection; http: POST /v1/traces, GET /metrics, GET /ready)"
+        "tracedb listening (grpc: OTLP TraceService, QueryService, Jaeger TraceReader and DependencyReader, health, reflection; http: POST /v1/traces, GET /metrics, GET /ready, Tempo /api)"
     );
 
     let _ = signal_rx.wait_for(|stop| *stop).await;
@@ -207,13 +232,25 @@ async fn set_health(
     health
         .set_service_status(<QueryServer as tonic::server::NamedService>::NAME, status)
         .await;
+    health
+        .set_service_status(
+            <JaegerTraceServer as tonic::server::NamedService>::NAME,
+            status,
+        )
+        .await;
+    health
+        .set_service_status(
+            <JaegerDependencyServer as tonic::server::NamedService>::NAME,
+            status,
+        )
+        .await;
 }
 
 fn spawn_grpc(
     listener: TcpListener,
     config: &Config,
     ingest: Arc<Ingest>,
-    query: Deferred<QueryServer>,
+    query: QueryServices,
     health_service: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
@@ -242,7 +279,9 @@ fn spawn_grpc(
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(export)
-        .add_service(query);
+        .add_service(query.query)
+        .add_service(query.jaeger_traces)
+        .add_service(query.jaeger_dependencies);
     // Without TCP_NODELAY, small unary answers wait out delayed ACKs (~40 ms).
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     Ok(tokio::spawn(

@@ -1,5 +1,6 @@
-//! The `tracedb` command: `serve` runs the server, `get` prints a stored trace,
-//! `check` verifies a data directory offline.
+//! The `tracedb` command: `serve` runs the server, `get` prints a stored
+//! trace, `search` lists traces of a service, `check` verifies a data directory
+//! offline.
 
 mod check;
 
@@ -35,10 +36,36 @@ enum Command {
         #[command(flatten)]
         settings: Config,
     },
-    /// Print a stored trace as an indented span tree.
+    /// Print a stored trace as a waterfall: the span tree with bars on a
+    /// common time axis, error spans marked `!`, spans whose parent is missing
+    /// under a marker.
     Get {
         /// The trace ID: 32 hex digits.
         trace_id: TraceId,
+        /// The server's gRPC address.
+        #[arg(long, default_value = DEFAULT_GRPC_ADDR)]
+        addr: String,
+        /// Also print each span's attributes, events and links.
+        #[arg(long)]
+        attributes: bool,
+        /// Print the trace as OTLP/JSON (`{"resourceSpans": [...]}`) instead.
+        #[arg(long, conflicts_with = "attributes")]
+        json: bool,
+    },
+    /// List traces of a service, newest first, from the search index.
+    Search {
+        /// Service name.
+        #[arg(long)]
+        service: String,
+        /// Span name (of that service).
+        #[arg(long)]
+        operation: Option<String>,
+        /// How far back traces may start: `30s`, `15m`, `1h`, `2d`.
+        #[arg(long, default_value = "1h", value_parser = parse_since)]
+        since: std::time::Duration,
+        /// Most traces listed.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
         /// The server's gRPC address.
         #[arg(long, default_value = DEFAULT_GRPC_ADDR)]
         addr: String,
@@ -82,21 +109,83 @@ fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
                 .init();
             runtime.block_on(tracedb_server::run(config, shutdown_signal()))
         }
-        Command::Get { trace_id, addr } => runtime.block_on(get(trace_id, &addr)),
+        Command::Get {
+            trace_id,
+            addr,
+            attributes,
+            json,
+        } => runtime.block_on(get(trace_id, &addr, attributes, json)),
+        Command::Search {
+            service,
+            operation,
+            since,
+            limit,
+            addr,
+        } => runtime.block_on(search(service, operation, since, limit, &addr)),
         Command::Check { data_dir } => check::run(&data_dir),
     }
 }
 
-async fn get(trace_id: TraceId, addr: &str) -> anyhow::Result<()> {
+type QueryClient =
+    tracedb_proto::query::v1::query_service_client::QueryServiceClient<tonic::transport::Channel>;
+
+async fn connect(addr: &str) -> anyhow::Result<QueryClient> {
     let uri = if addr.contains("://") {
         addr.to_string()
     } else {
         format!("http://{addr}")
     };
-    let mut client =
-        tracedb_proto::query::v1::query_service_client::QueryServiceClient::connect(uri.clone())
-            .await
-            .with_context(|| format!("connecting to {uri}"))?;
+    QueryClient::connect(uri.clone())
+        .await
+        .with_context(|| format!("connecting to {uri}"))
+}
+
+/// `30s`, `15m`, `1h`, `2d`.
+fn parse_since(s: &str) -> Result<std::time::Duration, String> {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a number and s, m, h or d"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86_400,
+        _ => return Err(format!("{s:?}: unit must be s, m, h or d")),
+    };
+    Ok(std::time::Duration::from_secs(secs))
+}
+
+async fn search(
+    service: String,
+    operation: Option<String>,
+    since: std::time::Duration,
+    limit: u32,
+    addr: &str,
+) -> anyhow::Result<()> {
+    let mut client = connect(addr).await?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .context("clock before 1970")?;
+    let request = tracedb_proto::query::v1::SearchTracesRequest {
+        service,
+        operation: operation.unwrap_or_default(),
+        start_time_unix_nano: now.saturating_sub(since).as_nanos() as u64,
+        limit,
+        ..Default::default()
+    };
+    let traces = client
+        .search_traces(request)
+        .await
+        .context("SearchTraces")?
+        .into_inner()
+        .traces;
+    print!("{}", tracedb_server::render::render_search(&traces));
+    Ok(())
+}
+
+async fn get(trace_id: TraceId, addr: &str, attributes: bool, json: bool) -> anyhow::Result<()> {
+    let mut client = connect(addr).await?;
     let request = tracedb_proto::query::v1::GetTraceRequest {
         trace_id: trace_id.0.to_vec().into(),
         ..Default::default()
@@ -112,10 +201,20 @@ async fn get(trace_id: TraceId, addr: &str) -> anyhow::Result<()> {
     while let Some(message) = stream.message().await.context("reading the trace")? {
         messages.push(message);
     }
-    print!(
-        "{}",
-        tracedb_server::render::render_trace(&trace_id, &messages)
-    );
+    if json {
+        let merged = tracedb_proto::trace::v1::TracesData {
+            resource_spans: messages
+                .into_iter()
+                .flat_map(|m| m.resource_spans)
+                .collect(),
+        };
+        println!("{}", tracedb_query::otlp_json::traces_data(&merged));
+    } else {
+        print!(
+            "{}",
+            tracedb_server::render::render_trace(&trace_id, &messages, attributes)
+        );
+    }
     Ok(())
 }
 

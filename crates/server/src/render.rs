@@ -1,6 +1,9 @@
-//! Renders a trace for the terminal: the span tree indented by parent, each
-//! span's service, name, kind, status, offset and duration, a bar placing it on
-//! the trace's time axis, then its attributes, events and links.
+//! Renders a trace for the terminal as a waterfall: the span tree indented by
+//! parent, each span's service, name, kind, status, offset and duration, a bar
+//! placing it on the trace's time axis; error spans marked with `!` in the
+//! first column; spans whose parent is not stored (a partial trace) under a
+//! `[missing parent ...]` line rather than hidden; on request, each span's
+//! attributes, events and links.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -20,8 +23,9 @@ struct Row<'a> {
     span: &'a Span,
 }
 
-/// The trace as text, one block per span, children under their parents.
-pub fn render_trace(trace_id: &TraceId, messages: &[TracesData]) -> String {
+/// The trace as text, one block per span, children under their parents;
+/// `attributes` adds each span's attributes, events and links.
+pub fn render_trace(trace_id: &TraceId, messages: &[TracesData], attributes: bool) -> String {
     let mut rows = Vec::new();
     let mut services = HashSet::new();
     for data in messages {
@@ -66,33 +70,63 @@ pub fn render_trace(trace_id: &TraceId, messages: &[TracesData]) -> String {
         duration(total)
     );
 
-    // Children by parent; spans whose parent is not in the trace are roots.
+    // Children by parent. Roots have no parent; orphans have one that is not
+    // stored, and are shown under a marker for that parent.
     let ids: HashSet<&[u8]> = rows.iter().map(|r| &r.span.span_id[..]).collect();
     let mut children: HashMap<&[u8], Vec<usize>> = HashMap::new();
     let mut roots = Vec::new();
+    let mut missing: Vec<(&[u8], Vec<usize>)> = Vec::new();
     for (i, row) in rows.iter().enumerate() {
         let parent = &row.span.parent_span_id[..];
-        if parent.is_empty() || !ids.contains(parent) || parent == &row.span.span_id[..] {
+        if parent.is_empty() || parent.iter().all(|&b| b == 0) || parent == &row.span.span_id[..] {
             roots.push(i);
+        } else if !ids.contains(parent) {
+            match missing.iter_mut().find(|(p, _)| *p == parent) {
+                Some((_, kids)) => kids.push(i),
+                None => missing.push((parent, vec![i])),
+            }
         } else {
             children.entry(parent).or_default().push(i);
         }
     }
-    let mut stack: Vec<(usize, usize)> = roots.into_iter().rev().map(|i| (i, 0)).collect();
     let mut printed = HashSet::new();
-    while let Some((i, depth)) = stack.pop() {
-        if !printed.insert(i) {
-            continue;
+    let walk = |out: &mut String, printed: &mut HashSet<usize>, top: Vec<usize>, depth: usize| {
+        let mut stack: Vec<(usize, usize)> = top.into_iter().rev().map(|i| (i, depth)).collect();
+        while let Some((i, depth)) = stack.pop() {
+            if !printed.insert(i) {
+                continue;
+            }
+            render_span(out, &rows[i], depth, start, total, attributes);
+            if let Some(kids) = children.get(&rows[i].span.span_id[..]) {
+                stack.extend(kids.iter().rev().map(|&k| (k, depth + 1)));
+            }
         }
-        render_span(&mut out, &rows[i], depth, start, total);
-        if let Some(kids) = children.get(&rows[i].span.span_id[..]) {
-            stack.extend(kids.iter().rev().map(|&k| (k, depth + 1)));
-        }
+    };
+    walk(&mut out, &mut printed, roots, 0);
+    for (parent, kids) in missing {
+        let _ = writeln!(
+            out,
+            " {:width$} [missing parent {}]",
+            "",
+            hex(parent),
+            width = BAR_WIDTH
+        );
+        walk(&mut out, &mut printed, kids, 1);
     }
+    // Spans in a parent cycle reach no root: print them rather than drop them.
+    let rest: Vec<usize> = (0..rows.len()).filter(|i| !printed.contains(i)).collect();
+    walk(&mut out, &mut printed, rest, 0);
     out
 }
 
-fn render_span(out: &mut String, row: &Row<'_>, depth: usize, trace_start: u64, total: u64) {
+fn render_span(
+    out: &mut String,
+    row: &Row<'_>,
+    depth: usize,
+    trace_start: u64,
+    total: u64,
+    attributes_too: bool,
+) {
     let span = row.span;
     let offset = span.start_time_unix_nano.saturating_sub(trace_start);
     let length = span
@@ -118,6 +152,10 @@ fn render_span(out: &mut String, row: &Row<'_>, depth: usize, trace_start: u64, 
         SpanKind::Producer => " producer",
         SpanKind::Consumer => " consumer",
     });
+    let is_error = span
+        .status
+        .as_ref()
+        .is_some_and(|s| s.code == StatusCode::Error as i32);
     let status = match span
         .status
         .as_ref()
@@ -130,14 +168,18 @@ fn render_span(out: &mut String, row: &Row<'_>, depth: usize, trace_start: u64, 
     };
     let _ = writeln!(
         out,
-        "{bar} {indent}{service}: {name}{kind}{status}  +{offset} {length}  span {span_id}",
+        "{mark}{bar} {indent}{service}: {name}{kind}{status}  +{offset} {length}  span {span_id}",
+        mark = if is_error { '!' } else { ' ' },
         service = row.service,
         name = span.name,
         offset = duration(offset),
         length = duration(length),
         span_id = hex(&span.span_id),
     );
-    let pad = format!("{:width$} {indent}    ", "", width = BAR_WIDTH);
+    if !attributes_too {
+        return;
+    }
+    let pad = format!(" {:width$} {indent}    ", "", width = BAR_WIDTH);
     if !span.attributes.is_empty() {
         let _ = writeln!(out, "{pad}{}", attributes(&span.attributes));
     }
@@ -160,6 +202,59 @@ fn render_span(out: &mut String, row: &Row<'_>, depth: usize, trace_start: u64, 
             attributes(&link.attributes)
         );
     }
+}
+
+/// The `tracedb search` table: one line per trace.
+pub fn render_search(traces: &[tracedb_proto::query::v1::TraceSummary]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<32}  {:<24}  {:>10}  {:>6}  {:>6}  root",
+        "trace", "start (UTC)", "duration", "spans", "errors"
+    );
+    for t in traces {
+        let root = if t.root_service.is_empty() {
+            "[root span not stored]".to_string()
+        } else {
+            format!("{}: {}", t.root_service, t.root_name)
+        };
+        let _ = writeln!(
+            out,
+            "{:<32}  {:<24}  {:>10}  {:>6}  {:>6}  {root}",
+            hex(&t.trace_id),
+            utc(t.start_time_unix_nano),
+            duration(t.duration_nanos),
+            t.span_count,
+            t.error_span_count,
+        );
+    }
+    if traces.is_empty() {
+        out.push_str("no traces found\n");
+    }
+    out
+}
+
+/// Unix nanoseconds as `YYYY-MM-DD HH:MM:SS.mmm`.
+fn utc(nanos: u64) -> String {
+    let secs = nanos / 1_000_000_000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:03}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        nanos % 1_000_000_000 / 1_000_000
+    )
 }
 
 fn plural(n: usize) -> &'static str {
@@ -273,15 +368,82 @@ mod tests {
                 schema_url: String::new(),
             }],
         };
-        let text = render_trace(&TraceId([1; 16]), &[data]);
+        let text = render_trace(&TraceId([1; 16]), &[data], false);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].contains("3 spans, 1 service,"), "{text}");
         assert!(lines[1].contains(" checkout: root"), "{text}");
         assert!(lines[2].contains("   checkout: child"), "{text}");
         assert!(lines[3].contains("     checkout: grandchild"), "{text}");
         assert!(
-            lines[1].starts_with(&"#".repeat(BAR_WIDTH)),
+            lines[1].starts_with(&format!(" {}", "#".repeat(BAR_WIDTH))),
             "root spans the whole axis: {text}"
         );
+    }
+
+    fn service(name: &str, spans: Vec<Span>) -> ResourceSpans {
+        ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![KeyValue {
+                    key: "service.name".into(),
+                    value: Some(AnyValue {
+                        value: Some(Value::StringValue(name.into())),
+                    }),
+                }],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                scope: None,
+                spans,
+                schema_url: String::new(),
+            }],
+            schema_url: String::new(),
+        }
+    }
+
+    /// A fixed trace: a root calling two services, one child failing, and
+    /// two spans whose parent (span 09..) was never stored, one under the other.
+    fn golden_trace() -> TracesData {
+        let ms = 1_000_000;
+        let t0 = 1_700_000_000_000_000_000;
+        let mut charge = span(3, Some(1), "charge", t0 + 12 * ms, t0 + 40 * ms);
+        charge.kind = SpanKind::Client as i32;
+        charge.status = Some(tracedb_proto::trace::v1::Status {
+            message: "card declined".into(),
+            code: StatusCode::Error as i32,
+        });
+        charge.attributes = vec![KeyValue {
+            key: "amount".into(),
+            value: Some(AnyValue {
+                value: Some(Value::IntValue(42)),
+            }),
+        }];
+        let mut root = span(1, None, "GET /checkout", t0, t0 + 100 * ms);
+        root.kind = SpanKind::Server as i32;
+        TracesData {
+            resource_spans: vec![
+                service(
+                    "frontend",
+                    vec![root, span(2, Some(1), "render", t0 + 60 * ms, t0 + 95 * ms)],
+                ),
+                service(
+                    "payments",
+                    vec![
+                        charge,
+                        span(4, Some(9), "late retry", t0 + 70 * ms, t0 + 80 * ms),
+                        span(5, Some(4), "db write", t0 + 72 * ms, t0 + 75 * ms),
+                    ],
+                ),
+            ],
+        }
+    }
+
+    #[test]
+    fn waterfall_matches_the_golden_file() {
+        let golden = include_str!("../tests/golden/waterfall.txt");
+        let text = render_trace(&TraceId([1; 16]), &[golden_trace()], false);
+        assert_eq!(text, golden, "rendered:\n{text}");
+        let with_attributes = render_trace(&TraceId([1; 16]), &[golden_trace()], true);
+        assert!(with_attributes.contains("amount=42"), "{with_attributes}");
+        assert!(!text.contains("amount=42"));
     }
 }

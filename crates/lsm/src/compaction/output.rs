@@ -10,6 +10,7 @@ use std::{
 
 use crate::{
     error::Result,
+    index::{remove_sidecar, write_sidecar, SummaryBuilder},
     manifest::FileEntry,
     span::Span,
     table::{SsTableBuilder, TableOptions},
@@ -52,6 +53,8 @@ pub fn table_path(dir: &Path, id: u64) -> PathBuf {
 /// One open output per partition.
 struct Open {
     builder: SsTableBuilder,
+    /// The search-index summary of the same spans, written beside the file.
+    summary: SummaryBuilder,
 }
 
 /// Merges the task's inputs into new files. `Ok(None)` if it was told to stop;
@@ -67,6 +70,7 @@ pub fn merge(task: &CompactionTask, ctx: &MergeContext<'_>) -> Result<Option<Mer
         Ok(false) | Err(_) => {
             for (_, path) in &out.files {
                 let _ = std::fs::remove_file(path);
+                remove_sidecar(path);
             }
             result.map(|_| None)
         }
@@ -99,17 +103,22 @@ fn merge_into(
         for (p, spans) in std::mem::take(&mut by_partition) {
             let slot = open.entry(p).or_insert_with(|| Open {
                 builder: SsTableBuilder::new(ctx.table_opts.clone()),
+                summary: SummaryBuilder::default(),
             });
             if slot.builder.estimated_bytes() >= ctx.opts.target_file_bytes {
                 let full = std::mem::replace(
-                    &mut slot.builder,
-                    SsTableBuilder::new(ctx.table_opts.clone()),
+                    slot,
+                    Open {
+                        builder: SsTableBuilder::new(ctx.table_opts.clone()),
+                        summary: SummaryBuilder::default(),
+                    },
                 );
                 finish(full, task, p, ctx, out)?;
             }
             let before = slot.builder.estimated_bytes();
             for span in &spans {
                 slot.builder.add(span)?;
+                slot.summary.add(span);
             }
             out.spans_out += spans.len() as u64;
             let wait = ctx
@@ -129,14 +138,14 @@ fn merge_into(
     out.duplicates = merger.duplicates;
     for (p, slot) in open {
         if slot.builder.span_count() > 0 {
-            finish(slot.builder, task, p, ctx, out)?;
+            finish(slot, task, p, ctx, out)?;
         }
     }
     Ok(true)
 }
 
 fn finish(
-    builder: SsTableBuilder,
+    slot: Open,
     task: &CompactionTask,
     partition: u64,
     ctx: &MergeContext<'_>,
@@ -144,8 +153,8 @@ fn finish(
 ) -> Result<()> {
     let id = ctx.next_file_id.fetch_add(1, Ordering::Relaxed);
     let path = table_path(ctx.tables_dir, id);
-    let meta = builder.finish(&path)?;
-    out.bytes_written += meta.file_size;
+    let meta = slot.builder.finish(&path)?;
+    // Pushed first, so an error below still removes the file with the others.
     out.files.push((
         FileEntry {
             id,
@@ -153,7 +162,9 @@ fn finish(
             partition,
             file_size: meta.file_size,
         },
-        path,
+        path.clone(),
     ));
+    write_sidecar(&path, &slot.summary.finish())?;
+    out.bytes_written += meta.file_size;
     Ok(())
 }

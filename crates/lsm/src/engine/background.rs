@@ -16,6 +16,7 @@ use super::{add, CrashPoint, Inner, Task, FLUSH_RETRY};
 use crate::{
     compaction::{self, merge, table_path, CompactionTask, MergeContext, TaskKind},
     error::{Error, Result},
+    index::{write_sidecar, SummarySet},
     manifest::{Edit, FileEntry, Manifest, ManifestState, NO_PARTITION},
     memtable::Sealed,
     sort::sort_by_trace_id,
@@ -104,6 +105,9 @@ impl Inner {
             builder.add(span)?;
         }
         let meta = builder.finish(&path)?;
+        let summary = Arc::new(SummarySet::from_spans(&spans));
+        write_sidecar(&path, &summary)?;
+        self.index.insert_file(id, summary);
         let entry = FileEntry {
             id,
             level: 0,

@@ -8,6 +8,7 @@ mod concurrency;
 mod corruption;
 mod crash;
 mod faults;
+mod index;
 mod lookups;
 mod model;
 mod retention;

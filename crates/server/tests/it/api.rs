@@ -223,6 +223,7 @@ async fn tracedb_get_prints_the_span_tree() {
         .args([
             "get",
             "0af7651916cd43dd8448eb211c80319c",
+            "--attributes",
             "--addr",
             &server.addr.to_string(),
         ])
@@ -249,6 +250,57 @@ async fn tracedb_get_prints_the_span_tree() {
         "{text}"
     );
     assert!(text.contains("http.route=\"/cart\""), "{text}");
+    assert!(lines[1].starts_with('!'), "error span marked: {text}");
+
+    // --json: OTLP/JSON that decodes to the three spans.
+    let out = Command::new(TRACEDB)
+        .args([
+            "get",
+            "0af7651916cd43dd8448eb211c80319c",
+            "--json",
+            "--addr",
+        ])
+        .arg(server.addr.to_string())
+        .output()
+        .expect("run tracedb get --json");
+    assert!(out.status.success());
+    let decoded = tracedb_ingest::json::json_to_protobuf(&out.stdout).expect("OTLP/JSON");
+    let data =
+        <tracedb_proto::trace::v1::TracesData as Message>::decode(decoded).expect("TracesData");
+    assert_eq!(spans_of(&[data]).len(), 3);
+
+    // search: the trace, its root, span count and error count.
+    let out = Command::new(TRACEDB)
+        .args([
+            "search",
+            "--service",
+            "checkout",
+            "--since",
+            "1d",
+            "--limit",
+            "5",
+            "--addr",
+        ])
+        .arg(server.addr.to_string())
+        .output()
+        .expect("run tracedb search");
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{listing}");
+    let row = listing.lines().nth(1).expect("one trace");
+    assert!(
+        row.starts_with("0af7651916cd43dd8448eb211c80319c"),
+        "{listing}"
+    );
+    assert!(
+        row.contains("checkout: op-0") && row.contains("     3       3  "),
+        "{listing}"
+    );
+    let none = Command::new(TRACEDB)
+        .args(["search", "--service", "nobody", "--addr"])
+        .arg(server.addr.to_string())
+        .output()
+        .expect("run tracedb search");
+    assert!(String::from_utf8_lossy(&none.stdout).contains("no traces found"));
 
     let missing = Command::new(TRACEDB)
         .args([

@@ -1,0 +1,184 @@
+//! The search index on a million spans: building the summary of a flushed
+//! buffer (flush-time cost), and through a real engine (files on disk with
+//! their sidecars): trace search by service over one hour, by service +
+//! operation + duration, services, and GetTrace by ID.
+//!
+//! `cargo bench -p tracedb-benches --bench search`
+//!
+//! Spans: 1,000,000 spans in 100,000 traces of 10 spans across 3 of 20
+//! services, start times spread over one hour, each with 3 attributes.
+
+use std::{hint::black_box, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use prost::Message;
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use tracedb_lsm::{
+    index::{SearchQuery, SummarySet},
+    Engine, EngineOptions, ScopeGroup, Span, SpanId, TimeRange, TraceId,
+};
+use tracedb_proto::{
+    common::v1::{any_value::Value, AnyValue, KeyValue},
+    resource::v1::Resource,
+    trace::v1::Span as OtlpSpan,
+};
+
+const TRACES: u64 = 100_000;
+const SPANS_PER_TRACE: u64 = 10;
+const SERVICES: u64 = 20;
+const HOUR: u64 = 3_600_000_000_000;
+
+fn kv(k: &str, v: &str) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(Value::StringValue(v.into())),
+        }),
+    }
+}
+
+fn groups() -> Vec<Arc<ScopeGroup>> {
+    (0..SERVICES)
+        .map(|i| {
+            let r = Resource {
+                attributes: vec![kv("service.name", &format!("svc-{i}")), kv("host", "h1")],
+                ..Default::default()
+            };
+            Arc::new(ScopeGroup {
+                resource: Some(r.encode_to_vec().into()),
+                ..ScopeGroup::default()
+            })
+        })
+        .collect()
+}
+
+/// The spans, and a trace ID to look up.
+fn spans(t0: u64) -> (Vec<Span>, TraceId) {
+    let groups = groups();
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut out = Vec::with_capacity((TRACES * SPANS_PER_TRACE) as usize);
+    let mut probe = TraceId([0; 16]);
+    for t in 0..TRACES {
+        let trace: u128 = rng.random();
+        let trace_id = TraceId(trace.to_be_bytes());
+        if t == TRACES / 2 {
+            probe = trace_id;
+        }
+        let start = t0 + t * (HOUR / TRACES);
+        let first = rng.random_range(0..SERVICES);
+        for i in 0..SPANS_PER_TRACE {
+            let service = (first + i % 3) % SERVICES;
+            let s_start = start + i * 1_000_000;
+            let len = rng.random_range(1_000_000..200_000_000);
+            let otlp = OtlpSpan {
+                trace_id: trace.to_be_bytes().to_vec().into(),
+                span_id: (i + 1).to_be_bytes().to_vec().into(),
+                parent_span_id: if i == 0 {
+                    Bytes::new()
+                } else {
+                    1u64.to_be_bytes().to_vec().into()
+                },
+                name: format!("op-{}", (service * 7 + i) % 50),
+                kind: 2,
+                start_time_unix_nano: s_start,
+                end_time_unix_nano: s_start + len,
+                attributes: vec![
+                    kv("http.route", &format!("/r/{}", i % 10)),
+                    kv("http.method", "GET"),
+                    kv("tenant", &format!("t{}", t % 100)),
+                ],
+                ..Default::default()
+            };
+            out.push(Span {
+                trace_id,
+                span_id: SpanId((i + 1).to_be_bytes()),
+                start_unix_nano: s_start,
+                end_unix_nano: s_start + len,
+                group: groups[service as usize].clone(),
+                payload: otlp.encode_to_vec().into(),
+            });
+        }
+    }
+    (out, probe)
+}
+
+fn bench(c: &mut Criterion) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64;
+    let t0 = now - 2 * HOUR;
+    let (spans, probe) = spans(t0);
+
+    let mut group = c.benchmark_group("index_build");
+    group
+        .sample_size(10)
+        .throughput(Throughput::Elements(100_000));
+    group.bench_function("summarize_100k_spans", |b| {
+        b.iter(|| black_box(SummarySet::from_spans(&spans[..100_000])))
+    });
+    group.finish();
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut opts = EngineOptions::new(dir.path());
+    opts.compaction_threads = 0;
+    opts.compaction_bytes_per_sec = 0;
+    opts.l0_stop_files = 0;
+    opts.memory_budget_bytes = 4 << 30;
+    let engine = Engine::open(opts).expect("open");
+    for chunk in spans.chunks(1_000) {
+        engine.write_blocking(chunk.to_vec()).expect("write");
+    }
+    engine.flush().expect("flush");
+    engine.compact().expect("compact");
+    drop(spans);
+    let stats = engine.stats();
+    eprintln!(
+        "engine: {} files, {} bytes; {} spans",
+        stats.tables,
+        stats.table_bytes,
+        TRACES * SPANS_PER_TRACE
+    );
+    // The first query loads the sidecars; the benchmarks measure warm queries.
+    let _ = engine.search(&SearchQuery::default()).expect("search");
+
+    let hour = SearchQuery {
+        service: "svc-3".into(),
+        start_min: t0,
+        start_max: t0 + HOUR,
+        limit: 20,
+        ..SearchQuery::default()
+    };
+    let narrow = SearchQuery {
+        operation: "op-21".into(),
+        duration_min: 100_000_000,
+        tags: vec![("tenant".into(), "t7".into())],
+        ..hour.clone()
+    };
+    assert_eq!(engine.search(&hour).expect("search").len(), 20);
+    let mut group = c.benchmark_group("search_1m_spans");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(5));
+    group.bench_function("service_1h_limit_20", |b| {
+        b.iter(|| black_box(engine.search(&hour).expect("search")))
+    });
+    group.bench_function("service_op_tag_duration_1h", |b| {
+        b.iter(|| black_box(engine.search(&narrow).expect("search")))
+    });
+    group.bench_function("services", |b| {
+        b.iter(|| black_box(engine.index(TimeRange::ALL).expect("index").services()))
+    });
+    group.bench_function("get_trace", |b| {
+        b.iter(|| {
+            let spans = engine.get_trace(&probe).expect("get");
+            assert_eq!(spans.len(), SPANS_PER_TRACE as usize);
+            black_box(spans)
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

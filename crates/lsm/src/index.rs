@@ -1,0 +1,736 @@
+//! The search index: a summary of every trace in every sorted file, so that
+//! services, operations, tag values, trace search and dependencies are
+//! answered without reading span payloads.
+//!
+//! - A [`SummarySet`] summarizes the spans of one source: a sorted file, a
+//!   sealed buffer, or a frozen memtable chunk. It holds one
+//!   [`TraceSummary`] per trace in the source (its *part* of the trace: the
+//!   spans the source holds) and a string table its summaries point into.
+//! - [`SummaryBuilder`] makes one from spans, in any order, with a light wire
+//!   scan of the few fields it needs (`wire`).
+//! - `sidecar`: a file's set is written next to it as `{id:020}.idx` when a
+//!   flush or a compaction writes the file, before the file is installed, and
+//!   deleted with it; a missing or damaged sidecar is rebuilt from its file.
+//! - [`search`], [`services`], [`operations`], [`dependencies`], [`tags`]:
+//!   pure functions over the sets of one snapshot.
+//!
+//! A trace whose spans lie in several sources (level-0 files, buffers) has
+//! one part in each; search merges the parts of a trace before it applies the
+//! filters, so a trace matches when its spans together satisfy them: some span
+//! of the service, some span of the operation (in that service), every tag on
+//! some span or resource, and the trace's start and duration in range.
+
+mod sidecar;
+pub mod wire;
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::Arc,
+};
+
+pub use sidecar::{
+    decode as decode_sidecar, encode as encode_sidecar, read as read_sidecar, remove_orphans,
+    remove_sidecar, sidecar_path, write as write_sidecar,
+};
+
+use crate::span::{ScopeGroup, Span, TraceId};
+
+/// At most this many distinct (scope, key, value) tags are kept per trace part.
+pub const MAX_TAGS_PER_TRACE: usize = 256;
+
+/// Where an indexed attribute came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TagScope {
+    Resource = 0,
+    Span = 1,
+}
+
+/// One operation of a trace part: (service, span name, OTLP span kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Op {
+    pub service: u32,
+    pub name: u32,
+    pub kind: u8,
+}
+
+/// One indexed attribute: (scope, key, value), strings by index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Tag {
+    pub scope: TagScope,
+    pub key: u32,
+    pub value: u32,
+}
+
+/// Calls from a span of `parent` to a child span of another service, counted
+/// where both spans are in the same part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Edge {
+    pub parent: u32,
+    pub child: u32,
+    pub calls: u32,
+}
+
+/// What the index knows about one trace's spans in one source. Strings are
+/// indices into the set's string table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceSummary {
+    pub trace_id: TraceId,
+    /// Earliest span start.
+    pub start_unix_nano: u64,
+    /// Latest span end.
+    pub end_unix_nano: u64,
+    pub span_count: u32,
+    pub error_count: u32,
+    /// The root span's (service, name), if the root is in this part.
+    pub root: Option<(u32, u32)>,
+    /// Distinct operations, sorted.
+    pub ops: Vec<Op>,
+    /// Distinct tags, sorted; at most [`MAX_TAGS_PER_TRACE`].
+    pub tags: Vec<Tag>,
+    pub edges: Vec<Edge>,
+    /// (span ID, service) of every span, to resolve the parents of other
+    /// parts' orphans; sorted by span ID.
+    pub spans: Vec<([u8; 8], u32)>,
+    /// (parent span ID, service) of spans whose parent is not in this part.
+    pub orphans: Vec<([u8; 8], u32)>,
+}
+
+/// The summaries of one source; see the module docs.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SummarySet {
+    pub strings: Vec<String>,
+    /// Sorted by trace ID.
+    pub traces: Vec<TraceSummary>,
+    /// Smallest part start and largest part end (0, 0 when empty).
+    pub min_time_unix_nano: u64,
+    pub max_time_unix_nano: u64,
+    lookup: HashMap<String, u32>,
+    /// Distinct operations of all parts, sorted (services first).
+    operations: Vec<Op>,
+}
+
+impl SummarySet {
+    /// A set from its parts (as decoded from a sidecar); builds the lookup table.
+    pub fn new(strings: Vec<String>, mut traces: Vec<TraceSummary>) -> SummarySet {
+        traces.sort_by_key(|t| t.trace_id);
+        let lookup = strings
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.clone(), i as u32))
+            .collect();
+        let min = traces.iter().map(|t| t.start_unix_nano).min().unwrap_or(0);
+        let max = traces.iter().map(|t| t.end_unix_nano).max().unwrap_or(0);
+        let operations: BTreeSet<Op> = traces.iter().flat_map(|t| t.ops.iter().copied()).collect();
+        SummarySet {
+            strings,
+            traces,
+            min_time_unix_nano: min,
+            max_time_unix_nano: max,
+            lookup,
+            operations: operations.into_iter().collect(),
+        }
+    }
+
+    /// Summarizes `spans` (any order).
+    pub fn from_spans<'a>(spans: impl IntoIterator<Item = &'a Span>) -> SummarySet {
+        let mut b = SummaryBuilder::default();
+        for span in spans {
+            b.add(span);
+        }
+        b.finish()
+    }
+
+    /// The index of `s` in the string table, if the set has it.
+    pub fn id(&self, s: &str) -> Option<u32> {
+        self.lookup.get(s).copied()
+    }
+
+    pub fn str(&self, id: u32) -> &str {
+        self.strings.get(id as usize).map_or("", String::as_str)
+    }
+
+    /// Whether any part may lie in `[start, end]` (0 = unbounded).
+    pub fn overlaps(&self, start: u64, end: u64) -> bool {
+        !self.traces.is_empty()
+            && (start == 0 || self.max_time_unix_nano >= start)
+            && (end == 0 || self.min_time_unix_nano <= end)
+    }
+}
+
+/// Span fields the builder keeps per trace until [`SummaryBuilder::finish`].
+struct SpanLink {
+    span_id: [u8; 8],
+    parent: Option<[u8; 8]>,
+    service: u32,
+}
+
+#[derive(Default)]
+struct TraceAcc {
+    start: u64,
+    end: u64,
+    spans: u32,
+    errors: u32,
+    /// (start, service, name) of the earliest span without a parent.
+    root: Option<(u64, u32, u32)>,
+    ops: BTreeSet<Op>,
+    tags: BTreeSet<Tag>,
+    links: Vec<SpanLink>,
+}
+
+/// Resource attributes and service of one scope group, scanned once.
+struct GroupInfo {
+    /// Holds the group so its address, the cache key, is not reused.
+    _group: Arc<ScopeGroup>,
+    service: u32,
+    tags: Vec<Tag>,
+}
+
+/// Builds a [`SummarySet`]; see the module docs.
+#[derive(Default)]
+pub struct SummaryBuilder {
+    strings: Vec<String>,
+    lookup: HashMap<String, u32>,
+    traces: HashMap<TraceId, TraceAcc>,
+    groups: HashMap<usize, GroupInfo>,
+}
+
+impl SummaryBuilder {
+    fn intern(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.lookup.get(s) {
+            return id;
+        }
+        let id = self.strings.len() as u32;
+        self.strings.push(s.to_owned());
+        self.lookup.insert(s.to_owned(), id);
+        id
+    }
+
+    fn group(&mut self, group: &Arc<ScopeGroup>) -> (u32, Vec<Tag>) {
+        let key = Arc::as_ptr(group) as usize;
+        if let Some(g) = self.groups.get(&key) {
+            return (g.service, g.tags.clone());
+        }
+        let attrs = group
+            .resource
+            .as_deref()
+            .map(wire::scan_resource)
+            .unwrap_or_default();
+        let service = attrs
+            .iter()
+            .find(|(k, _)| *k == "service.name")
+            .map_or("unknown_service", |(_, v)| v.as_str())
+            .to_owned();
+        let service = self.intern(&service);
+        let tags: Vec<Tag> = attrs
+            .iter()
+            .map(|(k, v)| Tag {
+                scope: TagScope::Resource,
+                key: self.intern(k),
+                value: self.intern(v),
+            })
+            .collect();
+        self.groups.insert(
+            key,
+            GroupInfo {
+                _group: group.clone(),
+                service,
+                tags: tags.clone(),
+            },
+        );
+        (service, tags)
+    }
+
+    /// Adds one span.
+    pub fn add(&mut self, span: &Span) {
+        let (service, resource_tags) = self.group(&span.group);
+        let f = wire::scan_span(&span.payload);
+        let name = self.intern(f.name);
+        let span_tags: Vec<Tag> = f
+            .attributes
+            .iter()
+            .map(|(k, v)| Tag {
+                scope: TagScope::Span,
+                key: self.intern(k),
+                value: self.intern(v),
+            })
+            .collect();
+        let acc = self
+            .traces
+            .entry(span.trace_id)
+            .or_insert_with(|| TraceAcc {
+                start: u64::MAX,
+                ..TraceAcc::default()
+            });
+        acc.start = acc.start.min(span.start_unix_nano);
+        acc.end = acc.end.max(span.end_unix_nano);
+        acc.spans += 1;
+        acc.errors += u32::from(f.error);
+        let parent: Option<[u8; 8]> = f
+            .parent_span_id
+            .try_into()
+            .ok()
+            .filter(|p: &[u8; 8]| *p != [0; 8]);
+        if parent.is_none() && acc.root.is_none_or(|(t, _, _)| span.start_unix_nano < t) {
+            acc.root = Some((span.start_unix_nano, service, name));
+        }
+        acc.ops.insert(Op {
+            service,
+            name,
+            kind: f.kind,
+        });
+        for tag in resource_tags.into_iter().chain(span_tags) {
+            if acc.tags.len() >= MAX_TAGS_PER_TRACE {
+                break;
+            }
+            acc.tags.insert(tag);
+        }
+        acc.links.push(SpanLink {
+            span_id: span.span_id.0,
+            parent,
+            service,
+        });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.traces.is_empty()
+    }
+
+    pub fn finish(self) -> SummarySet {
+        let traces = self
+            .traces
+            .into_iter()
+            .map(|(trace_id, acc)| {
+                let by_id: HashMap<[u8; 8], u32> =
+                    acc.links.iter().map(|l| (l.span_id, l.service)).collect();
+                let mut edges: BTreeMap<(u32, u32), u32> = BTreeMap::new();
+                let mut orphans = Vec::new();
+                for link in &acc.links {
+                    let Some(parent_id) = link.parent else {
+                        continue;
+                    };
+                    match by_id.get(&parent_id) {
+                        Some(&parent) if parent != link.service => {
+                            *edges.entry((parent, link.service)).or_default() += 1;
+                        }
+                        Some(_) => {}
+                        None => orphans.push((parent_id, link.service)),
+                    }
+                }
+                let mut spans: Vec<([u8; 8], u32)> = by_id.into_iter().collect();
+                spans.sort_unstable();
+                orphans.sort_unstable();
+                TraceSummary {
+                    trace_id,
+                    start_unix_nano: acc.start,
+                    end_unix_nano: acc.end,
+                    span_count: acc.spans,
+                    error_count: acc.errors,
+                    root: acc.root.map(|(_, s, n)| (s, n)),
+                    ops: acc.ops.into_iter().collect(),
+                    tags: acc.tags.into_iter().collect(),
+                    edges: edges
+                        .into_iter()
+                        .map(|((parent, child), calls)| Edge {
+                            parent,
+                            child,
+                            calls,
+                        })
+                        .collect(),
+                    spans,
+                    orphans,
+                }
+            })
+            .collect();
+        SummarySet::new(self.strings, traces)
+    }
+}
+
+/// What to look for. Empty strings and zeros mean "any".
+#[derive(Debug, Clone, Default)]
+pub struct SearchQuery {
+    pub service: String,
+    /// A span name (of `service`, when one is given).
+    pub operation: String,
+    /// (key, value) pairs, each on some span or resource of the trace.
+    pub tags: Vec<(String, String)>,
+    /// The trace's start lies in `[start_min, start_max]` (Unix ns).
+    pub start_min: u64,
+    pub start_max: u64,
+    /// The trace's duration lies in `[duration_min, duration_max]` (ns).
+    pub duration_min: u64,
+    pub duration_max: u64,
+    /// Most traces returned, newest first; 0 means 20.
+    pub limit: usize,
+}
+
+/// One trace found by [`search`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceHit {
+    pub trace_id: TraceId,
+    pub start_unix_nano: u64,
+    pub end_unix_nano: u64,
+    pub span_count: u64,
+    pub error_count: u64,
+    /// Service and name of the root span, if the trace has one.
+    pub root_service: Option<String>,
+    pub root_name: Option<String>,
+    /// Services of the trace, sorted.
+    pub services: Vec<String>,
+}
+
+impl TraceHit {
+    pub fn duration_nanos(&self) -> u64 {
+        self.end_unix_nano.saturating_sub(self.start_unix_nano)
+    }
+}
+
+/// The parts of one trace: (set index, trace index in the set).
+type Parts = Vec<(usize, usize)>;
+
+/// A query's strings resolved in one set's string table, once per query.
+struct Resolved {
+    /// `None`: the set lacks the string (so none of its parts has it).
+    service: Option<u32>,
+    operation: Option<u32>,
+    tags: Vec<Option<(u32, u32)>>,
+}
+
+fn resolve(set: &SummarySet, q: &SearchQuery) -> Resolved {
+    Resolved {
+        service: set.id(&q.service),
+        operation: set.id(&q.operation),
+        tags: q
+            .tags
+            .iter()
+            .map(|(k, v)| Some((set.id(k)?, set.id(v)?)))
+            .collect(),
+    }
+}
+
+/// Traces matching `q` in `sets` (the sources of one snapshot), newest first.
+/// `expire_before`: parts ending before it are past retention and ignored.
+pub fn search(sets: &[Arc<SummarySet>], q: &SearchQuery, expire_before: u64) -> Vec<TraceHit> {
+    let limit = if q.limit == 0 { 20 } else { q.limit };
+    // A part never starts before its trace, but may start after start_max.
+    let in_play: Vec<bool> = sets
+        .iter()
+        .map(|set| set.overlaps(q.start_min.max(expire_before), 0))
+        .collect();
+    let resolved: Vec<Resolved> = sets.iter().map(|set| resolve(set, q)).collect();
+    // Whether a part has a span of the service (always true without one).
+    let has_service = |si: usize, t: &TraceSummary| -> bool {
+        q.service.is_empty()
+            || resolved[si]
+                .service
+                .is_some_and(|s| t.ops.iter().any(|o| o.service == s))
+    };
+    // Pass 1: parts that have the service. Sets are sorted by trace ID, so
+    // the rest is sorting and merging, no hashing.
+    let mut found: Vec<(TraceId, usize, usize)> = Vec::new();
+    for (si, set) in sets.iter().enumerate() {
+        if !in_play[si] || (!q.service.is_empty() && resolved[si].service.is_none()) {
+            continue;
+        }
+        for (ti, t) in set.traces.iter().enumerate() {
+            if t.end_unix_nano >= expire_before
+                && (q.start_max == 0 || t.start_unix_nano <= q.start_max)
+                && has_service(si, t)
+            {
+                found.push((t.trace_id, si, ti));
+            }
+        }
+    }
+    found.sort_unstable();
+    // Pass 2: the candidates' other parts, which pass 1 skipped.
+    if !q.service.is_empty() && !found.is_empty() {
+        let mut ids: Vec<TraceId> = found.iter().map(|f| f.0).collect();
+        ids.dedup();
+        let mut more = Vec::new();
+        for (si, set) in sets.iter().enumerate() {
+            if !in_play[si] {
+                continue;
+            }
+            let mut i = 0;
+            for (ti, t) in set.traces.iter().enumerate() {
+                while i < ids.len() && ids[i] < t.trace_id {
+                    i += 1;
+                }
+                if i == ids.len() {
+                    break;
+                }
+                if ids[i] != t.trace_id || t.end_unix_nano < expire_before {
+                    continue;
+                }
+                let in_pass_1 = has_service(si, t)
+                    && (q.start_max == 0 || t.start_unix_nano <= q.start_max)
+                    && (q.service.is_empty() || resolved[si].service.is_some());
+                if !in_pass_1 {
+                    more.push((t.trace_id, si, ti));
+                }
+            }
+        }
+        if !more.is_empty() {
+            found.extend(more);
+            found.sort_unstable();
+        }
+    }
+
+    let mut matches: Vec<(u64, TraceId, Parts)> = Vec::new();
+    for group in found.chunk_by(|a, b| a.0 == b.0) {
+        let trace_id = group[0].0;
+        let parts: Parts = group.iter().map(|&(_, si, ti)| (si, ti)).collect();
+        let part = |&(si, ti): &(usize, usize)| &sets[si].traces[ti];
+        let start = parts
+            .iter()
+            .map(|p| part(p).start_unix_nano)
+            .min()
+            .unwrap_or(0);
+        let end = parts
+            .iter()
+            .map(|p| part(p).end_unix_nano)
+            .max()
+            .unwrap_or(0);
+        let duration = end.saturating_sub(start);
+        if (q.start_min != 0 && start < q.start_min)
+            || (q.start_max != 0 && start > q.start_max)
+            || (q.duration_min != 0 && duration < q.duration_min)
+            || (q.duration_max != 0 && duration > q.duration_max)
+        {
+            continue;
+        }
+        if !q.operation.is_empty() {
+            let found = parts.iter().any(|&(si, ti)| {
+                let r = &resolved[si];
+                let Some(name) = r.operation else {
+                    return false;
+                };
+                sets[si].traces[ti].ops.iter().any(|o| {
+                    o.name == name && (q.service.is_empty() || Some(o.service) == r.service)
+                })
+            });
+            if !found {
+                continue;
+            }
+        }
+        let tags_found = (0..q.tags.len()).all(|i| {
+            parts.iter().any(|&(si, ti)| {
+                let Some((k, v)) = resolved[si].tags[i] else {
+                    return false;
+                };
+                sets[si].traces[ti]
+                    .tags
+                    .iter()
+                    .any(|tag| tag.key == k && tag.value == v)
+            })
+        });
+        if tags_found {
+            matches.push((start, trace_id, parts));
+        }
+    }
+    let newest_first =
+        |a: &(u64, TraceId, Parts), b: &(u64, TraceId, Parts)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+    if matches.len() > limit {
+        matches.select_nth_unstable_by(limit - 1, newest_first);
+        matches.truncate(limit);
+    }
+    matches.sort_by(newest_first);
+    matches
+        .into_iter()
+        .map(|(_, trace_id, parts)| hit(sets, trace_id, &parts))
+        .collect()
+}
+
+/// Merges the parts of one trace into a [`TraceHit`].
+fn hit(sets: &[Arc<SummarySet>], trace_id: TraceId, parts: &[(usize, usize)]) -> TraceHit {
+    let mut h = TraceHit {
+        trace_id,
+        start_unix_nano: u64::MAX,
+        end_unix_nano: 0,
+        span_count: 0,
+        error_count: 0,
+        root_service: None,
+        root_name: None,
+        services: Vec::new(),
+    };
+    let mut services = BTreeSet::new();
+    let mut root_start = u64::MAX;
+    for &(si, ti) in parts {
+        let set = &sets[si];
+        let t = &set.traces[ti];
+        h.start_unix_nano = h.start_unix_nano.min(t.start_unix_nano);
+        h.end_unix_nano = h.end_unix_nano.max(t.end_unix_nano);
+        h.span_count += u64::from(t.span_count);
+        h.error_count += u64::from(t.error_count);
+        services.extend(t.ops.iter().map(|o| set.str(o.service).to_owned()));
+        if let Some((s, n)) = t.root {
+            if t.start_unix_nano < root_start {
+                root_start = t.start_unix_nano;
+                h.root_service = Some(set.str(s).to_owned());
+                h.root_name = Some(set.str(n).to_owned());
+            }
+        }
+    }
+    h.services = services.into_iter().collect();
+    h
+}
+
+/// Every service name, sorted.
+pub fn services(sets: &[Arc<SummarySet>]) -> Vec<String> {
+    let mut out = BTreeSet::new();
+    for set in sets {
+        let ids: BTreeSet<u32> = set.operations.iter().map(|o| o.service).collect();
+        out.extend(ids.into_iter().map(|i| set.str(i).to_owned()));
+    }
+    out.into_iter().collect()
+}
+
+/// The (span name, OTLP kind) pairs of `service`, sorted; only of `kind` if given.
+pub fn operations(sets: &[Arc<SummarySet>], service: &str, kind: Option<u8>) -> Vec<(String, u8)> {
+    let mut out = BTreeSet::new();
+    for set in sets {
+        let Some(s) = set.id(service) else { continue };
+        let ids: BTreeSet<(u32, u8)> = set
+            .operations
+            .iter()
+            .filter(|o| o.service == s && kind.is_none_or(|k| o.kind == k))
+            .map(|o| (o.name, o.kind))
+            .collect();
+        out.extend(ids.into_iter().map(|(n, k)| (set.str(n).to_owned(), k)));
+    }
+    out.into_iter().collect()
+}
+
+/// Calls between services, (parent, child) -> count, over parts overlapping
+/// `[start, end]` (0 = unbounded). A call is a span whose parent span is of
+/// another service; a parent in another part of the trace (another file or
+/// buffer) is found through that part's span list.
+pub fn dependencies(
+    sets: &[Arc<SummarySet>],
+    start: u64,
+    end: u64,
+) -> BTreeMap<(String, String), u64> {
+    let in_window = |t: &TraceSummary| {
+        (start == 0 || t.end_unix_nano >= start) && (end == 0 || t.start_unix_nano <= end)
+    };
+    let mut out = BTreeMap::new();
+    let mut pending: HashMap<TraceId, Parts> = HashMap::new();
+    for (si, set) in sets.iter().enumerate() {
+        if !set.overlaps(start, end) {
+            continue;
+        }
+        for (ti, t) in set.traces.iter().enumerate() {
+            if !in_window(t) {
+                continue;
+            }
+            for e in &t.edges {
+                let key = (set.str(e.parent).to_owned(), set.str(e.child).to_owned());
+                *out.entry(key).or_default() += u64::from(e.calls);
+            }
+            if !t.orphans.is_empty() {
+                pending.entry(t.trace_id).or_default().push((si, ti));
+            }
+        }
+    }
+    if pending.is_empty() {
+        return out;
+    }
+    // The other parts of traces with orphans, wherever they are.
+    let mut others: HashMap<TraceId, Parts> = HashMap::new();
+    for (si, set) in sets.iter().enumerate() {
+        for (ti, t) in set.traces.iter().enumerate() {
+            if pending.contains_key(&t.trace_id) {
+                others.entry(t.trace_id).or_default().push((si, ti));
+            }
+        }
+    }
+    for (trace_id, parts) in pending {
+        let all = others.get(&trace_id).map_or(&[][..], Vec::as_slice);
+        for (si, ti) in parts {
+            let set = &sets[si];
+            for (parent_id, child) in &set.traces[ti].orphans {
+                let child = set.str(*child);
+                let parent = all.iter().find_map(|&(sj, tj)| {
+                    let other = &sets[sj];
+                    let spans = &other.traces[tj].spans;
+                    let i = spans.binary_search_by(|(id, _)| id.cmp(parent_id)).ok()?;
+                    Some(other.str(spans[i].1))
+                });
+                if let Some(parent) = parent.filter(|p| *p != child) {
+                    *out.entry((parent.to_owned(), child.to_owned()))
+                        .or_default() += 1;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Distinct tag keys per scope over parts overlapping `[start, end]`.
+pub fn tag_keys(sets: &[Arc<SummarySet>], start: u64, end: u64) -> BTreeSet<(TagScope, String)> {
+    let mut out = BTreeSet::new();
+    for set in sets {
+        if !set.overlaps(start, end) {
+            continue;
+        }
+        let ids: BTreeSet<(TagScope, u32)> = set
+            .traces
+            .iter()
+            .flat_map(|t| t.tags.iter().map(|g| (g.scope, g.key)))
+            .collect();
+        out.extend(ids.into_iter().map(|(s, k)| (s, set.str(k).to_owned())));
+    }
+    out
+}
+
+/// Distinct values of `key` (in `scope`, or either) over parts overlapping `[start, end]`.
+pub fn tag_values(
+    sets: &[Arc<SummarySet>],
+    scope: Option<TagScope>,
+    key: &str,
+    start: u64,
+    end: u64,
+) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for set in sets {
+        let Some(k) = set.id(key) else { continue };
+        if !set.overlaps(start, end) {
+            continue;
+        }
+        let ids: BTreeSet<u32> = set
+            .traces
+            .iter()
+            .flat_map(|t| t.tags.iter())
+            .filter(|g| g.key == k && scope.is_none_or(|s| g.scope == s))
+            .map(|g| g.value)
+            .collect();
+        out.extend(ids.into_iter().map(|v| set.str(v).to_owned()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::test_util::{group, span};
+
+    #[test]
+    fn sidecar_round_trips_and_refuses_damage() {
+        let g = group("svc");
+        let spans: Vec<Span> = (0..50u64)
+            .map(|i| span(&g, u128::from(i % 7), i, i))
+            .collect();
+        let set = SummarySet::from_spans(&spans);
+        assert_eq!(set.traces.len(), 7);
+        let bytes = encode_sidecar(&set);
+        let path = Path::new("x.idx");
+        assert_eq!(decode_sidecar(path, &bytes).expect("decodes"), set);
+        for cut in [0, 10, bytes.len() / 2, bytes.len() - 1] {
+            assert!(decode_sidecar(path, &bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut flipped = bytes.clone();
+        flipped[20] ^= 1;
+        assert!(decode_sidecar(path, &flipped).is_err());
+    }
+}

@@ -1,0 +1,221 @@
+//! A light scan of the few OTLP fields the search index needs, straight off
+//! the stored bytes: no prost tree, no allocation except for the attribute
+//! values it keeps. Fields it does not need are skipped by wire type.
+//!
+//! Field numbers used: Span.span_id = 2, .parent_span_id = 4, .name = 5,
+//! .kind = 6, .start_time_unix_nano = 7, .end_time_unix_nano = 8,
+//! .attributes = 9, .status = 15; Status.code = 3; Resource.attributes = 1;
+//! KeyValue.key = 1, .value = 2; AnyValue.string_value = 1, .bool_value = 2,
+//! .int_value = 3, .double_value = 4.
+//!
+//! Spans were validated by the ingest scanner before they were stored; a span
+//! this scan cannot read anyway yields what it read so far and is summarized
+//! from that, never a panic.
+
+/// Attribute values longer than this are not indexed (they are rarely searched
+/// for by equality and would bloat the index).
+pub const MAX_VALUE_BYTES: usize = 256;
+
+/// The fields of a span the index keeps.
+#[derive(Debug, Default)]
+pub struct SpanFields<'a> {
+    pub span_id: &'a [u8],
+    pub parent_span_id: &'a [u8],
+    pub name: &'a str,
+    pub kind: u8,
+    pub start_unix_nano: u64,
+    pub end_unix_nano: u64,
+    pub error: bool,
+    /// String, bool, int and double attributes, values rendered as text.
+    pub attributes: Vec<(&'a str, String)>,
+}
+
+/// One protobuf field: number and value.
+enum Field<'a> {
+    Varint(u64),
+    Fixed64(u64),
+    Bytes(&'a [u8]),
+    Fixed32,
+}
+
+/// Iterates the top-level fields of one message; stops at the first malformed byte.
+struct Fields<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = (u32, Field<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.buf.is_empty() {
+            return None;
+        }
+        let key = varint(&mut self.buf)?;
+        let number = u32::try_from(key >> 3).ok()?;
+        let field = match key & 7 {
+            0 => Field::Varint(varint(&mut self.buf)?),
+            1 => {
+                let (head, rest) = self.buf.split_first_chunk::<8>()?;
+                self.buf = rest;
+                Field::Fixed64(u64::from_le_bytes(*head))
+            }
+            2 => {
+                let len = usize::try_from(varint(&mut self.buf)?).ok()?;
+                if len > self.buf.len() {
+                    self.buf = &[];
+                    return None;
+                }
+                let (head, rest) = self.buf.split_at(len);
+                self.buf = rest;
+                Field::Bytes(head)
+            }
+            5 => {
+                self.buf = self.buf.get(4..)?;
+                Field::Fixed32
+            }
+            _ => {
+                self.buf = &[];
+                return None;
+            }
+        };
+        Some((number, field))
+    }
+}
+
+fn fields(buf: &[u8]) -> Fields<'_> {
+    Fields { buf }
+}
+
+fn varint(buf: &mut &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for shift in (0..70).step_by(7) {
+        let (&byte, rest) = buf.split_first()?;
+        *buf = rest;
+        value |= u64::from(byte & 0x7f).checked_shl(shift).unwrap_or(0);
+        if byte & 0x80 == 0 {
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// Scans an encoded `opentelemetry.proto.trace.v1.Span`.
+pub fn scan_span(payload: &[u8]) -> SpanFields<'_> {
+    let mut out = SpanFields::default();
+    for (number, field) in fields(payload) {
+        match (number, field) {
+            (2, Field::Bytes(b)) => out.span_id = b,
+            (4, Field::Bytes(b)) => out.parent_span_id = b,
+            (5, Field::Bytes(b)) => out.name = std::str::from_utf8(b).unwrap_or(""),
+            (6, Field::Varint(v)) => out.kind = u8::try_from(v).unwrap_or(0),
+            (7, Field::Fixed64(v)) => out.start_unix_nano = v,
+            (8, Field::Fixed64(v)) => out.end_unix_nano = v,
+            (9, Field::Bytes(b)) => {
+                if let Some(kv) = key_value(b) {
+                    out.attributes.push(kv);
+                }
+            }
+            (15, Field::Bytes(b)) => {
+                out.error = fields(b).any(|f| matches!(f, (3, Field::Varint(2))));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The attributes of an encoded `opentelemetry.proto.resource.v1.Resource`.
+pub fn scan_resource(resource: &[u8]) -> Vec<(&str, String)> {
+    fields(resource)
+        .filter_map(|f| match f {
+            (1, Field::Bytes(b)) => key_value(b),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A `KeyValue` whose value is a scalar short enough to index.
+fn key_value(buf: &[u8]) -> Option<(&str, String)> {
+    let mut key = None;
+    let mut value = None;
+    for f in fields(buf) {
+        match f {
+            (1, Field::Bytes(b)) => key = std::str::from_utf8(b).ok(),
+            (2, Field::Bytes(b)) => value = any_value(b),
+            _ => {}
+        }
+    }
+    Some((key?, value?))
+}
+
+fn any_value(buf: &[u8]) -> Option<String> {
+    let mut out = None;
+    for f in fields(buf) {
+        out = match f {
+            (1, Field::Bytes(b)) if b.len() <= MAX_VALUE_BYTES => {
+                std::str::from_utf8(b).ok().map(str::to_owned)
+            }
+            (2, Field::Varint(v)) => Some((v != 0).to_string()),
+            (3, Field::Varint(v)) => Some((v as i64).to_string()),
+            (4, Field::Fixed64(v)) => Some(f64::from_bits(v).to_string()),
+            _ => None,
+        };
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+
+    fn bytes_field(out: &mut Vec<u8>, n: u64, b: &[u8]) {
+        put_varint(out, n << 3 | 2);
+        put_varint(out, b.len() as u64);
+        out.extend_from_slice(b);
+    }
+
+    #[test]
+    fn reads_the_indexed_fields_and_skips_the_rest() {
+        let mut value = Vec::new();
+        put_varint(&mut value, 3 << 3);
+        put_varint(&mut value, (-5i64) as u64);
+        let mut kv = Vec::new();
+        bytes_field(&mut kv, 1, b"retries");
+        bytes_field(&mut kv, 2, &value);
+        let mut status = Vec::new();
+        put_varint(&mut status, 3 << 3);
+        put_varint(&mut status, 2);
+        let mut span = Vec::new();
+        bytes_field(&mut span, 1, &[1; 16]);
+        bytes_field(&mut span, 2, &[2; 8]);
+        bytes_field(&mut span, 3, b"tracestate");
+        bytes_field(&mut span, 5, b"GET /cart");
+        put_varint(&mut span, 6 << 3);
+        put_varint(&mut span, 2);
+        put_varint(&mut span, 7 << 3 | 1);
+        span.extend_from_slice(&10u64.to_le_bytes());
+        put_varint(&mut span, 8 << 3 | 1);
+        span.extend_from_slice(&25u64.to_le_bytes());
+        bytes_field(&mut span, 9, &kv);
+        bytes_field(&mut span, 15, &status);
+        let f = scan_span(&span);
+        assert_eq!(f.span_id, &[2; 8]);
+        assert!(f.parent_span_id.is_empty());
+        assert_eq!(f.name, "GET /cart");
+        assert_eq!((f.kind, f.start_unix_nano, f.end_unix_nano), (2, 10, 25));
+        assert!(f.error);
+        assert_eq!(f.attributes, vec![("retries", "-5".to_string())]);
+        // Truncated input: what was read before the cut is kept.
+        let cut = scan_span(&span[..span.len() - 3]);
+        assert_eq!(cut.name, "GET /cart");
+        assert!(!cut.error);
+    }
+}

@@ -1,0 +1,211 @@
+//! The search index stays consistent with the spans: after flushes, after
+//! compaction rewrote every file, after retention dropped files, and after a
+//! restart with a sidecar lost; every live file has a sidecar and no sidecar
+//! outlives its file.
+
+use std::{collections::BTreeSet, path::Path, sync::Arc};
+
+use bytes::Bytes;
+use tracedb_lsm::{index::SearchQuery, Engine, ScopeGroup, Span, SpanId, TraceId};
+
+use crate::util::{files_on_disk, small_tree, TestClock, SEC, T0};
+
+fn varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn field(out: &mut Vec<u8>, n: u64, b: &[u8]) {
+    varint(out, n << 3 | 2);
+    varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+/// An encoded `KeyValue` with a string value.
+fn kv(key: &str, value: &str) -> Vec<u8> {
+    let mut any = Vec::new();
+    field(&mut any, 1, value.as_bytes());
+    let mut out = Vec::new();
+    field(&mut out, 1, key.as_bytes());
+    field(&mut out, 2, &any);
+    out
+}
+
+fn service(name: &str) -> Arc<ScopeGroup> {
+    let mut resource = Vec::new();
+    field(&mut resource, 1, &kv("service.name", name));
+    Arc::new(ScopeGroup {
+        resource: Some(resource.into()),
+        ..ScopeGroup::default()
+    })
+}
+
+/// A span with an OTLP payload: name, kind 2 (server), parent, one attribute.
+fn otlp_span(
+    g: &Arc<ScopeGroup>,
+    trace: u128,
+    id: u64,
+    parent: Option<u64>,
+    name: &str,
+    start: u64,
+    len: u64,
+) -> Span {
+    let mut p = Vec::new();
+    field(&mut p, 1, &trace.to_be_bytes());
+    field(&mut p, 2, &id.to_be_bytes());
+    if let Some(parent) = parent {
+        field(&mut p, 4, &parent.to_be_bytes());
+    }
+    field(&mut p, 5, name.as_bytes());
+    varint(&mut p, 6 << 3);
+    varint(&mut p, 2);
+    varint(&mut p, 7 << 3 | 1);
+    p.extend_from_slice(&start.to_le_bytes());
+    varint(&mut p, 8 << 3 | 1);
+    p.extend_from_slice(&(start + len).to_le_bytes());
+    field(&mut p, 9, &kv("tenant", &format!("t{}", trace % 2)));
+    Span {
+        trace_id: TraceId(trace.to_be_bytes()),
+        span_id: SpanId(id.to_be_bytes()),
+        start_unix_nano: start,
+        end_unix_nano: start + len,
+        group: g.clone(),
+        payload: Bytes::from(p),
+    }
+}
+
+/// Trace `t`: a "front" root calling "back" twice; `t` ms long, at `start`.
+fn trace(t: u128, start: u64) -> Vec<Span> {
+    let (front, back) = (service("front"), service("back"));
+    let ms = 1_000_000;
+    vec![
+        otlp_span(&front, t, 1, None, "GET /", start, t as u64 * ms),
+        otlp_span(&back, t, 2, Some(1), "query", start + ms, ms / 2),
+        otlp_span(&back, t, 3, Some(1), "query", start + 2 * ms, ms / 2),
+    ]
+}
+
+fn found(engine: &Engine, q: &SearchQuery) -> BTreeSet<u128> {
+    engine
+        .search(q)
+        .expect("search")
+        .iter()
+        .map(|h| u128::from_be_bytes(h.trace_id.0))
+        .collect()
+}
+
+fn sidecars_on_disk(dir: &Path) -> BTreeSet<u64> {
+    std::fs::read_dir(dir.join("tables"))
+        .expect("tables dir")
+        .filter_map(|e| {
+            let name = e.expect("entry").file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".idx").and_then(|n| n.parse().ok())
+        })
+        .collect()
+}
+
+fn all(q: SearchQuery) -> SearchQuery {
+    SearchQuery { limit: 1000, ..q }
+}
+
+#[test]
+fn index_follows_flush_compaction_retention_and_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let engine = Engine::open(small_tree(dir.path(), &clock)).expect("open");
+    // 40 traces over 40 seconds (several partitions), written in 4 batches,
+    // the last one still in memory when first searched.
+    for batch in 0..4u128 {
+        let spans: Vec<Span> = (batch * 10 + 1..=batch * 10 + 10)
+            .flat_map(|t| trace(t, T0 - 50 * SEC + t as u64 * SEC))
+            .collect();
+        engine.write_blocking(spans).expect("write");
+        if batch < 3 {
+            engine.flush().expect("flush");
+        }
+    }
+    let by_service = all(SearchQuery {
+        service: "back".into(),
+        ..SearchQuery::default()
+    });
+    let slow = all(SearchQuery {
+        service: "front".into(),
+        operation: "GET /".into(),
+        duration_min: 30_000_000,
+        ..SearchQuery::default()
+    });
+    let tagged = all(SearchQuery {
+        tags: vec![("tenant".into(), "t1".into())],
+        start_min: T0 - 30 * SEC,
+        ..SearchQuery::default()
+    });
+    let expect_all: BTreeSet<u128> = (1..=40).collect();
+    let expect_slow: BTreeSet<u128> = (30..=40).collect();
+    let expect_tagged: BTreeSet<u128> = (20..=40).filter(|t| t % 2 == 1).collect();
+    let check = |engine: &Engine,
+                 want_all: &BTreeSet<u128>,
+                 want_slow: &BTreeSet<u128>,
+                 want_tagged: &BTreeSet<u128>| {
+        assert_eq!(&found(engine, &by_service), want_all);
+        assert_eq!(&found(engine, &slow), want_slow);
+        assert_eq!(&found(engine, &tagged), want_tagged);
+        let deps = engine
+            .index(Default::default())
+            .expect("index")
+            .dependencies(0, 0);
+        let calls = deps
+            .get(&("front".to_string(), "back".to_string()))
+            .copied();
+        assert_eq!(calls, Some(2 * want_all.len() as u64));
+    };
+    check(&engine, &expect_all, &expect_slow, &expect_tagged);
+    let index = engine.index(Default::default()).expect("index");
+    assert_eq!(index.services(), ["back", "front"]);
+    assert_eq!(index.operations("back", None), [("query".to_string(), 2)]);
+    assert!(index.operations("back", Some(3)).is_empty());
+    let hit = &engine.search(&slow).expect("search")[0];
+    assert_eq!(
+        (hit.span_count, hit.root_name.as_deref()),
+        (3, Some("GET /"))
+    );
+    assert_eq!(u128::from_be_bytes(hit.trace_id.0), 40, "newest first");
+
+    engine.flush().expect("flush");
+    assert_eq!(sidecars_on_disk(dir.path()), files_on_disk(dir.path()));
+    engine.compact().expect("compact");
+    assert!(engine.stats().compactions > 0);
+    assert_eq!(sidecars_on_disk(dir.path()), files_on_disk(dir.path()));
+    check(&engine, &expect_all, &expect_slow, &expect_tagged);
+
+    // Retention (60 s): traces starting before T0 + 25 s - 60 s expire.
+    clock.advance(25 * SEC);
+    engine.apply_retention().expect("retention");
+    engine.compact().expect("compact");
+    let left: BTreeSet<u128> = found(&engine, &by_service);
+    assert!(!left.is_empty() && left.len() < 40, "{left:?}");
+    assert!(
+        left.iter().all(|&t| t >= 15),
+        "expired traces found: {left:?}"
+    );
+    assert_eq!(sidecars_on_disk(dir.path()), files_on_disk(dir.path()));
+
+    // A lost sidecar is rebuilt from its file after a restart.
+    engine.close().expect("close");
+    drop(engine);
+    let lost = *sidecars_on_disk(dir.path())
+        .iter()
+        .next()
+        .expect("a sidecar");
+    std::fs::remove_file(dir.path().join(format!("tables/{lost:020}.idx"))).expect("remove");
+    std::fs::write(
+        dir.path().join("tables/99999999999999999999.idx"),
+        b"orphan",
+    )
+    .expect("write");
+    let engine = Engine::open(small_tree(dir.path(), &clock)).expect("reopen");
+    assert_eq!(found(&engine, &by_service), left);
+    assert_eq!(sidecars_on_disk(dir.path()), files_on_disk(dir.path()));
+}

@@ -1,0 +1,304 @@
+//! Jaeger v2 remote storage (`jaeger.storage.v2`): `TraceReader` and
+//! `DependencyReader` over the storage engine and its search index.
+//!
+//! - `GetTraces` streams each requested trace as `TracesData` messages of one
+//!   trace each (under 4 MiB, consecutive for a large trace), straight from
+//!   the stored span bytes; IDs with no stored span are skipped; the optional
+//!   time range is a hint that skips files outside it.
+//! - `GetServices`, `GetOperations`, `FindTraceIDs`, `FindTraces` and
+//!   `GetDependencies` read only the search index (no span payloads), except
+//!   that `FindTraces` then fetches the traces it found, as `GetTraces` does.
+//!
+//! Search semantics: a trace matches when some span has the service, some
+//! span of that service has the operation, every attribute is on some span or
+//! resource of the trace, its first span starts within the time range and
+//! its duration (first start to last end) is within the duration range.
+
+use std::{pin::Pin, sync::Arc};
+
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio_stream::{wrappers::ReceiverStream, Stream};
+use tonic::{Request, Response, Status};
+use tracedb_lsm::{index::SearchQuery, Engine, IndexSnapshot, TimeRange, TraceId};
+use tracedb_proto::{
+    codec::EncodedMessage,
+    dependency_reader_server::DependencyReader,
+    jaeger::storage::v2::{
+        any_value, Dependency, FindTraceIDsRequest, FindTraceIDsResponse, FindTracesRequest,
+        FoundTraceId, GetDependenciesRequest, GetDependenciesResponse, GetOperationsRequest,
+        GetOperationsResponse, GetServicesRequest, GetServicesResponse, GetTracesRequest,
+        Operation, TraceQueryParameters,
+    },
+    trace_reader_server::TraceReader,
+};
+
+use crate::{
+    error::Error,
+    traces_data::{encode_traces_data, MAX_MESSAGE_BYTES},
+};
+
+/// Traces a search returns when the request does not say (Jaeger's default).
+pub const DEFAULT_SEARCH_DEPTH: usize = 20;
+/// Most traces one search returns, whatever the request asks.
+pub const MAX_SEARCH_DEPTH: usize = 10_000;
+
+type MessageStream = Pin<Box<dyn Stream<Item = Result<EncodedMessage, Status>> + Send>>;
+
+/// `jaeger.storage.v2.TraceReader` and `DependencyReader` over one engine.
+#[derive(Clone)]
+pub struct JaegerStorage {
+    engine: Arc<Engine>,
+}
+
+impl JaegerStorage {
+    pub fn new(engine: Arc<Engine>) -> Self {
+        JaegerStorage { engine }
+    }
+
+    async fn index(&self, range: TimeRange) -> Result<IndexSnapshot, Error> {
+        let engine = self.engine.clone();
+        Ok(tokio::task::spawn_blocking(move || engine.index(range))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))??)
+    }
+
+    /// Streams the traces one after the other, each as its messages; a
+    /// trace with no spans is skipped. Lookups run on the blocking pool, one
+    /// trace ahead of the client at most.
+    fn stream_traces(&self, traces: Vec<(TraceId, TimeRange)>) -> MessageStream {
+        let (tx, rx) = mpsc::channel::<Result<EncodedMessage, Status>>(4);
+        let engine = self.engine.clone();
+        tokio::spawn(async move {
+            for (id, range) in traces {
+                let engine = engine.clone();
+                let found = tokio::task::spawn_blocking(move || engine.get_trace_in(&id, range))
+                    .await
+                    .map_err(|e| Status::internal(e.to_string()))
+                    .and_then(|r| r.map_err(|e| Status::from(Error::from(e))));
+                let messages: Vec<Bytes> = match found {
+                    Ok(spans) => encode_traces_data(&spans, MAX_MESSAGE_BYTES),
+                    Err(status) => {
+                        let _ = tx.send(Err(status)).await;
+                        return;
+                    }
+                };
+                for m in messages {
+                    if tx.send(Ok(EncodedMessage(m))).await.is_err() {
+                        return; // the client went away
+                    }
+                }
+            }
+        });
+        Box::pin(ReceiverStream::new(rx))
+    }
+}
+
+fn nanos(t: Option<&prost_types::Timestamp>) -> u64 {
+    t.map_or(0, |t| {
+        (t.seconds.max(0) as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(t.nanos.max(0) as u64)
+    })
+}
+
+fn duration_nanos(d: Option<&prost_types::Duration>) -> u64 {
+    d.map_or(0, |d| {
+        (d.seconds.max(0) as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(d.nanos.max(0) as u64)
+    })
+}
+
+fn timestamp(nanos: u64) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: (nanos / 1_000_000_000) as i64,
+        nanos: (nanos % 1_000_000_000) as i32,
+    }
+}
+
+/// OTLP span kind number <-> Jaeger's span kind names.
+pub fn kind_name(kind: u8) -> &'static str {
+    match kind {
+        1 => "internal",
+        2 => "server",
+        3 => "client",
+        4 => "producer",
+        5 => "consumer",
+        _ => "",
+    }
+}
+
+fn kind_number(name: &str) -> Option<u8> {
+    (1..=5).find(|&k| kind_name(k).eq_ignore_ascii_case(name))
+}
+
+/// The index query for Jaeger's parameters.
+fn search_query(p: &TraceQueryParameters) -> Result<SearchQuery, Status> {
+    let mut tags = Vec::new();
+    for kv in &p.attributes {
+        let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+            Some(any_value::Value::StringValue(s)) => s.clone(),
+            Some(any_value::Value::BoolValue(b)) => b.to_string(),
+            Some(any_value::Value::IntValue(i)) => i.to_string(),
+            Some(any_value::Value::DoubleValue(d)) => d.to_string(),
+            _ => {
+                return Err(Status::invalid_argument(format!(
+                    "attribute {:?}: only string, bool, int and double values can be searched",
+                    kv.key
+                )))
+            }
+        };
+        tags.push((kv.key.clone(), value));
+    }
+    let depth = match p.search_depth {
+        d if d <= 0 => DEFAULT_SEARCH_DEPTH,
+        d => (d as usize).min(MAX_SEARCH_DEPTH),
+    };
+    Ok(SearchQuery {
+        service: p.service_name.clone(),
+        operation: p.operation_name.clone(),
+        tags,
+        start_min: nanos(p.start_time_min.as_ref()),
+        start_max: nanos(p.start_time_max.as_ref()),
+        duration_min: duration_nanos(p.duration_min.as_ref()),
+        duration_max: duration_nanos(p.duration_max.as_ref()),
+        limit: depth,
+    })
+}
+
+impl JaegerStorage {
+    async fn find(&self, p: Option<TraceQueryParameters>) -> Result<Vec<FoundTraceId>, Status> {
+        let q = search_query(&p.unwrap_or_default())?;
+        let index = self.index(TimeRange::new(q.start_min, 0)).await?;
+        let hits = tokio::task::spawn_blocking(move || index.search(&q))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(hits
+            .into_iter()
+            .map(|h| FoundTraceId {
+                trace_id: h.trace_id.0.to_vec().into(),
+                start: Some(timestamp(h.start_unix_nano)),
+                end: Some(timestamp(h.end_unix_nano)),
+            })
+            .collect())
+    }
+}
+
+#[tonic::async_trait]
+impl TraceReader for JaegerStorage {
+    type GetTracesStream = MessageStream;
+    type FindTracesStream = MessageStream;
+
+    #[tracing::instrument(skip_all)]
+    async fn get_traces(
+        &self,
+        request: Request<GetTracesRequest>,
+    ) -> Result<Response<Self::GetTracesStream>, Status> {
+        let mut traces = Vec::new();
+        for q in &request.get_ref().query {
+            let id =
+                TraceId::from_slice(&q.trace_id).ok_or(Error::TraceIdLength(q.trace_id.len()))?;
+            let range = TimeRange::new(nanos(q.start_time.as_ref()), nanos(q.end_time.as_ref()));
+            if range.start_unix_nano != 0
+                && range.end_unix_nano != 0
+                && range.start_unix_nano > range.end_unix_nano
+            {
+                return Err(Error::TimeRange {
+                    start: range.start_unix_nano,
+                    end: range.end_unix_nano,
+                }
+                .into());
+            }
+            traces.push((id, range));
+        }
+        Ok(Response::new(self.stream_traces(traces)))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn get_services(
+        &self,
+        _request: Request<GetServicesRequest>,
+    ) -> Result<Response<GetServicesResponse>, Status> {
+        let index = self.index(TimeRange::ALL).await?;
+        Ok(Response::new(GetServicesResponse {
+            services: index.services(),
+        }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn get_operations(
+        &self,
+        request: Request<GetOperationsRequest>,
+    ) -> Result<Response<GetOperationsResponse>, Status> {
+        let req = request.into_inner();
+        let kind =
+            match req.span_kind.as_str() {
+                "" => None,
+                name => Some(kind_number(name).ok_or_else(|| {
+                    Status::invalid_argument(format!("unknown span_kind {name:?}"))
+                })?),
+            };
+        let index = self.index(TimeRange::ALL).await?;
+        let operations = index
+            .operations(&req.service, kind)
+            .into_iter()
+            .map(|(name, kind)| Operation {
+                name,
+                span_kind: kind_name(kind).to_string(),
+            })
+            .collect();
+        Ok(Response::new(GetOperationsResponse { operations }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn find_traces(
+        &self,
+        request: Request<FindTracesRequest>,
+    ) -> Result<Response<Self::FindTracesStream>, Status> {
+        let found = self.find(request.into_inner().query).await?;
+        let traces = found
+            .into_iter()
+            .filter_map(|f| {
+                let id = TraceId::from_slice(&f.trace_id)?;
+                // The index's time range of the trace, as a hint.
+                let range = TimeRange::new(nanos(f.start.as_ref()), nanos(f.end.as_ref()));
+                Some((id, range))
+            })
+            .collect();
+        Ok(Response::new(self.stream_traces(traces)))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn find_trace_ids(
+        &self,
+        request: Request<FindTraceIDsRequest>,
+    ) -> Result<Response<FindTraceIDsResponse>, Status> {
+        let trace_ids = self.find(request.into_inner().query).await?;
+        Ok(Response::new(FindTraceIDsResponse { trace_ids }))
+    }
+}
+
+#[tonic::async_trait]
+impl DependencyReader for JaegerStorage {
+    #[tracing::instrument(skip_all)]
+    async fn get_dependencies(
+        &self,
+        request: Request<GetDependenciesRequest>,
+    ) -> Result<Response<GetDependenciesResponse>, Status> {
+        let req = request.into_inner();
+        let (start, end) = (nanos(req.start_time.as_ref()), nanos(req.end_time.as_ref()));
+        let index = self.index(TimeRange::new(start, end)).await?;
+        let dependencies = index
+            .dependencies(start, end)
+            .into_iter()
+            .map(|((parent, child), call_count)| Dependency {
+                parent,
+                child,
+                call_count,
+                source: String::new(),
+            })
+            .collect();
+        Ok(Response::new(GetDependenciesResponse { dependencies }))
+    }
+}

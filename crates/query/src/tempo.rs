@@ -1,0 +1,516 @@
+//! The part of Grafana Tempo's HTTP API that Grafana's Tempo data source
+//! uses, on tracedb's HTTP port:
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /api/echo` | `echo` |
+//! | `GET /api/v2/traces/{id}` | `Accept: application/protobuf`: a message wire-compatible with Tempo's `TraceByIDResponse` (field 1 = the trace as OTLP `TracesData`); otherwise `{"trace": {"resourceSpans": [...]}}` (OTLP/JSON) |
+//! | `GET /api/traces/{id}` | the trace alone: `TracesData` in protobuf, `{"batches": [...]}` in JSON |
+//! | `GET /api/search` | `{"traces": [{traceID, rootServiceName, rootTraceName, startTimeUnixNano, durationMs}], "metrics": {...}}` |
+//! | `GET /api/v2/search/tags`, `/api/search/tags` | tag names (by scope in v2) |
+//! | `GET /api/v2/search/tag/{tag}/values`, `/api/search/tag/{tag}/values` | tag values |
+//!
+//! Trace IDs are 1 to 32 hex digits (left-padded with zeros); anything else
+//! is 400, an ID with no stored span 404. `start` and `end` (Unix seconds)
+//! are hints for trace lookups and bounds for search and tags. Search reads
+//! only the search index. Of TraceQL (`q`), the subset Grafana's search
+//! builder writes is understood ([`apply_traceql`]); anything else is 400.
+
+use std::sync::{Arc, OnceLock};
+
+use axum::{
+    extract::{Path, Query, State},
+    http::{header, HeaderMap, StatusCode},
+    response::{IntoResponse, Response},
+    routing::get,
+    Router,
+};
+use bytes::{BufMut, Bytes, BytesMut};
+use prost::Message as _;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use tracedb_lsm::{
+    index::{SearchQuery, TagScope},
+    Engine, TimeRange, TraceId,
+};
+use tracedb_proto::trace::v1::TracesData;
+
+use crate::{otlp_json, traces_data::encode_traces_data};
+
+/// The engine, once storage is open (the router is mounted before).
+pub type EngineCell = Arc<OnceLock<Arc<Engine>>>;
+
+const PROTOBUF: &str = "application/protobuf";
+const SEC: u64 = 1_000_000_000;
+
+/// The Tempo routes, to be merged into the server's HTTP router.
+pub fn router(engine: EngineCell) -> Router {
+    Router::new()
+        .route("/api/echo", get(|| async { "echo" }))
+        .route("/api/v2/traces/{id}", get(trace_v2))
+        .route("/api/traces/{id}", get(trace_v1))
+        .route("/api/search", get(search))
+        .route("/api/v2/search/tags", get(tags_v2))
+        .route("/api/search/tags", get(tags_v1))
+        .route("/api/v2/search/tag/{tag}/values", get(tag_values_v2))
+        .route("/api/search/tag/{tag}/values", get(tag_values_v1))
+        .with_state(engine)
+}
+
+/// An error answer: status and a plain-text reason.
+struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, self.1).into_response()
+    }
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+fn bad(msg: impl Into<String>) -> ApiError {
+    ApiError(StatusCode::BAD_REQUEST, msg.into())
+}
+
+fn engine(cell: &EngineCell) -> ApiResult<Arc<Engine>> {
+    cell.get().cloned().ok_or_else(|| {
+        ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "tracedb is starting up; retry later".into(),
+        )
+    })
+}
+
+/// Runs blocking engine work off the runtime threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> tracedb_lsm::Result<T> + Send + 'static,
+) -> ApiResult<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "reading storage");
+            Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+        }
+        Err(e) => Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+    }
+}
+
+/// A Tempo trace ID: 1 to 32 hex digits, left-padded.
+pub fn parse_trace_id(s: &str) -> Option<TraceId> {
+    if s.is_empty() || s.len() > 32 {
+        return None;
+    }
+    format!("{s:0>32}").parse().ok()
+}
+
+/// `start`/`end` in Unix seconds (0 or absent = unbounded).
+fn time_range(params: &HashMap<String, String>) -> ApiResult<TimeRange> {
+    let secs = |name: &str| -> ApiResult<u64> {
+        match params.get(name).map(String::as_str) {
+            None | Some("") => Ok(0),
+            Some(v) => v
+                .parse::<u64>()
+                .map(|s| s.saturating_mul(SEC))
+                .map_err(|_| bad(format!("{name} must be Unix seconds, got {v:?}"))),
+        }
+    };
+    let (start, end) = (secs("start")?, secs("end")?);
+    if start != 0 && end != 0 && start > end {
+        return Err(bad("start is after end"));
+    }
+    // `end` in seconds covers that whole second.
+    Ok(TimeRange::new(
+        start,
+        if end == 0 { 0 } else { end + SEC - 1 },
+    ))
+}
+
+fn wants_protobuf(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains(PROTOBUF) || v.contains("application/x-protobuf"))
+}
+
+/// The trace as one encoded `TracesData`; 404 when no span is stored.
+async fn load_trace(
+    cell: &EngineCell,
+    id: &str,
+    params: &HashMap<String, String>,
+) -> ApiResult<Bytes> {
+    let trace_id = parse_trace_id(id)
+        .ok_or_else(|| bad(format!("trace ID must be 1 to 32 hex digits, got {id:?}")))?;
+    let range = time_range(params)?;
+    let engine = engine(cell)?;
+    let spans = blocking(move || engine.get_trace_in(&trace_id, range)).await?;
+    if spans.is_empty() {
+        return Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!("trace {trace_id} not found"),
+        ));
+    }
+    Ok(encode_traces_data(&spans, usize::MAX)
+        .into_iter()
+        .next()
+        .unwrap_or_default())
+}
+
+fn decode(bytes: &Bytes) -> ApiResult<TracesData> {
+    TracesData::decode(bytes.clone())
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+}
+
+fn protobuf(body: Bytes) -> Response {
+    ([(header::CONTENT_TYPE, PROTOBUF)], body).into_response()
+}
+
+fn json_response(v: Value) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+}
+
+#[tracing::instrument(skip_all)]
+async fn trace_v2(
+    State(cell): State<EngineCell>,
+    Path(id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let trace = load_trace(&cell, &id, &params).await?;
+    if wants_protobuf(&headers) {
+        // TraceByIDResponse { Trace trace = 1; }: Trace is wire-identical to TracesData.
+        let mut out = BytesMut::with_capacity(trace.len() + 11);
+        prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut out);
+        prost::encoding::encode_varint(trace.len() as u64, &mut out);
+        out.put(trace);
+        return Ok(protobuf(out.freeze()));
+    }
+    let data = decode(&trace)?;
+    Ok(json_response(
+        json!({ "trace": otlp_json::traces_data(&data) }),
+    ))
+}
+
+#[tracing::instrument(skip_all)]
+async fn trace_v1(
+    State(cell): State<EngineCell>,
+    Path(id): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let trace = load_trace(&cell, &id, &params).await?;
+    if wants_protobuf(&headers) {
+        return Ok(protobuf(trace));
+    }
+    let data = decode(&trace)?;
+    let batches: Vec<Value> = data
+        .resource_spans
+        .iter()
+        .map(otlp_json::resource_spans)
+        .collect();
+    Ok(json_response(json!({ "batches": batches })))
+}
+
+/// A Tempo duration: `300ms`, `1.5s`, `2m`, `100us`, `10ns`, `1h`.
+pub fn parse_duration(s: &str) -> Option<u64> {
+    let split = s.find(|c: char| c.is_ascii_alphabetic() || c == 'µ')?;
+    let (n, unit) = s.split_at(split);
+    let n: f64 = n.parse().ok()?;
+    let scale = match unit {
+        "ns" => 1.0,
+        "us" | "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        "m" => 60e9,
+        "h" => 3600e9,
+        _ => return None,
+    };
+    (n >= 0.0).then_some((n * scale) as u64)
+}
+
+/// `key=value key2="value with spaces"` (logfmt, as Tempo's `tags`).
+pub fn parse_logfmt(s: &str) -> Option<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let mut rest = s.trim_start();
+    while !rest.is_empty() {
+        let eq = rest.find('=')?;
+        let key = rest[..eq].trim().to_string();
+        rest = &rest[eq + 1..];
+        let value;
+        if let Some(quoted) = rest.strip_prefix('"') {
+            let close = quoted.find('"')?;
+            value = quoted[..close].to_string();
+            rest = &quoted[close + 1..];
+        } else {
+            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            value = rest[..end].to_string();
+            rest = &rest[end..];
+        }
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            return None;
+        }
+        out.push((key, value));
+        rest = rest.trim_start();
+    }
+    Some(out)
+}
+
+/// The TraceQL that Grafana's search builder writes: one spanset of
+/// conditions joined by `&&`, such as
+/// `{resource.service.name="cart" && name="GET /" && duration>100ms}`.
+/// Supported: `=` on attributes (`resource.`, `span.` or `.` prefixed),
+/// `name` and service; `>`, `>=`, `<`, `<=` on `duration`/`traceDuration`.
+pub fn apply_traceql(text: &str, q: &mut SearchQuery) -> Result<(), String> {
+    let unsupported = || {
+        format!("unsupported TraceQL {text:?}: tracedb takes {{cond && cond ...}} with = on attributes, name and service, and comparisons on duration")
+    };
+    let body = text.trim();
+    let body = body
+        .strip_prefix('{')
+        .and_then(|b| b.strip_suffix('}'))
+        .ok_or_else(unsupported)?
+        .trim();
+    if body.is_empty() || body == "true" {
+        return Ok(());
+    }
+    for cond in body.split("&&") {
+        let cond = cond.trim();
+        let ops = [">=", "<=", "!=", "=~", "=", ">", "<"];
+        let (at, op) = ops
+            .iter()
+            .filter_map(|op| cond.find(op).map(|i| (i, *op)))
+            .min_by_key(|(i, op)| (*i, std::cmp::Reverse(op.len())))
+            .ok_or_else(unsupported)?;
+        let key = cond[..at].trim();
+        let raw = cond[at + op.len()..].trim();
+        let value = raw
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or(raw)
+            .to_string();
+        match (key, op) {
+            ("duration" | "traceDuration" | "span:duration", ">" | ">=") => {
+                q.duration_min = parse_duration(&value).ok_or_else(unsupported)?;
+            }
+            ("duration" | "traceDuration" | "span:duration", "<" | "<=") => {
+                q.duration_max = parse_duration(&value).ok_or_else(unsupported)?;
+            }
+            ("resource.service.name" | ".service.name" | "service.name", "=") => q.service = value,
+            ("name" | "span:name", "=") => q.operation = value,
+            (k, "=") if !k.is_empty() && !k.contains(char::is_whitespace) => {
+                let k = k
+                    .strip_prefix("resource.")
+                    .or_else(|| k.strip_prefix("span."))
+                    .or_else(|| k.strip_prefix('.'))
+                    .unwrap_or(k);
+                q.tags.push((k.to_string(), value));
+            }
+            _ => return Err(unsupported()),
+        }
+    }
+    Ok(())
+}
+
+#[tracing::instrument(skip_all)]
+async fn search(
+    State(cell): State<EngineCell>,
+    Query(params): Query<HashMap<String, String>>,
+) -> ApiResult<Response> {
+    if params
+        .get("q")
+        .is_some_and(|q| !q.trim().is_empty() && q.trim() != "{}")
+    {
+        return Err(bad(
+            "TraceQL (q) is not supported; search with tags, minDuration, maxDuration, start, end, limit",
+        ));
+    }
+    let range = time_range(&params)?;
+    let mut q = SearchQuery {
+        start_min: range.start_unix_nano,
+        start_max: range.end_unix_nano,
+        ..SearchQuery::default()
+    };
+    let tags = params.get("tags").map(String::as_str).unwrap_or("");
+    for (k, v) in parse_logfmt(tags).ok_or_else(|| bad(format!("tags is not logfmt: {tags:?}")))? {
+        match k.as_str() {
+            "service.name" | "resource.service.name" => q.service = v,
+            "name" | "span.name" => q.operation = v,
+            _ => q.tags.push((k, v)),
+        }
+    }
+    if let Some(s) = params.get("service").filter(|s| !s.is_empty()) {
+        q.service = s.clone();
+    }
+    if let Some(s) = params.get("spanName").filter(|s| !s.is_empty()) {
+        q.operation = s.clone();
+    }
+    let duration = |name: &str| -> ApiResult<u64> {
+        match params.get(name).map(String::as_str) {
+            None | Some("") => Ok(0),
+            Some(v) => parse_duration(v).ok_or_else(|| bad(format!("{name}: bad duration {v:?}"))),
+        }
+    };
+    q.duration_min = duration("minDuration")?;
+    q.duration_max = duration("maxDuration")?;
+    q.limit = match params.get("limit").map(String::as_str) {
+        None | Some("") => 20,
+        Some(v) => v
+            .parse::<usize>()
+            .map_err(|_| bad(format!("limit must be a number, got {v:?}")))?
+            .clamp(1, crate::jaeger::MAX_SEARCH_DEPTH),
+    };
+    let engine = engine(&cell)?;
+    let hits = blocking(move || engine.search(&q)).await?;
+    let traces: Vec<Value> = hits
+        .iter()
+        .map(|h| {
+            json!({
+                "traceID": h.trace_id.to_string(),
+                "rootServiceName": h.root_service.clone().unwrap_or_else(|| "<root span not yet received>".into()),
+                "rootTraceName": h.root_name.clone().unwrap_or_default(),
+                "startTimeUnixNano": h.start_unix_nano.to_string(),
+                "durationMs": h.duration_nanos() / 1_000_000,
+            })
+        })
+        .collect();
+    Ok(json_response(json!({
+        "traces": traces,
+        "metrics": { "inspectedTraces": hits.len(), "completedJobs": 1, "totalJobs": 1 },
+    })))
+}
+
+async fn index(cell: &EngineCell, range: TimeRange) -> ApiResult<tracedb_lsm::IndexSnapshot> {
+    let engine = engine(cell)?;
+    blocking(move || engine.index(range)).await
+}
+
+/// Intrinsics tracedb can list values of.
+const INTRINSICS: &[&str] = &["duration", "kind", "name", "status"];
+
+async fn tags_v2(
+    State(cell): State<EngineCell>,
+    Query(params): Query<HashMap<String, String>>,
+) -> ApiResult<Response> {
+    let range = time_range(&params)?;
+    let keys = index(&cell, range)
+        .await?
+        .tag_keys(range.start_unix_nano, range.end_unix_nano);
+    let of = |scope: TagScope| -> Vec<&str> {
+        keys.iter()
+            .filter(|(s, _)| *s == scope)
+            .map(|(_, k)| k.as_str())
+            .collect()
+    };
+    Ok(json_response(json!({
+        "scopes": [
+            { "name": "resource", "tags": of(TagScope::Resource) },
+            { "name": "span", "tags": of(TagScope::Span) },
+            { "name": "intrinsic", "tags": INTRINSICS },
+        ]
+    })))
+}
+
+async fn tags_v1(
+    State(cell): State<EngineCell>,
+    Query(params): Query<HashMap<String, String>>,
+) -> ApiResult<Response> {
+    let range = time_range(&params)?;
+    let keys = index(&cell, range)
+        .await?
+        .tag_keys(range.start_unix_nano, range.end_unix_nano);
+    let mut names: Vec<&str> = keys.iter().map(|(_, k)| k.as_str()).collect();
+    names.dedup();
+    Ok(json_response(json!({ "tagNames": names })))
+}
+
+/// Values of a tag: `resource.k`, `span.k`, `.k` or `k` (either scope), or
+/// the intrinsic `name` (span names).
+async fn values(cell: &EngineCell, tag: &str, range: TimeRange) -> ApiResult<Vec<String>> {
+    let index = index(cell, range).await?;
+    let (start, end) = (range.start_unix_nano, range.end_unix_nano);
+    if tag == "name" || tag == "span:name" {
+        let mut names: Vec<String> = Vec::new();
+        for service in index.services() {
+            names.extend(index.operations(&service, None).into_iter().map(|(n, _)| n));
+        }
+        names.sort();
+        names.dedup();
+        return Ok(names);
+    }
+    let (scope, key) = if let Some(k) = tag.strip_prefix("resource.") {
+        (Some(TagScope::Resource), k)
+    } else if let Some(k) = tag.strip_prefix("span.") {
+        (Some(TagScope::Span), k)
+    } else {
+        (None, tag.strip_prefix('.').unwrap_or(tag))
+    };
+    if key.is_empty() {
+        return Err(bad("empty tag name"));
+    }
+    Ok(index
+        .tag_values(scope, key, start, end)
+        .into_iter()
+        .collect())
+}
+
+async fn tag_values_v2(
+    State(cell): State<EngineCell>,
+    Path(tag): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> ApiResult<Response> {
+    let range = time_range(&params)?;
+    let values: Vec<Value> = values(&cell, &tag, range)
+        .await?
+        .into_iter()
+        .map(|v| json!({ "type": "string", "value": v }))
+        .collect();
+    Ok(json_response(json!({ "tagValues": values })))
+}
+
+async fn tag_values_v1(
+    State(cell): State<EngineCell>,
+    Path(tag): Path<String>,
+    Query(params): Query<HashMap<String, String>>,
+) -> ApiResult<Response> {
+    let range = time_range(&params)?;
+    let values = values(&cell, &tag, range).await?;
+    Ok(json_response(json!({ "tagValues": values })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_tempo_parameters() {
+        assert_eq!(parse_duration("1.5s"), Some(1_500_000_000));
+        assert_eq!(parse_duration("300ms"), Some(300_000_000));
+        assert_eq!(parse_duration("ms"), None);
+        assert_eq!(parse_duration("10parsecs"), None);
+        assert_eq!(
+            parse_logfmt(r#"service.name=cart http.route="/a b""#),
+            Some(vec![
+                ("service.name".into(), "cart".into()),
+                ("http.route".into(), "/a b".into())
+            ])
+        );
+        assert_eq!(parse_logfmt("novalue"), None);
+        assert_eq!(parse_trace_id("abc").map(|t| t.0[15]), Some(0xbc));
+        assert!(parse_trace_id("xyz").is_none());
+        assert!(parse_trace_id(&"a".repeat(33)).is_none());
+        let mut q = SearchQuery::default();
+        apply_traceql(
+            r#"{resource.service.name="cart" && name="GET /" && duration>100ms && span.http.route="/x"}"#,
+            &mut q,
+        )
+        .expect("supported");
+        assert_eq!(
+            (q.service.as_str(), q.operation.as_str()),
+            ("cart", "GET /")
+        );
+        assert_eq!(q.duration_min, 100_000_000);
+        assert_eq!(q.tags, vec![("http.route".to_string(), "/x".to_string())]);
+        assert!(apply_traceql("{}", &mut SearchQuery::default()).is_ok());
+        assert!(apply_traceql("{ .a = 1 } | count() > 2", &mut SearchQuery::default()).is_err());
+        assert!(apply_traceql("{ status != error }", &mut SearchQuery::default()).is_err());
+    }
+}

@@ -1,0 +1,202 @@
+//! The Grafana Tempo HTTP API with a plain HTTP client: protobuf and JSON
+//! trace bodies decode to exactly the spans exported over OTLP; search, tag
+//! names and values; 404 and 400.
+
+use prost::Message;
+use serde_json::Value;
+use tracedb_proto::trace::v1::TracesData;
+
+use crate::harness::{http_request, request, spans_of, HttpResponse, Server};
+
+const TRACE: u128 = 0x5b8e_fff7_9803_8103_d269_b633_813f_c60c;
+const HEX: &str = "5b8efff798038103d269b633813fc60c";
+
+/// Tempo's `TraceByIDResponse`, field 1 only.
+#[derive(Clone, PartialEq, prost::Message)]
+struct TraceByIdResponse {
+    #[prost(message, optional, tag = "1")]
+    trace: Option<TracesData>,
+}
+
+fn get(server: &Server, path: &str, accept: &str) -> HttpResponse {
+    http_request(server.http, "GET", path, &[("Accept", accept)], b"").expect("GET")
+}
+
+fn json(r: &HttpResponse) -> Value {
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    serde_json::from_slice(&r.body).expect("JSON body")
+}
+
+/// OTLP/JSON `{"resourceSpans": ...}` back to protobuf, through tracedb's own
+/// OTLP/JSON decoder (which checks hex IDs and the rest of the mapping).
+fn from_otlp_json(v: &Value) -> TracesData {
+    let bytes =
+        tracedb_ingest::json::json_to_protobuf(v.to_string().as_bytes()).expect("valid OTLP/JSON");
+    TracesData::decode(bytes).expect("TracesData")
+}
+
+#[tokio::test]
+async fn tempo_api_serves_traces_search_and_tags() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path());
+    let sent = request("checkout", &[TRACE], 5);
+    server
+        .ingest()
+        .await
+        .export(sent.clone())
+        .await
+        .expect("export");
+    let expected = spans_of(&[TracesData {
+        resource_spans: sent.resource_spans.clone(),
+    }]);
+
+    let echo = get(&server, "/api/echo", "*/*");
+    assert_eq!((echo.status, echo.body.as_slice()), (200, &b"echo"[..]));
+
+    // Trace by ID, v2: protobuf TraceByIDResponse and JSON.
+    let r = get(
+        &server,
+        &format!("/api/v2/traces/{HEX}"),
+        "application/protobuf",
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/protobuf"));
+    let decoded = TraceByIdResponse::decode(r.body.as_slice()).expect("TraceByIDResponse");
+    assert_eq!(spans_of(&[decoded.trace.expect("trace")]), expected);
+    let v = json(&get(
+        &server,
+        &format!("/api/v2/traces/{HEX}"),
+        "application/json",
+    ));
+    assert_eq!(
+        v["trace"]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"],
+        HEX
+    );
+    assert_eq!(spans_of(&[from_otlp_json(&v["trace"])]), expected);
+
+    // v1: the trace alone; with time hints.
+    let r = get(
+        &server,
+        &format!("/api/traces/{HEX}"),
+        "application/protobuf",
+    );
+    assert_eq!(
+        spans_of(&[TracesData::decode(r.body.as_slice()).expect("TracesData")]),
+        expected
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let path = format!("/api/traces/{HEX}?start={}&end={}", now - 3600, now + 3600);
+    let v = json(&get(&server, &path, "application/json"));
+    let batches = serde_json::json!({ "resourceSpans": v["batches"] });
+    assert_eq!(spans_of(&[from_otlp_json(&batches)]), expected);
+
+    // Errors.
+    assert_eq!(
+        get(
+            &server,
+            "/api/traces/00000000000000000000000000000bad",
+            "*/*"
+        )
+        .status,
+        404
+    );
+    assert_eq!(
+        get(
+            &server,
+            "/api/v2/traces/00000000000000000000000000000bad",
+            "application/protobuf"
+        )
+        .status,
+        404
+    );
+    assert_eq!(get(&server, "/api/traces/xyz", "*/*").status, 400);
+    assert_eq!(
+        get(&server, &format!("/api/traces/{}", "a".repeat(33)), "*/*").status,
+        400
+    );
+    assert_eq!(
+        get(
+            &server,
+            &format!("/api/traces/{HEX}?start=20&end=10"),
+            "*/*"
+        )
+        .status,
+        400
+    );
+    assert_eq!(
+        get(&server, "/api/search?minDuration=fast", "*/*").status,
+        400
+    );
+    assert_eq!(
+        get(&server, "/api/search?q=%7B.x%3D1%7D", "*/*").status,
+        400
+    );
+
+    // Search.
+    let v = json(&get(
+        &server,
+        "/api/search?tags=service.name%3Dcheckout&limit=5",
+        "*/*",
+    ));
+    let traces = v["traces"].as_array().expect("traces");
+    assert_eq!(traces.len(), 1, "{v}");
+    assert_eq!(traces[0]["traceID"], HEX);
+    assert_eq!(traces[0]["rootServiceName"], "checkout");
+    assert_eq!(traces[0]["rootTraceName"], "op-0");
+    assert!(traces[0]["startTimeUnixNano"]
+        .as_str()
+        .is_some_and(|s| s.parse::<u64>().is_ok()));
+    let v = json(&get(
+        &server,
+        "/api/search?tags=http.route%3D%2Fcart%20name%3Dop-3",
+        "*/*",
+    ));
+    assert_eq!(v["traces"].as_array().map(Vec::len), Some(1), "{v}");
+    let v = json(&get(
+        &server,
+        "/api/search?tags=service.name%3Dcheckout&minDuration=10s",
+        "*/*",
+    ));
+    assert_eq!(v["traces"].as_array().map(Vec::len), Some(0), "{v}");
+    let v = json(&get(
+        &server,
+        "/api/search?tags=service.name%3Dnobody",
+        "*/*",
+    ));
+    assert_eq!(v["traces"].as_array().map(Vec::len), Some(0), "{v}");
+
+    // Tags for the query editor.
+    let v = json(&get(&server, "/api/v2/search/tags", "*/*"));
+    let scope = |name: &str| -> Vec<String> {
+        v["scopes"]
+            .as_array()
+            .expect("scopes")
+            .iter()
+            .find(|s| s["name"] == name)
+            .expect("scope")["tags"]
+            .as_array()
+            .expect("tags")
+            .iter()
+            .filter_map(|t| t.as_str().map(str::to_owned))
+            .collect()
+    };
+    assert!(
+        scope("resource").contains(&"service.name".to_string()),
+        "{v}"
+    );
+    assert!(scope("span").contains(&"http.route".to_string()), "{v}");
+    let v = json(&get(
+        &server,
+        "/api/v2/search/tag/resource.service.name/values",
+        "*/*",
+    ));
+    assert_eq!(
+        v["tagValues"],
+        serde_json::json!([{ "type": "string", "value": "checkout" }])
+    );
+    let v = json(&get(&server, "/api/search/tag/http.route/values", "*/*"));
+    assert_eq!(v["tagValues"], serde_json::json!(["/cart"]));
+}
