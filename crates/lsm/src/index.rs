@@ -179,8 +179,6 @@ struct TraceAcc {
 
 /// Resource attributes and service of one scope group, scanned once.
 struct GroupInfo {
-    /// Holds the group so its address, the cache key, is not reused.
-    _group: Arc<ScopeGroup>,
     service: u32,
     tags: Vec<Tag>,
 }
@@ -191,7 +189,12 @@ pub struct SummaryBuilder {
     strings: Vec<String>,
     lookup: HashMap<String, u32>,
     traces: HashMap<TraceId, TraceAcc>,
-    groups: HashMap<usize, GroupInfo>,
+    /// By the encoded resource the service and tags come from. Keyed by content,
+    /// not by the group's address: keeping each `Arc<ScopeGroup>` alive to pin
+    /// its address pinned the buffer its bytes live in too, and during a
+    /// compaction that is a whole decompressed block per block read (hundreds of
+    /// MiB per output file, uncounted by the memory budget).
+    groups: HashMap<Vec<u8>, GroupInfo>,
 }
 
 impl SummaryBuilder {
@@ -206,8 +209,8 @@ impl SummaryBuilder {
     }
 
     fn group(&mut self, group: &Arc<ScopeGroup>) -> (u32, Vec<Tag>) {
-        let key = Arc::as_ptr(group) as usize;
-        if let Some(g) = self.groups.get(&key) {
+        let key = group.resource.as_deref().unwrap_or_default();
+        if let Some(g) = self.groups.get(key) {
             return (g.service, g.tags.clone());
         }
         let attrs = group
@@ -230,9 +233,8 @@ impl SummaryBuilder {
             })
             .collect();
         self.groups.insert(
-            key,
+            key.to_vec(),
             GroupInfo {
-                _group: group.clone(),
                 service,
                 tags: tags.clone(),
             },
@@ -714,6 +716,30 @@ mod tests {
 
     use super::*;
     use crate::test_util::{group, span};
+
+    #[test]
+    fn summaries_do_not_keep_the_spans_buffers_alive() {
+        // A block's spans and groups are slices of one decompressed buffer; a
+        // builder that held on to them would pin that buffer until its file is
+        // finished.
+        let buffer = bytes::Bytes::from(vec![0u8; 4096]);
+        let g = Arc::new(ScopeGroup {
+            resource: Some(buffer.slice(0..0)),
+            resource_schema_url: buffer.slice(0..8),
+            scope: None,
+            scope_schema_url: bytes::Bytes::new(),
+        });
+        let mut builder = SummaryBuilder::default();
+        let mut s = span(&g, 1, 1, 1);
+        s.payload = buffer.slice(8..8);
+        builder.add(&s);
+        drop((s, g));
+        assert!(
+            buffer.is_unique(),
+            "the summary builder still references the block buffer"
+        );
+        assert_eq!(builder.finish().traces.len(), 1);
+    }
 
     #[test]
     fn sidecar_round_trips_and_refuses_damage() {
