@@ -161,7 +161,10 @@ fn content_encoding(headers: &HeaderMap) -> Result<bool, Error> {
 /// Reads the whole body, refusing it as soon as it passes `limit` bytes.
 async fn read_body(body: Body, limit: usize) -> Result<Bytes, Error> {
     match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
+        // Copied into an exact-size allocation: stored spans keep the body alive
+        // until flushed, and frames gathered into a growing buffer would keep
+        // spare capacity alive that the memory budget does not count.
+        Ok(collected) => Ok(Bytes::copy_from_slice(&collected.to_bytes())),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(Error::TooLarge { limit }),
         Err(e) => Err(Error::Body(e.to_string())),
     }
@@ -187,6 +190,8 @@ fn gunzip(body: &[u8], limit: usize) -> Result<Bytes, Error> {
     if out.len() > limit {
         return Err(Error::TooLarge { limit });
     }
+    // Stored spans keep this buffer alive until flushed: no spare capacity.
+    out.shrink_to_fit();
     Ok(out.into())
 }
 
