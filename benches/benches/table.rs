@@ -15,11 +15,11 @@ mod common;
 const SPANS: usize = 200_000;
 
 fn build(spans: &[tracedb_lsm::Span], path: &std::path::Path) -> SsTable {
-    let mut b = SsTableBuilder::new(TableOptions::default());
+    let mut b = SsTableBuilder::create(path, TableOptions::default()).expect("create");
     for s in spans {
         b.add(s).expect("sorted");
     }
-    b.finish(path).expect("finish");
+    b.finish().expect("finish");
     SsTable::open(path).expect("open")
 }
 

@@ -263,7 +263,7 @@ impl Engine {
             crashed: AtomicBool::new(false),
             counters: Counters::default(),
             faults,
-            index: search::IndexCache::default(),
+            index: search::IndexCache::new(opts.index_cache_bytes),
             _lock: lock,
             opts,
         });
@@ -464,6 +464,7 @@ impl Engine {
             sealed_spans: snapshot.sealed.iter().map(|s| s.span_count).sum(),
             memory_bytes: self.inner.mem_bytes.load(Ordering::Relaxed),
             memory_budget_bytes: self.inner.opts.memory_budget_bytes,
+            index_cache_bytes: self.inner.index.file_bytes(),
             tables: levels.iter().map(|l| l.files).sum(),
             table_bytes: levels.iter().map(|l| l.bytes).sum(),
             levels,

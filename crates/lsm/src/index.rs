@@ -131,11 +131,49 @@ impl SummarySet {
         }
     }
 
+    /// About how many heap bytes the set holds (capacities, not lengths),
+    /// for the bounded cache of file summaries.
+    pub fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        // A string is stored twice (table and lookup key); a map entry also
+        // costs its index and a control byte.
+        let strings: usize = self
+            .strings
+            .iter()
+            .map(|s| 2 * (s.capacity() + size_of::<String>()) + 8)
+            .sum();
+        let traces: usize = self
+            .traces
+            .iter()
+            .map(|t| {
+                t.ops.capacity() * size_of::<Op>()
+                    + t.tags.capacity() * size_of::<Tag>()
+                    + t.edges.capacity() * size_of::<Edge>()
+                    + (t.spans.capacity() + t.orphans.capacity()) * size_of::<([u8; 8], u32)>()
+            })
+            .sum();
+        size_of::<SummarySet>()
+            + strings
+            + self.traces.capacity() * size_of::<TraceSummary>()
+            + traces
+            + self.operations.capacity() * size_of::<Op>()
+    }
+
     /// Summarizes `spans` (any order).
     pub fn from_spans<'a>(spans: impl IntoIterator<Item = &'a Span>) -> SummarySet {
         let mut b = SummaryBuilder::default();
         for span in spans {
             b.add(span);
+        }
+        b.finish()
+    }
+
+    /// Summarizes `spans` sorted (or at least grouped) by trace ID, one trace
+    /// at a time; see [`SummaryBuilder::add_trace`].
+    pub fn from_sorted_spans(spans: &[Span]) -> SummarySet {
+        let mut b = SummaryBuilder::default();
+        for trace in spans.chunk_by(|a, b| a.trace_id == b.trace_id) {
+            b.add_trace(trace);
         }
         b.finish()
     }
@@ -157,14 +195,16 @@ impl SummarySet {
     }
 }
 
-/// Span fields the builder keeps per trace until [`SummaryBuilder::finish`].
+/// Span fields the builder keeps per trace until the trace is summarized.
 struct SpanLink {
     span_id: [u8; 8],
     parent: Option<[u8; 8]>,
     service: u32,
 }
 
-#[derive(Default)]
+/// One trace part being summarized. Operations and tags are small sets
+/// (tags at most [`MAX_TAGS_PER_TRACE`]), kept as vectors: a tree node per
+/// set per trace cost more memory than the summaries themselves.
 struct TraceAcc {
     start: u64,
     end: u64,
@@ -172,9 +212,24 @@ struct TraceAcc {
     errors: u32,
     /// (start, service, name) of the earliest span without a parent.
     root: Option<(u64, u32, u32)>,
-    ops: BTreeSet<Op>,
-    tags: BTreeSet<Tag>,
+    ops: Vec<Op>,
+    tags: Vec<Tag>,
     links: Vec<SpanLink>,
+}
+
+impl Default for TraceAcc {
+    fn default() -> Self {
+        TraceAcc {
+            start: u64::MAX,
+            end: 0,
+            spans: 0,
+            errors: 0,
+            root: None,
+            ops: Vec::new(),
+            tags: Vec::new(),
+            links: Vec::new(),
+        }
+    }
 }
 
 /// Resource attributes and service of one scope group, scanned once.
@@ -183,21 +238,14 @@ struct GroupInfo {
     tags: Vec<Tag>,
 }
 
-/// Builds a [`SummarySet`]; see the module docs.
+/// The string table of a set being built.
 #[derive(Default)]
-pub struct SummaryBuilder {
+struct Interner {
     strings: Vec<String>,
     lookup: HashMap<String, u32>,
-    traces: HashMap<TraceId, TraceAcc>,
-    /// By the encoded resource the service and tags come from. Keyed by content,
-    /// not by the group's address: keeping each `Arc<ScopeGroup>` alive to pin
-    /// its address pinned the buffer its bytes live in too, and during a
-    /// compaction that is a whole decompressed block per block read (hundreds of
-    /// MiB per output file, uncounted by the memory budget).
-    groups: HashMap<Vec<u8>, GroupInfo>,
 }
 
-impl SummaryBuilder {
+impl Interner {
     fn intern(&mut self, s: &str) -> u32 {
         if let Some(&id) = self.lookup.get(s) {
             return id;
@@ -207,143 +255,198 @@ impl SummaryBuilder {
         self.lookup.insert(s.to_owned(), id);
         id
     }
+}
 
-    fn group(&mut self, group: &Arc<ScopeGroup>) -> (u32, Vec<Tag>) {
-        let key = group.resource.as_deref().unwrap_or_default();
-        if let Some(g) = self.groups.get(key) {
-            return (g.service, g.tags.clone());
+/// Builds a [`SummarySet`]; see the module docs.
+#[derive(Default)]
+pub struct SummaryBuilder {
+    names: Interner,
+    /// Trace parts still open: spans added one by one, in any order.
+    traces: HashMap<TraceId, TraceAcc>,
+    /// Trace parts already summarized ([`SummaryBuilder::add_trace`]).
+    done: Vec<TraceSummary>,
+    /// By the encoded resource the service and tags come from. Keyed by content,
+    /// not by the group's address: keeping each `Arc<ScopeGroup>` alive to pin
+    /// its address pinned the buffer its bytes live in too, and during a
+    /// compaction that is a whole decompressed block per block read (hundreds of
+    /// MiB per output file, uncounted by the memory budget).
+    groups: HashMap<Vec<u8>, GroupInfo>,
+}
+
+impl SummaryBuilder {
+    /// Adds one span, of a trace whose other spans may come at any time.
+    pub fn add(&mut self, span: &Span) {
+        let acc = self.traces.entry(span.trace_id).or_default();
+        accumulate(&mut self.names, &mut self.groups, acc, span);
+    }
+
+    /// Adds every span the set will hold of one trace (all of `spans` share
+    /// one trace ID, and no other call adds it). The trace is summarized at
+    /// once, so the builder keeps its compact summary and not its spans'
+    /// links: compaction and flush, which see traces whole, build large sets
+    /// this way.
+    pub fn add_trace(&mut self, spans: &[Span]) {
+        let Some(first) = spans.first() else {
+            return;
+        };
+        debug_assert!(
+            !self.traces.contains_key(&first.trace_id),
+            "a trace added whole must not also be added span by span"
+        );
+        let mut acc = TraceAcc::default();
+        for span in spans {
+            accumulate(&mut self.names, &mut self.groups, &mut acc, span);
         }
-        let attrs = group
-            .resource
-            .as_deref()
-            .map(wire::scan_resource)
-            .unwrap_or_default();
+        self.done.push(summarize(first.trace_id, acc));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.traces.is_empty() && self.done.is_empty()
+    }
+
+    pub fn finish(self) -> SummarySet {
+        let mut traces = self.done;
+        traces.extend(
+            self.traces
+                .into_iter()
+                .map(|(trace_id, acc)| summarize(trace_id, acc)),
+        );
+        SummarySet::new(self.names.strings, traces)
+    }
+}
+
+/// The service and tags of a span's resource, scanned once per distinct
+/// resource.
+fn group_info<'g>(
+    names: &mut Interner,
+    groups: &'g mut HashMap<Vec<u8>, GroupInfo>,
+    group: &ScopeGroup,
+) -> &'g GroupInfo {
+    let key = group.resource.as_deref().unwrap_or_default();
+    if !groups.contains_key(key) {
+        let attrs = key_attrs(group);
         let service = attrs
             .iter()
             .find(|(k, _)| *k == "service.name")
-            .map_or("unknown_service", |(_, v)| v.as_str())
-            .to_owned();
-        let service = self.intern(&service);
+            .map_or("unknown_service", |(_, v)| v.as_str());
+        let service = names.intern(service);
         let tags: Vec<Tag> = attrs
             .iter()
             .map(|(k, v)| Tag {
                 scope: TagScope::Resource,
-                key: self.intern(k),
-                value: self.intern(v),
+                key: names.intern(k),
+                value: names.intern(v),
             })
             .collect();
-        self.groups.insert(
-            key.to_vec(),
-            GroupInfo {
-                service,
-                tags: tags.clone(),
-            },
-        );
-        (service, tags)
+        groups.insert(key.to_vec(), GroupInfo { service, tags });
     }
+    &groups[key]
+}
 
-    /// Adds one span.
-    pub fn add(&mut self, span: &Span) {
-        let (service, resource_tags) = self.group(&span.group);
-        let f = wire::scan_span(&span.payload);
-        let name = self.intern(f.name);
-        let span_tags: Vec<Tag> = f
-            .attributes
-            .iter()
-            .map(|(k, v)| Tag {
-                scope: TagScope::Span,
-                key: self.intern(k),
-                value: self.intern(v),
-            })
-            .collect();
-        let acc = self
-            .traces
-            .entry(span.trace_id)
-            .or_insert_with(|| TraceAcc {
-                start: u64::MAX,
-                ..TraceAcc::default()
-            });
-        acc.start = acc.start.min(span.start_unix_nano);
-        acc.end = acc.end.max(span.end_unix_nano);
-        acc.spans += 1;
-        acc.errors += u32::from(f.error);
-        let parent: Option<[u8; 8]> = f
-            .parent_span_id
-            .try_into()
-            .ok()
-            .filter(|p: &[u8; 8]| *p != [0; 8]);
-        if parent.is_none() && acc.root.is_none_or(|(t, _, _)| span.start_unix_nano < t) {
-            acc.root = Some((span.start_unix_nano, service, name));
+fn key_attrs(group: &ScopeGroup) -> Vec<(&str, String)> {
+    group
+        .resource
+        .as_deref()
+        .map(wire::scan_resource)
+        .unwrap_or_default()
+}
+
+/// Adds `span` to its trace part.
+fn accumulate(
+    names: &mut Interner,
+    groups: &mut HashMap<Vec<u8>, GroupInfo>,
+    acc: &mut TraceAcc,
+    span: &Span,
+) {
+    let group = group_info(names, groups, &span.group);
+    let service = group.service;
+    let f = wire::scan_span(&span.payload);
+    let name = names.intern(f.name);
+    acc.start = acc.start.min(span.start_unix_nano);
+    acc.end = acc.end.max(span.end_unix_nano);
+    acc.spans += 1;
+    acc.errors += u32::from(f.error);
+    let parent: Option<[u8; 8]> = f
+        .parent_span_id
+        .try_into()
+        .ok()
+        .filter(|p: &[u8; 8]| *p != [0; 8]);
+    if parent.is_none() && acc.root.is_none_or(|(t, _, _)| span.start_unix_nano < t) {
+        acc.root = Some((span.start_unix_nano, service, name));
+    }
+    let op = Op {
+        service,
+        name,
+        kind: f.kind,
+    };
+    if !acc.ops.contains(&op) {
+        acc.ops.push(op);
+    }
+    let resource_tags = group.tags.iter().copied();
+    let span_tags = f.attributes.iter().map(|(k, v)| Tag {
+        scope: TagScope::Span,
+        key: names.intern(k),
+        value: names.intern(v),
+    });
+    for tag in resource_tags.chain(span_tags) {
+        if acc.tags.len() >= MAX_TAGS_PER_TRACE {
+            break;
         }
-        acc.ops.insert(Op {
-            service,
-            name,
-            kind: f.kind,
-        });
-        for tag in resource_tags.into_iter().chain(span_tags) {
-            if acc.tags.len() >= MAX_TAGS_PER_TRACE {
-                break;
+        if !acc.tags.contains(&tag) {
+            acc.tags.push(tag);
+        }
+    }
+    acc.links.push(SpanLink {
+        span_id: span.span_id.0,
+        parent,
+        service,
+    });
+}
+
+/// The summary of a finished trace part.
+fn summarize(trace_id: TraceId, mut acc: TraceAcc) -> TraceSummary {
+    let by_id: HashMap<[u8; 8], u32> = acc.links.iter().map(|l| (l.span_id, l.service)).collect();
+    let mut edges: BTreeMap<(u32, u32), u32> = BTreeMap::new();
+    let mut orphans = Vec::new();
+    for link in &acc.links {
+        let Some(parent_id) = link.parent else {
+            continue;
+        };
+        match by_id.get(&parent_id) {
+            Some(&parent) if parent != link.service => {
+                *edges.entry((parent, link.service)).or_default() += 1;
             }
-            acc.tags.insert(tag);
+            Some(_) => {}
+            None => orphans.push((parent_id, link.service)),
         }
-        acc.links.push(SpanLink {
-            span_id: span.span_id.0,
-            parent,
-            service,
-        });
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.traces.is_empty()
-    }
-
-    pub fn finish(self) -> SummarySet {
-        let traces = self
-            .traces
+    let mut spans: Vec<([u8; 8], u32)> = by_id.into_iter().collect();
+    spans.sort_unstable();
+    orphans.sort_unstable();
+    orphans.shrink_to_fit();
+    acc.ops.sort_unstable();
+    acc.ops.shrink_to_fit();
+    acc.tags.sort_unstable();
+    acc.tags.shrink_to_fit();
+    TraceSummary {
+        trace_id,
+        start_unix_nano: acc.start,
+        end_unix_nano: acc.end,
+        span_count: acc.spans,
+        error_count: acc.errors,
+        root: acc.root.map(|(_, s, n)| (s, n)),
+        ops: acc.ops,
+        tags: acc.tags,
+        edges: edges
             .into_iter()
-            .map(|(trace_id, acc)| {
-                let by_id: HashMap<[u8; 8], u32> =
-                    acc.links.iter().map(|l| (l.span_id, l.service)).collect();
-                let mut edges: BTreeMap<(u32, u32), u32> = BTreeMap::new();
-                let mut orphans = Vec::new();
-                for link in &acc.links {
-                    let Some(parent_id) = link.parent else {
-                        continue;
-                    };
-                    match by_id.get(&parent_id) {
-                        Some(&parent) if parent != link.service => {
-                            *edges.entry((parent, link.service)).or_default() += 1;
-                        }
-                        Some(_) => {}
-                        None => orphans.push((parent_id, link.service)),
-                    }
-                }
-                let mut spans: Vec<([u8; 8], u32)> = by_id.into_iter().collect();
-                spans.sort_unstable();
-                orphans.sort_unstable();
-                TraceSummary {
-                    trace_id,
-                    start_unix_nano: acc.start,
-                    end_unix_nano: acc.end,
-                    span_count: acc.spans,
-                    error_count: acc.errors,
-                    root: acc.root.map(|(_, s, n)| (s, n)),
-                    ops: acc.ops.into_iter().collect(),
-                    tags: acc.tags.into_iter().collect(),
-                    edges: edges
-                        .into_iter()
-                        .map(|((parent, child), calls)| Edge {
-                            parent,
-                            child,
-                            calls,
-                        })
-                        .collect(),
-                    spans,
-                    orphans,
-                }
+            .map(|((parent, child), calls)| Edge {
+                parent,
+                child,
+                calls,
             })
-            .collect();
-        SummarySet::new(self.strings, traces)
+            .collect(),
+        spans,
+        orphans,
     }
 }
 

@@ -58,9 +58,10 @@ pub struct Config {
     #[arg(long, env = "TRACEDB_MAX_MESSAGE_BYTES", default_value = "64MiB")]
     pub max_message_bytes: ByteSize,
 
-    /// Memory budget for in-flight request bodies plus spans not yet flushed to
-    /// files (bytes; suffixes KiB, MiB, GiB). Beyond it exports get
-    /// UNAVAILABLE / 429 with a retry delay.
+    /// Memory budget (bytes; suffixes KiB, MiB, GiB): seven eighths for
+    /// in-flight request bodies plus spans not yet flushed to files (beyond it
+    /// exports get UNAVAILABLE / 429 with a retry delay), one eighth for cached
+    /// search-index summaries.
     #[arg(long, env = "TRACEDB_MAX_MEMORY", default_value = "1GiB")]
     pub max_memory: ByteSize,
 
@@ -118,9 +119,11 @@ impl Config {
         opts.retention = self.retention.0;
         opts.compaction_threads = self.compaction_threads;
         opts.compaction_bytes_per_sec = self.compaction_rate.0;
-        // The ingest layer admits requests against max_memory, counting buffered
-        // spans too; the engine's own budget is the backstop for the same figure.
-        opts.memory_budget_bytes = self.max_memory.as_usize();
+        // The ingest layer admits requests against the data budget, counting
+        // buffered spans too; the engine's own budget is the backstop for the
+        // same figure. The rest of max_memory bounds the search-index cache.
+        opts.memory_budget_bytes = self.data_budget();
+        opts.index_cache_bytes = self.max_memory.as_usize() - self.data_budget();
         opts
     }
 
@@ -128,8 +131,15 @@ impl Config {
     pub fn ingest_options(&self) -> IngestOptions {
         IngestOptions {
             max_message_bytes: self.max_message_bytes.as_usize(),
-            max_memory: self.max_memory.as_usize(),
+            max_memory: self.data_budget(),
         }
+    }
+
+    /// The share of `max_memory` for request bodies and buffered spans: seven
+    /// eighths. The last eighth bounds the cached search-index summaries.
+    pub fn data_budget(&self) -> usize {
+        let all = self.max_memory.as_usize();
+        all - all / 8
     }
 
     pub fn shutdown_timeout(&self) -> Duration {
@@ -161,15 +171,18 @@ impl Config {
                 ByteSize(MAX_MESSAGE_BYTES_LIMIT)
             ),
         );
+        let needed = max_message.saturating_mul(2);
         check(
-            self.max_memory.0 >= max_message.saturating_mul(2),
+            self.data_budget() as u64 >= needed,
             format!(
-                "max_memory ({}) is less than twice max_message_bytes ({}): a largest request \
-                 (held compressed and decompressed) could never be admitted; raise max_memory \
-                 to at least {} or lower max_message_bytes",
+                "max_memory ({}) leaves {} for requests and buffered spans (seven eighths), \
+                 less than twice max_message_bytes ({}): a largest request (held compressed and \
+                 decompressed) could never be admitted; raise max_memory to at least {} or \
+                 lower max_message_bytes",
                 self.max_memory,
+                ByteSize(self.data_budget() as u64),
                 self.max_message_bytes,
-                ByteSize(max_message.saturating_mul(2))
+                ByteSize(needed.saturating_add(needed.div_ceil(7)))
             ),
         );
         check(
@@ -502,6 +515,10 @@ mod tests {
         assert_eq!(c.max_message_bytes, ByteSize(1 << 20));
         assert_eq!(c.http_addr.to_string(), DEFAULT_HTTP_ADDR);
         assert_eq!(c.engine_options().memtable.shards, 3);
+        // Seven eighths for data, one eighth for the search-index cache.
+        assert_eq!(c.engine_options().memory_budget_bytes, 7 << 28);
+        assert_eq!(c.engine_options().index_cache_bytes, 1 << 28);
+        assert_eq!(c.ingest_options().max_memory, 7 << 28);
     }
 
     #[test]
@@ -525,7 +542,7 @@ mod tests {
         )
         .expect_err("invalid");
         assert!(e.contains("shards is 0"), "{e}");
-        assert!(e.contains("max_memory (1MiB) is less than twice"), "{e}");
+        assert!(e.contains("max_memory (1MiB) leaves"), "{e}");
         assert!(e.contains("flush_age_secs is 0"), "{e}");
     }
 }

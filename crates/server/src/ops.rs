@@ -182,7 +182,7 @@ pub fn render(ops: &Ops) -> String {
     out.single(
         "tracedb_memory_budget_bytes",
         "gauge",
-        "The memory budget for in-flight requests and buffered spans (--max-memory).",
+        "The budget for in-flight requests and buffered spans (seven eighths of --max-memory).",
         budget.limit(),
     );
     out.single(
@@ -201,7 +201,7 @@ pub fn render(ops: &Ops) -> String {
     if let Some(engine) = ops.engine.get() {
         let s = engine.stats();
         let sealed_bytes: usize = engine.snapshot().sealed.iter().map(|b| b.bytes).sum();
-        let gauges: [(&str, &str, u64); 6] = [
+        let gauges: [(&str, &str, u64); 7] = [
             (
                 "tracedb_memtable_spans",
                 "Spans in the memtable.",
@@ -221,6 +221,11 @@ pub fn render(ops: &Ops) -> String {
                 "tracedb_sealed_bytes",
                 "Bytes of spans in sealed buffers.",
                 sealed_bytes as u64,
+            ),
+            (
+                "tracedb_index_cache_bytes",
+                "Bytes of sorted files' search-index summaries cached in memory (bounded by a share of --max-memory).",
+                s.index_cache_bytes as u64,
             ),
             (
                 "tracedb_sorted_files",

@@ -3,7 +3,7 @@
 //! engine writes the manifest edit and swaps the version afterwards.
 
 use std::{
-    collections::BTreeMap,
+    collections::{btree_map::Entry, BTreeMap},
     path::{Path, PathBuf},
     sync::atomic::{AtomicU64, Ordering},
 };
@@ -52,6 +52,8 @@ pub fn table_path(dir: &Path, id: u64) -> PathBuf {
 
 /// One open output per partition.
 struct Open {
+    id: u64,
+    path: PathBuf,
     builder: SsTableBuilder,
     /// The search-index summary of the same spans, written beside the file.
     summary: SummaryBuilder,
@@ -101,25 +103,19 @@ fn merge_into(
             by_partition.entry(p).or_default().push(span);
         }
         for (p, spans) in std::mem::take(&mut by_partition) {
-            let slot = open.entry(p).or_insert_with(|| Open {
-                builder: SsTableBuilder::new(ctx.table_opts.clone()),
-                summary: SummaryBuilder::default(),
-            });
+            let slot = match open.entry(p) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => e.insert(Open::create(ctx)?),
+            };
             if slot.builder.estimated_bytes() >= ctx.opts.target_file_bytes {
-                let full = std::mem::replace(
-                    slot,
-                    Open {
-                        builder: SsTableBuilder::new(ctx.table_opts.clone()),
-                        summary: SummaryBuilder::default(),
-                    },
-                );
-                finish(full, task, p, ctx, out)?;
+                let full = std::mem::replace(slot, Open::create(ctx)?);
+                finish(full, task, p, out)?;
             }
             let before = slot.builder.estimated_bytes();
             for span in &spans {
                 slot.builder.add(span)?;
-                slot.summary.add(span);
             }
+            slot.summary.add_trace(&spans);
             out.spans_out += spans.len() as u64;
             let wait = ctx
                 .limiter
@@ -138,22 +134,34 @@ fn merge_into(
     out.duplicates = merger.duplicates;
     for (p, slot) in open {
         if slot.builder.span_count() > 0 {
-            finish(slot, task, p, ctx, out)?;
+            finish(slot, task, p, out)?;
         }
     }
     Ok(true)
 }
 
-fn finish(
-    slot: Open,
-    task: &CompactionTask,
-    partition: u64,
-    ctx: &MergeContext<'_>,
-    out: &mut MergeOutput,
-) -> Result<()> {
-    let id = ctx.next_file_id.fetch_add(1, Ordering::Relaxed);
-    let path = table_path(ctx.tables_dir, id);
-    let meta = slot.builder.finish(&path)?;
+impl Open {
+    /// A new output file under a fresh ID, written as it fills.
+    fn create(ctx: &MergeContext<'_>) -> Result<Open> {
+        let id = ctx.next_file_id.fetch_add(1, Ordering::Relaxed);
+        let path = table_path(ctx.tables_dir, id);
+        Ok(Open {
+            builder: SsTableBuilder::create(&path, ctx.table_opts.clone())?,
+            summary: SummaryBuilder::default(),
+            id,
+            path,
+        })
+    }
+}
+
+fn finish(slot: Open, task: &CompactionTask, partition: u64, out: &mut MergeOutput) -> Result<()> {
+    let Open {
+        id,
+        path,
+        builder,
+        summary,
+    } = slot;
+    let meta = builder.finish()?;
     // Pushed first, so an error below still removes the file with the others.
     out.files.push((
         FileEntry {
@@ -164,7 +172,7 @@ fn finish(
         },
         path.clone(),
     ));
-    write_sidecar(&path, &slot.summary.finish())?;
+    write_sidecar(&path, &summary.finish())?;
     out.bytes_written += meta.file_size;
     Ok(())
 }

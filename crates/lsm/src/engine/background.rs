@@ -100,12 +100,12 @@ impl Inner {
         sort_by_trace_id(&mut spans);
         let id = self.next_file_id.fetch_add(1, Ordering::Relaxed);
         let path = table_path(&self.tables_dir, id);
-        let mut builder = SsTableBuilder::new(self.opts.table.clone());
+        let mut builder = SsTableBuilder::create(&path, self.opts.table.clone())?;
         for span in &spans {
             builder.add(span)?;
         }
-        let meta = builder.finish(&path)?;
-        let summary = Arc::new(SummarySet::from_spans(&spans));
+        let meta = builder.finish()?;
+        let summary = Arc::new(SummarySet::from_sorted_spans(&spans));
         write_sidecar(&path, &summary)?;
         self.index.insert_file(id, summary);
         let entry = FileEntry {
@@ -217,6 +217,7 @@ impl Inner {
         };
         self.l0_files
             .store(current.version.l0.len(), Ordering::Relaxed);
+        self.index.remove_files(&edit.removed);
         if let Some(point @ CrashPoint::BeforeInputsDeleted) = crash {
             return Err(self.crash(point));
         }

@@ -33,6 +33,10 @@ pub struct EngineOptions {
     /// Most bytes of spans held in memtables and sealed buffers together;
     /// past it a write gets [`crate::Error::Backpressure`]. Default 512 MiB.
     pub memory_budget_bytes: usize,
+    /// Most bytes of search-index summaries of sorted files kept in memory
+    /// (least recently used out; the rest is read from the sidecars when a
+    /// query needs it). Default 64 MiB.
+    pub index_cache_bytes: usize,
     /// Level-0 file count at which writes get [`crate::Error::Backpressure`]
     /// until compaction catches up. Default 24.
     pub l0_stop_files: usize,
@@ -56,6 +60,7 @@ impl EngineOptions {
             retention: Some(Duration::from_secs(7 * 24 * 3600)),
             retention_interval: Duration::from_secs(60),
             memory_budget_bytes: 512 << 20,
+            index_cache_bytes: 64 << 20,
             l0_stop_files: 24,
             clock: Clock::system(),
             hooks: Hooks::default(),

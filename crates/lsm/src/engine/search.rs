@@ -5,8 +5,9 @@
 //! summarized once, cached while the chunk lives) and growing tails
 //! (summarized per query: at most `CHUNK_SPANS` spans per shard), the sealed
 //! buffers (cached by buffer ID), and the snapshot's files (their sidecars,
-//! loaded once and cached by file ID; a file an edit removed leaves the cache
-//! at the next query). A span is seen in at least one source, as for
+//! cached by file ID up to `EngineOptions::index_cache_bytes`, least recently
+//! used first out, and read again from disk when needed; a file an edit
+//! removes leaves the cache with the edit). A span is seen in at least one source, as for
 //! lookups; a span seen twice (between two stages) is counted twice in span
 //! counts, which are estimates while a trace is being flushed.
 
@@ -29,9 +30,8 @@ use crate::{
 type CachedChunk = (Arc<Vec<Span>>, Arc<SummarySet>);
 
 /// Summaries kept between queries.
-#[derive(Default)]
 pub(crate) struct IndexCache {
-    files: Mutex<HashMap<u64, Arc<SummarySet>>>,
+    files: Mutex<FileCache>,
     sealed: Mutex<HashMap<u64, Arc<SummarySet>>>,
     /// Keyed by the chunk's address; the entry holds the chunk, so the
     /// address is not reused while the entry exists.
@@ -39,9 +39,100 @@ pub(crate) struct IndexCache {
 }
 
 impl IndexCache {
+    /// A cache that keeps at most about `file_bytes` of file summaries.
+    pub(crate) fn new(file_bytes: usize) -> Self {
+        IndexCache {
+            files: Mutex::new(FileCache::new(file_bytes)),
+            sealed: Mutex::default(),
+            chunks: Mutex::default(),
+        }
+    }
+
     /// Caches the set of a file just written (saves reading its sidecar back).
     pub(crate) fn insert_file(&self, id: u64, set: Arc<SummarySet>) {
         self.files.lock().insert(id, set);
+    }
+
+    /// Forgets files an edit removed.
+    pub(crate) fn remove_files(&self, ids: &[u64]) {
+        let mut files = self.files.lock();
+        for id in ids {
+            files.remove(*id);
+        }
+    }
+
+    /// Bytes of file summaries cached, as estimated.
+    pub(crate) fn file_bytes(&self) -> usize {
+        self.files.lock().bytes
+    }
+}
+
+/// File summaries by file ID, bounded in bytes: the index of a store grows
+/// with the store, and memory must not. Past the bound the least recently
+/// used sets are dropped (a query that holds one keeps it alive until done).
+struct FileCache {
+    /// Set, its estimated size, and when it was last used.
+    sets: HashMap<u64, (Arc<SummarySet>, usize, u64)>,
+    bytes: usize,
+    limit: usize,
+    clock: u64,
+}
+
+impl FileCache {
+    fn new(limit: usize) -> Self {
+        FileCache {
+            sets: HashMap::new(),
+            bytes: 0,
+            limit,
+            clock: 0,
+        }
+    }
+
+    fn get(&mut self, id: u64) -> Option<Arc<SummarySet>> {
+        self.clock += 1;
+        let entry = self.sets.get_mut(&id)?;
+        entry.2 = self.clock;
+        Some(entry.0.clone())
+    }
+
+    fn insert(&mut self, id: u64, set: Arc<SummarySet>) {
+        let size = set.heap_bytes();
+        self.remove(id);
+        if size > self.limit {
+            return;
+        }
+        while self.bytes + size > self.limit {
+            let oldest = self
+                .sets
+                .iter()
+                .min_by_key(|(_, (_, _, used))| *used)
+                .map(|(&id, _)| id);
+            match oldest {
+                Some(old) => self.remove(old),
+                None => break,
+            }
+        }
+        self.clock += 1;
+        self.bytes += size;
+        self.sets.insert(id, (set, size, self.clock));
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Some((_, size, _)) = self.sets.remove(&id) {
+            self.bytes -= size;
+        }
+    }
+
+    fn retain(&mut self, live: &HashSet<u64>) {
+        let gone: Vec<u64> = self
+            .sets
+            .keys()
+            .filter(|id| !live.contains(id))
+            .copied()
+            .collect();
+        for id in gone {
+            self.remove(id);
+        }
     }
 }
 
@@ -143,13 +234,13 @@ impl Engine {
         }
 
         let live: HashSet<u64> = snapshot.version.files().map(|f| f.id).collect();
-        cache.files.lock().retain(|id, _| live.contains(id));
+        cache.files.lock().retain(&live);
         for file in snapshot.version.files() {
             let m = file.table().meta();
             if !range.overlaps(m.min_time_unix_nano, m.max_time_unix_nano) {
                 continue;
             }
-            let hit = cache.files.lock().get(&file.id).cloned();
+            let hit = cache.files.lock().get(file.id);
             let set = match hit {
                 Some(set) => set,
                 None => {

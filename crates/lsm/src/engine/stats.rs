@@ -17,6 +17,8 @@ pub struct EngineStats {
     /// admitted writes not yet buffered), and the budget.
     pub memory_bytes: usize,
     pub memory_budget_bytes: usize,
+    /// Bytes of sorted files' search-index summaries cached in memory.
+    pub index_cache_bytes: usize,
     /// Live files and their bytes, all levels.
     pub tables: usize,
     pub table_bytes: u64,

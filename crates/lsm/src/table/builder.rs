@@ -5,9 +5,11 @@
 //! next trace boundary, so most traces live in one block and a lookup inflates
 //! one block; a trace that alone outgrows twice the target is split anyway, so
 //! one huge trace cannot make a huge block. Blocks are compressed as they fill
-//! and kept in memory (compressed) until [`SsTableBuilder::finish`] writes the
-//! whole file: the builder does not know its path before then, and a file
-//! holds at most one memtable's or one compaction output's worth of data.
+//! and written at once to `{path}.tmp`; [`SsTableBuilder::finish`] appends the
+//! index, bloom filter and footer, fsyncs and renames. The builder holds one
+//! open block, the block index and the bloom keys, never the file: a 64 MiB
+//! compaction output costs the same memory as a small flush. A builder dropped
+//! before `finish` removes its temporary file.
 //!
 //! Out-of-order spans are refused with [`Error::OutOfOrder`] rather than
 //! asserted: an unsorted file would silently lose lookups, and the check is
@@ -48,8 +50,20 @@ pub struct SsTableBuilder {
     /// Target and hard limit for the open block's estimated size.
     target: usize,
     split_at: usize,
-    /// Header and finished blocks: the file up to the index.
-    body: Vec<u8>,
+    /// The final name, and the temporary file that holds the header and the
+    /// finished blocks until `finish` renames it.
+    path: PathBuf,
+    tmp: PathBuf,
+    /// `None` after a failed write (the file ends mid-block) or once `finish`
+    /// has taken it.
+    file: Option<File>,
+    /// Set by `finish`, which renames or removes the temporary file itself;
+    /// until then, dropping the builder removes it.
+    finished: bool,
+    /// Bytes written to `file`: where the next block starts.
+    offset: u64,
+    /// Reused buffer for one compressed block.
+    scratch: Vec<u8>,
     blocks: Vec<BlockHandle>,
     /// Spans of the open block, not yet encoded.
     pending: Vec<Span>,
@@ -69,15 +83,31 @@ pub struct SsTableBuilder {
 }
 
 impl SsTableBuilder {
-    pub fn new(opts: TableOptions) -> Self {
+    /// Starts the file `path` by creating `{path}.tmp` and writing its header.
+    pub fn create(path: &Path, opts: TableOptions) -> Result<Self> {
         // Keep a block (target, then up to twice that mid-trace, plus one span)
         // well under the reader's limit, whatever the options say.
         let target = opts.block_bytes.clamp(1, MAX_BLOCK_BYTES / 4);
-        SsTableBuilder {
+        let tmp = tmp_path(path);
+        let mut file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        let header = encode_header();
+        if let Err(e) = opts
+            .faults
+            .write_all(FaultTarget::Table, &mut file, &tmp, &header)
+        {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        Ok(SsTableBuilder {
             opts,
             target,
             split_at: 2 * target,
-            body: encode_header().to_vec(),
+            path: path.to_path_buf(),
+            tmp,
+            file: Some(file),
+            finished: false,
+            offset: header.len() as u64,
+            scratch: Vec::new(),
             blocks: Vec::new(),
             pending: Vec::new(),
             pending_bytes: BATCH_HEADER_MAX,
@@ -89,13 +119,15 @@ impl SsTableBuilder {
             trace_count: 0,
             min_start_unix_nano: u64::MAX,
             max_end_unix_nano: 0,
-        }
+        })
     }
 
     /// Adds the next span. Spans must arrive in non-decreasing trace-ID order;
     /// a span that would go backwards is refused with [`Error::OutOfOrder`] and
     /// a span too large for any block with [`Error::SpanTooLarge`]; in both
-    /// cases the builder is unchanged and can go on.
+    /// cases the builder is unchanged and can go on. An I/O error writing a
+    /// finished block leaves the builder unusable: drop it (which removes the
+    /// temporary file).
     pub fn add(&mut self, span: &Span) -> Result<()> {
         let new_trace = match self.last_trace_id {
             Some(previous) if span.trace_id < previous => {
@@ -123,7 +155,7 @@ impl SsTableBuilder {
                 || self.pending_bytes >= self.split_at
                 || self.pending_bytes + group_bytes + span_bytes > MAX_BLOCK_BYTES;
             if cut_here {
-                self.close_block();
+                self.close_block()?;
             }
         }
 
@@ -153,16 +185,19 @@ impl SsTableBuilder {
     /// About how large the file would be if finished now (finished blocks
     /// compressed, the open block uncompressed); compaction cuts outputs by it.
     pub fn estimated_bytes(&self) -> u64 {
-        (self.body.len() + self.pending_bytes) as u64
+        self.offset + self.pending_bytes as u64
     }
 
-    /// Encodes the open block into `body`.
-    fn close_block(&mut self) {
+    /// Encodes the open block and appends it to the temporary file.
+    fn close_block(&mut self) -> Result<()> {
         let (Some(first), Some(last)) = (self.pending.first(), self.pending.last()) else {
-            return;
+            return Ok(());
+        };
+        let Some(file) = self.file.as_mut() else {
+            return Err(Error::io(&self.tmp, std::io::ErrorKind::BrokenPipe.into()));
         };
         let handle_base = BlockHandle {
-            offset: self.body.len() as u64,
+            offset: self.offset,
             len: 0,
             span_count: self.pending.len() as u32,
             first_trace_id: first.trace_id,
@@ -180,12 +215,23 @@ impl SsTableBuilder {
                 .max()
                 .unwrap_or(0),
         };
-        let raw_len = encode_block(&self.pending, self.opts.zstd_level, &mut self.body);
+        self.scratch.clear();
+        let raw_len = encode_block(&self.pending, self.opts.zstd_level, &mut self.scratch);
         debug_assert!(
             raw_len <= self.pending_bytes,
             "size estimate is an upper bound"
         );
-        let len = self.body.len() as u64 - handle_base.offset;
+        if let Err(e) =
+            self.opts
+                .faults
+                .write_all(FaultTarget::Table, file, &self.tmp, &self.scratch)
+        {
+            // The file now ends mid-block: nothing more may be appended.
+            self.file = None;
+            return Err(e);
+        }
+        let len = self.scratch.len() as u64;
+        self.offset += len;
         self.blocks.push(BlockHandle {
             len: u32::try_from(len).expect("a block of at most 64 MiB fits in u32"),
             ..handle_base
@@ -193,24 +239,27 @@ impl SsTableBuilder {
         self.pending.clear();
         self.pending_groups.clear();
         self.pending_bytes = BATCH_HEADER_MAX;
+        Ok(())
     }
 
-    /// Writes the file to `{path}.tmp`, fsyncs it, renames it to `path` and
-    /// fsyncs the directory, so after `Ok` the file survives a crash under its
-    /// final name and before it no file of that name exists. A builder with no
-    /// spans is refused with [`Error::EmptyTable`]: a file always holds at
-    /// least one span, so its meta always has a real ID and time range.
-    pub fn finish(mut self, path: &Path) -> Result<TableMeta> {
+    /// Appends the index, bloom filter and footer to `{path}.tmp`, fsyncs it,
+    /// renames it to `path` and fsyncs the directory, so after `Ok` the file
+    /// survives a crash under its final name and before it no file of that
+    /// name exists. A builder with no spans is refused with
+    /// [`Error::EmptyTable`]: a file always holds at least one span, so its
+    /// meta always has a real ID and time range. On any error the temporary
+    /// file is removed.
+    pub fn finish(mut self) -> Result<TableMeta> {
         let (Some(min_trace_id), Some(max_trace_id)) = (self.first_trace_id, self.last_trace_id)
         else {
             return Err(Error::EmptyTable {
-                path: path.to_path_buf(),
+                path: self.path.clone(),
             });
         };
-        self.close_block();
+        self.close_block()?;
         let index = encode_index(&self.blocks);
         let bloom = self.bloom.finish(self.opts.bloom_bits_per_key);
-        let index_offset = self.body.len() as u64;
+        let index_offset = self.offset;
         let bloom_offset = index_offset + index.len() as u64;
         let footer = Footer {
             index_offset,
@@ -228,11 +277,19 @@ impl SsTableBuilder {
         let file_size = bloom_offset + bloom.len() as u64 + FOOTER_LEN as u64;
         debug_assert!(index_offset >= HEADER_LEN as u64);
 
-        write_atomically(
+        let Some(mut file) = self.file.take() else {
+            return Err(Error::io(&self.tmp, std::io::ErrorKind::BrokenPipe.into()));
+        };
+        self.finished = true;
+        let result = complete(
             &self.opts.faults,
-            path,
-            &[&self.body, &index, &bloom, &footer.encode()],
-        )?;
+            &mut file,
+            &self.tmp,
+            &self.path,
+            &[&index, &bloom, &footer.encode()],
+        );
+        drop(file);
+        result?;
         Ok(TableMeta {
             min_trace_id,
             max_trace_id,
@@ -245,6 +302,22 @@ impl SsTableBuilder {
     }
 }
 
+impl Drop for SsTableBuilder {
+    /// A builder given up before `finish` (an error, a stopped compaction)
+    /// leaves no temporary file behind.
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    PathBuf::from(tmp)
+}
+
 /// Bytes a group takes in a batch, at most: four length varints and the fields.
 fn group_size(g: &ScopeGroup) -> usize {
     40 + g.resource.as_ref().map_or(0, |b| b.len())
@@ -253,24 +326,26 @@ fn group_size(g: &ScopeGroup) -> usize {
         + g.scope_schema_url.len()
 }
 
-/// Writes `parts` to `{path}.tmp`, syncs, renames to `path`, syncs the parent.
-/// On failure the temporary file is removed (best effort) and no file named
-/// `path` exists: a half-written file never carries a live name.
-fn write_atomically(faults: &Faults, path: &Path, parts: &[&[u8]]) -> Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
+/// Writes the last `parts` to `tmp`, syncs, renames `tmp` to `path`, syncs
+/// the parent. On failure the temporary file is removed (best effort) and no
+/// file named `path` exists: a half-written file never carries a live name.
+fn complete(
+    faults: &Faults,
+    file: &mut File,
+    tmp: &Path,
+    path: &Path,
+    parts: &[&[u8]],
+) -> Result<()> {
     let written = (|| {
-        let mut file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
         for part in parts {
-            faults.write_all(FaultTarget::Table, &mut file, &tmp, part)?;
+            faults.write_all(FaultTarget::Table, file, tmp, part)?;
         }
-        faults.sync_all(FaultTarget::Table, &file, &tmp)?;
-        fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+        faults.sync_all(FaultTarget::Table, file, tmp)?;
+        fs::rename(tmp, path).map_err(|e| Error::io(path, e))
     })();
     if let Err(e) = written {
         // Best effort: a leftover temporary file is removed at the next open.
-        let _ = fs::remove_file(&tmp);
+        let _ = fs::remove_file(tmp);
         return Err(e);
     }
     let dir = match path.parent() {

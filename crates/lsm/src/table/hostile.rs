@@ -79,14 +79,18 @@ fn sample_spans() -> Vec<Span> {
 }
 
 fn build(path: &Path, spans: &[Span]) -> Vec<u8> {
-    let mut b = SsTableBuilder::new(TableOptions {
-        block_bytes: 300,
-        ..TableOptions::default()
-    });
+    let mut b = SsTableBuilder::create(
+        path,
+        TableOptions {
+            block_bytes: 300,
+            ..TableOptions::default()
+        },
+    )
+    .expect("create");
     for s in spans {
         b.add(s).expect("sorted");
     }
-    b.finish(path).expect("finish");
+    b.finish().expect("finish");
     std::fs::read(path).expect("read")
 }
 

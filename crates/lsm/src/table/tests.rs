@@ -29,12 +29,12 @@ fn opts(block_bytes: usize) -> TableOptions {
 }
 
 fn write(path: &Path, opts: TableOptions, spans: &[Span]) -> TableMeta {
-    let mut b = SsTableBuilder::new(opts);
+    let mut b = SsTableBuilder::create(path, opts).expect("create");
     for s in spans {
         b.add(s).expect("spans are sorted");
     }
     assert_eq!(b.span_count(), spans.len() as u64);
-    b.finish(path).expect("finish")
+    b.finish().expect("finish")
 }
 
 /// `traces` random traces of 1 to 20 spans each, sorted by trace ID, with
@@ -422,10 +422,29 @@ fn hostile_footer_offsets_with_a_valid_checksum_are_refused() {
 fn an_empty_table_is_refused_and_leaves_no_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("empty.sst");
-    let err = SsTableBuilder::new(TableOptions::default())
-        .finish(&path)
+    let err = SsTableBuilder::create(&path, TableOptions::default())
+        .expect("create")
+        .finish()
         .expect_err("empty");
     assert!(matches!(err, Error::EmptyTable { .. }));
+    assert_eq!(fs::read_dir(dir.path()).expect("ls").count(), 0);
+}
+
+#[test]
+fn blocks_are_written_as_they_fill_and_a_dropped_builder_leaves_no_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("big.sst");
+    let tmp = dir.path().join("big.sst.tmp");
+    let mut b = SsTableBuilder::create(&path, opts(4096)).expect("create");
+    let g = group("svc");
+    for t in 0..2_000u64 {
+        b.add(&span(&g, u128::from(t) + 1, 1, t)).expect("sorted");
+    }
+    // Finished blocks are on disk already, not held by the builder.
+    let on_disk = fs::metadata(&tmp).expect("temporary file").len();
+    assert!(on_disk > 8 * 1024, "only {on_disk} bytes written so far");
+    assert!(b.estimated_bytes() >= on_disk);
+    drop(b);
     assert_eq!(fs::read_dir(dir.path()).expect("ls").count(), 0);
 }
 
@@ -449,13 +468,14 @@ fn finish_leaves_only_the_final_file() {
 fn out_of_order_spans_are_refused_and_the_builder_goes_on() {
     let dir = tempfile::tempdir().expect("tempdir");
     let g = group("svc");
-    let mut b = SsTableBuilder::new(TableOptions::default());
+    let mut b =
+        SsTableBuilder::create(&dir.path().join("t.sst"), TableOptions::default()).expect("create");
     b.add(&span(&g, 5, 1, 1)).expect("first");
     b.add(&span(&g, 5, 2, 1)).expect("same trace again");
     let err = b.add(&span(&g, 4, 1, 1)).expect_err("backwards");
     assert!(matches!(err, Error::OutOfOrder { .. }));
     b.add(&span(&g, 6, 1, 1)).expect("forwards");
-    let meta = b.finish(&dir.path().join("t.sst")).expect("finish");
+    let meta = b.finish().expect("finish");
     assert_eq!((meta.span_count, meta.trace_count), (3, 2));
 }
 
@@ -464,7 +484,9 @@ fn a_span_larger_than_any_block_is_refused() {
     let g = group("svc");
     let mut huge = span(&g, 1, 1, 1);
     huge.payload = Bytes::from(vec![0u8; super::block::MAX_BLOCK_BYTES]);
-    let mut b = SsTableBuilder::new(TableOptions::default());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut b =
+        SsTableBuilder::create(&dir.path().join("t.sst"), TableOptions::default()).expect("create");
     assert!(matches!(b.add(&huge), Err(Error::SpanTooLarge { .. })));
     assert_eq!(b.span_count(), 0);
 }
