@@ -58,10 +58,10 @@ pub struct Config {
     #[arg(long, env = "TRACEDB_MAX_MESSAGE_BYTES", default_value = "64MiB")]
     pub max_message_bytes: ByteSize,
 
-    /// Memory budget (bytes; suffixes KiB, MiB, GiB): seven eighths for
+    /// Memory budget (bytes; suffixes KiB, MiB, GiB): three quarters for
     /// in-flight request bodies plus spans not yet flushed to files (beyond it
-    /// exports get UNAVAILABLE / 429 with a retry delay), one eighth for cached
-    /// search-index summaries.
+    /// exports get UNAVAILABLE / 429 with a retry delay), an eighth for cached
+    /// search-index summaries, an eighth left for flush and compaction.
     #[arg(long, env = "TRACEDB_MAX_MEMORY", default_value = "1GiB")]
     pub max_memory: ByteSize,
 
@@ -121,9 +121,10 @@ impl Config {
         opts.compaction_bytes_per_sec = self.compaction_rate.0;
         // The ingest layer admits requests against the data budget, counting
         // buffered spans too; the engine's own budget is the backstop for the
-        // same figure. The rest of max_memory bounds the search-index cache.
+        // same figure. An eighth of max_memory bounds the search-index cache;
+        // the last eighth is left for flush and compaction working memory.
         opts.memory_budget_bytes = self.data_budget();
-        opts.index_cache_bytes = self.max_memory.as_usize() - self.data_budget();
+        opts.index_cache_bytes = self.max_memory.as_usize() / 8;
         opts
     }
 
@@ -135,11 +136,12 @@ impl Config {
         }
     }
 
-    /// The share of `max_memory` for request bodies and buffered spans: seven
-    /// eighths. The last eighth bounds the cached search-index summaries.
+    /// The share of `max_memory` for request bodies and buffered spans: three
+    /// quarters. An eighth bounds the cached search-index summaries and an
+    /// eighth is left for what flushes and compactions hold while they run.
     pub fn data_budget(&self) -> usize {
         let all = self.max_memory.as_usize();
-        all - all / 8
+        all - all / 4
     }
 
     pub fn shutdown_timeout(&self) -> Duration {
@@ -175,14 +177,14 @@ impl Config {
         check(
             self.data_budget() as u64 >= needed,
             format!(
-                "max_memory ({}) leaves {} for requests and buffered spans (seven eighths), \
+                "max_memory ({}) leaves {} for requests and buffered spans (three quarters), \
                  less than twice max_message_bytes ({}): a largest request (held compressed and \
                  decompressed) could never be admitted; raise max_memory to at least {} or \
                  lower max_message_bytes",
                 self.max_memory,
                 ByteSize(self.data_budget() as u64),
                 self.max_message_bytes,
-                ByteSize(needed.saturating_add(needed.div_ceil(7)))
+                ByteSize(needed.saturating_add(needed.div_ceil(3)))
             ),
         );
         check(
@@ -515,10 +517,10 @@ mod tests {
         assert_eq!(c.max_message_bytes, ByteSize(1 << 20));
         assert_eq!(c.http_addr.to_string(), DEFAULT_HTTP_ADDR);
         assert_eq!(c.engine_options().memtable.shards, 3);
-        // Seven eighths for data, one eighth for the search-index cache.
-        assert_eq!(c.engine_options().memory_budget_bytes, 7 << 28);
+        // Three quarters for data, one eighth for the search-index cache.
+        assert_eq!(c.engine_options().memory_budget_bytes, 3 << 29);
         assert_eq!(c.engine_options().index_cache_bytes, 1 << 28);
-        assert_eq!(c.ingest_options().max_memory, 7 << 28);
+        assert_eq!(c.ingest_options().max_memory, 3 << 29);
     }
 
     #[test]

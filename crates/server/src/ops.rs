@@ -182,7 +182,7 @@ pub fn render(ops: &Ops) -> String {
     out.single(
         "tracedb_memory_budget_bytes",
         "gauge",
-        "The budget for in-flight requests and buffered spans (seven eighths of --max-memory).",
+        "The budget for in-flight requests and buffered spans (three quarters of --max-memory).",
         budget.limit(),
     );
     out.single(

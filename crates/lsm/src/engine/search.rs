@@ -283,3 +283,50 @@ fn load_or_rebuild(file: &TableFile) -> Result<SummarySet> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::{group, span};
+
+    fn set(first_trace: u128) -> Arc<SummarySet> {
+        let g = group("svc");
+        let spans: Vec<Span> = (0..100u128)
+            .map(|t| span(&g, first_trace + t, 1, 1_000))
+            .collect();
+        Arc::new(SummarySet::from_spans(&spans))
+    }
+
+    #[test]
+    fn the_file_cache_stays_within_its_bytes_dropping_the_least_recently_used() {
+        let one = set(1).heap_bytes();
+        let mut cache = FileCache::new(3 * one + one / 2);
+        for id in 0..3 {
+            cache.insert(id, set(1 + 1000 * u128::from(id)));
+        }
+        assert_eq!(cache.sets.len(), 3);
+        // File 0 is used again, so file 1 is now the least recently used.
+        assert!(cache.get(0).is_some());
+        cache.insert(3, set(5000));
+        assert!(
+            cache.bytes <= cache.limit,
+            "{} > {}",
+            cache.bytes,
+            cache.limit
+        );
+        assert!(cache.get(1).is_none(), "the least recently used set stays");
+        for id in [0, 2, 3] {
+            assert!(cache.get(id).is_some(), "file {id} was dropped");
+        }
+        cache.remove(0);
+        cache.retain(&HashSet::from([3]));
+        assert_eq!(cache.sets.len(), 1);
+        assert_eq!(cache.bytes, cache.sets[&3].1);
+        // A set larger than the whole cache is not kept (it is read again
+        // when needed) and evicts nothing.
+        let mut small = FileCache::new(one / 2);
+        small.insert(9, set(1));
+        assert!(small.get(9).is_none());
+        assert_eq!(small.bytes, 0);
+    }
+}

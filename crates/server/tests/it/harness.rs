@@ -39,6 +39,13 @@ impl Server {
     }
 
     pub fn start_with(data_dir: &Path, extra: &[&str]) -> Server {
+        Self::start_until(data_dir, extra, "tracedb listening")
+    }
+
+    /// Starts the server and returns once it logs `marker` with its addresses:
+    /// "tracedb listening" once it serves, "tracedb starting" as soon as its
+    /// ports are bound (storage may still be opening).
+    pub fn start_until(data_dir: &Path, extra: &[&str], marker: &'static str) -> Server {
         let mut child = Command::new(TRACEDB)
             .args([
                 "serve",
@@ -63,7 +70,7 @@ impl Server {
         // Keep draining stderr for the server's whole life so it never blocks on a full pipe.
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = listening_addr(&line) {
+                if let Some(addr) = listening_addr(&line, marker) {
                     let _ = tx.send(addr);
                 }
                 sink.lock().expect("log lock").push(line);
@@ -157,8 +164,8 @@ fn wait_timeout(child: &mut Child, limit: Duration) -> ExitStatus {
 }
 
 /// Parses `grpc=ADDR` and `http=ADDR` out of the server's ready line.
-fn listening_addr(line: &str) -> Option<(SocketAddr, SocketAddr)> {
-    if !line.contains("tracedb listening") {
+fn listening_addr(line: &str, marker: &str) -> Option<(SocketAddr, SocketAddr)> {
+    if !line.contains(marker) {
         return None;
     }
     let field = |name: &str| -> Option<SocketAddr> {

@@ -1,8 +1,11 @@
 //! Durability across restarts: a clean SIGTERM, and SIGKILL at arbitrary moments.
 
-use std::collections::HashSet;
+use std::{
+    collections::HashSet,
+    time::{Duration, Instant},
+};
 
-use crate::harness::{get_trace, request, spans_of, Server};
+use crate::harness::{get_trace, health, http_request, request, spans_of, Server};
 
 const TRACES: u128 = 40;
 const SPANS_PER_TRACE: u64 = 6;
@@ -78,4 +81,68 @@ async fn sigkill_loses_no_acknowledged_span_and_duplicates_none() {
     let server = Server::start(dir.path());
     assert_all_present(&server, 1).await;
     assert_all_present(&server, 1_000).await;
+}
+
+/// While storage opens (here: blocked reading a WAL segment that is a FIFO,
+/// until the test writes to it), both ports answer: health NOT_SERVING,
+/// `/ready` 503 and exports UNAVAILABLE (retryable). Once storage is open
+/// the same server serves.
+#[tokio::test]
+async fn while_storage_opens_health_says_not_serving_and_exports_are_retryable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wal = dir.path().join("wal");
+    std::fs::create_dir_all(&wal).expect("wal dir");
+    let fifo = wal.join("00000000000000000001.wal");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo failed");
+    let server = Server::start_until(dir.path(), &[], "tracedb starting");
+
+    assert_eq!(health(&server).await, 2, "NOT_SERVING while storage opens");
+    let ready = http_request(server.http, "GET", "/ready", &[], b"").expect("GET /ready");
+    assert_eq!(ready.status, 503);
+    let refused = server
+        .ingest()
+        .await
+        .export(request("startup", &[1], 2))
+        .await
+        .expect_err("no export before storage is open");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(
+        !server.log_text().contains("tracedb listening"),
+        "storage opened while the WAL was still blocked"
+    );
+
+    // Let the replay go on: a writer that writes nothing leaves an empty
+    // segment, which recovery removes as an interrupted creation.
+    drop(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&fifo)
+            .expect("open the FIFO for writing"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !server.log_text().contains("tracedb listening") {
+        assert!(
+            Instant::now() < deadline,
+            "storage never opened:\n{}",
+            server.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(health(&server).await, 1, "SERVING once storage is open");
+    let ready = http_request(server.http, "GET", "/ready", &[], b"").expect("GET /ready");
+    assert_eq!(ready.status, 200);
+    server
+        .ingest()
+        .await
+        .export(request("startup", &[1], 2))
+        .await
+        .expect("export once serving");
+    let got = get_trace(&mut server.query().await, 1)
+        .await
+        .expect("GetTrace");
+    assert_eq!(spans_of(&got).len(), 2);
 }
