@@ -141,47 +141,15 @@ impl Scanner<'_> {
 
     /// `ResourceSpans { Resource resource = 1; repeated ScopeSpans scope_spans = 2; string schema_url = 3; }`
     fn resource_spans(&mut self, r: Reader<'_>, rs_index: usize) -> Scan {
-        // First pass: the resource and schema URL, wherever they are.
-        let mut resource = Repeated::default();
-        let mut schema_url = 0..0;
-        let mut scope_spans = 0usize;
-        let mut first = r.clone();
-        while let Some((field, wire_type)) = first.read_key()? {
-            match field {
-                1 => {
-                    let range = first.len_field(field, wire_type)?;
-                    resource_message(first.sub(range.clone()))
-                        .map_err(|e| e.within("resource", None))?;
-                    resource.add(range);
-                }
-                2 => {
-                    first.len_field(field, wire_type)?;
-                    scope_spans += 1;
-                }
-                3 => schema_url = first.string_field(field, wire_type)?,
-                _ => first.skip(field, wire_type)?,
-            }
-        }
-        if scope_spans == 0 {
+        let Some(envelope) = Envelope::scan(&r, resource_message, "resource")? else {
             return Ok(());
-        }
-        let resource = resource.bytes(self.body, r.clone(), 1);
-        let schema_url = self.body.slice(schema_url);
-
-        // Second pass: the scope spans. Everything else was checked above.
-        let mut second = r;
-        let mut index = 0;
-        while let Some((field, wire_type)) = second.read_key()? {
-            if field == 2 {
-                let range = second.len_field(field, wire_type)?;
-                self.scope_spans(second.sub(range), &resource, &schema_url, rs_index, index)
-                    .map_err(|e| e.within("scope_spans", Some(index)))?;
-                index += 1;
-            } else {
-                second.skip(field, wire_type)?;
-            }
-        }
-        Ok(())
+        };
+        let resource = envelope.context.bytes(self.body, r.clone(), 1);
+        let schema_url = self.body.slice(envelope.schema_url);
+        for_each_child(r, |child, _, index| {
+            self.scope_spans(child, &resource, &schema_url, rs_index, index)
+                .map_err(|e| e.within("scope_spans", Some(index)))
+        })
     }
 
     /// `ScopeSpans { InstrumentationScope scope = 1; repeated Span spans = 2; string schema_url = 3; }`
@@ -193,56 +161,26 @@ impl Scanner<'_> {
         rs_index: usize,
         ss_index: usize,
     ) -> Scan {
-        let mut scope = Repeated::default();
-        let mut schema_url = 0..0;
-        let mut spans = 0usize;
-        let mut first = r.clone();
-        while let Some((field, wire_type)) = first.read_key()? {
-            match field {
-                1 => {
-                    let range = first.len_field(field, wire_type)?;
-                    instrumentation_scope(first.sub(range.clone()))
-                        .map_err(|e| e.within("scope", None))?;
-                    scope.add(range);
-                }
-                2 => {
-                    first.len_field(field, wire_type)?;
-                    spans += 1;
-                }
-                3 => schema_url = first.string_field(field, wire_type)?,
-                _ => first.skip(field, wire_type)?,
-            }
-        }
-        if spans == 0 {
+        let Some(envelope) = Envelope::scan(&r, instrumentation_scope, "scope")? else {
             return Ok(());
-        }
+        };
         let group = Arc::new(ScopeGroup {
             resource: resource.clone(),
             resource_schema_url: resource_schema_url.clone(),
-            scope: scope.bytes(self.body, r.clone(), 1),
-            scope_schema_url: self.body.slice(schema_url),
+            scope: envelope.context.bytes(self.body, r.clone(), 1),
+            scope_schema_url: self.body.slice(envelope.schema_url),
         });
-        self.out.reserve(spans);
-
-        let mut second = r;
-        let mut index = 0;
-        while let Some((field, wire_type)) = second.read_key()? {
-            if field == 2 {
-                let range = second.len_field(field, wire_type)?;
-                let fields =
-                    span(second.sub(range.clone())).map_err(|e| e.within("spans", Some(index)))?;
-                let position = SpanPosition {
-                    resource_spans: rs_index,
-                    scope_spans: ss_index,
-                    span: index,
-                };
-                self.admit(fields, range, &group, position);
-                index += 1;
-            } else {
-                second.skip(field, wire_type)?;
-            }
-        }
-        Ok(())
+        self.out.reserve(envelope.children);
+        for_each_child(r, |child, range, index| {
+            let fields = span(child).map_err(|e| e.within("spans", Some(index)))?;
+            let position = SpanPosition {
+                resource_spans: rs_index,
+                scope_spans: ss_index,
+                span: index,
+            };
+            self.admit(fields, range, &group, position);
+            Ok(())
+        })
     }
 
     /// Appends a well-formed span, or counts it as rejected if its IDs are unusable.
@@ -335,6 +273,70 @@ enum IdProblem {
     /// Field name, expected length, actual length.
     Length(&'static str, usize, usize),
     Zero(&'static str),
+}
+
+/// What `ResourceSpans` and `ScopeSpans` share: a context message in field 1
+/// (`Resource`, `InstrumentationScope`; checked here, possibly split over
+/// several occurrences, which protobuf merges), repeated children in field 2,
+/// a schema URL in field 3. The first of two passes: the context must be
+/// known before any child is stored, and it may come after the children.
+struct Envelope {
+    context: Repeated,
+    schema_url: Range<usize>,
+    children: usize,
+}
+
+impl Envelope {
+    /// `None` when there are no children (nothing to store).
+    fn scan(
+        r: &Reader<'_>,
+        check_context: fn(Reader<'_>) -> Scan,
+        context_name: &'static str,
+    ) -> Scan<Option<Envelope>> {
+        let mut envelope = Envelope {
+            context: Repeated::default(),
+            schema_url: 0..0,
+            children: 0,
+        };
+        let mut r = r.clone();
+        while let Some((field, wire_type)) = r.read_key()? {
+            match field {
+                1 => {
+                    let range = r.len_field(field, wire_type)?;
+                    check_context(r.sub(range.clone()))
+                        .map_err(|e| e.within(context_name, None))?;
+                    envelope.context.add(range);
+                }
+                2 => {
+                    r.len_field(field, wire_type)?;
+                    envelope.children += 1;
+                }
+                3 => envelope.schema_url = r.string_field(field, wire_type)?,
+                _ => r.skip(field, wire_type)?,
+            }
+        }
+        Ok((envelope.children > 0).then_some(envelope))
+    }
+}
+
+/// The second pass over an envelope: each child (field 2) with its byte
+/// range in the body and its index. Everything else was checked by
+/// [`Envelope::scan`].
+fn for_each_child(
+    mut r: Reader<'_>,
+    mut each: impl FnMut(Reader<'_>, Range<usize>, usize) -> Scan,
+) -> Scan {
+    let mut index = 0;
+    while let Some((field, wire_type)) = r.read_key()? {
+        if field == 2 {
+            let range = r.len_field(field, wire_type)?;
+            each(r.sub(range.clone()), range, index)?;
+            index += 1;
+        } else {
+            r.skip(field, wire_type)?;
+        }
+    }
+    Ok(())
 }
 
 /// A singular message field that may appear more than once. Protobuf merges
