@@ -9,7 +9,7 @@ use prost::Message;
 use tokio::sync::Barrier;
 use tracedb_proto::google::rpc;
 
-use crate::harness::{get_trace, health, metric, post_traces, request, Server};
+use crate::harness::{get_trace, health, metric, post_traces, request, spans_of, Server};
 
 const CONCURRENCY: u128 = 24;
 /// Spans per request: about 30 KiB of protobuf.
@@ -113,12 +113,7 @@ async fn a_full_memory_budget_answers_retryable_statuses() {
         let messages = get_trace(&mut query, *trace)
             .await
             .expect("acknowledged trace");
-        let spans: usize = messages
-            .iter()
-            .flat_map(|m| &m.resource_spans)
-            .flat_map(|rs| &rs.scope_spans)
-            .map(|ss| ss.spans.len())
-            .sum();
+        let spans = spans_of(&messages).len();
         assert_eq!(spans as u64, SPANS, "trace {trace:x}");
     }
     let overloaded = metric(
@@ -258,12 +253,7 @@ async fn sustained_overload_is_refused_retryably_while_the_server_stays_responsi
         let messages = get_trace(&mut query, *trace)
             .await
             .expect("acknowledged trace");
-        let spans: usize = messages
-            .iter()
-            .flat_map(|m| &m.resource_spans)
-            .flat_map(|rs| &rs.scope_spans)
-            .map(|ss| ss.spans.len())
-            .sum();
+        let spans = spans_of(&messages).len();
         assert_eq!(spans as u64, SPANS_PER_REQUEST, "trace {trace:x}");
     }
 }

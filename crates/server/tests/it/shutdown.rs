@@ -12,7 +12,7 @@ use std::{
 
 use prost::Message;
 
-use crate::harness::{get_trace, http_request, request, Server};
+use crate::harness::{get_trace, http_request, request, spans_of, Server};
 
 const SPANS: u64 = 5;
 
@@ -86,12 +86,7 @@ async fn sigterm_under_load_exits_0_and_loses_nothing_acknowledged() {
         let messages = get_trace(&mut query, *trace)
             .await
             .unwrap_or_else(|e| panic!("acknowledged trace {trace:x} lost: {e}"));
-        let spans: usize = messages
-            .iter()
-            .flat_map(|m| &m.resource_spans)
-            .flat_map(|rs| &rs.scope_spans)
-            .map(|ss| ss.spans.len())
-            .sum();
+        let spans = spans_of(&messages).len();
         assert_eq!(spans as u64, SPANS, "trace {trace:x}");
     }
 }
