@@ -146,7 +146,7 @@ impl Scanner<'_> {
         };
         let resource = envelope.context.bytes(self.body, r.clone(), 1);
         let schema_url = self.body.slice(envelope.schema_url);
-        for_each_child(r, |child, _, index| {
+        for_each_field(r, 2, |child, _, index| {
             self.scope_spans(child, &resource, &schema_url, rs_index, index)
                 .map_err(|e| e.within("scope_spans", Some(index)))
         })
@@ -171,7 +171,7 @@ impl Scanner<'_> {
             scope_schema_url: self.body.slice(envelope.schema_url),
         });
         self.out.reserve(envelope.children);
-        for_each_child(r, |child, range, index| {
+        for_each_field(r, 2, |child, range, index| {
             let fields = span(child).map_err(|e| e.within("spans", Some(index)))?;
             let position = SpanPosition {
                 resource_spans: rs_index,
@@ -319,16 +319,18 @@ impl Envelope {
     }
 }
 
-/// The second pass over an envelope: each child (field 2) with its byte
-/// range in the body and its index. Everything else was checked by
-/// [`Envelope::scan`].
-fn for_each_child(
+/// Each occurrence of the length-delimited repeated field `wanted`, with its
+/// byte range in the body and its index; other fields are skipped. For an
+/// envelope's children (field 2), the second pass: everything else was
+/// checked by [`Envelope::scan`].
+fn for_each_field(
     mut r: Reader<'_>,
+    wanted: u32,
     mut each: impl FnMut(Reader<'_>, Range<usize>, usize) -> Scan,
 ) -> Scan {
     let mut index = 0;
     while let Some((field, wire_type)) = r.read_key()? {
-        if field == 2 {
+        if field == wanted {
             let range = r.len_field(field, wire_type)?;
             each(r.sub(range.clone()), range, index)?;
             index += 1;
@@ -608,31 +610,15 @@ fn any_value(mut r: Reader<'_>, depth: usize) -> Scan {
 }
 
 /// `ArrayValue { repeated AnyValue values = 1; }` inside an `AnyValue` at `depth`.
-fn array_value(mut r: Reader<'_>, depth: usize) -> Scan {
-    let mut index = 0;
-    while let Some((field, wire_type)) = r.read_key()? {
-        if field == 1 {
-            let range = r.len_field(field, wire_type)?;
-            any_value(r.sub(range), depth + 1).map_err(|e| e.within("values", Some(index)))?;
-            index += 1;
-        } else {
-            r.skip(field, wire_type)?;
-        }
-    }
-    Ok(())
+fn array_value(r: Reader<'_>, depth: usize) -> Scan {
+    for_each_field(r, 1, |value, _, index| {
+        any_value(value, depth + 1).map_err(|e| e.within("values", Some(index)))
+    })
 }
 
 /// `KeyValueList { repeated KeyValue values = 1; }` inside an `AnyValue` at `depth`.
-fn kvlist_value(mut r: Reader<'_>, depth: usize) -> Scan {
-    let mut index = 0;
-    while let Some((field, wire_type)) = r.read_key()? {
-        if field == 1 {
-            let range = r.len_field(field, wire_type)?;
-            key_value(r.sub(range), depth + 1).map_err(|e| e.within("values", Some(index)))?;
-            index += 1;
-        } else {
-            r.skip(field, wire_type)?;
-        }
-    }
-    Ok(())
+fn kvlist_value(r: Reader<'_>, depth: usize) -> Scan {
+    for_each_field(r, 1, |kv, _, index| {
+        key_value(kv, depth + 1).map_err(|e| e.within("values", Some(index)))
+    })
 }
