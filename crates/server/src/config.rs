@@ -26,6 +26,8 @@ use serde::{Deserialize, Serialize};
 use tracedb_ingest::IngestOptions;
 use tracedb_lsm::{EngineOptions, MemTableOptions};
 
+use crate::tls::{ServerTls, TlsFiles};
+
 /// Default OTLP gRPC address.
 pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:4317";
 /// Default OTLP HTTP address.
@@ -99,6 +101,26 @@ pub struct Config {
     #[arg(long, env = "TRACEDB_SHUTDOWN_TIMEOUT_SECS", default_value_t = 30)]
     pub shutdown_timeout_secs: u64,
 
+    /// PEM certificate chain, the server's certificate first. With --tls-key,
+    /// both listeners serve TLS only (gRPC with ALPN h2, HTTP/1.1 with ALPN
+    /// http/1.1) [default: none: plaintext].
+    #[arg(long, env = "TRACEDB_TLS_CERT", value_name = "PATH")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert, unencrypted: PKCS#8, PKCS#1 (RSA) or
+    /// SEC1 (EC) [default: none].
+    #[arg(long, env = "TRACEDB_TLS_KEY", value_name = "PATH")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
+
+    /// PEM CA certificates: with it, clients must present a certificate
+    /// signed by one of them (mutual TLS) [default: none: no client
+    /// certificates asked for].
+    #[arg(long, env = "TRACEDB_TLS_CLIENT_CA", value_name = "PATH")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_client_ca: Option<PathBuf>,
+
     /// Log filter: error, warn, info, debug, trace, or RUST_LOG directives
     /// such as "info,tracedb_ingest=debug".
     #[arg(long, env = "RUST_LOG", default_value = "info")]
@@ -142,6 +164,15 @@ impl Config {
     pub fn data_budget(&self) -> usize {
         let all = self.max_memory.as_usize();
         all - all / 4
+    }
+
+    /// The TLS files, if both a certificate and a key are set.
+    pub fn tls_files(&self) -> Option<TlsFiles<'_>> {
+        Some(TlsFiles {
+            cert: self.tls_cert.as_deref()?,
+            key: self.tls_key.as_deref()?,
+            client_ca: self.tls_client_ca.as_deref(),
+        })
     }
 
     pub fn shutdown_timeout(&self) -> Duration {
@@ -226,6 +257,33 @@ impl Config {
                 self.grpc_addr
             ),
         );
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), Some(_)) | (None, None) => {}
+            (Some(_), None) => problems.push(
+                "tls_cert is set but tls_key is not: give both (--tls-key PATH, the certificate's \
+                 private key) to serve TLS, or neither for plaintext"
+                    .to_string(),
+            ),
+            (None, Some(_)) => problems.push(
+                "tls_key is set but tls_cert is not: give both (--tls-cert PATH, the certificate \
+                 chain) to serve TLS, or neither for plaintext"
+                    .to_string(),
+            ),
+        }
+        if self.tls_client_ca.is_some() && self.tls_cert.is_none() && self.tls_key.is_none() {
+            problems.push(
+                "tls_client_ca is set without tls_cert and tls_key: client certificates are \
+                 asked for on TLS listeners only; give all three, or leave tls_client_ca out"
+                    .to_string(),
+            );
+        }
+        // The files themselves: read and checked now, so a server never
+        // starts with a listener it cannot serve. `serve` reads them again.
+        if let Some(files) = self.tls_files() {
+            if let Err(errors) = ServerTls::load(files) {
+                problems.extend(errors.iter().map(ToString::to_string));
+            }
+        }
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
             problems.push(format!(
                 "log_level {:?} is not a log filter ({e}): use error, warn, info, debug or trace",
@@ -534,6 +592,28 @@ mod tests {
     fn wrong_types_are_refused() {
         let e = parse(&[], "shards = \"many\"\n").expect_err("not a number");
         assert!(e.contains("shards"), "{e}");
+    }
+
+    #[test]
+    fn tls_needs_both_files_and_checks_them() {
+        let e = parse(&["--tls-cert", "cert.pem"], "").expect_err("no key");
+        assert!(e.contains("tls_cert is set but tls_key is not"), "{e}");
+        let e = parse(&[], "tls_key = \"key.pem\"\n").expect_err("no certificate");
+        assert!(e.contains("tls_key is set but tls_cert is not"), "{e}");
+        let e = parse(&["--tls-client-ca", "ca.pem"], "").expect_err("no TLS");
+        assert!(e.contains("tls_client_ca is set without"), "{e}");
+        // Both given (here by the file): the files are read by validate().
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("missing.pem");
+        let e = parse(
+            &["--tls-key", missing.to_str().expect("utf-8")],
+            &format!("tls_cert = {:?}\n", missing.to_str().expect("utf-8")),
+        )
+        .expect_err("missing files");
+        assert!(e.contains("tls_cert") && e.contains("tls_key"), "{e}");
+        assert!(e.contains("cannot read it"), "{e}");
+        let plain = parse(&[], "").expect("defaults");
+        assert!(plain.tls_files().is_none(), "plaintext by default");
     }
 
     #[test]

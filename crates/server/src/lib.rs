@@ -15,6 +15,10 @@
 //! - On shutdown: ingest refuses new exports and health says NOT_SERVING; both
 //!   listeners stop accepting; in-flight requests finish; every buffer is
 //!   flushed to files and the WAL closed — all within `--shutdown-timeout-secs`.
+//! - [`tls`]: with `--tls-cert` and `--tls-key`, both listeners serve TLS
+//!   only: the files are checked at start-up, each listener's TCP connections
+//!   are handshaken in their own tasks and handed to tonic and axum finished.
+//!   Without them both listeners are plaintext, as before.
 //! - [`deferred`]: a gRPC service registered before its engine exists.
 //! - [`render`] prints a trace for `tracedb get`.
 
@@ -22,6 +26,7 @@ pub mod config;
 pub mod deferred;
 pub mod ops;
 pub mod render;
+pub mod tls;
 
 use std::{
     future::Future,
@@ -47,7 +52,10 @@ pub use config::{
     ByteSize, Config, ConfigError, DEFAULT_DATA_DIR, DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR,
 };
 
-use crate::deferred::Deferred;
+use crate::{
+    deferred::Deferred,
+    tls::{HandshakeLog, ServerTls, TlsIncoming},
+};
 
 type IngestServer = TraceServiceServer<OtlpTraceService>;
 type QueryServer = QueryServiceServer<QueryApi>;
@@ -96,6 +104,22 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let grpc_addr = listeners.grpc.local_addr()?;
     let http_addr = listeners.http.local_addr()?;
+    // With TLS: the checked configuration and each listener's handshake log.
+    let tls = match config.tls_files() {
+        Some(files) => {
+            let tls = ServerTls::load(files).map_err(|problems| {
+                ConfigError::Invalid(problems.iter().map(ToString::to_string).collect())
+            })?;
+            let log = |listener| Arc::new(HandshakeLog::new(listener));
+            Some((tls, log("grpc"), log("http")))
+        }
+        None => None,
+    };
+    let tls_mode = match &tls {
+        None => "off",
+        Some((tls, ..)) if tls.mutual => "mutual",
+        Some(_) => "on",
+    };
 
     // Poll the signal from the start, so SIGTERM during start-up is a clean stop.
     let (signal_tx, mut signal_rx) = watch::channel(false);
@@ -112,8 +136,16 @@ pub async fn serve(
     set_health(&health, tonic_health::ServingStatus::NotServing).await;
 
     let query = QueryServices::default();
+    let grpc_incoming = match &tls {
+        Some((tls, log, _)) => Incoming::Tls(TlsIncoming::spawn(
+            listeners.grpc,
+            tls.grpc.clone(),
+            log.clone(),
+        )?),
+        None => Incoming::Tcp(listeners.grpc),
+    };
     let grpc_task = spawn_grpc(
-        listeners.grpc,
+        grpc_incoming,
         &config,
         ingest.clone(),
         query.clone(),
@@ -124,19 +156,35 @@ pub async fn serve(
         .merge(ops::router(ops::Ops {
             ingest: ingest.clone(),
             engine: engine_cell.clone(),
+            tls_handshakes: tls
+                .iter()
+                .flat_map(|(_, grpc, http)| [grpc.clone(), http.clone()])
+                .collect(),
         }))
         .merge(tracedb_query::tempo::router(engine_cell.clone()));
-    let http_listener = axum::serve::ListenerExt::tap_io(listeners.http, |stream| {
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::trace!(error = %e, "setting TCP_NODELAY");
+    let http_task = match &tls {
+        Some((tls, _, log)) => {
+            let incoming = TlsIncoming::spawn(listeners.http, tls.http.clone(), log.clone())?;
+            tokio::spawn(async move {
+                axum::serve(incoming, http_router)
+                    .with_graceful_shutdown(stopped(stop_rx))
+                    .await
+            })
         }
-    });
-    let http_task = tokio::spawn(async move {
-        axum::serve(http_listener, http_router)
-            .with_graceful_shutdown(stopped(stop_rx))
-            .await
-    });
-    tracing::info!(grpc = %grpc_addr, http = %http_addr, "tracedb starting: opening storage");
+        None => {
+            let listener = axum::serve::ListenerExt::tap_io(listeners.http, |stream| {
+                if let Err(e) = stream.set_nodelay(true) {
+                    tracing::trace!(error = %e, "setting TCP_NODELAY");
+                }
+            });
+            tokio::spawn(async move {
+                axum::serve(listener, http_router)
+                    .with_graceful_shutdown(stopped(stop_rx))
+                    .await
+            })
+        }
+    };
+    tracing::info!(grpc = %grpc_addr, http = %http_addr, tls = %tls_mode, "tracedb starting: opening storage");
 
     let engine_opts = config.engine_options();
     let opened = tokio::task::spawn_blocking(move || Engine::open(engine_opts))
@@ -171,6 +219,7 @@ pub async fn serve(
     tracing::info!(
         grpc = %grpc_addr,
         http = %http_addr,
+        tls = %tls_mode,
         data_dir = %config.data_dir.display(),
         max_memory = %config.max_memory,
         "tracedb listening (grpc: OTLP TraceService, QueryService, Jaeger TraceReader and DependencyReader, health, reflection; http: POST /v1/traces, GET /metrics, GET /ready, Tempo /api)"
@@ -246,8 +295,14 @@ async fn set_health(
         .await;
 }
 
+/// What the gRPC server accepts connections from.
+enum Incoming {
+    Tcp(TcpListener),
+    Tls(TlsIncoming),
+}
+
 fn spawn_grpc(
-    listener: TcpListener,
+    incoming: Incoming,
     config: &Config,
     ingest: Arc<Ingest>,
     query: QueryServices,
@@ -282,11 +337,18 @@ fn spawn_grpc(
         .add_service(query.query)
         .add_service(query.jaeger_traces)
         .add_service(query.jaeger_dependencies);
-    // Without TCP_NODELAY, small unary answers wait out delayed ACKs (~40 ms).
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    Ok(tokio::spawn(
-        router.serve_with_incoming_shutdown(incoming, stop),
-    ))
+    Ok(match incoming {
+        Incoming::Tcp(listener) => {
+            // Without TCP_NODELAY, small unary answers wait out delayed ACKs
+            // (~40 ms). TlsIncoming sets it too.
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop))
+        }
+        Incoming::Tls(incoming) => {
+            tokio::spawn(router.serve_with_incoming_shutdown(incoming, stop))
+        }
+    })
 }
 
 /// Keeps the memory budget's view of buffered spans current, and flushes

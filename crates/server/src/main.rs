@@ -42,9 +42,8 @@ enum Command {
     Get {
         /// The trace ID: 32 hex digits.
         trace_id: TraceId,
-        /// The server's gRPC address.
-        #[arg(long, default_value = DEFAULT_GRPC_ADDR)]
-        addr: String,
+        #[command(flatten)]
+        server: ServerArgs,
         /// Also print each span's attributes, events and links.
         #[arg(long)]
         attributes: bool,
@@ -66,9 +65,8 @@ enum Command {
         /// Most traces listed.
         #[arg(long, default_value_t = 20)]
         limit: u32,
-        /// The server's gRPC address.
-        #[arg(long, default_value = DEFAULT_GRPC_ADDR)]
-        addr: String,
+        #[command(flatten)]
+        server: ServerArgs,
     },
     /// Verify every file of a data directory offline, changing nothing; exit
     /// status 1 if a problem is found.
@@ -76,6 +74,26 @@ enum Command {
         /// The data directory of a stopped server.
         data_dir: PathBuf,
     },
+}
+
+/// Where `get` and `search` find the server, and how to talk to it.
+#[derive(clap::Args)]
+struct ServerArgs {
+    /// The server's gRPC address: HOST:PORT, or a URI (http://, https://).
+    #[arg(long, default_value = DEFAULT_GRPC_ADDR)]
+    addr: String,
+    /// Connect with TLS, trusting the CA certificates in this PEM file (the
+    /// server's --tls-cert must be signed by one of them and name the host of
+    /// --addr) [default: none: plaintext].
+    #[arg(long, value_name = "PATH")]
+    tls_ca: Option<PathBuf>,
+    /// This client's PEM certificate chain, for a server that asks for one
+    /// (--tls-client-ca) [default: none].
+    #[arg(long, value_name = "PATH", requires_all = ["tls_ca", "tls_key"])]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert [default: none].
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -111,17 +129,17 @@ fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
         }
         Command::Get {
             trace_id,
-            addr,
+            server,
             attributes,
             json,
-        } => runtime.block_on(get(trace_id, &addr, attributes, json)),
+        } => runtime.block_on(get(trace_id, &server, attributes, json)),
         Command::Search {
             service,
             operation,
             since,
             limit,
-            addr,
-        } => runtime.block_on(search(service, operation, since, limit, &addr)),
+            server,
+        } => runtime.block_on(search(service, operation, since, limit, &server)),
         Command::Check { data_dir } => check::run(&data_dir),
     }
 }
@@ -129,15 +147,55 @@ fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
 type QueryClient =
     tracedb_proto::query::v1::query_service_client::QueryServiceClient<tonic::transport::Channel>;
 
-async fn connect(addr: &str) -> anyhow::Result<QueryClient> {
-    let uri = if addr.contains("://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
+async fn connect(server: &ServerArgs) -> anyhow::Result<QueryClient> {
+    let addr = &server.addr;
+    let Some(ca) = &server.tls_ca else {
+        if addr.starts_with("https://") {
+            anyhow::bail!(
+                "--addr {addr} asks for TLS: give --tls-ca with the CA certificate that signed the server's"
+            );
+        }
+        let uri = if addr.contains("://") {
+            addr.to_string()
+        } else {
+            format!("http://{addr}")
+        };
+        return QueryClient::connect(uri.clone())
+            .await
+            .with_context(|| format!("connecting to {uri}"));
     };
-    QueryClient::connect(uri.clone())
+    let uri = match addr.split_once("://") {
+        None => format!("https://{addr}"),
+        Some(("https", _)) => addr.to_string(),
+        Some(_) => anyhow::bail!(
+            "--tls-ca connects with TLS, but --addr {addr} is not https://: leave the scheme out or say https://"
+        ),
+    };
+    let identity = server.tls_cert.as_deref().zip(server.tls_key.as_deref());
+    let tls = tracedb_server::tls::ClientTls::load(ca, identity)?;
+    let channel = tls
+        .channel(&uri)
         .await
-        .with_context(|| format!("connecting to {uri}"))
+        .with_context(|| format!("connecting to {uri}"))?;
+    Ok(QueryClient::new(channel))
+}
+
+/// A failed call, with a hint when it may be a plaintext client at a TLS
+/// server (which closes the connection without an answer).
+fn call_failed(call: &str, status: tonic::Status, server: &ServerArgs) -> anyhow::Error {
+    let transport = matches!(
+        status.code(),
+        tonic::Code::Unavailable
+            | tonic::Code::Cancelled
+            | tonic::Code::Unknown
+            | tonic::Code::Internal
+    );
+    let context = if transport && server.tls_ca.is_none() {
+        format!("{call} (if the server runs with --tls-cert, connect with --tls-ca)")
+    } else {
+        call.to_string()
+    };
+    anyhow::Error::from(status).context(context)
 }
 
 /// `30s`, `15m`, `1h`, `2d`.
@@ -161,9 +219,9 @@ async fn search(
     operation: Option<String>,
     since: std::time::Duration,
     limit: u32,
-    addr: &str,
+    server: &ServerArgs,
 ) -> anyhow::Result<()> {
-    let mut client = connect(addr).await?;
+    let mut client = connect(server).await?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .context("clock before 1970")?;
@@ -177,15 +235,20 @@ async fn search(
     let traces = client
         .search_traces(request)
         .await
-        .context("SearchTraces")?
+        .map_err(|status| call_failed("SearchTraces", status, server))?
         .into_inner()
         .traces;
     print!("{}", tracedb_server::render::render_search(&traces));
     Ok(())
 }
 
-async fn get(trace_id: TraceId, addr: &str, attributes: bool, json: bool) -> anyhow::Result<()> {
-    let mut client = connect(addr).await?;
+async fn get(
+    trace_id: TraceId,
+    server: &ServerArgs,
+    attributes: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let mut client = connect(server).await?;
     let request = tracedb_proto::query::v1::GetTraceRequest {
         trace_id: trace_id.0.to_vec().into(),
         ..Default::default()
@@ -195,7 +258,7 @@ async fn get(trace_id: TraceId, addr: &str, attributes: bool, json: bool) -> any
         Err(status) if status.code() == tonic::Code::NotFound => {
             anyhow::bail!("trace {trace_id} not found");
         }
-        Err(status) => return Err(status).context("GetTrace"),
+        Err(status) => return Err(call_failed("GetTrace", status, server)),
     };
     let mut messages = Vec::new();
     while let Some(message) = stream.message().await.context("reading the trace")? {

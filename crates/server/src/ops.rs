@@ -18,12 +18,16 @@ use axum::{
 use tracedb_ingest::{Exposition, Ingest, Phase};
 use tracedb_lsm::Engine;
 
+use crate::tls::HandshakeLog;
+
 /// What the endpoints read.
 #[derive(Clone)]
 pub struct Ops {
     pub ingest: Arc<Ingest>,
     /// Set once the engine has opened.
     pub engine: Arc<OnceLock<Arc<Engine>>>,
+    /// The listeners' failed TLS handshakes; empty without TLS.
+    pub tls_handshakes: Vec<Arc<HandshakeLog>>,
 }
 
 /// `/metrics` and `/ready`.
@@ -197,6 +201,20 @@ pub fn render(ops: &Ops) -> String {
         "Bytes of acknowledged spans not yet in sorted files, as last sampled.",
         budget.buffered(),
     );
+    if !ops.tls_handshakes.is_empty() {
+        out.header(
+            "tracedb_tls_handshake_failures_total",
+            "counter",
+            "TLS handshakes that failed or timed out, per listener.",
+        );
+        for log in &ops.tls_handshakes {
+            out.sample(
+                "tracedb_tls_handshake_failures_total",
+                &format!("listener=\"{}\"", log.listener()),
+                log.failures(),
+            );
+        }
+    }
 
     if let Some(engine) = ops.engine.get() {
         let s = engine.stats();

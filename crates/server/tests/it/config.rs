@@ -5,7 +5,8 @@ use std::process::Command;
 
 use crate::harness::{metric, Server, TRACEDB};
 
-fn serve_fails(args: &[&str], envs: &[(&str, &str)]) -> String {
+/// Runs `tracedb serve` with `args`, which must make it exit non-zero; its stderr.
+pub fn serve_fails(args: &[&str], envs: &[(&str, &str)]) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cmd = Command::new(TRACEDB);
     cmd.arg("serve")

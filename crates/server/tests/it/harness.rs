@@ -17,6 +17,7 @@ use tracedb_proto::{
     resource::v1::Resource,
     trace::v1::{span, ResourceSpans, ScopeSpans, Span, Status, TracesData},
 };
+use tracedb_server::tls::{ClientTls, ALPN_HTTP1};
 
 /// The release (or debug) binary cargo built for these tests.
 pub const TRACEDB: &str = env!("CARGO_BIN_EXE_tracedb");
@@ -30,6 +31,8 @@ pub struct Server {
     pub http: SocketAddr,
     /// Everything the server logged so far.
     pub log: Arc<Mutex<Vec<String>>>,
+    /// Set for a server started with TLS: how this process's clients talk to it.
+    pub tls: Option<ClientTls>,
 }
 
 impl Server {
@@ -91,19 +94,48 @@ impl Server {
             addr,
             http,
             log,
+            tls: None,
         }
     }
 
+    /// Starts a server with `extra` options that turn TLS on; `tls` is how
+    /// the tests' clients will connect to it.
+    pub fn start_tls(data_dir: &Path, extra: &[&str], tls: ClientTls) -> Server {
+        let mut server = Self::start_with(data_dir, extra);
+        server.tls = Some(tls);
+        server
+    }
+
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        match self.tls {
+            None => format!("http://{}", self.addr),
+            Some(_) => format!("https://{}", self.addr),
+        }
     }
 
     pub async fn channel(&self) -> Channel {
-        Channel::from_shared(self.endpoint())
-            .expect("uri")
-            .connect()
-            .await
-            .expect("connect")
+        match &self.tls {
+            None => Channel::from_shared(self.endpoint())
+                .expect("uri")
+                .connect()
+                .await
+                .expect("connect"),
+            Some(tls) => tls.channel(&self.endpoint()).await.expect("connect"),
+        }
+    }
+
+    /// One request to the HTTP port, over TLS if the server serves it.
+    pub fn http_call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> std::io::Result<HttpResponse> {
+        match &self.tls {
+            None => http_request(self.http, method, path, headers, body),
+            Some(tls) => https_request(self.http, tls, method, path, headers, body),
+        }
     }
 
     pub async fn ingest(&self) -> TraceServiceClient<Channel> {
@@ -345,9 +377,43 @@ pub fn http_request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> std::io::Result<HttpResponse> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr)?;
+    let stream = std::net::TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    exchange(stream, addr, method, path, headers, body)
+}
+
+/// [`http_request`] over TLS, trusting what `tls` trusts.
+pub fn https_request(
+    addr: SocketAddr,
+    tls: &ClientTls,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<HttpResponse> {
+    let tcp = std::net::TcpStream::connect(addr)?;
+    tcp.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    let connection = rustls::ClientConnection::new(tls.config(ALPN_HTTP1), name)
+        .map_err(std::io::Error::other)?;
+    exchange(
+        rustls::StreamOwned::new(connection, tcp),
+        addr,
+        method,
+        path,
+        headers,
+        body,
+    )
+}
+
+fn exchange(
+    mut stream: impl std::io::Read + std::io::Write,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<HttpResponse> {
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
@@ -358,6 +424,7 @@ pub fn http_request(
     head.push_str("\r\n");
     stream.write_all(head.as_bytes())?;
     stream.write_all(body)?;
+    stream.flush()?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw)?;
     let split = raw
@@ -405,13 +472,17 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
 
 /// `POST /v1/traces`.
 pub fn post_traces(server: &Server, headers: &[(&str, &str)], body: &[u8]) -> HttpResponse {
-    http_request(server.http, "POST", "/v1/traces", headers, body).expect("POST /v1/traces")
+    server
+        .http_call("POST", "/v1/traces", headers, body)
+        .expect("POST /v1/traces")
 }
 
 /// The value of one sample of `/metrics`, e.g.
 /// `tracedb_spans_accepted_total{protocol="grpc"}`.
 pub fn metric(server: &Server, sample: &str) -> f64 {
-    let response = http_request(server.http, "GET", "/metrics", &[], b"").expect("GET /metrics");
+    let response = server
+        .http_call("GET", "/metrics", &[], b"")
+        .expect("GET /metrics");
     assert_eq!(response.status, 200);
     let text = String::from_utf8(response.body).expect("utf-8 metrics");
     text.lines()

@@ -17,3 +17,4 @@ mod restart;
 mod shutdown;
 mod telemetrygen;
 mod tempo;
+mod tls;

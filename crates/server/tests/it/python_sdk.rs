@@ -3,7 +3,11 @@
 //! links and status; GetTrace must return them field for field, with their
 //! resource and scope, and the server must count every one as accepted.
 
-use std::{collections::BTreeMap, path::PathBuf, process::Command};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use prost::Message;
 use tracedb_proto::{
@@ -54,28 +58,47 @@ fn by_span_id(requests: &[ExportTraceServiceRequest]) -> Expected {
 
 #[tokio::test]
 async fn python_sdk_traces_come_back_field_for_field() {
-    python_sdk_round_trip("grpc").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    python_sdk_round_trip(&server, "grpc", &[], dir.path()).await;
 }
 
 #[tokio::test]
 async fn python_sdk_http_protobuf_traces_come_back_field_for_field() {
-    python_sdk_round_trip("http").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    python_sdk_round_trip(&server, "http", &[], dir.path()).await;
 }
 
-async fn python_sdk_round_trip(protocol: &str) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(dir.path());
-    let sent_file = dir.path().join("sent.pb");
+/// Exports 5 traces of 3 spans to `server` with the Python SDK over `grpc` or
+/// `http`, with `env` set for the exporter (its TLS settings), and checks
+/// that GetTrace returns them field for field. Returns the trace IDs.
+pub async fn python_sdk_round_trip(
+    server: &Server,
+    protocol: &str,
+    env: &[(&str, &Path)],
+    scratch: &Path,
+) -> Vec<u128> {
+    let sent_file = scratch.join(format!("sent-{protocol}.pb"));
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/export_traces.py");
-    let endpoint = match protocol {
+    let addr = match protocol {
         "grpc" => server.addr,
         _ => server.http,
+    };
+    let endpoint = match server.tls {
+        None => addr.to_string(),
+        Some(_) => format!("https://{addr}"),
     };
     let out = Command::new(python())
         .arg(&script)
         .arg(protocol)
-        .arg(endpoint.to_string())
+        .arg(endpoint)
         .arg(&sent_file)
+        .envs(env.iter().copied())
+        // requests lets these override the exporter's own CA file
+        // (OTEL_EXPORTER_OTLP_CERTIFICATE): a machine's setting, not the SDK's.
+        .env_remove("REQUESTS_CA_BUNDLE")
+        .env_remove("CURL_CA_BUNDLE")
         .output()
         .expect("run the Python exporter");
     assert!(
@@ -98,7 +121,7 @@ async fn python_sdk_round_trip(protocol: &str) {
         "grpc" => "tracedb_spans_accepted_total{protocol=\"grpc\"}",
         _ => "tracedb_spans_accepted_total{protocol=\"http_protobuf\"}",
     };
-    assert_eq!(metric(&server, counter), 15.0, "{counter}");
+    assert_eq!(metric(server, counter), 15.0, "{counter}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !stderr.contains("Failed to export"),
@@ -138,4 +161,8 @@ async fn python_sdk_round_trip(protocol: &str) {
         assert_eq!(have.1, want.1, "scope");
         assert_eq!(have.2, want.2, "scope schema URL");
     }
+    trace_ids
+        .iter()
+        .map(|id| u128::from_be_bytes(id[..].try_into().expect("16 bytes")))
+        .collect()
 }

@@ -1,9 +1,12 @@
 """Exports traces to tracedb with the OpenTelemetry Python SDK's OTLP exporters.
 
-Usage: export_traces.py grpc|http HOST:PORT OUT_FILE
+Usage: export_traces.py grpc|http HOST:PORT|https://HOST:PORT OUT_FILE
 
 `grpc` uses the OTLP/gRPC exporter, `http` the OTLP/HTTP protobuf exporter (the
 SDKs' default protocol, to http://HOST:PORT/v1/traces); both send gzip.
+With https://HOST:PORT both connect with TLS, configured the standard way:
+OTEL_EXPORTER_OTLP_CERTIFICATE (the CA to trust) and, for mutual TLS,
+OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY.
 
 Every span the SDK finishes also goes to an in-memory exporter; once the OTLP
 exporter has flushed, those spans are encoded the way the OTLP exporter encodes
@@ -36,14 +39,17 @@ def main() -> None:
         resource=Resource.create({"service.name": "checkout", "deployment.environment": "e2e"})
     )
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    if protocol == "grpc":
+    tls = endpoint.startswith("https://")
+    if protocol == "grpc" and tls:
+        # The https scheme turns TLS on; the CA comes from the environment.
+        otlp = GrpcSpanExporter(endpoint=endpoint, compression=grpc.Compression.Gzip)
+    elif protocol == "grpc":
         otlp = GrpcSpanExporter(
             endpoint=endpoint, insecure=True, compression=grpc.Compression.Gzip
         )
     elif protocol == "http":
-        otlp = HttpSpanExporter(
-            endpoint=f"http://{endpoint}/v1/traces", compression=Compression.Gzip
-        )
+        base = endpoint if tls else f"http://{endpoint}"
+        otlp = HttpSpanExporter(endpoint=f"{base}/v1/traces", compression=Compression.Gzip)
     else:
         sys.exit(f"unknown protocol {protocol!r}: use grpc or http")
     provider.add_span_processor(BatchSpanProcessor(otlp))
