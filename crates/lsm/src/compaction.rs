@@ -1,21 +1,36 @@
-//! Leveled compaction: which files to merge ([`pick`], a pure function over a
-//! [`Version`]) and how ([`merge`], which writes the outputs and installs
-//! nothing).
+//! Tiered compaction inside time partitions: which files to merge ([`pick`],
+//! a pure function over a [`Version`]) and how ([`merge`], which writes the
+//! outputs and installs nothing).
+//!
+//! # Why tiered
+//!
+//! Trace IDs are random, so every flushed file spans the whole ID space, and
+//! so does every run a merge writes. Leveled compaction (merge new data into
+//! the one sorted run of the next level) then rewrites the *whole* next level
+//! of the partition for every few flushes: 3 GB written per GB flushed at 20
+//! million spans, and more as a partition grows. Here a level of a partition
+//! instead collects sorted runs, each written once, and merges them together
+//! only once it holds `size_ratio` of them: a span is rewritten about once
+//! per level it passes through. Lookups pay one bloom-filter probe per run
+//! (the run count per level stays below `size_ratio`), which costs no block
+//! read for a trace the run does not hold.
 //!
 //! # Picking
 //!
-//! 1. Level 0 first: once it holds `l0_trigger_files` files, every level-0 file
-//!    is merged (one level-0 task at a time) with the level-1 files of the
-//!    partitions those files' time ranges touch (only those whose trace-ID
-//!    range overlaps). The outputs are level-1 files split by partition.
-//! 2. Otherwise, the (level, partition) whose bytes most exceed its target
-//!    (`level_base_bytes × size_ratio^(level − 1)`, per partition) gives up its
-//!    oldest file, merged with the overlapping files of the next level in the
-//!    same partition. When nothing overlaps, the file is moved down by a
-//!    manifest edit alone (no rewrite). The last level has no target.
+//! 1. Level 0 first: once it holds `l0_trigger_files` files that no task is
+//!    merging, they are merged *alone* (no level-1 file is read or
+//!    rewritten) into one new sorted run per partition their spans touch, at
+//!    level 1. A second level-0 task can start while one runs.
+//! 2. Otherwise, the (level, partition) furthest past its trigger, among
+//!    levels 1 to the last but one: it holds `size_ratio` runs, or more bytes
+//!    than `level_target(level)`. All its files are merged into one new run
+//!    at the next level, whose existing runs are left alone. A level holding a
+//!    single run (over its byte target) is moved down by a manifest edit
+//!    alone. The last level has no trigger: its runs stay until retention.
 //!
-//! A candidate that would touch a file another task is compacting is skipped,
-//! so tasks on different partitions or levels run in parallel.
+//! Files that running tasks hold are skipped, so tasks on different levels or
+//! partitions, and level-0 tasks, run in parallel. [`pick_level0`] is the
+//! first step alone, for a thread kept free for level 0.
 //!
 //! # Merging
 //!
@@ -24,9 +39,9 @@
 //! spans of a trace that arrived minutes apart (late spans, retried batches)
 //! come out adjacent. Spans past retention are dropped on the way. Each trace
 //! goes to the builder of its spans' partitions; a builder is finished into a
-//! file once it passes `target_file_bytes`, at a trace boundary. Writing is
-//! paced by a [`RateLimiter`]. Nothing here holds a lock that ingest or
-//! queries wait on.
+//! file once it passes `target_file_bytes`, at a trace boundary, so the files
+//! of one partition's output form one sorted run. Writing is paced by a
+//! [`RateLimiter`]. Nothing here holds a lock that ingest or queries wait on.
 
 mod merge;
 mod output;
@@ -38,10 +53,7 @@ pub use merge::MergeIterator;
 pub use output::{merge, table_path, MergeContext, MergeOutput};
 pub use rate::RateLimiter;
 
-use crate::{
-    manifest::NO_PARTITION,
-    version::{TableFile, Version},
-};
+use crate::version::{SortedRuns, TableFile, Version};
 
 /// Shape of the tree and when to compact.
 #[derive(Debug, Clone)]
@@ -50,9 +62,12 @@ pub struct CompactionOptions {
     pub levels: usize,
     /// Level-0 file count that triggers a level-0 compaction.
     pub l0_trigger_files: usize,
-    /// Target bytes of level 1 in one partition.
+    /// Bytes of level 1 in one partition past which its runs are merged
+    /// down, however few they are.
     pub level_base_bytes: u64,
-    /// Each level's target is this many times the one above it.
+    /// Sorted runs a level of a partition collects before they are merged into
+    /// one run of the next level; each level's byte target is also this many
+    /// times the one above it.
     pub size_ratio: u64,
     /// Compaction outputs are cut at a trace boundary past this size.
     pub target_file_bytes: u64,
@@ -66,7 +81,7 @@ impl Default for CompactionOptions {
             levels: 5,
             l0_trigger_files: 4,
             level_base_bytes: 256 << 20,
-            size_ratio: 10,
+            size_ratio: 4,
             target_file_bytes: 64 << 20,
             partition: Duration::from_secs(3600),
         }
@@ -87,9 +102,14 @@ impl CompactionOptions {
     pub fn level_target(&self, level: usize) -> u64 {
         let mut t = self.level_base_bytes.max(1);
         for _ in 1..level {
-            t = t.saturating_mul(self.size_ratio.max(2));
+            t = t.saturating_mul(self.size_ratio());
         }
         t
+    }
+
+    /// Runs a level of a partition holds before they are merged (at least 2).
+    pub fn size_ratio(&self) -> u64 {
+        self.size_ratio.max(2)
     }
 }
 
@@ -98,7 +118,8 @@ impl CompactionOptions {
 pub enum TaskKind {
     /// Merge the inputs into new files at `output_level`.
     Merge,
-    /// One file, nothing overlapping below: change its level in the manifest.
+    /// One sorted run: change its files' level in the manifest; nothing is
+    /// read or written, and the run stays one run at the next level.
     Move,
 }
 
@@ -121,11 +142,6 @@ impl CompactionTask {
     }
 }
 
-fn overlaps(a: &TableFile, min: &crate::TraceId, max: &crate::TraceId) -> bool {
-    let m = a.table().meta();
-    m.min_trace_id <= *max && *min <= m.max_trace_id
-}
-
 /// Chooses the next compaction, or `None` when the tree is in shape. Files in
 /// `busy` belong to running tasks and are neither taken nor merged into.
 pub fn pick(
@@ -133,95 +149,23 @@ pub fn pick(
     opts: &CompactionOptions,
     busy: &HashSet<u64>,
 ) -> Option<CompactionTask> {
-    if let Some(task) = pick_l0(version, opts, busy) {
-        return Some(task);
-    }
-    let mut best: Option<(f64, usize, u64)> = None;
-    for (i, parts) in version.deeper.iter().enumerate() {
-        let level = i + 1;
-        if level + 1 >= version.levels() {
-            break; // the last level has no target
-        }
-        let target = opts.level_target(level) as f64;
-        for (&p, files) in parts {
-            let bytes: u64 = files.iter().map(|f| f.size()).sum();
-            let score = bytes as f64 / target;
-            if score > 1.0 && best.is_none_or(|(s, _, _)| score > s) {
-                best = Some((score, level, p));
-            }
-        }
-    }
-    let (_, level, p) = best?;
-    let files = &version.deeper[level - 1][&p];
-    // Oldest file first: it has waited longest to move down.
-    let mut order: Vec<&Arc<TableFile>> = files.iter().collect();
-    order.sort_by_key(|f| f.id);
-    let below = version.deeper[level].get(&p);
-    'candidates: for file in order {
-        if busy.contains(&file.id) {
-            continue;
-        }
-        let m = file.table().meta();
-        let mut inputs = vec![file.clone()];
-        for f in below.into_iter().flatten() {
-            if overlaps(f, &m.min_trace_id, &m.max_trace_id) {
-                if busy.contains(&f.id) {
-                    continue 'candidates;
-                }
-                inputs.push(f.clone());
-            }
-        }
-        let kind = if inputs.len() == 1 {
-            TaskKind::Move
-        } else {
-            TaskKind::Merge
-        };
-        return Some(CompactionTask {
-            kind,
-            input_level: level,
-            output_level: level + 1,
-            inputs,
-        });
-    }
-    None
+    pick_level0(version, opts, busy).or_else(|| pick_deeper(version, opts, busy))
 }
 
-fn pick_l0(
+/// Step 1 of [`pick`] alone: a level-0 task, if level 0 is over its trigger.
+pub fn pick_level0(
     version: &Version,
     opts: &CompactionOptions,
     busy: &HashSet<u64>,
 ) -> Option<CompactionTask> {
-    if version.l0.len() < opts.l0_trigger_files.max(1) {
+    let inputs: Vec<Arc<TableFile>> = version
+        .l0
+        .iter()
+        .filter(|f| !busy.contains(&f.id))
+        .cloned()
+        .collect();
+    if inputs.len() < opts.l0_trigger_files.max(1) {
         return None;
-    }
-    // One level-0 task at a time: two would both write level-1 files over the
-    // whole ID range of a partition, and level-1 files of a partition must not
-    // overlap.
-    if version.l0.iter().any(|f| busy.contains(&f.id)) {
-        return None;
-    }
-    let l0 = version.l0.clone();
-    let first = l0.first()?;
-    let m = first.table().meta();
-    let (mut lo_p, mut hi_p) = (u64::MAX, 0u64);
-    let (mut min_id, mut max_id) = (m.min_trace_id, m.max_trace_id);
-    for f in &l0 {
-        let m = f.table().meta();
-        lo_p = lo_p.min(opts.partition_of(m.min_time_unix_nano));
-        hi_p = hi_p.max(opts.partition_of(m.max_time_unix_nano));
-        min_id = min_id.min(m.min_trace_id);
-        max_id = max_id.max(m.max_trace_id);
-    }
-    let mut inputs = l0;
-    for files in version.deeper[0].range(lo_p..=hi_p.min(NO_PARTITION - 1)) {
-        for f in files.1 {
-            if overlaps(f, &min_id, &max_id) {
-                if busy.contains(&f.id) {
-                    return None;
-                }
-                inputs.push(f.clone());
-            }
-        }
     }
     Some(CompactionTask {
         kind: TaskKind::Merge,
@@ -229,4 +173,215 @@ fn pick_l0(
         output_level: 1,
         inputs,
     })
+}
+
+/// Step 2 of [`pick`]: the (level, partition) furthest past its trigger.
+fn pick_deeper(
+    version: &Version,
+    opts: &CompactionOptions,
+    busy: &HashSet<u64>,
+) -> Option<CompactionTask> {
+    let ratio = opts.size_ratio() as f64;
+    let mut best: Option<(f64, usize, SortedRuns)> = None;
+    for (i, parts) in version.deeper.iter().enumerate() {
+        let level = i + 1;
+        if level + 1 >= version.levels() {
+            break; // the last level has no trigger
+        }
+        let target = opts.level_target(level) as f64;
+        for runs in parts.values() {
+            let idle: Vec<Arc<TableFile>> = runs
+                .files()
+                .filter(|f| !busy.contains(&f.id))
+                .cloned()
+                .collect();
+            if idle.is_empty() {
+                continue;
+            }
+            // Runs of the files no task holds: a task already merging some of
+            // this level leaves the runs that arrived since.
+            let idle = SortedRuns::new(idle);
+            let score = (idle.run_count() as f64 / ratio).max(idle.bytes() as f64 / target);
+            // Ties go to the upper level (visited first): it is the one
+            // lookups probe most and its merges are the cheapest.
+            if score >= 1.0 && best.as_ref().is_none_or(|(s, _, _)| score > *s) {
+                best = Some((score, level, idle));
+            }
+        }
+    }
+    let (_, level, runs) = best?;
+    let kind = if runs.run_count() == 1 {
+        TaskKind::Move
+    } else {
+        TaskKind::Merge
+    };
+    Some(CompactionTask {
+        kind,
+        input_level: level,
+        output_level: level + 1,
+        inputs: runs.files().cloned().collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::{manifest::NO_PARTITION, test_util::table_file};
+
+    /// Four levels, trigger 3 files at level 0, 3 runs a level; byte targets
+    /// far away unless a test lowers them.
+    fn opts() -> CompactionOptions {
+        CompactionOptions {
+            levels: 4,
+            l0_trigger_files: 3,
+            level_base_bytes: u64::MAX / 64,
+            size_ratio: 3,
+            target_file_bytes: 1 << 20,
+            partition: Duration::from_secs(10),
+        }
+    }
+
+    /// A run over the whole ID space, like every run of random trace IDs.
+    fn full_range(dir: &Path, id: u64, level: u32, partition: u64) -> Arc<TableFile> {
+        table_file(dir, id, level, partition, &[1, 1 << 100, u128::MAX - 1])
+    }
+
+    fn version(files: Vec<Arc<TableFile>>) -> Version {
+        Version::empty(4).apply(&HashSet::new(), files)
+    }
+
+    fn ids(task: &CompactionTask) -> Vec<u64> {
+        let mut v: Vec<u64> = task.inputs.iter().map(|f| f.id).collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn level_0_is_merged_alone_into_a_new_run() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let mut files = vec![full_range(d, 10, 1, 0), full_range(d, 11, 1, 0)];
+        files.push(full_range(d, 1, 0, NO_PARTITION));
+        files.push(full_range(d, 2, 0, NO_PARTITION));
+        let v = version(files.clone());
+        assert!(pick(&v, &opts(), &HashSet::new()).is_none(), "2 < 3 files");
+        files.push(full_range(d, 3, 0, NO_PARTITION));
+        let v = version(files);
+        let task = pick(&v, &opts(), &HashSet::new()).expect("level 0 at its trigger");
+        assert_eq!(
+            (task.kind, task.input_level, task.output_level),
+            (TaskKind::Merge, 0, 1)
+        );
+        // The level-1 runs that overlap every file are not read or rewritten.
+        assert_eq!(ids(&task), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn a_second_level_0_task_takes_only_files_no_task_holds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let mut files: Vec<_> = (1..=5)
+            .map(|id| full_range(d, id, 0, NO_PARTITION))
+            .collect();
+        let busy = HashSet::from([1, 2, 3]);
+        assert!(
+            pick(&version(files.clone()), &opts(), &busy).is_none(),
+            "2 idle"
+        );
+        files.push(full_range(d, 6, 0, NO_PARTITION));
+        let task = pick(&version(files), &opts(), &busy).expect("3 idle files");
+        assert_eq!(ids(&task), vec![4, 5, 6]);
+        assert_eq!(
+            pick_level0(&version(Vec::new()), &opts(), &HashSet::new()).map(|t| t.inputs.len()),
+            None
+        );
+    }
+
+    #[test]
+    fn a_level_with_size_ratio_runs_is_merged_into_one_run_below() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        // Level 1 of partition 4: two runs, one of them two disjoint files.
+        let mut files = vec![
+            table_file(d, 1, 1, 4, &[1, 50]),
+            table_file(d, 2, 1, 4, &[60, 90]),
+            full_range(d, 3, 1, 4),
+            // Level 2 already holds a run of the same partition: left alone.
+            full_range(d, 20, 2, 4),
+        ];
+        assert!(pick(&version(files.clone()), &opts(), &HashSet::new()).is_none());
+        files.push(full_range(d, 4, 1, 4));
+        let v = version(files);
+        assert_eq!(v.deeper[0][&4].run_count(), 3);
+        let task = pick(&v, &opts(), &HashSet::new()).expect("3 runs");
+        assert_eq!(
+            (task.kind, task.input_level, task.output_level),
+            (TaskKind::Merge, 1, 2)
+        );
+        assert_eq!(ids(&task), vec![1, 2, 3, 4]);
+        // While that merge runs, nothing else in the partition is due.
+        assert!(pick(&v, &opts(), &task.input_ids()).is_none());
+    }
+
+    #[test]
+    fn the_last_level_collects_runs_without_merging_them() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let files: Vec<_> = (1..=10).map(|id| full_range(d, id, 3, 0)).collect();
+        let v = version(files);
+        assert_eq!(v.deeper[2][&0].run_count(), 10);
+        assert!(pick(&v, &opts(), &HashSet::new()).is_none());
+    }
+
+    #[test]
+    fn one_run_over_its_byte_target_moves_down_without_a_rewrite() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let files = vec![
+            table_file(d, 1, 1, 0, &[1, 50]),
+            table_file(d, 2, 1, 0, &[60, 90]),
+        ];
+        let v = version(files);
+        let mut o = opts();
+        o.level_base_bytes = v.deeper[0][&0].bytes() - 1;
+        let task = pick(&v, &o, &HashSet::new()).expect("over its byte target");
+        assert_eq!(
+            (task.kind, task.input_level, task.output_level),
+            (TaskKind::Move, 1, 2)
+        );
+        assert_eq!(ids(&task), vec![1, 2]);
+        // Level 2's target is size_ratio times larger: the run stays there.
+        let moved = v.apply(
+            &task.input_ids(),
+            task.inputs
+                .iter()
+                .map(|f| Arc::new(f.moved_to(2)))
+                .collect(),
+        );
+        assert!(pick(&moved, &o, &HashSet::new()).is_none());
+    }
+
+    #[test]
+    fn the_partition_furthest_past_its_trigger_goes_first() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let mut files = Vec::new();
+        // Partition 1: 3 runs at level 1 (score 1); partition 2: 5 runs at level 2 (score 5/3).
+        for id in 1..=3 {
+            files.push(full_range(d, id, 1, 1));
+        }
+        for id in 11..=15 {
+            files.push(full_range(d, id, 2, 2));
+        }
+        let v = version(files);
+        let task = pick(&v, &opts(), &HashSet::new()).expect("both due");
+        assert_eq!(
+            (task.input_level, ids(&task)),
+            (2, vec![11, 12, 13, 14, 15])
+        );
+        let next = pick(&v, &opts(), &task.input_ids()).expect("the other one");
+        assert_eq!((next.input_level, ids(&next)), (1, vec![1, 2, 3]));
+    }
 }

@@ -116,8 +116,20 @@ enum Task {
 struct Sched {
     /// Files inputs of running tasks (compaction or retention).
     busy: HashSet<u64>,
+    /// Running tasks whose inputs are in levels 1 and deeper.
+    deeper_running: usize,
     paused: bool,
     stopping: bool,
+}
+
+impl Sched {
+    /// Marks a picked task's inputs busy until `finish_task`.
+    fn claim(&mut self, task: &crate::CompactionTask) {
+        self.busy.extend(task.inputs.iter().map(|f| f.id));
+        if task.input_level > 0 {
+            self.deeper_running += 1;
+        }
+    }
 }
 
 struct Inner {

@@ -28,3 +28,39 @@ pub fn span(group: &Arc<ScopeGroup>, trace: u128, span: u64, start: u64) -> Span
         payload: Bytes::from(format!("payload {trace:x}/{span:x}")),
     }
 }
+
+/// A live file at `level` in `partition` (ID `id`, in `dir`) holding one span
+/// of each trace in `traces`, which must be sorted. Never deleted from disk.
+pub fn table_file(
+    dir: &std::path::Path,
+    id: u64,
+    level: u32,
+    partition: u64,
+    traces: &[u128],
+) -> Arc<crate::version::TableFile> {
+    use crate::{
+        manifest::FileEntry,
+        table::{SsTable, SsTableBuilder, TableOptions},
+        version::{Janitor, TableFile},
+    };
+    let g = group("svc");
+    let mut builder = SsTableBuilder::new(TableOptions::default());
+    for (i, &t) in traces.iter().enumerate() {
+        builder
+            .add(&span(&g, t, i as u64 + 1, 1_000))
+            .expect("sorted");
+    }
+    let path = dir.join(format!("{id:020}.sst"));
+    let meta = builder.finish(&path).expect("finish");
+    let table = SsTable::open(&path).expect("open");
+    let janitor = Arc::new(Janitor {
+        enabled: std::sync::atomic::AtomicBool::new(false),
+    });
+    let entry = FileEntry {
+        id,
+        level,
+        partition,
+        file_size: meta.file_size,
+    };
+    Arc::new(TableFile::new(entry, table, janitor))
+}

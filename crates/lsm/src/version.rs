@@ -13,10 +13,16 @@
 //! - Level 0 holds flush outputs in flush order. Their trace-ID ranges
 //!   overlap (each covers the whole ID space) and they are not partitioned.
 //! - Levels 1 and deeper are *time-partitioned*: a file holds spans whose start
-//!   times fall in one partition (`start / partition_nanos`), and within one
-//!   (level, partition) the files have disjoint trace-ID ranges and are kept
-//!   sorted by them, so a lookup probes at most one file per level and
-//!   partition. Retention drops whole partitions' files.
+//!   times fall in one partition (`start / partition_nanos`). The files of one
+//!   (level, partition) form [`SortedRuns`]: within a run, files have disjoint
+//!   trace-ID ranges and are sorted by them; runs may overlap each other (each
+//!   compaction output is a new run, see `compaction`). A lookup probes at
+//!   most one file per run. Retention drops whole partitions' files.
+//!
+//! Which run a file belongs to is not stored anywhere: it is derived from the
+//! files' ID ranges whenever a (level, partition) changes, as the fewest
+//! chains of disjoint files ([`SortedRuns::new`]). A tree written when each
+//! (level, partition) was one run reads back as one run each.
 //!
 //! A file is deleted from disk when the last `Arc<TableFile>` goes away after
 //! an edit removed it ([`TableFile::mark_obsolete`]); so a snapshot's mmaps stay
@@ -170,11 +176,89 @@ impl TimeRange {
     }
 }
 
-/// Files and bytes of one level.
+/// Files, sorted runs and bytes of one level.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LevelStats {
     pub files: usize,
+    /// Sorted runs summed over the level's partitions: the most files of the
+    /// level a lookup may have to probe (level 0: every file is a run).
+    pub runs: usize,
     pub bytes: u64,
+}
+
+/// The files of one (level, partition) in levels 1 and deeper, grouped into
+/// sorted runs: the files of a run have disjoint trace-ID ranges and are
+/// sorted by them; runs may overlap each other. Immutable.
+#[derive(Debug, Clone, Default)]
+pub struct SortedRuns {
+    runs: Vec<Vec<Arc<TableFile>>>,
+}
+
+impl SortedRuns {
+    /// Groups `files` into as few runs as their ID ranges allow: files are
+    /// taken in order of their smallest ID, each appended to the run whose
+    /// last file ends closest below it, or starting a new run when every run
+    /// overlaps it. That greedy choice opens a run only where that many files
+    /// share an ID, so the run count is the most files any lookup can need.
+    pub fn new(mut files: Vec<Arc<TableFile>>) -> Self {
+        files.sort_by(|a, b| {
+            let (ma, mb) = (a.table().meta(), b.table().meta());
+            (ma.min_trace_id, a.id).cmp(&(mb.min_trace_id, b.id))
+        });
+        let mut runs: Vec<Vec<Arc<TableFile>>> = Vec::new();
+        for file in files {
+            let min = file.table().meta().min_trace_id;
+            let fit = runs
+                .iter_mut()
+                .filter_map(|run| {
+                    let last = run.last().expect("runs are never empty");
+                    let max = last.table().meta().max_trace_id;
+                    (max < min).then_some((max, run))
+                })
+                .max_by_key(|(max, _)| *max);
+            match fit {
+                Some((_, run)) => run.push(file),
+                None => runs.push(vec![file]),
+            }
+        }
+        SortedRuns { runs }
+    }
+
+    /// The runs, each sorted by trace ID with disjoint files.
+    pub fn runs(&self) -> &[Vec<Arc<TableFile>>] {
+        &self.runs
+    }
+
+    pub fn run_count(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Every file, run by run.
+    pub fn files(&self) -> impl Iterator<Item = &Arc<TableFile>> {
+        self.runs.iter().flatten()
+    }
+
+    pub fn file_count(&self) -> usize {
+        self.runs.iter().map(Vec::len).sum()
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.files().map(|f| f.size()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// In each run, the one file whose ID range can hold `trace_id` (binary
+    /// search), if there is one.
+    pub fn probe(&self, trace_id: &TraceId) -> impl Iterator<Item = &Arc<TableFile>> + '_ {
+        let id = *trace_id;
+        self.runs.iter().filter_map(move |run| {
+            let at = run.partition_point(|f| f.table().meta().max_trace_id < id);
+            run.get(at).filter(|f| f.table().meta().min_trace_id <= id)
+        })
+    }
 }
 
 /// The live files, per level. Immutable; see the module docs.
@@ -182,8 +266,8 @@ pub struct LevelStats {
 pub struct Version {
     /// Level 0, oldest flush first.
     pub l0: Vec<Arc<TableFile>>,
-    /// `deeper[i]` is level `i + 1`: partition -> files sorted by trace-ID range.
-    pub deeper: Vec<BTreeMap<u64, Vec<Arc<TableFile>>>>,
+    /// `deeper[i]` is level `i + 1`: partition -> its sorted runs.
+    pub deeper: Vec<BTreeMap<u64, SortedRuns>>,
 }
 
 impl Version {
@@ -200,72 +284,75 @@ impl Version {
         self.deeper.len() + 1
     }
 
-    /// The next version: this one without `removed`, with `added`.
+    /// The next version: this one without `removed`, with `added`. Only the
+    /// (level, partition)s the edit touches have their runs worked out again.
     pub fn apply(&self, removed: &HashSet<u64>, added: Vec<Arc<TableFile>>) -> Version {
-        let mut next = Version {
-            l0: self
-                .l0
-                .iter()
-                .filter(|f| !removed.contains(&f.id))
-                .cloned()
-                .collect(),
-            deeper: self
-                .deeper
-                .iter()
-                .map(|parts| {
-                    parts
-                        .iter()
-                        .map(|(p, files)| {
-                            let kept: Vec<_> = files
-                                .iter()
-                                .filter(|f| !removed.contains(&f.id))
-                                .cloned()
-                                .collect();
-                            (*p, kept)
-                        })
-                        .filter(|(_, files)| !files.is_empty())
-                        .collect()
-                })
-                .collect(),
-        };
-        for file in added {
-            next.insert(file);
-        }
-        next
-    }
-
-    fn insert(&mut self, file: Arc<TableFile>) {
-        if file.level == 0 || file.partition == NO_PARTITION {
-            let at = self.l0.partition_point(|f| f.id < file.id);
-            self.l0.insert(at, file);
-            return;
-        }
+        let mut l0: Vec<Arc<TableFile>> = self
+            .l0
+            .iter()
+            .filter(|f| !removed.contains(&f.id))
+            .cloned()
+            .collect();
         let last = self.deeper.len();
-        let level = (file.level as usize).min(last);
-        let files = self.deeper[level - 1].entry(file.partition).or_default();
-        let min = file.table().meta().min_trace_id;
-        let at = files.partition_point(|f| f.table().meta().min_trace_id < min);
-        files.insert(at, file);
+        let mut touched: BTreeMap<(usize, u64), Vec<Arc<TableFile>>> = BTreeMap::new();
+        for file in added {
+            if file.level == 0 || file.partition == NO_PARTITION {
+                let at = l0.partition_point(|f| f.id < file.id);
+                l0.insert(at, file);
+            } else {
+                let level = (file.level as usize).min(last);
+                touched
+                    .entry((level - 1, file.partition))
+                    .or_default()
+                    .push(file);
+            }
+        }
+        let mut deeper = vec![BTreeMap::new(); last];
+        for (i, parts) in self.deeper.iter().enumerate() {
+            for (&p, runs) in parts {
+                let added_here = touched.remove(&(i, p));
+                if added_here.is_none() && !runs.files().any(|f| removed.contains(&f.id)) {
+                    deeper[i].insert(p, runs.clone());
+                    continue;
+                }
+                let mut files: Vec<_> = runs
+                    .files()
+                    .filter(|f| !removed.contains(&f.id))
+                    .cloned()
+                    .collect();
+                files.extend(added_here.into_iter().flatten());
+                if !files.is_empty() {
+                    deeper[i].insert(p, SortedRuns::new(files));
+                }
+            }
+        }
+        for ((i, p), files) in touched {
+            deeper[i].insert(p, SortedRuns::new(files));
+        }
+        Version { l0, deeper }
     }
 
     /// Every file, level 0 first.
     pub fn files(&self) -> impl Iterator<Item = &Arc<TableFile>> {
-        self.l0
-            .iter()
-            .chain(self.deeper.iter().flat_map(|p| p.values().flatten()))
+        self.l0.iter().chain(
+            self.deeper
+                .iter()
+                .flat_map(|parts| parts.values().flat_map(SortedRuns::files)),
+        )
     }
 
-    /// Files and bytes per level, level 0 first.
+    /// Files, runs and bytes per level, level 0 first.
     pub fn level_stats(&self) -> Vec<LevelStats> {
         let mut out = vec![LevelStats {
             files: self.l0.len(),
+            runs: self.l0.len(),
             bytes: self.l0.iter().map(|f| f.size()).sum(),
         }];
         for parts in &self.deeper {
-            let files = parts.values().flatten();
             out.push(LevelStats {
-                files: parts.values().map(Vec::len).sum(),
-                bytes: files.map(|f| f.size()).sum(),
+                files: parts.values().map(SortedRuns::file_count).sum(),
+                runs: parts.values().map(SortedRuns::run_count).sum(),
+                bytes: parts.values().map(SortedRuns::bytes).sum(),
             });
         }
         out
@@ -273,8 +360,8 @@ impl Version {
 
     /// The files a lookup of `trace_id` within `range` must read, newest level
     /// first, decided from memory alone (ID range, time range, bloom filter).
-    /// In levels 1 and deeper a binary search finds the one file per
-    /// partition whose ID range can hold the trace.
+    /// In levels 1 and deeper a binary search per sorted run finds the one
+    /// file of the run whose ID range can hold the trace.
     pub fn candidates(&self, trace_id: &TraceId, range: TimeRange) -> Vec<&Arc<TableFile>> {
         let mut out: Vec<&Arc<TableFile>> = self
             .l0
@@ -283,13 +370,11 @@ impl Version {
             .filter(|f| f.may_contain(trace_id, range))
             .collect();
         for parts in &self.deeper {
-            for files in parts.values() {
-                let at = files.partition_point(|f| f.table().meta().max_trace_id < *trace_id);
-                if let Some(f) = files.get(at) {
-                    if f.may_contain(trace_id, range) {
-                        out.push(f);
-                    }
-                }
+            for runs in parts.values() {
+                out.extend(
+                    runs.probe(trace_id)
+                        .filter(|f| f.may_contain(trace_id, range)),
+                );
             }
         }
         out
@@ -308,5 +393,119 @@ impl SuperVersion {
     /// Every live file, level 0 first.
     pub fn tables(&self) -> Vec<Arc<TableFile>> {
         self.version.files().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::table_file;
+
+    fn ids(files: &[Arc<TableFile>]) -> Vec<u64> {
+        files.iter().map(|f| f.id).collect()
+    }
+
+    #[test]
+    fn overlapping_outputs_are_grouped_back_into_their_runs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        // Run A: files 1, 2, 3 cut at 100 and 200; run B: files 4, 5 cut at 150.
+        let files = vec![
+            table_file(d, 5, 1, 7, &[160, 290]),
+            table_file(d, 1, 1, 7, &[10, 90]),
+            table_file(d, 3, 1, 7, &[210, 300]),
+            table_file(d, 4, 1, 7, &[5, 140]),
+            table_file(d, 2, 1, 7, &[110, 190]),
+        ];
+        let runs = SortedRuns::new(files);
+        assert_eq!(runs.run_count(), 2);
+        assert_eq!(runs.file_count(), 5);
+        let mut got: Vec<Vec<u64>> = runs.runs().iter().map(|r| ids(r)).collect();
+        got.sort();
+        assert_eq!(got, vec![vec![1, 2, 3], vec![4, 5]]);
+        for run in runs.runs() {
+            for w in run.windows(2) {
+                assert!(w[0].table().meta().max_trace_id < w[1].table().meta().min_trace_id);
+            }
+        }
+        // One file per run whose range holds the ID, none where no range does.
+        let probe = |t: u128| -> Vec<u64> {
+            let id = TraceId(t.to_be_bytes());
+            let mut v: Vec<u64> = runs.probe(&id).map(|f| f.id).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(probe(50), vec![1, 4]);
+        assert_eq!(probe(145), vec![2]);
+        assert_eq!(probe(3), Vec::<u64>::new());
+        assert_eq!(probe(170), vec![2, 5]);
+        assert_eq!(probe(295), vec![3]);
+        assert_eq!(probe(400), Vec::<u64>::new());
+    }
+
+    #[test]
+    fn disjoint_files_are_one_run_and_each_full_range_file_its_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let leveled = SortedRuns::new(vec![
+            table_file(d, 1, 1, 0, &[1, 9]),
+            table_file(d, 2, 1, 0, &[10, 19]),
+            table_file(d, 3, 1, 0, &[20, 29]),
+        ]);
+        assert_eq!(leveled.run_count(), 1);
+        let tiered = SortedRuns::new(
+            (10..14)
+                .map(|id| table_file(d, id, 1, 0, &[1, 1000]))
+                .collect(),
+        );
+        assert_eq!(tiered.run_count(), 4);
+        assert_eq!(tiered.probe(&TraceId(500u128.to_be_bytes())).count(), 4);
+    }
+
+    #[test]
+    fn apply_regroups_only_what_an_edit_touches_and_lookups_see_every_run() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let v = Version::empty(4).apply(
+            &HashSet::new(),
+            vec![
+                table_file(d, 1, 1, 5, &[10, 20, 30]),
+                table_file(d, 2, 1, 5, &[15, 25]),
+                table_file(d, 3, 1, 6, &[10, 30]),
+                table_file(d, 4, 0, NO_PARTITION, &[20, 40]),
+            ],
+        );
+        let stats = v.level_stats();
+        assert_eq!(
+            (stats[0].files, stats[1].files, stats[1].runs),
+            (1, 3, 3),
+            "{stats:?}"
+        );
+        let id = TraceId(20u128.to_be_bytes());
+        let mut found: Vec<u64> = v
+            .candidates(&id, TimeRange::ALL)
+            .iter()
+            .map(|f| f.id)
+            .collect();
+        found.sort();
+        // Bloom filters are exact enough here: file 3 has no 20, file 2 has no 20.
+        assert!(found.contains(&1) && found.contains(&4), "{found:?}");
+        // Moving partition 5's runs down keeps them two runs at level 2 and
+        // leaves partition 6 as it was (the same Arcs).
+        let moved: Vec<Arc<TableFile>> = v.deeper[0][&5]
+            .files()
+            .map(|f| Arc::new(f.moved_to(2)))
+            .collect();
+        let next = v.apply(&HashSet::from([1, 2]), moved);
+        assert!(!next.deeper[0].contains_key(&5));
+        assert_eq!(next.deeper[1][&5].run_count(), 2);
+        assert!(Arc::ptr_eq(
+            &next.deeper[0][&6].runs()[0][0],
+            &v.deeper[0][&6].runs()[0][0]
+        ));
+        assert_eq!(
+            next.files().map(|f| f.id).collect::<HashSet<_>>(),
+            HashSet::from([1, 2, 3, 4])
+        );
     }
 }

@@ -73,6 +73,18 @@ fn write_lsm(out: &mut Exposition, s: &tracedb_lsm::EngineStats) {
         );
     }
     out.header(
+        "tracedb_level_runs",
+        "gauge",
+        "Sorted runs per level, summed over time partitions: the most files of the level a lookup probes.",
+    );
+    for (level, stats) in s.levels.iter().enumerate() {
+        out.sample(
+            "tracedb_level_runs",
+            &format!("level=\"{level}\""),
+            stats.runs,
+        );
+    }
+    out.header(
         "tracedb_level_bytes",
         "gauge",
         "Bytes of sorted span files per level.",

@@ -356,10 +356,17 @@ impl Inner {
                             break None;
                         }
                         let version = self.state.lock().version.clone();
-                        if let Some(task) =
+                        // With two threads or more, one is kept for level 0: a
+                        // merge of deeper runs can take minutes, and level 0
+                        // filling up behind it would stop ingest.
+                        let threads = self.opts.compaction_threads;
+                        let picked = if threads > 1 && s.deeper_running + 1 >= threads {
+                            compaction::pick_level0(&version, &self.opts.compaction, &s.busy)
+                        } else {
                             compaction::pick(&version, &self.opts.compaction, &s.busy)
-                        {
-                            s.busy.extend(task.inputs.iter().map(|f| f.id));
+                        };
+                        if let Some(task) = picked {
+                            s.claim(&task);
                             break Some(task);
                         }
                     }
@@ -396,6 +403,9 @@ impl Inner {
         for f in &task.inputs {
             s.busy.remove(&f.id);
         }
+        if task.input_level > 0 {
+            s.deeper_running -= 1;
+        }
         self.sched_cv.notify_all();
     }
 
@@ -411,7 +421,7 @@ impl Inner {
                     }
                     let version = self.state.lock().version.clone();
                     if let Some(task) = compaction::pick(&version, &self.opts.compaction, &s.busy) {
-                        s.busy.extend(task.inputs.iter().map(|f| f.id));
+                        s.claim(&task);
                         break task;
                     }
                     if s.busy.is_empty() {
@@ -431,24 +441,26 @@ impl Inner {
     fn run_task(&self, task: &CompactionTask) -> Result<()> {
         let started = Instant::now();
         if task.kind == TaskKind::Move {
-            let file = &task.inputs[0];
-            let moved = Arc::new(file.moved_to(task.output_level as u32));
-            let entry = moved.entry();
+            let moved: Vec<Arc<TableFile>> = task
+                .inputs
+                .iter()
+                .map(|f| Arc::new(f.moved_to(task.output_level as u32)))
+                .collect();
             self.install(
                 Edit {
                     next_file_id: self.next_file_id.load(Ordering::Relaxed),
-                    removed: vec![file.id],
-                    added: vec![entry],
+                    removed: task.inputs.iter().map(|f| f.id).collect(),
+                    added: moved.iter().map(|f| f.entry()).collect(),
                 },
-                vec![moved],
+                moved,
                 None,
                 None,
             )?;
-            add(&self.counters.compaction_moves, 1);
+            add(&self.counters.compaction_moves, task.inputs.len() as u64);
             tracing::debug!(
-                file = file.id,
+                files = task.inputs.len(),
                 to_level = task.output_level,
-                "moved file down"
+                "moved a sorted run down"
             );
             return Ok(());
         }

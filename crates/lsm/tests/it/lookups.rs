@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use tracedb_lsm::{compaction::pick, Engine, TimeRange};
 
-use crate::util::{small_tree, span_at, tid, TestClock, SEC, T0};
+use crate::util::{ids, small_tree, span_at, tid, TestClock, SEC, T0};
 
 #[test]
 fn an_absent_trace_reads_no_data_block_in_the_common_case() {
@@ -82,7 +82,9 @@ fn the_picker_empties_level_0_and_keeps_deeper_levels_in_shape() {
     let version = engine.snapshot().version.clone();
     let task = pick(&version, &copts, &HashSet::new()).expect("level 0 is over the trigger");
     assert_eq!((task.input_level, task.output_level), (0, 1));
+    // Level 0 is merged alone: level 1 is never read back and rewritten.
     assert_eq!(task.inputs.len(), version.l0.len());
+    assert!(task.inputs.iter().all(|f| f.level == 0));
     // Busy files are not picked again.
     let busy = task.input_ids();
     assert!(pick(&version, &copts, &busy).is_none_or(|t| t.input_level > 0));
@@ -94,20 +96,29 @@ fn the_picker_empties_level_0_and_keeps_deeper_levels_in_shape() {
         "compact runs to a fixed point"
     );
     assert!(version.l0.is_empty());
-    // Every non-last level partition is within its target, and files in a
-    // (level, partition) have disjoint, sorted trace-ID ranges.
+    // Every non-last level partition holds fewer runs than the size ratio and
+    // is within its byte target, and the files of each sorted run have
+    // disjoint, sorted trace-ID ranges.
     for (i, parts) in version.deeper.iter().enumerate() {
-        for files in parts.values() {
+        for runs in parts.values() {
             if i + 2 < version.levels() {
-                let bytes: u64 = files.iter().map(|f| f.size()).sum();
                 assert!(
-                    bytes <= copts.level_target(i + 1),
-                    "level {} {bytes}",
-                    i + 1
+                    (runs.run_count() as u64) < copts.size_ratio,
+                    "level {} {} runs",
+                    i + 1,
+                    runs.run_count()
+                );
+                assert!(
+                    runs.bytes() <= copts.level_target(i + 1),
+                    "level {} {}",
+                    i + 1,
+                    runs.bytes()
                 );
             }
-            for w in files.windows(2) {
-                assert!(w[0].table().meta().max_trace_id < w[1].table().meta().min_trace_id);
+            for run in runs.runs() {
+                for w in run.windows(2) {
+                    assert!(w[0].table().meta().max_trace_id < w[1].table().meta().min_trace_id);
+                }
             }
         }
     }
@@ -123,5 +134,37 @@ fn the_picker_empties_level_0_and_keeps_deeper_levels_in_shape() {
                 .len(),
             1
         );
+    }
+}
+
+#[test]
+fn compaction_rewrites_a_span_about_once_per_level() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let opts = small_tree(dir.path(), &clock);
+    let levels = opts.compaction.levels as u64;
+    let engine = Engine::open(opts).expect("open");
+    // Random IDs in one partition: every flushed file overlaps every run.
+    let id = |n: u128| n.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
+    for batch in 0..60u128 {
+        let spans = (0..50u128)
+            .map(|i| span_at(id(batch * 50 + i), 1, T0))
+            .collect();
+        engine.write_blocking(spans).expect("write");
+        engine.flush().expect("flush");
+        engine.compact().expect("compact");
+    }
+    let s = engine.stats();
+    assert!(s.levels[2..].iter().any(|l| l.files > 0), "{:?}", s.levels);
+    // Below level 0 there are `levels - 1` levels; the last one is written
+    // into, never out of. A leveled tree rewrote all of level 1 on every
+    // level-0 merge: 10.6 times the flushed bytes here.
+    let per_flushed = s.compaction_bytes_written as f64 / s.flush_bytes_written as f64;
+    assert!(
+        per_flushed <= (levels - 1) as f64 * 1.1,
+        "compaction wrote {per_flushed:.2} times the flushed bytes"
+    );
+    for n in (0..3000).step_by(37) {
+        assert_eq!(ids(&engine, id(n)), vec![(1, T0)]);
     }
 }

@@ -163,7 +163,14 @@ fn print_levels(label: &str, engine: &Engine) {
         .levels
         .iter()
         .enumerate()
-        .map(|(i, l)| format!("L{i}: {} files {} MB", l.files, l.bytes >> 20))
+        .map(|(i, l)| {
+            format!(
+                "L{i}: {} files {} runs {} MB",
+                l.files,
+                l.runs,
+                l.bytes >> 20
+            )
+        })
         .collect();
     println!("{label}: {}", levels.join(", "));
 }

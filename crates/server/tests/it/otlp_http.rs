@@ -399,6 +399,7 @@ async fn metrics_and_ready_are_served() {
         "tracedb_flushes_total",
         "tracedb_memtable_bytes",
         "tracedb_level_files",
+        "tracedb_level_runs",
         "tracedb_compactions_total",
         "tracedb_compaction_written_bytes_total",
         "tracedb_lookups_total",
