@@ -44,14 +44,14 @@ pub fn table_file(
         version::{Janitor, TableFile},
     };
     let g = group("svc");
-    let mut builder = SsTableBuilder::new(TableOptions::default());
+    let path = dir.join(format!("{id:020}.sst"));
+    let mut builder = SsTableBuilder::create(&path, TableOptions::default()).expect("create");
     for (i, &t) in traces.iter().enumerate() {
         builder
             .add(&span(&g, t, i as u64 + 1, 1_000))
             .expect("sorted");
     }
-    let path = dir.join(format!("{id:020}.sst"));
-    let meta = builder.finish(&path).expect("finish");
+    let meta = builder.finish().expect("finish");
     let table = SsTable::open(&path).expect("open");
     let janitor = Arc::new(Janitor {
         enabled: std::sync::atomic::AtomicBool::new(false),
