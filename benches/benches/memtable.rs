@@ -8,7 +8,6 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use tracedb_lsm::{memtable::MemTable, MemTableOptions, ScopeGroup};
 
 #[path = "common/lsm.rs"]
-#[allow(dead_code)]
 mod common;
 
 const PER_THREAD: u64 = 100_000;

@@ -1,20 +1,38 @@
-//! Span generators shared by the lsm benchmarks (included with `#[path]`; a subfolder, so cargo does not take it for a bench).
+//! Span generators and file helpers shared by the lsm benchmarks (included
+//! with `#[path]`; a subfolder, so cargo does not take it for a bench). Each
+//! bench uses some of them.
+#![allow(dead_code)]
 
-use std::sync::Arc;
+use std::{path::Path, sync::Arc};
 
 use bytes::Bytes;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
-use tracedb_lsm::{ScopeGroup, Span, SpanId, TraceId};
+use tracedb_lsm::{
+    manifest::FileEntry,
+    version::{Janitor, TableFile},
+    ScopeGroup, Span, SpanId, SsTable, SsTableBuilder, TableOptions, TraceId,
+};
 
-/// A span of about 200 payload bytes, like a small real span.
+/// A span with a 200-byte payload: 40 bytes that differ from span to span
+/// (IDs, timestamps, values) and 160 bytes of text that repeats across spans
+/// (names, attribute keys), so blocks compress about as real ones do.
 pub fn span(group: &Arc<ScopeGroup>, trace: u128, i: u64) -> Span {
+    let mut payload = Vec::with_capacity(200);
+    let mut x = (trace as u64) ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for _ in 0..5 {
+        x = x.wrapping_mul(0x2545_f491_4f6c_dd1d).rotate_left(29) ^ i;
+        payload.extend_from_slice(&x.to_le_bytes());
+    }
+    let text = b"GET /api/v1/orders http.method=GET http.status_code=200 net.peer.name=orders-db \
+                 service.name=checkout span.kind=server otel.library.name=io.opentelemetry.http ";
+    payload.extend(text.iter().cycle().take(160));
     Span {
         trace_id: TraceId(trace.to_be_bytes()),
         span_id: SpanId((i + 1).to_be_bytes()),
         start_unix_nano: 1_700_000_000_000_000_000 + i,
         end_unix_nano: 1_700_000_000_000_000_000 + i + 1_000,
         group: group.clone(),
-        payload: Bytes::from(vec![(i % 251) as u8; 200]),
+        payload: Bytes::from(payload),
     }
 }
 
@@ -33,4 +51,43 @@ pub fn sorted_spans(n: usize, seed: u64) -> Vec<Span> {
     out.truncate(n);
     tracedb_lsm::sort::sort_by_trace_id(&mut out);
     out
+}
+
+/// `n` random trace IDs.
+pub fn random_ids(n: usize, seed: u64) -> Vec<TraceId> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    (0..n)
+        .map(|_| TraceId(rng.random::<u128>().to_be_bytes()))
+        .collect()
+}
+
+/// Writes `spans` (sorted) to `path` at zstd `level` and opens the file.
+pub fn build_table(spans: &[Span], path: &Path, level: i32) -> SsTable {
+    let mut b = SsTableBuilder::create(
+        path,
+        TableOptions {
+            zstd_level: level,
+            ..TableOptions::default()
+        },
+    )
+    .expect("create");
+    for s in spans {
+        b.add(s).expect("sorted");
+    }
+    b.finish().expect("finish");
+    SsTable::open(path).expect("open")
+}
+
+/// A live file of the tree around `table`, at `level` in `partition`.
+pub fn table_file(id: u64, level: u32, partition: u64, table: SsTable) -> Arc<TableFile> {
+    let janitor = Arc::new(Janitor {
+        enabled: std::sync::atomic::AtomicBool::new(false),
+    });
+    let entry = FileEntry {
+        id,
+        level,
+        partition,
+        file_size: table.meta().file_size,
+    };
+    Arc::new(TableFile::new(entry, table, janitor))
 }

@@ -19,15 +19,15 @@
 //! size (or, for one decompressed block, 64 MiB).
 //!
 //! - `builder`: writes a file from sorted spans.
-//! - `block`: the data block and its trailer.
+//! - `block`: the data block and its trailer (public for the benchmarks).
 //! - `index`: the block index.
-//! - `bloom`: the bloom filter and its hash.
+//! - `bloom`: the bloom filter and its hash (public for the benchmarks).
 //! - `footer`: the header and the footer.
 //!
 //! The byte layout is in `docs/FORMAT-table.md` ("Sorted span file").
 
-mod block;
-mod bloom;
+pub mod block;
+pub mod bloom;
 mod builder;
 mod footer;
 mod index;

@@ -20,7 +20,7 @@ use crate::{
     manifest::{Edit, FileEntry, Manifest, ManifestState, NO_PARTITION},
     memtable::Sealed,
     sort::sort_by_trace_id,
-    table::{SsTable, SsTableBuilder},
+    table::{SsTable, SsTableBuilder, TableOptions},
     version::{SuperVersion, TableFile, Version},
 };
 
@@ -100,7 +100,11 @@ impl Inner {
         sort_by_trace_id(&mut spans);
         let id = self.next_file_id.fetch_add(1, Ordering::Relaxed);
         let path = table_path(&self.tables_dir, id);
-        let mut builder = SsTableBuilder::create(&path, self.opts.table.clone())?;
+        let table = TableOptions {
+            zstd_level: self.opts.flush_zstd_level,
+            ..self.opts.table.clone()
+        };
+        let mut builder = SsTableBuilder::create(&path, table)?;
         for span in &spans {
             builder.add(span)?;
         }

@@ -16,7 +16,13 @@ pub struct EngineOptions {
     pub data_dir: PathBuf,
     pub memtable: MemTableOptions,
     pub wal_segment_bytes: u64,
+    /// Layout of compaction outputs, which hold the data for its lifetime:
+    /// zstd 3 by default, since bytes on disk per span is a target.
     pub table: TableOptions,
+    /// zstd level of level-0 files (flush outputs). They live for seconds
+    /// to minutes and are read once, by the level-0 merge, so the flusher,
+    /// on the ingest path's heels, compresses fast. Default 1.
+    pub flush_zstd_level: i32,
     /// Shape of the tree and when to compact (levels, size ratio 10, ...).
     pub compaction: CompactionOptions,
     /// Background compaction threads; 0 runs none (then only
@@ -54,6 +60,7 @@ impl EngineOptions {
             memtable: MemTableOptions::default(),
             wal_segment_bytes: 64 << 20,
             table: TableOptions::default(),
+            flush_zstd_level: 1,
             compaction: CompactionOptions::default(),
             compaction_threads: 1,
             compaction_bytes_per_sec: 64 << 20,

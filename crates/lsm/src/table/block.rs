@@ -44,7 +44,7 @@ enum Kind {
 
 /// Appends the block for `spans` (already known to encode to at most
 /// [`MAX_BLOCK_BYTES`]) to `out`; returns the uncompressed length.
-pub(crate) fn encode_block(spans: &[Span], zstd_level: i32, out: &mut Vec<u8>) -> usize {
+pub fn encode_block(spans: &[Span], zstd_level: i32, out: &mut Vec<u8>) -> usize {
     let mut raw = Vec::new();
     encode_batch(spans, &mut raw);
     let start = out.len();
@@ -75,7 +75,7 @@ pub(crate) fn encode_block(spans: &[Span], zstd_level: i32, out: &mut Vec<u8>) -
 }
 
 /// Checks, decompresses and decodes the block `block`, found at `offset` in `path`.
-pub(crate) fn decode_block(path: &Path, offset: u64, block: &[u8]) -> Result<Vec<Span>> {
+pub fn decode_block(path: &Path, offset: u64, block: &[u8]) -> Result<Vec<Span>> {
     if block.len() < TRAILER_LEN {
         return Err(corrupt(
             path,

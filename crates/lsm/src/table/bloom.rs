@@ -57,18 +57,18 @@ fn probes(h1: u64, h2: u64, k: u32, num_bits: u64) -> impl Iterator<Item = u64> 
 
 /// Collects the distinct trace IDs of a file being written.
 #[derive(Debug, Default)]
-pub(crate) struct BloomBuilder {
+pub struct BloomBuilder {
     hashes: Vec<(u64, u64)>,
 }
 
 impl BloomBuilder {
     /// Adds one trace ID; the caller adds each distinct ID once.
-    pub(crate) fn add(&mut self, id: &TraceId) {
+    pub fn add(&mut self, id: &TraceId) {
         self.hashes.push(hash_pair(id));
     }
 
     /// The encoded filter region for the IDs added.
-    pub(crate) fn finish(&self, bits_per_key: usize) -> Vec<u8> {
+    pub fn finish(&self, bits_per_key: usize) -> Vec<u8> {
         let bits_per_key = bits_per_key.max(1);
         let num_bits = self
             .hashes
@@ -97,14 +97,14 @@ impl BloomBuilder {
 
 /// A decoded, checked filter.
 #[derive(Debug)]
-pub(crate) struct Bloom {
+pub struct Bloom {
     k: u32,
     bits: Vec<u8>,
 }
 
 impl Bloom {
     /// Checks and copies the filter region `region`, found at `offset` in `path`.
-    pub(crate) fn decode(path: &Path, offset: u64, region: &[u8]) -> Result<Bloom> {
+    pub fn decode(path: &Path, offset: u64, region: &[u8]) -> Result<Bloom> {
         if region.len() < 4 + MIN_BITS / 8 + 4 {
             return Err(corrupt(
                 path,
@@ -128,7 +128,7 @@ impl Bloom {
     }
 
     /// False when `id` is certainly not in the file.
-    pub(crate) fn may_contain(&self, id: &TraceId) -> bool {
+    pub fn may_contain(&self, id: &TraceId) -> bool {
         let (h1, h2) = hash_pair(id);
         let num_bits = self.bits.len() as u64 * 8;
         probes(h1, h2, self.k, num_bits).all(|p| self.bits[(p / 8) as usize] & (1 << (p % 8)) != 0)

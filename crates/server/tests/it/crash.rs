@@ -74,7 +74,10 @@ async fn acknowledged_spans_survive_random_sigkills() {
             // instead (seen once, in the HTTP/2 client) was never acknowledged
             // and must not hang the harness.
             let abort = c.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(10), c).await.is_err() {
+            if tokio::time::timeout(Duration::from_secs(10), c)
+                .await
+                .is_err()
+            {
                 abort.abort();
             }
         }
