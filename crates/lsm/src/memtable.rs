@@ -4,10 +4,16 @@
 //! Concurrent requests append to different shards, so they do not serialize on one
 //! lock: a request takes the first shard whose lock is free (`try_lock`, starting
 //! from a rotating index) and appends all its spans under that one short lock
-//! hold. A shard's buffer is a list of frozen chunks (`Arc<Vec<Span>>`, never
-//! mutated again) plus a tail that is still growing. A reader locks a shard only
-//! to scan the tail (at most [`CHUNK_SPANS`] spans) and clone the chunk `Arc`s;
-//! it scans the frozen chunks after letting go.
+//! hold. A shard's buffer is a list of frozen [`Chunk`]s (never mutated again)
+//! plus a tail that is still growing. A reader locks a shard only to scan the
+//! tail (at most [`CHUNK_SPANS`] spans) and clone the chunk `Arc`s; it reads the
+//! frozen chunks after letting go.
+//!
+//! A lookup by trace ID must not scan every buffered span: with a large memory
+//! budget that is millions of spans, milliseconds per GetTrace. Each chunk
+//! carries a small filter of its trace IDs ([`IdFilter`], a blocked bloom
+//! filter filled as spans are appended, a few nanoseconds per span), so a
+//! lookup scans only the chunks that may hold the trace.
 //!
 //! A buffer is *sealed* when it holds `flush_bytes` or is older than `max_age`:
 //! the shard swaps in an empty buffer under its lock (O(1)), so writers go on at
@@ -57,7 +63,7 @@ impl Default for MemTableOptions {
 pub struct Sealed {
     /// Unique, increasing in seal order.
     pub id: u64,
-    pub chunks: Vec<Arc<Vec<Span>>>,
+    pub chunks: Vec<Arc<Chunk>>,
     pub span_count: usize,
     pub bytes: usize,
     /// Oldest WAL segment holding any span of this buffer.
@@ -68,7 +74,7 @@ impl Sealed {
     /// Appends the spans of this buffer with the given trace ID to `out`.
     pub fn get(&self, trace_id: &TraceId, out: &mut Vec<Span>) {
         for chunk in &self.chunks {
-            scan(chunk, trace_id, out);
+            chunk.get(trace_id, out);
         }
     }
 
@@ -82,10 +88,97 @@ impl Sealed {
     }
 }
 
+/// Spans frozen in a buffer, with a filter of their trace IDs. Derefs to the
+/// spans.
+#[derive(Debug)]
+pub struct Chunk {
+    spans: Vec<Span>,
+    ids: IdFilter,
+}
+
+impl Chunk {
+    /// False only if no span here has this trace ID.
+    pub fn may_contain(&self, trace_id: &TraceId) -> bool {
+        self.ids.may_contain(trace_id)
+    }
+
+    /// Appends the spans with this trace ID to `out`.
+    pub fn get(&self, trace_id: &TraceId, out: &mut Vec<Span>) {
+        if self.may_contain(trace_id) {
+            scan(&self.spans, trace_id, out);
+        }
+    }
+}
+
+impl std::ops::Deref for Chunk {
+    type Target = [Span];
+
+    fn deref(&self) -> &[Span] {
+        &self.spans
+    }
+}
+
+/// Filter words per chunk: 8 bits per span of a full chunk.
+const FILTER_WORDS: usize = CHUNK_SPANS / 8;
+
+/// A blocked bloom filter of trace IDs: each ID sets three bits of one 64-bit
+/// word, so a probe reads one word. Sized for [`CHUNK_SPANS`] distinct IDs
+/// (about 4% false positives then; a chunk usually holds far fewer traces,
+/// since a request's spans of one trace arrive together).
+#[derive(Debug, Clone)]
+pub struct IdFilter {
+    words: Box<[u64]>,
+}
+
+impl IdFilter {
+    pub fn new() -> Self {
+        IdFilter {
+            words: vec![0; FILTER_WORDS].into_boxed_slice(),
+        }
+    }
+
+    #[inline]
+    pub fn insert(&mut self, trace_id: &TraceId) {
+        let (word, mask) = Self::position(trace_id);
+        self.words[word] |= mask;
+    }
+
+    #[inline]
+    pub fn may_contain(&self, trace_id: &TraceId) -> bool {
+        let (word, mask) = Self::position(trace_id);
+        self.words[word] & mask == mask
+    }
+
+    /// The word and the three bits of an ID. IDs are hashed (splitmix64's
+    /// finalizer over both halves): they are random in practice, but nothing
+    /// stops a client from sending 1, 2, 3...
+    #[inline]
+    fn position(trace_id: &TraceId) -> (usize, u64) {
+        let id = u128::from_be_bytes(trace_id.0);
+        let mut h = (id as u64) ^ ((id >> 64) as u64).rotate_left(29);
+        h ^= h >> 30;
+        h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h ^= h >> 27;
+        h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+        h ^= h >> 31;
+        let word = (h >> 32) as usize % FILTER_WORDS;
+        let mask = (1 << (h & 63)) | (1 << ((h >> 6) & 63)) | (1 << ((h >> 12) & 63));
+        (word, mask)
+    }
+}
+
+impl Default for IdFilter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 #[derive(Debug)]
 struct Buffer {
-    chunks: Vec<Arc<Vec<Span>>>,
+    chunks: Vec<Arc<Chunk>>,
     tail: Vec<Span>,
+    /// The trace IDs of `tail`, frozen with it.
+    tail_ids: IdFilter,
     span_count: usize,
     bytes: usize,
     /// When the first span arrived; `None` while empty.
@@ -98,6 +191,7 @@ impl Buffer {
         Buffer {
             chunks: Vec::new(),
             tail: Vec::new(),
+            tail_ids: IdFilter::new(),
             span_count: 0,
             bytes: 0,
             since: None,
@@ -107,6 +201,13 @@ impl Buffer {
 
     fn is_empty(&self) -> bool {
         self.span_count == 0
+    }
+
+    /// Moves the tail, with its filter, into a frozen chunk.
+    fn freeze_tail(&mut self) {
+        let spans = std::mem::take(&mut self.tail);
+        let ids = std::mem::take(&mut self.tail_ids);
+        self.chunks.push(Arc::new(Chunk { spans, ids }));
     }
 }
 
@@ -151,12 +252,12 @@ impl MemTable {
         for span in spans {
             buf.bytes += span.memory_size();
             if buf.tail.len() == CHUNK_SPANS {
-                let full = std::mem::replace(&mut buf.tail, Vec::with_capacity(CHUNK_SPANS));
-                buf.chunks.push(Arc::new(full));
+                buf.freeze_tail();
             }
             if buf.tail.capacity() == 0 {
                 buf.tail.reserve_exact(CHUNK_SPANS);
             }
+            buf.tail_ids.insert(&span.trace_id);
             buf.tail.push(span);
         }
         if buf.bytes >= self.opts.flush_bytes {
@@ -185,13 +286,13 @@ impl MemTable {
             chunks.extend(buf.chunks.iter().cloned());
         }
         for chunk in &chunks {
-            scan(chunk, trace_id, out);
+            chunk.get(trace_id, out);
         }
     }
 
     /// Every buffered span, for the search index: the frozen chunks (shared)
     /// and a copy of each shard's growing tail.
-    pub fn chunks(&self) -> (Vec<Arc<Vec<Span>>>, Vec<Span>) {
+    pub fn chunks(&self) -> (Vec<Arc<Chunk>>, Vec<Span>) {
         let mut chunks = Vec::new();
         let mut tails = Vec::new();
         for shard in &self.shards {
@@ -233,7 +334,7 @@ impl MemTable {
     fn seal(&self, buf: &mut Buffer) -> Sealed {
         let mut full = std::mem::replace(buf, Buffer::new());
         if !full.tail.is_empty() {
-            full.chunks.push(Arc::new(full.tail));
+            full.freeze_tail();
         }
         Sealed {
             id: self.next_seal_id.fetch_add(1, Ordering::Relaxed),
@@ -288,6 +389,64 @@ mod tests {
         }
         assert_eq!(from_sealed.len(), 100);
         assert_eq!(mt.min_wal_segment(), u64::MAX);
+    }
+
+    #[test]
+    fn every_trace_is_found_in_frozen_chunks_and_after_sealing() {
+        let mt = table(usize::MAX);
+        let g = group("svc");
+        // 20,000 traces of 5 spans, interleaved over requests of 100 spans: 25
+        // frozen chunks per shard, each trace's spans in several requests.
+        let id = |t: u64| u128::from(t).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
+        for request in 0..1_000u64 {
+            let spans = (0..100u64)
+                .map(|i| {
+                    let t = (request * 100 + i) % 20_000;
+                    span(&g, id(t), request * 100 + i, i)
+                })
+                .collect();
+            mt.append(spans, 0, |_| panic!("not full"));
+        }
+        let mut chunks = 0;
+        for shard in &mt.shards {
+            chunks += shard.lock().chunks.len();
+        }
+        assert!(chunks >= 20, "only {chunks} chunks frozen");
+        for t in 0..20_000u64 {
+            let mut out = Vec::new();
+            mt.get(&TraceId(id(t).to_be_bytes()), &mut out);
+            assert_eq!(out.len(), 5, "trace {t}");
+        }
+        let mut sealed = Vec::new();
+        mt.seal_where(true, |s| sealed.push(s));
+        for t in (0..20_000u64).step_by(7) {
+            let mut out = Vec::new();
+            for s in &sealed {
+                s.get(&TraceId(id(t).to_be_bytes()), &mut out);
+            }
+            assert_eq!(out.len(), 5, "trace {t} after sealing");
+        }
+    }
+
+    #[test]
+    fn few_absent_ids_pass_the_filter_of_a_full_chunk_even_with_sequential_ids() {
+        // A chunk of 4,096 distinct IDs 1..=4096 (the worst case for the filter:
+        // as many traces as spans, and IDs that differ in a few low bits).
+        let mut filter = IdFilter::new();
+        for i in 1..=CHUNK_SPANS as u128 {
+            filter.insert(&TraceId(i.to_be_bytes()));
+        }
+        for i in 1..=CHUNK_SPANS as u128 {
+            assert!(filter.may_contain(&TraceId(i.to_be_bytes())));
+        }
+        let probes = 20_000u128;
+        let passed = (0..probes)
+            .map(|i| TraceId((1 << 64 | i).to_be_bytes()))
+            .chain((0..probes).map(|i| TraceId((10_000 + i).to_be_bytes())))
+            .filter(|id| filter.may_contain(id))
+            .count();
+        let rate = passed as f64 / (2 * probes) as f64;
+        assert!(rate < 0.08, "{:.1}% of absent IDs passed", rate * 100.0);
     }
 
     #[test]

@@ -22,12 +22,12 @@ use super::Engine;
 use crate::{
     error::Result,
     index::{self, SearchQuery, SummaryBuilder, SummarySet, TagScope, TraceHit},
-    span::Span,
+    memtable::Chunk,
     version::{TableFile, TimeRange},
 };
 
 /// A frozen memtable chunk and its summary.
-type CachedChunk = (Arc<Vec<Span>>, Arc<SummarySet>);
+type CachedChunk = (Arc<Chunk>, Arc<SummarySet>);
 
 /// Summaries kept between queries.
 pub(crate) struct IndexCache {
@@ -287,7 +287,10 @@ fn load_or_rebuild(file: &TableFile) -> Result<SummarySet> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_util::{group, span};
+    use crate::{
+        span::Span,
+        test_util::{group, span},
+    };
 
     fn set(first_trace: u128) -> Arc<SummarySet> {
         let g = group("svc");
