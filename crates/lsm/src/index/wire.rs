@@ -1,6 +1,6 @@
 //! A light scan of the few OTLP fields the search index needs, straight off
-//! the stored bytes: no prost tree, no allocation except for the attribute
-//! values it keeps. Fields it does not need are skipped by wire type.
+//! the stored bytes: no prost tree; string values are borrowed from the bytes,
+//! only numbers and booleans are rendered into new strings. Fields it does not need are skipped by wire type.
 //!
 //! Field numbers used: Span.span_id = 2, .parent_span_id = 4, .name = 5,
 //! .kind = 6, .start_time_unix_nano = 7, .end_time_unix_nano = 8,
@@ -11,6 +11,8 @@
 //! Spans were validated by the ingest scanner before they were stored; a span
 //! this scan cannot read anyway yields what it read so far and is summarized
 //! from that, never a panic.
+
+use std::borrow::Cow;
 
 /// Attribute values longer than this are not indexed (they are rarely searched
 /// for by equality and would bloat the index).
@@ -27,7 +29,7 @@ pub struct SpanFields<'a> {
     pub end_unix_nano: u64,
     pub error: bool,
     /// String, bool, int and double attributes, values rendered as text.
-    pub attributes: Vec<(&'a str, String)>,
+    pub attributes: Vec<(&'a str, Cow<'a, str>)>,
 }
 
 /// One protobuf field: number and value.
@@ -125,7 +127,7 @@ pub fn scan_span(payload: &[u8]) -> SpanFields<'_> {
 }
 
 /// The attributes of an encoded `opentelemetry.proto.resource.v1.Resource`.
-pub fn scan_resource(resource: &[u8]) -> Vec<(&str, String)> {
+pub fn scan_resource(resource: &[u8]) -> Vec<(&str, Cow<'_, str>)> {
     fields(resource)
         .filter_map(|f| match f {
             (1, Field::Bytes(b)) => key_value(b),
@@ -135,7 +137,7 @@ pub fn scan_resource(resource: &[u8]) -> Vec<(&str, String)> {
 }
 
 /// A `KeyValue` whose value is a scalar short enough to index.
-fn key_value(buf: &[u8]) -> Option<(&str, String)> {
+fn key_value(buf: &[u8]) -> Option<(&str, Cow<'_, str>)> {
     let mut key = None;
     let mut value = None;
     for f in fields(buf) {
@@ -148,16 +150,16 @@ fn key_value(buf: &[u8]) -> Option<(&str, String)> {
     Some((key?, value?))
 }
 
-fn any_value(buf: &[u8]) -> Option<String> {
+fn any_value(buf: &[u8]) -> Option<Cow<'_, str>> {
     let mut out = None;
     for f in fields(buf) {
         out = match f {
             (1, Field::Bytes(b)) if b.len() <= MAX_VALUE_BYTES => {
-                std::str::from_utf8(b).ok().map(str::to_owned)
+                std::str::from_utf8(b).ok().map(Cow::Borrowed)
             }
-            (2, Field::Varint(v)) => Some((v != 0).to_string()),
-            (3, Field::Varint(v)) => Some((v as i64).to_string()),
-            (4, Field::Fixed64(v)) => Some(f64::from_bits(v).to_string()),
+            (2, Field::Varint(v)) => Some(Cow::Borrowed(if v != 0 { "true" } else { "false" })),
+            (3, Field::Varint(v)) => Some(Cow::Owned((v as i64).to_string())),
+            (4, Field::Fixed64(v)) => Some(Cow::Owned(f64::from_bits(v).to_string())),
             _ => None,
         };
     }
@@ -212,7 +214,7 @@ mod tests {
         assert_eq!(f.name, "GET /cart");
         assert_eq!((f.kind, f.start_unix_nano, f.end_unix_nano), (2, 10, 25));
         assert!(f.error);
-        assert_eq!(f.attributes, vec![("retries", "-5".to_string())]);
+        assert_eq!(f.attributes, vec![("retries", Cow::from("-5"))]);
         // Truncated input: what was read before the cut is kept.
         let cut = scan_span(&span[..span.len() - 3]);
         assert_eq!(cut.name, "GET /cart");
