@@ -100,6 +100,10 @@ struct Args {
     /// tracedb's gRPC address for GetTrace [default: --endpoint when it is gRPC].
     #[arg(long)]
     query_endpoint: Option<String>,
+    /// Seconds to wait between the load and the queries, e.g. to query a store
+    /// whose compaction has caught up.
+    #[arg(long, default_value_t = 0)]
+    query_delay: u64,
     /// The server's PID: report its CPU time per span and peak RSS.
     #[arg(long)]
     server_pid: Option<u32>,
@@ -345,6 +349,10 @@ async fn query_phase(
     } else {
         format!("http://{endpoint}")
     };
+    if args.query_delay > 0 {
+        eprintln!("waiting {} s before querying", args.query_delay);
+        tokio::time::sleep(Duration::from_secs(args.query_delay)).await;
+    }
     let mut client =
         tracedb_proto::query::v1::query_service_client::QueryServiceClient::connect(uri)
             .await?
