@@ -11,6 +11,11 @@
 //! - After either, `--query-samples N` fetches N traces that were fully
 //!   acknowledged (and N absent IDs) with GetTrace, checks every span came back,
 //!   and reports query latency.
+//! - `--mode query --query-passes P` sends nothing: it queries a store loaded
+//!   earlier by a run with the same workload options (`--seed`,
+//!   `--batch-size`, `--pool-spans`, `--services`) whose first P passes over
+//!   the request pool were all acknowledged, e.g. once compaction has caught
+//!   up, and as often as wanted (warm).
 //! - `--server-pid` and `--data-dir` add the server's CPU time per span, peak
 //!   RSS and bytes on disk per span.
 //!
@@ -51,6 +56,8 @@ enum Mode {
     Open,
     /// Closed-loop streams as fast as the server answers.
     Max,
+    /// No load: GetTrace on a store an earlier run loaded (see --query-passes).
+    Query,
 }
 
 #[derive(Debug, Parser)]
@@ -104,6 +111,11 @@ struct Args {
     /// whose compaction has caught up.
     #[arg(long, default_value_t = 0)]
     query_delay: u64,
+    /// With --mode query: passes over the request pool the earlier run had
+    /// acknowledged in full (its requests done / the pool's request count,
+    /// rounded down).
+    #[arg(long, default_value_t = 0)]
+    query_passes: u64,
     /// The server's PID: report its CPU time per span and peak RSS.
     #[arg(long)]
     server_pid: Option<u32>,
@@ -149,6 +161,23 @@ async fn main() -> anyhow::Result<()> {
         workload.traces.len(),
         started.elapsed()
     );
+    if args.mode == Mode::Query {
+        anyhow::ensure!(
+            args.query_passes > 0 && args.query_samples > 0,
+            "--mode query needs --query-passes and --query-samples"
+        );
+        let requests = workload.requests.len() as u64;
+        let acked: HashSet<u64> = (0..args.query_passes)
+            .flat_map(|pass| (0..requests).map(move |r| pass << 32 | r))
+            .collect();
+        let mut summary = report::Summary::new("query", 0, Duration::ZERO);
+        summary.query = Some(query_phase(&args, &workload, &acked).await?);
+        print!("{}", summary.table());
+        if let Some(path) = &args.json {
+            std::fs::write(path, serde_json::to_string_pretty(&summary.json())?)?;
+        }
+        return Ok(());
+    }
     let exporter = Exporter::connect(&args.endpoint, args.http, args.connections)
         .await
         .with_context(|| format!("connecting to {}", args.endpoint))?;
@@ -157,6 +186,7 @@ async fn main() -> anyhow::Result<()> {
     let (records, elapsed) = match args.mode {
         Mode::Open => open_loop(&args, &workload, exporter).await,
         Mode::Max => max_rate(&args, &workload, exporter).await,
+        Mode::Query => unreachable!("answered above"),
     };
     let after = args.server_pid.map(cost::sample).transpose()?;
 

@@ -108,6 +108,11 @@ impl Summary {
 
     pub fn table(&self) -> String {
         let mut out = String::new();
+        if self.mode == "query" {
+            latency_header(&mut out);
+            self.query_rows(&mut out);
+            return out;
+        }
         let _ = writeln!(
             out,
             "mode {}{}, {:.1} s, {} requests",
@@ -137,11 +142,7 @@ impl Summary {
         if let Some(e) = &self.first_error {
             let _ = writeln!(out, "first error              {e}");
         }
-        let _ = writeln!(
-            out,
-            "{:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "latency", "p50", "p90", "p99", "p99.9", "p99.99", "max"
-        );
+        latency_header(&mut out);
         if let Some(l) = &self.export_latency {
             l.row(
                 if self.mode == "open" {
@@ -152,19 +153,7 @@ impl Summary {
                 &mut out,
             );
         }
-        if let Some(q) = &self.query {
-            if let Some(l) = &q.present_latency {
-                l.row("GetTrace present", &mut out);
-            }
-            if let Some(l) = &q.absent_latency {
-                l.row("GetTrace absent", &mut out);
-            }
-            let _ = writeln!(
-                out,
-                "traces complete/incomplete/missing  {} / {} / {}; absent IDs not found {}",
-                q.complete, q.incomplete, q.missing, q.absent_not_found
-            );
-        }
+        self.query_rows(&mut out);
         if let Some(c) = self.server_cpu_us_per_span {
             let _ = writeln!(out, "server CPU per span      {c:>12.3} µs");
         }
@@ -179,6 +168,24 @@ impl Summary {
             let _ = writeln!(out, "disk bytes per span      {d:>12.1}");
         }
         out
+    }
+
+    /// GetTrace latency rows and the completeness check.
+    fn query_rows(&self, out: &mut String) {
+        let Some(q) = &self.query else {
+            return;
+        };
+        if let Some(l) = &q.present_latency {
+            l.row("GetTrace present", out);
+        }
+        if let Some(l) = &q.absent_latency {
+            l.row("GetTrace absent", out);
+        }
+        let _ = writeln!(
+            out,
+            "traces complete/incomplete/missing  {} / {} / {}; absent IDs not found {}",
+            q.complete, q.incomplete, q.missing, q.absent_not_found
+        );
     }
 
     pub fn json(&self) -> Value {
@@ -206,4 +213,12 @@ impl Summary {
             })),
         })
     }
+}
+
+fn latency_header(out: &mut String) {
+    let _ = writeln!(
+        out,
+        "{:<24} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "latency", "p50", "p90", "p99", "p99.9", "p99.99", "max"
+    );
 }
