@@ -13,11 +13,28 @@ use tracedb_lsm::{
     ScopeGroup, Span, SpanId, SsTable, SsTableBuilder, TableOptions, TraceId,
 };
 
-/// A span with a 200-byte payload: 40 bytes that differ from span to span
-/// (IDs, timestamps, values) and 160 bytes of text that repeats across spans
-/// (names, attribute keys), so blocks compress about as real ones do.
+/// A span whose payload is encoded as OTLP encoders write a span: its trace
+/// and span IDs, a name, its kind, its two times, then 200 bytes of
+/// attributes: 40 that differ from span to span (values) and 160 of text that
+/// repeats across spans (keys, names), so blocks compress about as real ones do.
 pub fn span(group: &Arc<ScopeGroup>, trace: u128, i: u64) -> Span {
-    let mut payload = Vec::with_capacity(200);
+    let trace_id = trace.to_be_bytes();
+    let span_id = (i + 1).to_be_bytes();
+    let start = 1_700_000_000_000_000_000 + i * 1_000_003;
+    let end = start + 250_000 + (i % 7) * 10_000;
+    let mut payload = Vec::with_capacity(260);
+    payload.extend_from_slice(&[0x0a, 16]);
+    payload.extend_from_slice(&trace_id);
+    payload.extend_from_slice(&[0x12, 8]);
+    payload.extend_from_slice(&span_id);
+    payload.extend_from_slice(&[0x2a, 8]);
+    payload.extend_from_slice(b"checkout");
+    payload.extend_from_slice(&[0x30, 2, 0x39]);
+    payload.extend_from_slice(&start.to_le_bytes());
+    payload.push(0x41);
+    payload.extend_from_slice(&end.to_le_bytes());
+    // Field 9 (attributes), 200 bytes: varying values, then repeating text.
+    payload.extend_from_slice(&[0x4a, 200, 1]);
     let mut x = (trace as u64) ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
     for _ in 0..5 {
         x = x.wrapping_mul(0x2545_f491_4f6c_dd1d).rotate_left(29) ^ i;
@@ -27,10 +44,10 @@ pub fn span(group: &Arc<ScopeGroup>, trace: u128, i: u64) -> Span {
                  service.name=checkout span.kind=server otel.library.name=io.opentelemetry.http ";
     payload.extend(text.iter().cycle().take(160));
     Span {
-        trace_id: TraceId(trace.to_be_bytes()),
-        span_id: SpanId((i + 1).to_be_bytes()),
-        start_unix_nano: 1_700_000_000_000_000_000 + i,
-        end_unix_nano: 1_700_000_000_000_000_000 + i + 1_000,
+        trace_id: TraceId(trace_id),
+        span_id: SpanId(span_id),
+        start_unix_nano: start,
+        end_unix_nano: end,
         group: group.clone(),
         payload: Bytes::from(payload),
     }

@@ -32,6 +32,8 @@ pub enum BatchError {
         at: usize,
         remaining: usize,
     },
+    #[error("span {span}: {what}")]
+    Inconsistent { span: usize, what: &'static str },
 }
 
 /// Fixed bytes of a span record before its group index and payload.
@@ -39,6 +41,21 @@ const SPAN_FIXED: usize = 16 + 8 + 8 + 8;
 
 /// Appends the encoding of `spans` to `out`.
 pub fn encode_batch(spans: &[Span], out: &mut Vec<u8>) {
+    let indexes = encode_groups(spans, out);
+    put_varint(out, spans.len() as u64);
+    for (span, idx) in spans.iter().zip(indexes) {
+        out.extend_from_slice(&span.trace_id.0);
+        out.extend_from_slice(&span.span_id.0);
+        out.extend_from_slice(&span.start_unix_nano.to_le_bytes());
+        out.extend_from_slice(&span.end_unix_nano.to_le_bytes());
+        put_varint(out, u64::from(idx));
+        put_bytes(out, &span.payload);
+    }
+}
+
+/// Appends the distinct groups of `spans` (count, then each group) to `out`;
+/// returns each span's index into them.
+pub(crate) fn encode_groups(spans: &[Span], out: &mut Vec<u8>) -> Vec<u32> {
     // Groups are deduplicated first by pointer (spans of one request share an Arc),
     // then by content (the same service exports many requests).
     let mut by_ptr: HashMap<*const ScopeGroup, u32> = HashMap::new();
@@ -55,7 +72,6 @@ pub fn encode_batch(spans: &[Span], out: &mut Vec<u8>) {
         });
         indexes.push(idx);
     }
-
     put_varint(out, groups.len() as u64);
     for group in &groups {
         put_opt_bytes(out, group.resource.as_deref());
@@ -63,20 +79,12 @@ pub fn encode_batch(spans: &[Span], out: &mut Vec<u8>) {
         put_opt_bytes(out, group.scope.as_deref());
         put_bytes(out, &group.scope_schema_url);
     }
-    put_varint(out, spans.len() as u64);
-    for (span, idx) in spans.iter().zip(indexes) {
-        out.extend_from_slice(&span.trace_id.0);
-        out.extend_from_slice(&span.span_id.0);
-        out.extend_from_slice(&span.start_unix_nano.to_le_bytes());
-        out.extend_from_slice(&span.end_unix_nano.to_le_bytes());
-        put_varint(out, u64::from(idx));
-        put_bytes(out, &span.payload);
-    }
+    indexes
 }
 
-/// Decodes a whole batch; every byte of `buf` must belong to it.
-pub fn decode_batch(buf: &Bytes) -> Result<Vec<Span>, BatchError> {
-    let mut r = Reader { buf, pos: 0 };
+/// Reads what [`encode_groups`] wrote; the group fields are slices of the
+/// reader's buffer.
+pub(crate) fn decode_groups(r: &mut Reader<'_>) -> Result<Vec<Arc<ScopeGroup>>, BatchError> {
     let n_groups = r.count(4)?;
     let mut groups = Vec::with_capacity(n_groups);
     for _ in 0..n_groups {
@@ -91,6 +99,13 @@ pub fn decode_batch(buf: &Bytes) -> Result<Vec<Span>, BatchError> {
             scope_schema_url,
         }));
     }
+    Ok(groups)
+}
+
+/// Decodes a whole batch; every byte of `buf` must belong to it.
+pub fn decode_batch(buf: &Bytes) -> Result<Vec<Span>, BatchError> {
+    let mut r = Reader::new(buf);
+    let groups = decode_groups(&mut r)?;
     let n_spans = r.count(SPAN_FIXED + 2)?;
     let mut spans = Vec::with_capacity(n_spans);
     for i in 0..n_spans {
@@ -149,13 +164,22 @@ fn put_opt_bytes(out: &mut Vec<u8>, b: Option<&[u8]>) {
     }
 }
 
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     buf: &'a Bytes,
     pos: usize,
 }
 
-impl Reader<'_> {
-    fn varint(&mut self) -> Result<u64, BatchError> {
+impl<'a> Reader<'a> {
+    pub(crate) fn new(buf: &'a Bytes) -> Self {
+        Reader { buf, pos: 0 }
+    }
+
+    /// Bytes not read yet.
+    pub(crate) fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    pub(crate) fn varint(&mut self) -> Result<u64, BatchError> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = *self
@@ -173,7 +197,7 @@ impl Reader<'_> {
 
     /// A count of items that take at least `min_size` bytes each: refusing counts the
     /// remaining input cannot hold keeps a hostile length from allocating gigabytes.
-    fn count(&mut self, min_size: usize) -> Result<usize, BatchError> {
+    pub(crate) fn count(&mut self, min_size: usize) -> Result<usize, BatchError> {
         let at = self.pos;
         let count = self.varint()?;
         let remaining = self.buf.len() - self.pos;
@@ -187,7 +211,7 @@ impl Reader<'_> {
         }
     }
 
-    fn take(&mut self, n: usize) -> Result<&[u8], BatchError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&[u8], BatchError> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
         let end = end.ok_or(BatchError::Truncated(self.pos))?;
         let out = &self.buf[self.pos..end];
@@ -195,19 +219,19 @@ impl Reader<'_> {
         Ok(out)
     }
 
-    fn slice(&mut self, n: u64) -> Result<Bytes, BatchError> {
+    pub(crate) fn slice(&mut self, n: u64) -> Result<Bytes, BatchError> {
         let n = usize::try_from(n).map_err(|_| BatchError::Truncated(self.pos))?;
         let start = self.pos;
         self.take(n)?;
         Ok(self.buf.slice(start..start + n))
     }
 
-    fn bytes(&mut self) -> Result<Bytes, BatchError> {
+    pub(crate) fn bytes(&mut self) -> Result<Bytes, BatchError> {
         let n = self.varint()?;
         self.slice(n)
     }
 
-    fn opt_bytes(&mut self) -> Result<Option<Bytes>, BatchError> {
+    pub(crate) fn opt_bytes(&mut self) -> Result<Option<Bytes>, BatchError> {
         match self.varint()? {
             0 => Ok(None),
             n => self.slice(n - 1).map(Some),

@@ -29,6 +29,7 @@
 pub mod block;
 pub mod bloom;
 mod builder;
+mod columns;
 mod footer;
 mod index;
 

@@ -1,8 +1,9 @@
 //! Data blocks: a run of spans in trace-ID order, compressed and checksummed
 //! on its own so a lookup reads and inflates only the blocks it needs.
 //!
-//! A block is the compressed [span batch](crate::batch) of its spans followed
-//! by a 16-byte trailer: compressed length (`u32`), uncompressed length
+//! A block is the compressed [columnar batch](super::columns) of its spans (a
+//! [row batch](crate::batch) in files of format version 1) followed by a
+//! 16-byte trailer: compressed length (`u32`), uncompressed length
 //! (`u32`), compression kind (`u8`), three zero bytes, and a crc32c over the
 //! compressed bytes and the first 12 trailer bytes. Covering the trailer too
 //! means a damaged length or kind is reported as a checksum mismatch rather
@@ -28,7 +29,11 @@ use crate::{
     span::Span,
 };
 
-use super::{corrupt, footer::u32_at};
+use super::{
+    columns::{decode_columns, encode_columns},
+    corrupt,
+    footer::u32_at,
+};
 
 /// Bytes of a block trailer.
 pub(crate) const TRAILER_LEN: usize = 16;
@@ -71,37 +76,67 @@ fn decompress(data: &[u8], capacity: usize) -> std::io::Result<Vec<u8>> {
     })
 }
 
-/// How a block's batch is stored.
+/// How a block's batch is stored. Version-1 files hold row batches (kinds 0
+/// and 1); this build writes columnar ones (kinds 2 and 3) and reads all four.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 enum Kind {
-    /// Stored as is: used when compression does not make the block smaller.
+    /// A row batch stored as is.
     Raw = 0,
-    /// One zstd frame.
+    /// A row batch in one zstd frame.
     Zstd = 1,
+    /// A columnar batch stored as is: used when compression does not make
+    /// the block smaller.
+    ColumnsRaw = 2,
+    /// A columnar batch in one zstd frame.
+    ColumnsZstd = 3,
 }
 
 /// Appends the block for `spans` (already known to encode to at most
-/// [`MAX_BLOCK_BYTES`]) to `out`; returns the uncompressed length.
+/// [`MAX_BLOCK_BYTES`] as a row batch) to `out`; returns the uncompressed
+/// length.
 pub fn encode_block(spans: &[Span], zstd_level: i32, out: &mut Vec<u8>) -> usize {
     let mut raw = Vec::new();
+    encode_columns(spans, &mut raw);
+    if raw.len() > MAX_BLOCK_BYTES {
+        // Only spans too small to carry their own IDs can make the columns
+        // longer than the rows the builder measured.
+        return encode_row_block(spans, zstd_level, out);
+    }
+    write_block(raw, Kind::ColumnsRaw, Kind::ColumnsZstd, zstd_level, out)
+}
+
+/// [`encode_block`] as format version 1 wrote it: a row batch.
+pub fn encode_row_block(spans: &[Span], zstd_level: i32, out: &mut Vec<u8>) -> usize {
+    let mut raw = Vec::new();
     encode_batch(spans, &mut raw);
+    write_block(raw, Kind::Raw, Kind::Zstd, zstd_level, out)
+}
+
+/// Appends `raw`, compressed when that makes it smaller, and the trailer.
+fn write_block(
+    raw: Vec<u8>,
+    stored: Kind,
+    zstd: Kind,
+    zstd_level: i32,
+    out: &mut Vec<u8>,
+) -> usize {
     let start = out.len();
     let kind = match compress(&raw, zstd_level) {
         Ok(z) if z.len() < raw.len() => {
             out.extend_from_slice(&z);
-            Kind::Zstd
+            zstd
         }
         Ok(_) => {
             out.extend_from_slice(&raw);
-            Kind::Raw
+            stored
         }
         Err(error) => {
             // Only a bad level or an allocation failure gets here; the data is
             // still worth keeping, uncompressed.
             tracing::warn!(%error, zstd_level, "zstd compression failed, storing block raw");
             out.extend_from_slice(&raw);
-            Kind::Raw
+            stored
         }
     };
     let compressed_len = out.len() - start;
@@ -152,8 +187,9 @@ pub fn decode_block(path: &Path, offset: u64, block: &[u8]) -> Result<Vec<Span>>
             "nonzero reserved trailer bytes",
         ));
     }
-    let raw = match trailer[8] {
-        k if k == Kind::Raw as u8 => {
+    let kind = trailer[8];
+    let raw = match kind {
+        k if k == Kind::Raw as u8 || k == Kind::ColumnsRaw as u8 => {
             if raw_len != data.len() {
                 return Err(corrupt(
                     path,
@@ -163,7 +199,7 @@ pub fn decode_block(path: &Path, offset: u64, block: &[u8]) -> Result<Vec<Span>>
             }
             data.to_vec()
         }
-        k if k == Kind::Zstd as u8 => {
+        k if k == Kind::Zstd as u8 || k == Kind::ColumnsZstd as u8 => {
             let raw = decompress(data, raw_len).map_err(|e| {
                 corrupt(
                     path,
@@ -191,7 +227,13 @@ pub fn decode_block(path: &Path, offset: u64, block: &[u8]) -> Result<Vec<Span>>
             ))
         }
     };
-    decode_batch(&Bytes::from(raw)).map_err(|source| Error::CorruptBlock {
+    let raw = Bytes::from(raw);
+    let decoded = if kind >= Kind::ColumnsRaw as u8 {
+        decode_columns(&raw)
+    } else {
+        decode_batch(&raw)
+    };
+    decoded.map_err(|source| Error::CorruptBlock {
         file: path.to_path_buf(),
         offset,
         source,
@@ -221,7 +263,7 @@ mod tests {
         let g = group("svc");
         let spans: Vec<Span> = (0..200).map(|i| span(&g, 1, i, i * 10)).collect();
         let block = block_of(&spans);
-        assert_eq!(block[block.len() - 8], Kind::Zstd as u8);
+        assert_eq!(block[block.len() - 8], Kind::ColumnsZstd as u8);
         let back = decode_block(Path::new("t"), 0, &block).expect("decodes");
         assert_eq!(back.len(), 200);
         assert_eq!(back[199].payload, spans[199].payload);
@@ -248,7 +290,7 @@ mod tests {
             .collect();
         s.payload = Bytes::from(noise);
         let block = block_of(&[s]);
-        assert_eq!(block[block.len() - 8], Kind::Raw as u8);
+        assert_eq!(block[block.len() - 8], Kind::ColumnsRaw as u8);
         let back = decode_block(Path::new("t"), 0, &block).expect("decodes");
         assert_eq!(back.len(), 1);
     }

@@ -217,10 +217,7 @@ impl SsTableBuilder {
         };
         self.scratch.clear();
         let raw_len = encode_block(&self.pending, self.opts.zstd_level, &mut self.scratch);
-        debug_assert!(
-            raw_len <= self.pending_bytes,
-            "size estimate is an upper bound"
-        );
+        debug_assert!(raw_len <= MAX_BLOCK_BYTES, "blocks stay within the limit");
         if let Err(e) =
             self.opts
                 .faults

@@ -21,8 +21,13 @@ use super::corrupt;
 /// The first eight bytes of every sorted span file, repeated in its footer.
 pub(crate) const MAGIC: [u8; 8] = *b"TDBSPANS";
 
-/// The format version this build writes and the only one it reads.
-pub(crate) const VERSION: u32 = 1;
+/// The format version this build writes, and the newest it reads. Version 2
+/// data blocks hold columnar batches; version 1 files (row batches) are
+/// still read.
+pub(crate) const VERSION: u32 = 2;
+
+/// The oldest format version this build reads.
+const OLDEST_READ: u32 = 1;
 
 /// Bytes of the header: magic, version, reserved flags.
 pub(crate) const HEADER_LEN: usize = 16;
@@ -38,7 +43,7 @@ pub(crate) fn encode_header() -> [u8; HEADER_LEN] {
     let mut out = [0u8; HEADER_LEN];
     out[0..8].copy_from_slice(&MAGIC);
     out[8..12].copy_from_slice(&VERSION.to_le_bytes());
-    // Bytes 12..16: flags, all zero in version 1.
+    // Bytes 12..16: flags, all zero in versions 1 and 2.
     out
 }
 
@@ -67,7 +72,7 @@ pub(crate) fn check_header(path: &Path, file: &[u8]) -> Result<()> {
 }
 
 fn check_version(path: &Path, version: u32) -> Result<()> {
-    if version == VERSION {
+    if (OLDEST_READ..=VERSION).contains(&version) {
         Ok(())
     } else {
         Err(Error::UnsupportedVersion {
@@ -238,17 +243,25 @@ mod tests {
     }
 
     #[test]
-    fn newer_version_is_reported_as_such() {
+    fn newer_version_is_reported_as_such_and_version_1_still_opens() {
         let mut header = encode_header();
-        header[8..12].copy_from_slice(&2u32.to_le_bytes());
-        let err = check_header(Path::new("t.sst"), &header).expect_err("version 2");
+        assert_eq!(u32_at(&header, 8), 2, "this build writes version 2");
+        header[8..12].copy_from_slice(&3u32.to_le_bytes());
+        let err = check_header(Path::new("t.sst"), &header).expect_err("version 3");
         assert!(matches!(
             err,
             Error::UnsupportedVersion {
-                version: 2,
-                supported: 1,
+                version: 3,
+                supported: 2,
                 ..
             }
+        ));
+        header[8..12].copy_from_slice(&1u32.to_le_bytes());
+        check_header(Path::new("t.sst"), &header).expect("version 1 is read");
+        header[8..12].copy_from_slice(&0u32.to_le_bytes());
+        assert!(matches!(
+            check_header(Path::new("t.sst"), &header),
+            Err(Error::UnsupportedVersion { version: 0, .. })
         ));
     }
 }

@@ -531,3 +531,83 @@ fn tables_can_be_shared_between_threads() {
     fn assert_send<T: Send>() {}
     assert_send::<SsTableBuilder>();
 }
+
+/// Rewrites a file of this build as format version 1 wrote it: the same
+/// spans, index entries and bloom filter, row-batch blocks, version 1.
+fn as_version_1(path: &Path, bytes: &[u8]) -> Vec<u8> {
+    use super::{
+        block::{decode_block, encode_row_block},
+        footer::HEADER_LEN,
+        index::{decode_index, encode_index},
+    };
+    let footer = Footer::decode(path, bytes).expect("footer");
+    let index_region = &bytes[footer.index_offset as usize..][..footer.index_len as usize];
+    let handles =
+        decode_index(path, footer.index_offset, index_region, HEADER_LEN as u64).expect("index");
+    let mut out = bytes[..HEADER_LEN].to_vec();
+    out[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let mut rewritten = Vec::new();
+    for h in &handles {
+        let spans = decode_block(path, h.offset, &bytes[h.offset as usize..h.end() as usize])
+            .expect("block");
+        let offset = out.len() as u64;
+        encode_row_block(&spans, 3, &mut out);
+        rewritten.push(super::index::BlockHandle {
+            offset,
+            len: (out.len() as u64 - offset) as u32,
+            ..h.clone()
+        });
+    }
+    let index_offset = out.len() as u64;
+    out.extend_from_slice(&encode_index(&rewritten));
+    let bloom_offset = out.len() as u64;
+    out.extend_from_slice(&bytes[footer.bloom_offset as usize..][..footer.bloom_len as usize]);
+    let mut tail = Footer {
+        index_offset,
+        bloom_offset,
+        ..footer
+    }
+    .encode();
+    tail[112..116].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32c::crc32c(&tail[..FOOTER_LEN - 4]);
+    tail[FOOTER_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&tail);
+    out
+}
+
+#[test]
+fn version_1_files_of_row_batches_are_still_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut rng = SmallRng::seed_from_u64(21);
+    let spans = random_spans(&mut rng, 300);
+    let path = dir.path().join("new.sst");
+    write(&path, opts(4096), &spans);
+    let bytes = fs::read(&path).expect("read");
+    assert_eq!(
+        &bytes[8..12],
+        &2u32.to_le_bytes(),
+        "this build writes version 2"
+    );
+
+    let old = dir.path().join("old.sst");
+    let old_bytes = as_version_1(&path, &bytes);
+    // Blocks of a version 1 file are row batches in zstd frames (kind 1).
+    assert_eq!(
+        old_bytes[Footer::decode(&old, &old_bytes)
+            .expect("footer")
+            .index_offset as usize
+            - 8],
+        1
+    );
+    fs::write(&old, &old_bytes).expect("write");
+    let table = SsTable::open(&old).expect("a version 1 file opens");
+    let all: Vec<Span> = table.iter().collect::<Result<_, _>>().expect("iter");
+    assert_eq!(all.len(), spans.len());
+    assert!(all.iter().zip(&spans).all(|(a, b)| same_span(a, b)));
+    for (id, expected) in by_trace(&spans) {
+        let got = table.get(&id).expect("get");
+        assert!(
+            got.iter().zip(&expected).all(|(a, b)| same_span(a, b)) && got.len() == expected.len()
+        );
+    }
+}
