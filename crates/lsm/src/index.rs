@@ -40,6 +40,9 @@ use crate::span::{ScopeGroup, Span, TraceId};
 /// SipHash, which took an eighth of a compaction's CPU time.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
+/// The service of spans whose resource names none.
+const UNKNOWN_SERVICE: &str = "unknown_service";
+
 /// At most this many distinct (scope, key, value) tags are kept per trace part.
 pub const MAX_TAGS_PER_TRACE: usize = 256;
 
@@ -93,9 +96,6 @@ pub struct TraceSummary {
     /// Distinct tags, sorted; at most [`MAX_TAGS_PER_TRACE`].
     pub tags: Vec<Tag>,
     pub edges: Vec<Edge>,
-    /// (span ID, service) of every span, to resolve the parents of other
-    /// parts' orphans; sorted by span ID.
-    pub spans: Vec<([u8; 8], u32)>,
     /// (parent span ID, service) of spans whose parent is not in this part.
     pub orphans: Vec<([u8; 8], u32)>,
 }
@@ -154,7 +154,7 @@ impl SummarySet {
                 t.ops.capacity() * size_of::<Op>()
                     + t.tags.capacity() * size_of::<Tag>()
                     + t.edges.capacity() * size_of::<Edge>()
-                    + (t.spans.capacity() + t.orphans.capacity()) * size_of::<([u8; 8], u32)>()
+                    + t.orphans.capacity() * size_of::<([u8; 8], u32)>()
             })
             .sum();
         size_of::<SummarySet>()
@@ -333,7 +333,7 @@ fn group_info<'g>(
         let service = attrs
             .iter()
             .find(|(k, _)| *k == "service.name")
-            .map_or("unknown_service", |(_, v)| v.as_ref());
+            .map_or(UNKNOWN_SERVICE, |(_, v)| v.as_ref());
         let service = names.intern(service);
         let tags: Vec<Tag> = attrs
             .iter()
@@ -425,8 +425,6 @@ fn summarize(trace_id: TraceId, mut acc: TraceAcc) -> TraceSummary {
             None => orphans.push((parent_id, link.service)),
         }
     }
-    let mut spans: Vec<([u8; 8], u32)> = by_id.into_iter().collect();
-    spans.sort_unstable();
     orphans.sort_unstable();
     orphans.shrink_to_fit();
     acc.ops.sort_unstable();
@@ -450,7 +448,6 @@ fn summarize(trace_id: TraceId, mut acc: TraceAcc) -> TraceSummary {
                 calls,
             })
             .collect(),
-        spans,
         orphans,
     }
 }
@@ -712,18 +709,22 @@ pub fn operations(sets: &[Arc<SummarySet>], service: &str, kind: Option<u8>) -> 
 
 /// Calls between services, (parent, child) -> count, over parts overlapping
 /// `[start, end]` (0 = unbounded). A call is a span whose parent span is of
-/// another service; a parent in another part of the trace (another file or
-/// buffer) is found through that part's span list.
-pub fn dependencies(
+/// another service. Calls within a part are counted in its summary; a span
+/// whose parent is in another part of the trace (another file or buffer) is
+/// resolved from the trace's spans, which `read_trace` returns: once per such
+/// trace, and only for those (they are few once compaction has merged the
+/// parts of a trace).
+pub fn dependencies<E>(
     sets: &[Arc<SummarySet>],
     start: u64,
     end: u64,
-) -> BTreeMap<(String, String), u64> {
+    mut read_trace: impl FnMut(&TraceId) -> Result<Vec<Span>, E>,
+) -> Result<BTreeMap<(String, String), u64>, E> {
     let in_window = |t: &TraceSummary| {
         (start == 0 || t.end_unix_nano >= start) && (end == 0 || t.start_unix_nano <= end)
     };
     let mut out = BTreeMap::new();
-    let mut pending: HashMap<TraceId, Parts> = HashMap::default();
+    let mut pending: BTreeMap<TraceId, Parts> = BTreeMap::new();
     for (si, set) in sets.iter().enumerate() {
         if !set.overlaps(start, end) {
             continue;
@@ -741,38 +742,46 @@ pub fn dependencies(
             }
         }
     }
-    if pending.is_empty() {
-        return out;
-    }
-    // The other parts of traces with orphans, wherever they are.
-    let mut others: HashMap<TraceId, Parts> = HashMap::default();
-    for (si, set) in sets.iter().enumerate() {
-        for (ti, t) in set.traces.iter().enumerate() {
-            if pending.contains_key(&t.trace_id) {
-                others.entry(t.trace_id).or_default().push((si, ti));
+    let mut services: HashMap<Vec<u8>, String> = HashMap::default();
+    for (trace_id, parts) in pending {
+        let spans = read_trace(&trace_id)?;
+        for span in &spans {
+            let resource = span.group.resource.as_deref().unwrap_or_default();
+            if !services.contains_key(resource) {
+                services.insert(resource.to_vec(), service_name(&span.group));
             }
         }
-    }
-    for (trace_id, parts) in pending {
-        let all = others.get(&trace_id).map_or(&[][..], Vec::as_slice);
+        let service_of: HashMap<[u8; 8], &str> = spans
+            .iter()
+            .map(|span| {
+                let resource = span.group.resource.as_deref().unwrap_or_default();
+                (span.span_id.0, services[resource].as_str())
+            })
+            .collect();
         for (si, ti) in parts {
             let set = &sets[si];
             for (parent_id, child) in &set.traces[ti].orphans {
                 let child = set.str(*child);
-                let parent = all.iter().find_map(|&(sj, tj)| {
-                    let other = &sets[sj];
-                    let spans = &other.traces[tj].spans;
-                    let i = spans.binary_search_by(|(id, _)| id.cmp(parent_id)).ok()?;
-                    Some(other.str(spans[i].1))
-                });
-                if let Some(parent) = parent.filter(|p| *p != child) {
-                    *out.entry((parent.to_owned(), child.to_owned()))
-                        .or_default() += 1;
+                match service_of.get(parent_id) {
+                    Some(&parent) if parent != child => {
+                        *out.entry((parent.to_owned(), child.to_owned()))
+                            .or_default() += 1;
+                    }
+                    _ => {}
                 }
             }
         }
     }
-    out
+    Ok(out)
+}
+
+/// The `service.name` of a resource, as the index names it.
+pub fn service_name(group: &ScopeGroup) -> String {
+    key_attrs(group)
+        .iter()
+        .find(|(k, _)| *k == "service.name")
+        .map_or(UNKNOWN_SERVICE, |(_, v)| v.as_ref())
+        .to_owned()
 }
 
 /// Distinct tag keys per scope over parts overlapping `[start, end]`.

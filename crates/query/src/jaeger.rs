@@ -288,9 +288,15 @@ impl DependencyReader for JaegerStorage {
     ) -> Result<Response<GetDependenciesResponse>, Status> {
         let req = request.into_inner();
         let (start, end) = (nanos(req.start_time.as_ref()), nanos(req.end_time.as_ref()));
-        let index = self.index(TimeRange::new(start, end)).await?;
-        let dependencies = index
-            .dependencies(start, end)
+        let engine = self.engine.clone();
+        let found = tokio::task::spawn_blocking(move || {
+            let index = engine.index(TimeRange::new(start, end))?;
+            index.dependencies(&engine, start, end)
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?
+        .map_err(Error::from)?;
+        let dependencies = found
             .into_iter()
             .map(|((parent, child), call_count)| Dependency {
                 parent,

@@ -157,8 +157,17 @@ impl IndexSnapshot {
         index::operations(&self.sets, service, kind)
     }
 
-    pub fn dependencies(&self, start: u64, end: u64) -> BTreeMap<(String, String), u64> {
-        index::dependencies(&self.sets, start.max(self.expire_before), end)
+    /// Calls between services; see [`index::dependencies`]. `engine` reads
+    /// the traces whose spans have parents in another part.
+    pub fn dependencies(
+        &self,
+        engine: &Engine,
+        start: u64,
+        end: u64,
+    ) -> Result<BTreeMap<(String, String), u64>> {
+        index::dependencies(&self.sets, start.max(self.expire_before), end, |id| {
+            engine.get_trace(id)
+        })
     }
 
     pub fn tag_keys(&self, start: u64, end: u64) -> BTreeSet<(TagScope, String)> {

@@ -22,10 +22,11 @@ use crate::{
 };
 
 const MAGIC: &[u8; 8] = b"TDB-IDX\0";
-/// 1: the body as is; 2: the body as one zstd frame, after its length.
-const VERSION: u32 = 2;
-/// zstd level of the body: level 1 gets within 1% of level 9 here (trace
-/// and span IDs, which do not compress, are most of the bytes).
+/// 1: the body as is; 2: the body as one zstd frame, after its length; 3:
+/// as 2, with each trace's end as a duration and without its span list.
+const VERSION: u32 = 3;
+/// zstd level of the body: level 1 got within 1% of level 9 (trace IDs and
+/// times, which hardly compress, are most of the bytes).
 const ZSTD_LEVEL: i32 = 1;
 /// Largest body a reader inflates.
 const MAX_BODY_BYTES: u32 = 1 << 30;
@@ -62,7 +63,7 @@ fn encode_body(set: &SummarySet) -> Vec<u8> {
     for t in &set.traces {
         out.extend_from_slice(&t.trace_id.0);
         out.extend_from_slice(&t.start_unix_nano.to_le_bytes());
-        out.extend_from_slice(&t.end_unix_nano.to_le_bytes());
+        put_varint(&mut out, t.end_unix_nano.wrapping_sub(t.start_unix_nano));
         put_varint(&mut out, u64::from(t.span_count));
         put_varint(&mut out, u64::from(t.error_count));
         match t.root {
@@ -72,33 +73,36 @@ fn encode_body(set: &SummarySet) -> Vec<u8> {
                 put_varint(&mut out, u64::from(n));
             }
         }
-        put_varint(&mut out, t.ops.len() as u64);
-        for o in &t.ops {
-            put_varint(&mut out, u64::from(o.service));
-            put_varint(&mut out, u64::from(o.name));
-            out.push(o.kind);
-        }
-        put_varint(&mut out, t.tags.len() as u64);
-        for g in &t.tags {
-            out.push(g.scope as u8);
-            put_varint(&mut out, u64::from(g.key));
-            put_varint(&mut out, u64::from(g.value));
-        }
-        put_varint(&mut out, t.edges.len() as u64);
-        for e in &t.edges {
-            put_varint(&mut out, u64::from(e.parent));
-            put_varint(&mut out, u64::from(e.child));
-            put_varint(&mut out, u64::from(e.calls));
-        }
-        for list in [&t.spans, &t.orphans] {
-            put_varint(&mut out, list.len() as u64);
-            for (id, service) in list {
-                out.extend_from_slice(id);
-                put_varint(&mut out, u64::from(*service));
-            }
+        put_ops_tags_edges(&mut out, t);
+        put_varint(&mut out, t.orphans.len() as u64);
+        for (id, service) in &t.orphans {
+            out.extend_from_slice(id);
+            put_varint(&mut out, u64::from(*service));
         }
     }
     out
+}
+
+/// A trace summary's operations, tags and edges.
+fn put_ops_tags_edges(out: &mut Vec<u8>, t: &TraceSummary) {
+    put_varint(out, t.ops.len() as u64);
+    for o in &t.ops {
+        put_varint(out, u64::from(o.service));
+        put_varint(out, u64::from(o.name));
+        out.push(o.kind);
+    }
+    put_varint(out, t.tags.len() as u64);
+    for g in &t.tags {
+        out.push(g.scope as u8);
+        put_varint(out, u64::from(g.key));
+        put_varint(out, u64::from(g.value));
+    }
+    put_varint(out, t.edges.len() as u64);
+    for e in &t.edges {
+        put_varint(out, u64::from(e.parent));
+        put_varint(out, u64::from(e.child));
+        put_varint(out, u64::from(e.calls));
+    }
 }
 
 /// Reads bytes of a sidecar, refusing anything that does not add up.
@@ -179,7 +183,7 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<SummarySet> {
             buf: body,
             at: 12,
         },
-        2 => {
+        2 | 3 => {
             let Some(len) = body.get(12..16) else {
                 return Err(corrupt(path, 12, "truncated"));
             };
@@ -215,12 +219,16 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<SummarySet> {
         strings.push(s.to_owned());
     }
     let ns = strings.len();
-    let n = r.count(40)?;
+    let n = r.count(if version < 3 { 40 } else { 31 })?;
     let mut traces = Vec::with_capacity(n);
     for _ in 0..n {
         let trace_id = TraceId(r.bytes(16)?.try_into().expect("16 bytes"));
         let start_unix_nano = r.u64()?;
-        let end_unix_nano = r.u64()?;
+        let end_unix_nano = if version < 3 {
+            r.u64()?
+        } else {
+            start_unix_nano.wrapping_add(r.varint()?)
+        };
         let span_count = r.u32()?;
         let error_count = r.u32()?;
         let root = match r.u32()? {
@@ -263,16 +271,19 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<SummarySet> {
                 calls: r.u32()?,
             });
         }
-        let mut lists = [Vec::new(), Vec::new()];
-        for list in &mut lists {
-            let k = r.count(9)?;
-            list.reserve(k);
-            for _ in 0..k {
-                let id: [u8; 8] = r.bytes(8)?.try_into().expect("8 bytes");
-                list.push((id, r.string(ns)?));
+        if version < 3 {
+            // The span list of versions 1 and 2: checked, no longer kept.
+            for _ in 0..r.count(9)? {
+                r.bytes(8)?;
+                r.string(ns)?;
             }
         }
-        let [spans, orphans] = lists;
+        let k = r.count(9)?;
+        let mut orphans = Vec::with_capacity(k);
+        for _ in 0..k {
+            let id: [u8; 8] = r.bytes(8)?.try_into().expect("8 bytes");
+            orphans.push((id, r.string(ns)?));
+        }
         traces.push(TraceSummary {
             trace_id,
             start_unix_nano,
@@ -283,7 +294,6 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<SummarySet> {
             ops,
             tags,
             edges,
-            spans,
             orphans,
         });
     }
@@ -371,7 +381,18 @@ mod tests {
         let spans: Vec<crate::span::Span> = (0..200u64)
             .map(|i| span(&g, u128::from(i % 13), i, i))
             .collect();
-        SummarySet::from_spans(&spans)
+        let mut set = SummarySet::from_spans(&spans);
+        // These payloads name no parents: give two traces cross-service
+        // calls and parents in other parts.
+        for t in set.traces.iter_mut().take(2) {
+            t.edges.push(Edge {
+                parent: 0,
+                child: 0,
+                calls: 3,
+            });
+            t.orphans.push(([7; 8], 0));
+        }
+        set
     }
 
     /// `MAGIC`, `version`, then `rest`, with a valid checksum.
@@ -384,15 +405,67 @@ mod tests {
         out
     }
 
+    /// The body as versions 1 and 2 wrote it: each trace's end as a u64,
+    /// and a span list (here one made-up entry per trace) before the orphans.
+    fn old_body(set: &SummarySet) -> Vec<u8> {
+        let mut out = Vec::new();
+        put_varint(&mut out, set.strings.len() as u64);
+        for s in &set.strings {
+            put_varint(&mut out, s.len() as u64);
+            out.extend_from_slice(s.as_bytes());
+        }
+        put_varint(&mut out, set.traces.len() as u64);
+        for t in &set.traces {
+            out.extend_from_slice(&t.trace_id.0);
+            out.extend_from_slice(&t.start_unix_nano.to_le_bytes());
+            out.extend_from_slice(&t.end_unix_nano.to_le_bytes());
+            let mut rest = Vec::new();
+            put_varint(&mut rest, u64::from(t.span_count));
+            put_varint(&mut rest, u64::from(t.error_count));
+            match t.root {
+                None => put_varint(&mut rest, 0),
+                Some((s, n)) => {
+                    put_varint(&mut rest, u64::from(s) + 1);
+                    put_varint(&mut rest, u64::from(n));
+                }
+            }
+            out.extend_from_slice(&rest);
+            put_ops_tags_edges(&mut out, t);
+            put_varint(&mut out, 1);
+            out.extend_from_slice(&[0xab; 8]);
+            put_varint(&mut out, 0);
+            put_varint(&mut out, t.orphans.len() as u64);
+            for (id, service) in &t.orphans {
+                out.extend_from_slice(id);
+                put_varint(&mut out, u64::from(*service));
+            }
+        }
+        out
+    }
+
     #[test]
-    fn the_body_is_compressed_and_version_1_sidecars_still_read() {
+    fn the_body_is_compressed_and_versions_1_and_2_still_read() {
         let set = set();
+        assert!(
+            set.traces
+                .iter()
+                .any(|t| !t.orphans.is_empty() && !t.edges.is_empty()),
+            "the sample has orphans and edges"
+        );
         let body = encode_body(&set);
-        let v2 = encode(&set);
-        assert!(v2.len() < body.len(), "{} >= {}", v2.len(), body.len());
+        let v3 = encode(&set);
+        assert!(v3.len() < body.len(), "{} >= {}", v3.len(), body.len());
         let path = Path::new("x.idx");
-        assert_eq!(decode(path, &v2).expect("v2 decodes"), set);
-        assert_eq!(decode(path, &framed(1, &body)).expect("v1 decodes"), set);
+        assert_eq!(decode(path, &v3).expect("v3 decodes"), set);
+        let old = old_body(&set);
+        assert_eq!(decode(path, &framed(1, &old)).expect("v1 decodes"), set);
+        let mut v2 = (old.len() as u32).to_le_bytes().to_vec();
+        v2.extend_from_slice(&zstd::bulk::compress(&old, 1).expect("compresses"));
+        assert_eq!(decode(path, &framed(2, &v2)).expect("v2 decodes"), set);
+        // The old layout read as version 3 does not add up.
+        let mut wrong = (old.len() as u32).to_le_bytes().to_vec();
+        wrong.extend_from_slice(&zstd::bulk::compress(&old, 1).expect("compresses"));
+        assert!(decode(path, &framed(3, &wrong)).is_err());
     }
 
     #[test]
@@ -404,15 +477,15 @@ mod tests {
         for len in [0, body.len() as u32 - 1, body.len() as u32 + 1, u32::MAX] {
             let mut rest = len.to_le_bytes().to_vec();
             rest.extend_from_slice(&frame);
-            let err = decode(path, &framed(2, &rest)).expect_err("a wrong length");
+            let err = decode(path, &framed(3, &rest)).expect_err("a wrong length");
             assert!(err.is_corruption(), "{err}");
         }
         let mut rest = (body.len() as u32).to_le_bytes().to_vec();
         rest.extend_from_slice(b"not a zstd frame");
-        assert!(decode(path, &framed(2, &rest)).is_err());
-        let err = decode(path, &framed(3, &[])).expect_err("version 3");
+        assert!(decode(path, &framed(3, &rest)).is_err());
+        let err = decode(path, &framed(4, &[])).expect_err("version 4");
         assert!(
-            matches!(err, Error::UnsupportedVersion { version: 3, .. }),
+            matches!(err, Error::UnsupportedVersion { version: 4, .. }),
             "{err}"
         );
     }

@@ -155,7 +155,8 @@ fn index_follows_flush_compaction_retention_and_restart() {
         let deps = engine
             .index(Default::default())
             .expect("index")
-            .dependencies(0, 0);
+            .dependencies(engine, 0, 0)
+            .expect("dependencies");
         let calls = deps
             .get(&("front".to_string(), "back".to_string()))
             .copied();
@@ -208,4 +209,55 @@ fn index_follows_flush_compaction_retention_and_restart() {
     let engine = Engine::open(small_tree(dir.path(), &clock)).expect("reopen");
     assert_eq!(found(&engine, &by_service), left);
     assert_eq!(sidecars_on_disk(dir.path()), files_on_disk(dir.path()));
+}
+
+#[test]
+fn calls_whose_parent_is_in_another_part_are_counted_from_the_trace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let (front, back) = (service("front"), service("back"));
+    let ms = 1_000_000;
+    let start = T0 - 30 * SEC;
+    let deps = |engine: &Engine| {
+        engine
+            .index(Default::default())
+            .expect("index")
+            .dependencies(engine, 0, 0)
+            .expect("dependencies")
+    };
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    {
+        let engine = Engine::open(small_tree(dir.path(), &clock)).expect("open");
+        // The roots go to a file; their children, of another service, come
+        // later and stay in memory: every call crosses parts.
+        let roots: Vec<Span> = (1..=5u128)
+            .map(|t| otlp_span(&front, t, 1, None, "GET /", start, 10 * ms))
+            .collect();
+        engine.write_blocking(roots).expect("write");
+        engine.flush().expect("flush");
+        let mut children: Vec<Span> = (1..=5u128)
+            .map(|t| otlp_span(&back, t, 2, Some(1), "query", start + ms, ms))
+            .collect();
+        // Same service as its parent: not a call between services.
+        children.push(otlp_span(&front, 1, 3, Some(1), "render", start + ms, ms));
+        // A parent that never arrived: no call can be named.
+        children.push(otlp_span(&back, 2, 4, Some(99), "query", start + ms, ms));
+        engine.write_blocking(children).expect("write");
+        let calls = deps(&engine);
+        assert_eq!(calls.get(&pair("front", "back")), Some(&5), "{calls:?}");
+        assert_eq!(calls.len(), 1, "{calls:?}");
+
+        // The children in a second file: both parts are sidecars now.
+        engine.flush().expect("flush");
+        assert_eq!(deps(&engine).get(&pair("front", "back")), Some(&5));
+        engine.close().expect("close");
+    }
+    // Read back from the sidecars on disk, then with every trace merged
+    // into one part by compaction.
+    let engine = Engine::open(small_tree(dir.path(), &clock)).expect("reopen");
+    assert_eq!(deps(&engine).get(&pair("front", "back")), Some(&5));
+    engine.compact().expect("compact");
+    let calls = deps(&engine);
+    assert_eq!(calls.get(&pair("front", "back")), Some(&5), "{calls:?}");
+    assert_eq!(calls.len(), 1);
 }
