@@ -96,7 +96,7 @@ fn write_lsm(out: &mut Exposition, s: &tracedb_lsm::EngineStats) {
             stats.bytes,
         );
     }
-    let counters: [(&str, &str, u64); 13] = [
+    let counters: [(&str, &str, u64); 14] = [
         (
             "tracedb_compactions_total",
             "Compactions that merged files.",
@@ -111,6 +111,11 @@ fn write_lsm(out: &mut Exposition, s: &tracedb_lsm::EngineStats) {
             "tracedb_compaction_errors_total",
             "Failed compactions (retried).",
             s.compaction_errors,
+        ),
+        (
+            "tracedb_level0_preemptions_total",
+            "Level-0 merges run between the traces of a merge of deeper levels.",
+            s.level0_preemptions,
         ),
         (
             "tracedb_compaction_read_bytes_total",

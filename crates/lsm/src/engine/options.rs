@@ -131,6 +131,9 @@ pub struct Hooks {
     pub faults: Option<Arc<crate::fault::FaultInjector>>,
     /// Pause before retrying a failed flush or compaction, instead of 1 s.
     pub retry_delay: Option<Duration>,
+    /// Called between traces by merges of levels 1 and deeper; a test can
+    /// sleep in it to make such a merge last.
+    pub between_deeper_traces: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl fmt::Debug for Hooks {
@@ -140,6 +143,10 @@ impl fmt::Debug for Hooks {
             .field("after_first_trace", &self.after_first_trace.is_some())
             .field("faults", &self.faults.is_some())
             .field("retry_delay", &self.retry_delay)
+            .field(
+                "between_deeper_traces",
+                &self.between_deeper_traces.is_some(),
+            )
             .finish()
     }
 }

@@ -154,3 +154,99 @@ fn ingest_and_queries_go_on_while_a_merge_is_held() {
     let files: BTreeSet<u64> = crate::util::files_in_version(&engine);
     assert_eq!(files, crate::util::files_on_disk(dir.path()));
 }
+
+#[test]
+fn level_0_is_merged_while_a_long_merge_of_deeper_runs_holds_the_only_thread() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let mut opts = small_tree(dir.path(), &clock);
+    opts.compaction_threads = 1;
+    // Level 1 merges down when it holds `size_ratio` runs, not by size.
+    opts.compaction.level_base_bytes = u64::MAX / 4;
+    let trigger = opts.compaction.l0_trigger_files;
+    // While `slow` is set, a deeper merge takes 5 ms per trace.
+    let slow = Arc::new(AtomicBool::new(false));
+    let deeper_traces = Arc::new(AtomicU64::new(0));
+    let (s, d) = (slow.clone(), deeper_traces.clone());
+    opts.hooks.between_deeper_traces = Some(Arc::new(move || {
+        d.fetch_add(1, Ordering::SeqCst);
+        if s.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }));
+    let engine = Engine::open(opts).expect("open");
+
+    // Four overlapping sorted runs of 750 traces in level 1 (one level-0
+    // merge each, of trace IDs round, round + 4, ...); the fourth makes
+    // level 1 merge its runs down, slowly.
+    for round in 0..4u128 {
+        engine.pause_compaction();
+        for batch in 0..3u128 {
+            let first = batch * 250;
+            let spans = (first..first + 250)
+                .map(|i| i * 4 + round)
+                .map(|t| span_at(t, 1, T0 + (t / 100) as u64))
+                .collect();
+            engine.write_blocking(spans).expect("write");
+        }
+        engine.flush().expect("flush");
+        if round == 3 {
+            slow.store(true, Ordering::SeqCst);
+        }
+        engine.resume_compaction();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while engine.stats().levels[0].files > 0 {
+            assert!(std::time::Instant::now() < deadline, "level 0 not merged");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while deeper_traces.load(Ordering::SeqCst) < 10 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no deeper merge started: {:?}",
+            engine.stats().levels
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    // New level-0 files while that merge runs (it needs 15 s at this pace).
+    for batch in 0..(2 * trigger as u128) {
+        let spans = (0..20u128)
+            .map(|t| span_at((1 << 40) | (batch * 20 + t), 1, T0))
+            .collect();
+        engine.write_blocking(spans).expect("write");
+        engine.flush().expect("flush");
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = engine.stats();
+        if stats.levels[0].files < trigger {
+            assert!(stats.level0_preemptions > 0, "{stats:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "level 0 still holds {} files behind the deeper merge",
+            stats.levels[0].files
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The deeper merge is still under way.
+    let seen = deeper_traces.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        deeper_traces.load(Ordering::SeqCst) > seen,
+        "the deeper merge ended early"
+    );
+
+    slow.store(false, Ordering::SeqCst);
+    engine.compact().expect("compact");
+    for t in [0u128, 1_234, 2_999, 1 << 40, (1 << 40) | 7] {
+        assert_eq!(
+            ids(&engine, t),
+            vec![(1, if t < 3_000 { T0 + (t / 100) as u64 } else { T0 })],
+            "trace {t}"
+        );
+    }
+}
