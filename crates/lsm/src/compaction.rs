@@ -17,7 +17,11 @@
 //!
 //! # Picking
 //!
-//! 1. Level 0 first: once it holds `l0_trigger_files` files that no task is
+//! 0. A (level, partition) holding [`run_cap`] runs that no task is merging
+//!    goes first: under a sustained load level 0 is always due, and a level
+//!    below it must not collect runs without end (every run is a probe per
+//!    lookup, and the merge that drains it grows).
+//! 1. Then level 0: once it holds `l0_trigger_files` files that no task is
 //!    merging, they are merged *alone* (no level-1 file is read or
 //!    rewritten) into one new sorted run per partition their spans touch, at
 //!    level 1. A second level-0 task can start while one runs.
@@ -30,7 +34,9 @@
 //!
 //! Files that running tasks hold are skipped, so tasks on different levels or
 //! partitions, and level-0 tasks, run in parallel. [`pick_level0`] is the
-//! first step alone, for a thread kept free for level 0.
+//! first step alone, for a thread kept free for level 0. [`pick_above`] is
+//! what a long merge runs first, between two of its traces: the same order,
+//! among the levels above the merge's own, into levels below a run cap.
 //!
 //! # Merging
 //!
@@ -149,7 +155,19 @@ pub fn pick(
     opts: &CompactionOptions,
     busy: &HashSet<u64>,
 ) -> Option<CompactionTask> {
-    pick_level0(version, opts, busy).or_else(|| pick_deeper(version, opts, busy))
+    let cap = run_cap(opts);
+    pick_deeper_where(version, opts, busy, |level, partition| {
+        idle_runs(version, busy, level, Some(partition)) >= cap
+    })
+    .or_else(|| pick_level0(version, opts, busy))
+    .or_else(|| pick_deeper(version, opts, busy))
+}
+
+/// Runs a partition of a level holds, besides those being merged, before
+/// its merge goes ahead of level 0 and before merges from above stop
+/// going into it ([`pick_above`]): 3 × `size_ratio`.
+pub fn run_cap(opts: &CompactionOptions) -> usize {
+    usize::try_from(opts.size_ratio().saturating_mul(3)).unwrap_or(usize::MAX)
 }
 
 /// Step 1 of [`pick`] alone: a level-0 task, if level 0 is over its trigger.
@@ -175,11 +193,72 @@ pub fn pick_level0(
     })
 }
 
+/// A task to run between two traces of a merge whose inputs are at `level`
+/// (1 or deeper): the one [`pick`] would choose among the levels above it,
+/// provided the level it writes to holds fewer than `max_runs` runs no task
+/// holds, in every partition it writes to. Upper levels go first, since
+/// level 0 filling up stops ingest; the cap keeps lookups from probing an
+/// unbounded number of runs while the deep merge is kept waiting.
+pub fn pick_above(
+    version: &Version,
+    opts: &CompactionOptions,
+    busy: &HashSet<u64>,
+    level: usize,
+    max_runs: usize,
+) -> Option<CompactionTask> {
+    if level == 0 {
+        return None;
+    }
+    if idle_runs(version, busy, 1, None) < max_runs {
+        if let Some(task) = pick_level0(version, opts, busy) {
+            return Some(task);
+        }
+    }
+    pick_deeper_where(version, opts, busy, |input_level, partition| {
+        input_level < level && idle_runs(version, busy, input_level + 1, Some(partition)) < max_runs
+    })
+}
+
+/// Runs of files no task holds in `partition` of `level` (1 or deeper), or
+/// the most of any partition when `partition` is `None`.
+pub fn idle_runs(
+    version: &Version,
+    busy: &HashSet<u64>,
+    level: usize,
+    partition: Option<u64>,
+) -> usize {
+    let Some(parts) = level.checked_sub(1).and_then(|i| version.deeper.get(i)) else {
+        return 0;
+    };
+    let count = |runs: &SortedRuns| {
+        let idle: Vec<Arc<TableFile>> = runs
+            .files()
+            .filter(|f| !busy.contains(&f.id))
+            .cloned()
+            .collect();
+        SortedRuns::new(idle).run_count()
+    };
+    match partition {
+        Some(p) => parts.get(&p).map_or(0, count),
+        None => parts.values().map(count).max().unwrap_or(0),
+    }
+}
+
 /// Step 2 of [`pick`]: the (level, partition) furthest past its trigger.
 fn pick_deeper(
     version: &Version,
     opts: &CompactionOptions,
     busy: &HashSet<u64>,
+) -> Option<CompactionTask> {
+    pick_deeper_where(version, opts, busy, |_, _| true)
+}
+
+/// [`pick_deeper`] among the (level, partition) pairs `allowed` accepts.
+fn pick_deeper_where(
+    version: &Version,
+    opts: &CompactionOptions,
+    busy: &HashSet<u64>,
+    allowed: impl Fn(usize, u64) -> bool,
 ) -> Option<CompactionTask> {
     let ratio = opts.size_ratio() as f64;
     let mut best: Option<(f64, usize, SortedRuns)> = None;
@@ -189,7 +268,10 @@ fn pick_deeper(
             break; // the last level has no trigger
         }
         let target = opts.level_target(level) as f64;
-        for runs in parts.values() {
+        for (&partition, runs) in parts {
+            if !allowed(level, partition) {
+                continue;
+            }
             let idle: Vec<Arc<TableFile>> = runs
                 .files()
                 .filter(|f| !busy.contains(&f.id))
@@ -383,5 +465,65 @@ mod tests {
         );
         let next = pick(&v, &opts(), &task.input_ids()).expect("the other one");
         assert_eq!((next.input_level, ids(&next)), (1, vec![1, 2, 3]));
+    }
+
+    #[test]
+    fn inside_a_deep_merge_only_upper_levels_go_first_and_only_below_the_run_cap() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        // Partition 5: level 2 is being merged (files 21-23, busy); level 1
+        // holds 3 runs (due); level 0 holds 3 files (due).
+        let mut files: Vec<_> = (21..=23).map(|id| full_range(d, id, 2, 5)).collect();
+        files.extend((11..=13).map(|id| full_range(d, id, 1, 5)));
+        files.extend((1..=3).map(|id| full_range(d, id, 0, NO_PARTITION)));
+        let busy: HashSet<u64> = HashSet::from([21, 22, 23]);
+        let v = version(files.clone());
+        let o = opts();
+
+        // Level 0 first, while level 1 has room.
+        let task = pick_above(&v, &o, &busy, 2, 4).expect("level 0 due");
+        assert_eq!((task.input_level, ids(&task)), (0, vec![1, 2, 3]));
+        // Level 1 at the cap: level 0 waits; level 1 goes down into level 2,
+        // whose idle runs (none: its files are the deep merge's) are below it.
+        let task = pick_above(&v, &o, &busy, 2, 3).expect("level 1 due");
+        assert_eq!((task.input_level, ids(&task)), (1, vec![11, 12, 13]));
+        // Nothing at or below the merge's own level is run inside it.
+        assert!(pick_above(&v, &o, &busy, 1, 3).is_none());
+        assert!(pick_above(&v, &o, &HashSet::new(), 0, 100).is_none());
+        // Level 2 holding 3 idle runs besides the busy ones: level 1 waits
+        // too, and inside a merge of level 3 those runs of level 2 go first.
+        files.extend((31..=33).map(|id| full_range(d, id, 2, 5)));
+        let v = version(files);
+        assert_eq!(idle_runs(&v, &busy, 2, Some(5)), 3);
+        assert_eq!(idle_runs(&v, &busy, 2, Some(6)), 0);
+        assert_eq!(idle_runs(&v, &busy, 1, None), 3);
+        assert!(pick_above(&v, &o, &busy, 2, 3).is_none());
+        let task = pick_above(&v, &o, &busy, 3, 3).expect("level 2 due");
+        assert_eq!((task.input_level, ids(&task)), (2, vec![31, 32, 33]));
+        assert_eq!(
+            pick_above(&v, &o, &busy, 3, 4).map(|t| t.input_level),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn a_level_at_the_run_cap_goes_before_a_due_level_0() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let cap = run_cap(&opts());
+        assert_eq!(cap, 9);
+        let mut files: Vec<_> = (1..=3)
+            .map(|id| full_range(d, id, 0, NO_PARTITION))
+            .collect();
+        files.extend((11..(11 + cap as u64 - 1)).map(|id| full_range(d, id, 1, 7)));
+        let task = pick(&version(files.clone()), &opts(), &HashSet::new()).expect("due");
+        assert_eq!(task.input_level, 0, "{} runs: level 0 first", cap - 1);
+        files.push(full_range(d, 100, 1, 7));
+        let task = pick(&version(files.clone()), &opts(), &HashSet::new()).expect("due");
+        assert_eq!((task.input_level, task.inputs.len()), (1, cap));
+        // Runs already being merged do not count.
+        let busy = HashSet::from([11, 12]);
+        let task = pick(&version(files), &opts(), &busy).expect("due");
+        assert_eq!(task.input_level, 0);
     }
 }

@@ -485,7 +485,7 @@ impl Engine {
             compactions: get(&c.compactions),
             compaction_moves: get(&c.compaction_moves),
             compaction_errors: get(&c.compaction_errors),
-            level0_preemptions: get(&c.level0_preemptions),
+            merges_run_first: get(&c.merges_run_first),
             compaction_bytes_read: get(&c.compaction_bytes_read),
             compaction_bytes_written: get(&c.compaction_bytes_written),
             flush_bytes_written: get(&c.flush_bytes_written),

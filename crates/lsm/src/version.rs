@@ -341,15 +341,6 @@ impl Version {
         )
     }
 
-    /// The most sorted runs one partition of `level` (1 or deeper) holds.
-    pub fn max_partition_runs(&self, level: usize) -> usize {
-        level
-            .checked_sub(1)
-            .and_then(|i| self.deeper.get(i))
-            .and_then(|parts| parts.values().map(SortedRuns::run_count).max())
-            .unwrap_or(0)
-    }
-
     /// Files, runs and bytes per level, level 0 first.
     pub fn level_stats(&self) -> Vec<LevelStats> {
         let mut out = vec![LevelStats {

@@ -113,9 +113,9 @@ fn write_lsm(out: &mut Exposition, s: &tracedb_lsm::EngineStats) {
             s.compaction_errors,
         ),
         (
-            "tracedb_level0_preemptions_total",
-            "Level-0 merges run between the traces of a merge of deeper levels.",
-            s.level0_preemptions,
+            "tracedb_merges_run_first_total",
+            "Merges of upper levels run between the traces of a merge of deeper levels.",
+            s.merges_run_first,
         ),
         (
             "tracedb_compaction_read_bytes_total",

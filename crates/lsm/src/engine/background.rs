@@ -33,11 +33,8 @@ const AGE_CHECK: Duration = Duration::from_millis(500);
 const COMPACTION_IDLE: Duration = Duration::from_secs(1);
 /// Pause after a failed compaction before the next try.
 const COMPACTION_RETRY: Duration = Duration::from_secs(1);
-/// How often a merge of deeper levels looks for a due level-0 merge.
-const LEVEL0_CHECK: Duration = Duration::from_millis(100);
-/// Level-0 merges stop going first once one partition of level 1 holds this
-/// many times `size_ratio` runs.
-const PREEMPT_MAX_RUNS_FACTOR: u64 = 3;
+/// How often a merge of deeper levels looks for a due merge above it.
+const UPPER_CHECK: Duration = Duration::from_millis(100);
 
 impl Inner {
     /// Makes a sealed buffer visible to readers, then queues it for flushing.
@@ -449,36 +446,39 @@ impl Inner {
         }
     }
 
-    /// Called between traces of a merge of deeper runs: runs a level-0 merge
-    /// that is due, on this thread, before the deeper merge goes on. Not
-    /// while level 1 already holds [`PREEMPT_MAX_RUNS_FACTOR`] × `size_ratio`
-    /// runs in one partition: then the deeper merge, which drains level 1,
-    /// keeps the thread, and writes meet back-pressure as level 0 fills.
-    fn level0_inside_deeper_merge(&self) {
+    /// Called between traces of a merge whose inputs are at `level` (1 or
+    /// deeper): runs a task of a level above it that is due
+    /// ([`compaction::pick_above`]), on this thread, before the merge goes
+    /// on; a task so run may in turn let one above it go first. A level
+    /// stops taking merged runs from above once a partition of it holds
+    /// [`compaction::run_cap`] runs no task holds: when every level is
+    /// there, writes meet back-pressure as level 0 fills.
+    fn upper_inside_deeper_merge(&self, level: usize) {
         let task = {
             let mut s = self.sched.lock();
             if s.paused || s.stopping || self.crashed.load(Ordering::Acquire) {
                 return;
             }
             let version = self.state.lock().version.clone();
-            let limit = PREEMPT_MAX_RUNS_FACTOR * self.opts.compaction.size_ratio.max(2);
-            let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-            if version.max_partition_runs(1) >= limit {
-                return;
-            }
-            let Some(task) = compaction::pick_level0(&version, &self.opts.compaction, &s.busy)
+            let cap = compaction::run_cap(&self.opts.compaction);
+            let Some(task) =
+                compaction::pick_above(&version, &self.opts.compaction, &s.busy, level, cap)
             else {
                 return;
             };
             s.claim(&task);
             task
         };
-        add(&self.counters.level0_preemptions, 1);
+        add(&self.counters.merges_run_first, 1);
         let result = self.run_task(&task);
         self.finish_task(&task);
         if let Err(e) = result {
             add(&self.counters.compaction_errors, 1);
-            tracing::error!(error = %e, "level-0 compaction inside a deeper merge failed");
+            tracing::error!(
+                error = %e,
+                level = task.input_level,
+                "compaction inside a deeper merge failed"
+            );
         }
     }
 
@@ -518,7 +518,7 @@ impl Inner {
         );
         // A merge of deeper runs can take minutes; level 0 must not fill up
         // behind it (that stops ingest), so between traces it lets due
-        // level-0 merges run first, checking every LEVEL0_CHECK.
+        // merges of the levels above run first, checking every UPPER_CHECK.
         let deeper = task.input_level > 0;
         let next_check_ms = AtomicU64::new(0);
         let stop = || {
@@ -528,9 +528,8 @@ impl Inner {
                 }
                 let now_ms = started.elapsed().as_millis() as u64;
                 if now_ms >= next_check_ms.load(Ordering::Relaxed) {
-                    next_check_ms
-                        .store(now_ms + LEVEL0_CHECK.as_millis() as u64, Ordering::Relaxed);
-                    self.level0_inside_deeper_merge();
+                    next_check_ms.store(now_ms + UPPER_CHECK.as_millis() as u64, Ordering::Relaxed);
+                    self.upper_inside_deeper_merge(task.input_level);
                 }
             }
             self.merge_should_stop()

@@ -30,8 +30,8 @@ pub struct EngineStats {
     pub compactions: u64,
     pub compaction_moves: u64,
     pub compaction_errors: u64,
-    /// Level-0 merges run between the traces of a deeper merge.
-    pub level0_preemptions: u64,
+    /// Merges of upper levels run between the traces of a deeper merge.
+    pub merges_run_first: u64,
     /// Bytes compaction read and wrote; with the flushed bytes this gives
     /// write amplification.
     pub compaction_bytes_read: u64,
@@ -65,7 +65,7 @@ pub(super) struct Counters {
     pub(super) compactions: AtomicU64,
     pub(super) compaction_moves: AtomicU64,
     pub(super) compaction_errors: AtomicU64,
-    pub(super) level0_preemptions: AtomicU64,
+    pub(super) merges_run_first: AtomicU64,
     pub(super) compaction_bytes_read: AtomicU64,
     pub(super) compaction_bytes_written: AtomicU64,
     pub(super) compaction_duplicates: AtomicU64,
