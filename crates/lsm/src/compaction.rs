@@ -230,18 +230,21 @@ pub fn idle_runs(
     let Some(parts) = level.checked_sub(1).and_then(|i| version.deeper.get(i)) else {
         return 0;
     };
-    let count = |runs: &SortedRuns| {
-        let idle: Vec<Arc<TableFile>> = runs
-            .files()
-            .filter(|f| !busy.contains(&f.id))
-            .cloned()
-            .collect();
-        SortedRuns::new(idle).run_count()
-    };
+    let count = |runs: &SortedRuns| idle_part(runs, busy).run_count();
     match partition {
         Some(p) => parts.get(&p).map_or(0, count),
         None => parts.values().map(count).max().unwrap_or(0),
     }
+}
+
+/// The runs of the files in `runs` that no task holds.
+fn idle_part(runs: &SortedRuns, busy: &HashSet<u64>) -> SortedRuns {
+    SortedRuns::new(
+        runs.files()
+            .filter(|f| !busy.contains(&f.id))
+            .cloned()
+            .collect(),
+    )
 }
 
 /// Step 2 of [`pick`]: the (level, partition) furthest past its trigger.
@@ -272,17 +275,12 @@ fn pick_deeper_where(
             if !allowed(level, partition) {
                 continue;
             }
-            let idle: Vec<Arc<TableFile>> = runs
-                .files()
-                .filter(|f| !busy.contains(&f.id))
-                .cloned()
-                .collect();
-            if idle.is_empty() {
+            // A task already merging some of this level leaves the runs
+            // that arrived since.
+            let idle = idle_part(runs, busy);
+            if idle.run_count() == 0 {
                 continue;
             }
-            // Runs of the files no task holds: a task already merging some of
-            // this level leaves the runs that arrived since.
-            let idle = SortedRuns::new(idle);
             let score = (idle.run_count() as f64 / ratio).max(idle.bytes() as f64 / target);
             // Ties go to the upper level (visited first): it is the one
             // lookups probe most and its merges are the cheapest.
