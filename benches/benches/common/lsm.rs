@@ -99,6 +99,7 @@ pub fn build_table(spans: &[Span], path: &Path, level: i32) -> SsTable {
 pub fn table_file(id: u64, level: u32, partition: u64, table: SsTable) -> Arc<TableFile> {
     let janitor = Arc::new(Janitor {
         enabled: std::sync::atomic::AtomicBool::new(false),
+        trash: None,
     });
     let entry = FileEntry {
         id,

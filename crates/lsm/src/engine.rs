@@ -65,6 +65,7 @@ use crate::{
     manifest::Manifest,
     memtable::{MemTable, Sealed},
     span::{Span, TraceId},
+    trash::Trash,
     version::{Janitor, SuperVersion, TimeRange},
     wal::{Wal, WalOptions},
 };
@@ -168,6 +169,9 @@ struct Inner {
     compaction_stopping: AtomicBool,
     limiter: RateLimiter,
     janitor: Arc<Janitor>,
+    /// Frees deleted files a step at a time (WAL segments and, through the
+    /// janitor, sorted files).
+    trash: Arc<Trash>,
     closed: AtomicBool,
     /// A simulated crash happened (or `abandon` was called): write nothing more.
     crashed: AtomicBool,
@@ -203,8 +207,10 @@ impl Engine {
         let tables_dir = dir.join("tables");
         fs::create_dir_all(&tables_dir).map_err(|e| Error::io(&tables_dir, e))?;
         let lock = lock_data_dir(&dir)?;
+        let trash = Trash::open(&dir)?;
         let janitor = Arc::new(Janitor {
             enabled: AtomicBool::new(true),
+            trash: Some(trash.clone()),
         });
         let recovered =
             recovery::recover(&dir, &tables_dir, opts.compaction.levels, &janitor, &faults)?;
@@ -271,6 +277,7 @@ impl Engine {
             compaction_stopping: AtomicBool::new(false),
             limiter: RateLimiter::new(opts.compaction_bytes_per_sec),
             janitor,
+            trash,
             closed: AtomicBool::new(false),
             crashed: AtomicBool::new(false),
             counters: Counters::default(),
@@ -548,6 +555,9 @@ impl Engine {
                 tracing::error!("compaction thread panicked");
             }
         }
+        // Nothing deletes files in steps from here on: what waits in the
+        // trash goes now, and later deletes happen at once.
+        inner.trash.close();
         let unflushed =
             self.snapshot().sealed.len() + inner.memtable.usage().0 + inner.in_flight.lock().len();
         if unflushed == 0 && !crashed {

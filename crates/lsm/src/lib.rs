@@ -9,13 +9,18 @@
 //!   buffer is sealed and handed to the flusher.
 //! - [`sort`]: the strict-less sort by trace ID of a sealed buffer.
 //! - [`table`]: immutable sorted files (blocks, index, bloom filter, footer), read
-//!   through `mmap` (the only module with `unsafe`).
+//!   through `mmap`; files are written with paced writeback (`writeback`), so a
+//!   large file's bytes do not reach the disk all at once. `mmap` and
+//!   `writeback` are the only modules with `unsafe`.
 //! - [`manifest`]: the log of edits to the set of live files, fsynced before
 //!   each edit is installed; the truth at recovery.
 //! - [`version`]: the live files per level ([`Version`]) and the snapshot a
 //!   reader holds ([`SuperVersion`]: sealed buffers plus a version).
 //! - [`compaction`]: the pure choice of what to merge ([`compaction::pick`]) and
 //!   the merge itself, which writes new files and installs nothing.
+//! - `writeback` and `trash`: paced writeback of the files flush and compaction
+//!   write, and paced deletion of the files nobody needs any more, so neither
+//!   stalls the WAL's fsync.
 //! - [`fault`] (doc-hidden): the file layer durable writes go through, where
 //!   tests inject `ENOSPC` and `EIO`.
 //! - [`check`]: offline verification of a data directory, file by file.
@@ -40,8 +45,10 @@ mod mmap;
 pub mod sort;
 pub mod span;
 pub mod table;
+mod trash;
 pub mod version;
 pub mod wal;
+mod writeback;
 
 #[cfg(test)]
 mod hostile_tests;

@@ -1,5 +1,5 @@
-//! Read-only memory maps of sorted span files: the one place in the crate that
-//! needs `unsafe`.
+//! Read-only memory maps of sorted span files, one of the two modules of the
+//! crate that need `unsafe` (the other is [`crate::writeback`]).
 //!
 //! Mapping a file is unsafe because the compiler cannot see other writers: if
 //! the bytes under a `&[u8]` changed, or the file shrank, a reader would see a

@@ -55,6 +55,7 @@ pub fn table_file(
     let table = SsTable::open(&path).expect("open");
     let janitor = Arc::new(Janitor {
         enabled: std::sync::atomic::AtomicBool::new(false),
+        trash: None,
     });
     let entry = FileEntry {
         id,

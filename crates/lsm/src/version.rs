@@ -42,13 +42,17 @@ use crate::{
     memtable::Sealed,
     span::TraceId,
     table::SsTable,
+    trash::Trash,
 };
 
-/// Whether obsolete files may be deleted; turned off when a test abandons an
+/// Deletes obsolete files. `enabled` is turned off when a test abandons an
 /// engine to simulate a crash, so the files stay as a crash would leave them.
 #[derive(Debug)]
 pub struct Janitor {
     pub enabled: AtomicBool,
+    /// Where deleted files go to be freed a step at a time; `None` unlinks
+    /// them at once.
+    pub trash: Option<Arc<Trash>>,
 }
 
 /// A live sorted file and where it sits in the tree. A move to a deeper level
@@ -134,13 +138,21 @@ impl Drop for FileHandle {
     fn drop(&mut self) {
         if self.obsolete.load(Ordering::Acquire) && self.janitor.enabled.load(Ordering::Acquire) {
             let path = self.table.path();
-            match std::fs::remove_file(path) {
+            let trash = self.janitor.trash.as_deref();
+            match crate::trash::delete(trash, path) {
                 Ok(()) => {
-                    crate::index::remove_sidecar(path);
                     tracing::debug!(file = %path.display(), "deleted obsolete file")
                 }
                 Err(e) => {
                     tracing::warn!(file = %path.display(), error = %e, "deleting obsolete file")
+                }
+            }
+            let sidecar = crate::index::sidecar_path(path);
+            match crate::trash::delete(trash, &sidecar) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(file = %sidecar.display(), error = %e, "deleting index sidecar")
                 }
             }
         }

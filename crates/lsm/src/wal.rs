@@ -83,6 +83,7 @@ use tokio::sync::watch;
 use crate::{
     error::{Error, Result},
     fault::Faults,
+    trash::Trash,
 };
 
 pub use segment::MAX_RECORD_LEN;
@@ -488,12 +489,13 @@ impl Wal {
         self.shared.state.lock().segment
     }
 
-    /// Deletes the segment files with an id below `segment` and fsyncs the
-    /// directory; returns how many were deleted. The current segment is never
+    /// Deletes the segment files with an id below `segment` (through `trash`
+    /// when given, which frees their blocks in steps; see [`crate::trash`])
+    /// and fsyncs the directory; returns how many were deleted. The current segment is never
     /// deleted, nor is a segment the sync thread is still writing (after a
     /// rotation its last records may still be in memory); such a segment goes
     /// in a later call.
-    pub fn delete_segments_before(&self, segment: u64) -> Result<usize> {
+    pub fn delete_segments_before(&self, segment: u64, trash: Option<&Trash>) -> Result<usize> {
         let limit = {
             let mut st = self.shared.state.lock();
             let limit = segment.min(st.writer_segment).min(st.segment);
@@ -510,7 +512,7 @@ impl Wal {
         let mut first_error = None;
         for id in list_segments(dir)?.into_iter().filter(|&id| id < limit) {
             let path = segment_path(dir, id);
-            match fs::remove_file(&path) {
+            match crate::trash::delete(trash, &path) {
                 Ok(()) => deleted += 1,
                 // A concurrent call got there first.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}

@@ -169,7 +169,10 @@ impl Inner {
         for sealed in &snapshot.sealed {
             keep_from = keep_from.min(sealed.min_wal_segment);
         }
-        match self.wal.delete_segments_before(keep_from) {
+        match self
+            .wal
+            .delete_segments_before(keep_from, Some(&self.trash))
+        {
             Ok(0) => {}
             Ok(n) => tracing::debug!(deleted = n, keep_from, "deleted wal segments"),
             Err(e) => tracing::warn!(error = %e, "deleting wal segments"),

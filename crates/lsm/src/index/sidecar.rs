@@ -19,6 +19,7 @@ use crate::{
     error::{Error, Result},
     span::TraceId,
     table::{check_crc, corrupt},
+    writeback::{Writeback, STEP},
 };
 
 const MAGIC: &[u8; 8] = b"TDB-IDX\0";
@@ -303,7 +304,8 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<SummarySet> {
     Ok(SummarySet::new(strings, traces))
 }
 
-/// Writes the sidecar of the sorted file at `table`: `.tmp`, fsync, rename.
+/// Writes the sidecar of the sorted file at `table`: `.tmp` (with paced
+/// writeback, as sorted files are written), fsync, rename.
 /// The directory is not fsynced: a sidecar lost in a crash is rebuilt.
 pub fn write(table: &Path, set: &SummarySet) -> Result<()> {
     let path = sidecar_path(table);
@@ -313,7 +315,13 @@ pub fn write(table: &Path, set: &SummarySet) -> Result<()> {
     let bytes = encode(set);
     let written = (|| {
         let mut f = fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
+        let mut writeback = Writeback::default();
+        let mut len = 0;
+        for step in bytes.chunks(STEP as usize) {
+            f.write_all(step)?;
+            len += step.len() as u64;
+            writeback.wrote(&f, len)?;
+        }
         f.sync_all()?;
         fs::rename(&tmp, &path)
     })();

@@ -5,8 +5,10 @@
 //! next trace boundary, so most traces live in one block and a lookup inflates
 //! one block; a trace that alone outgrows twice the target is split anyway, so
 //! one huge trace cannot make a huge block. Blocks are compressed as they fill
-//! and written at once to `{path}.tmp`; [`SsTableBuilder::finish`] appends the
-//! index, bloom filter and footer, fsyncs and renames. The builder holds one
+//! and written at once to `{path}.tmp`, whose bytes go to the kernel's
+//! writeback a megabyte at a time ([`crate::writeback`]);
+//! [`SsTableBuilder::finish`] appends the index, bloom filter and footer,
+//! fsyncs and renames. The builder holds one
 //! open block, the block index and the bloom keys, never the file: a 64 MiB
 //! compaction output costs the same memory as a small flush. A builder dropped
 //! before `finish` removes its temporary file.
@@ -26,6 +28,7 @@ use crate::{
     error::{Error, Result},
     fault::{FaultTarget, Faults},
     span::{ScopeGroup, Span, TraceId},
+    writeback::Writeback,
 };
 
 use super::{
@@ -62,6 +65,8 @@ pub struct SsTableBuilder {
     finished: bool,
     /// Bytes written to `file`: where the next block starts.
     offset: u64,
+    /// Hands finished blocks to the kernel as they are written.
+    writeback: Writeback,
     /// Reused buffer for one compressed block.
     scratch: Vec<u8>,
     blocks: Vec<BlockHandle>,
@@ -107,6 +112,7 @@ impl SsTableBuilder {
             file: Some(file),
             finished: false,
             offset: header.len() as u64,
+            writeback: Writeback::default(),
             scratch: Vec::new(),
             blocks: Vec::new(),
             pending: Vec::new(),
@@ -229,6 +235,10 @@ impl SsTableBuilder {
         }
         let len = self.scratch.len() as u64;
         self.offset += len;
+        if let Err(e) = self.writeback.wrote(file, self.offset) {
+            self.file = None;
+            return Err(Error::io(&self.tmp, e));
+        }
         self.blocks.push(BlockHandle {
             len: u32::try_from(len).expect("a block of at most 64 MiB fits in u32"),
             ..handle_base

@@ -305,14 +305,20 @@ fn rotation_and_delete_segments_before() {
 
     let cut = tickets[25].segment;
     assert_eq!(cut, 6);
-    assert_eq!(wal.delete_segments_before(cut).expect("delete"), 5);
+    assert_eq!(wal.delete_segments_before(cut, None).expect("delete"), 5);
     assert_eq!(
         list_segments(dir.path()).expect("list"),
         (6..=10).collect::<Vec<_>>()
     );
-    assert_eq!(wal.delete_segments_before(cut).expect("delete again"), 0);
+    assert_eq!(
+        wal.delete_segments_before(cut, None).expect("delete again"),
+        0
+    );
     // Never the current segment, whatever the bound.
-    assert_eq!(wal.delete_segments_before(u64::MAX).expect("delete"), 4);
+    assert_eq!(
+        wal.delete_segments_before(u64::MAX, None).expect("delete"),
+        4
+    );
     assert_eq!(list_segments(dir.path()).expect("list"), vec![10]);
     wal.close().expect("close");
 

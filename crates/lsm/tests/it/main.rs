@@ -182,6 +182,48 @@ fn reads_during_flushes_never_miss_an_acknowledged_span() {
 }
 
 #[test]
+fn deleted_files_pass_through_the_trash_which_close_leaves_empty() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // What a killed run left half-deleted is deleted at the next open.
+    let trash = dir.path().join("trash");
+    std::fs::create_dir_all(&trash).expect("mkdir");
+    let leftover = trash.join("4242-0-00000000000000000009.sst");
+    std::fs::write(&leftover, vec![1u8; 3 << 20]).expect("write leftover");
+    let mut opts = options(dir.path(), 8 << 10);
+    opts.wal_segment_bytes = 4 << 10;
+    let engine = Engine::open(opts).expect("open");
+    for t in 0..200u128 {
+        let g = group(&format!("svc-{}", t % 3));
+        engine
+            .write_blocking((0..5).map(|i| span(&g, t, i)).collect())
+            .expect("write");
+    }
+    engine.flush().expect("flush");
+    let segments = std::fs::read_dir(dir.path().join("wal"))
+        .expect("wal dir")
+        .count() as u64;
+    let created = engine.stats().wal.segments_created;
+    assert!(
+        segments + 10 < created,
+        "flushed WAL segments left their directory: {segments} of {created} are there"
+    );
+    engine.close().expect("close");
+    let left: Vec<_> = std::fs::read_dir(&trash)
+        .expect("trash dir")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "files left in the trash after close: {left:?}"
+    );
+    drop(engine);
+    let engine = Engine::open(options(dir.path(), usize::MAX)).expect("reopen");
+    for t in 0..200u128 {
+        check_trace(&engine, t, 5);
+    }
+}
+
+#[test]
 fn a_data_directory_opens_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let _engine = Engine::open(options(dir.path(), usize::MAX)).expect("open");
