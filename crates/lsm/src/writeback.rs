@@ -5,9 +5,11 @@
 //! into the page cache and fsynced once at its end queues all of its bytes at
 //! that moment, and the WAL's next fsync (so the export that waits on it) sits
 //! behind them: tens of milliseconds for a few megabytes on a virtual disk.
-//! [`Writeback`] instead hands the kernel each [`STEP`] as it is written and
-//! waits, in the writing thread, for the step before, so a file being written
-//! has at most two steps in flight and its final fsync finds little to do.
+//! [`Writeback`] instead asks the kernel to start writing each [`STEP`] as soon
+//! as it is written, so the device sees a file's bytes at the pace they are
+//! produced and the final fsync finds little left to do. It does not wait for
+//! the writes: an earlier version waited for each step before the next, with
+//! the same export latency and flushes held up on the disk.
 //!
 //! The calls are `sync_file_range(2)`, which is Linux only and needs `unsafe`
 //! (it is a plain system call on a file descriptor the caller owns). Elsewhere
@@ -24,52 +26,38 @@ pub(crate) const STEP: u64 = 1 << 20;
 pub(crate) struct Writeback {
     /// Bytes below this have been handed to the kernel for writing.
     queued: u64,
-    /// Bytes below this are written (not necessarily durable: the device may
-    /// still cache them; the final fsync settles that).
-    written: u64,
 }
 
 impl Writeback {
     /// To be called after each write: once `len` (the bytes written to `file`
-    /// so far) has grown by a [`STEP`] since the last hand-off, waits for the
-    /// previous hand-off to be written and hands the new bytes over.
+    /// so far) has grown by a [`STEP`] since the last hand-off, asks the
+    /// kernel to start writing the new bytes.
     pub(crate) fn wrote(&mut self, file: &File, len: u64) -> std::io::Result<()> {
         if len < self.queued + STEP {
             return Ok(());
         }
-        if self.written < self.queued {
-            sync_range(file, self.written, self.queued, Wait::Yes)?;
-            self.written = self.queued;
-        }
-        sync_range(file, self.queued, len, Wait::No)?;
+        start_writing(file, self.queued, len)?;
         self.queued = len;
         Ok(())
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Wait {
-    Yes,
-    No,
-}
-
 #[cfg(target_os = "linux")]
-fn sync_range(file: &File, from: u64, to: u64, wait: Wait) -> std::io::Result<()> {
+fn start_writing(file: &File, from: u64, to: u64) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
-    let flags = match wait {
-        Wait::No => libc::SYNC_FILE_RANGE_WRITE,
-        Wait::Yes => {
-            libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                | libc::SYNC_FILE_RANGE_WRITE
-                | libc::SYNC_FILE_RANGE_WAIT_AFTER
-        }
-    };
     let (Ok(offset), Ok(nbytes)) = (i64::try_from(from), i64::try_from(to - from)) else {
         return Ok(());
     };
     // SAFETY: sync_file_range reads no memory of ours; it only acts on the
     // open descriptor, which `file` keeps alive for the length of the call.
-    let rc = unsafe { libc::sync_file_range(file.as_raw_fd(), offset, nbytes, flags) };
+    let rc = unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            offset,
+            nbytes,
+            libc::SYNC_FILE_RANGE_WRITE,
+        )
+    };
     if rc == 0 {
         Ok(())
     } else {
@@ -78,7 +66,7 @@ fn sync_range(file: &File, from: u64, to: u64, wait: Wait) -> std::io::Result<()
 }
 
 #[cfg(not(target_os = "linux"))]
-fn sync_range(_file: &File, _from: u64, _to: u64, _wait: Wait) -> std::io::Result<()> {
+fn start_writing(_file: &File, _from: u64, _to: u64) -> std::io::Result<()> {
     Ok(())
 }
 
@@ -107,7 +95,6 @@ mod tests {
                 assert_eq!(wb.queued, len, "a hand-off covers every byte written");
             }
             assert!(len - wb.queued < STEP, "never a whole step left behind");
-            assert!(wb.written <= wb.queued);
         }
         assert_eq!(handoffs, 3, "one hand-off per step of {STEP} bytes");
         drop(file);
