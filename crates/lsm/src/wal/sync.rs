@@ -15,6 +15,9 @@ use super::{
 };
 use crate::{error::Result, fault::FaultTarget};
 
+/// An fdatasync slower than this is logged at debug level.
+const SLOW_SYNC_NANOS: u64 = 20_000_000;
+
 /// Largest buffer kept for reuse; a burst's buffer is dropped rather than
 /// pinned for the life of the process.
 const SPARE_MAX: usize = 4 << 20;
@@ -148,6 +151,10 @@ fn sync(shared: &Shared, writer: &mut SegmentWriter) -> Result<()> {
         writer.unsynced = false;
         writer.synced_len = writer.len;
         let nanos = started.elapsed().as_nanos() as u64;
+        if nanos > SLOW_SYNC_NANOS {
+            // Every export in the group waited this long (see docs/BENCHMARKS.md).
+            tracing::debug!(ms = nanos / 1_000_000, "slow WAL fdatasync");
+        }
         Counters::add(&counters.fsyncs, 1);
         Counters::add(&counters.data_syncs, 1);
         Counters::add(&counters.data_sync_nanos, nanos);
