@@ -30,7 +30,7 @@ use std::{
 
 pub use sidecar::{
     decode as decode_sidecar, encode as encode_sidecar, read as read_sidecar, remove_orphans,
-    remove_sidecar, sidecar_path, write as write_sidecar,
+    remove_sidecar, sidecar_path, write as write_sidecar, SidecarParts,
 };
 
 use crate::span::{ScopeGroup, Span, TraceId};
@@ -303,6 +303,42 @@ impl SummaryBuilder {
             accumulate(&mut self.names, &mut self.groups, &mut acc, span);
         }
         self.done.push(summarize(first.trace_id, acc));
+    }
+
+    /// Adds a trace part summarized elsewhere: `part`, read from `from`,
+    /// stands for every span the set will hold of its trace (as with
+    /// [`SummaryBuilder::add_trace`]). Its strings are interned into this
+    /// set's table and its lists sorted again by the new indices. Compaction
+    /// carries the part of a trace that comes whole from one input file over
+    /// this way, instead of scanning its spans again.
+    pub fn add_part(&mut self, from: &SidecarParts, mut part: TraceSummary) {
+        debug_assert!(
+            !self.traces.contains_key(&part.trace_id),
+            "a trace added whole must not also be added span by span"
+        );
+        let names = &mut self.names;
+        let mut s = |id: u32| names.intern(from.str(id));
+        part.root = part.root.map(|(service, name)| (s(service), s(name)));
+        for op in &mut part.ops {
+            op.service = s(op.service);
+            op.name = s(op.name);
+        }
+        for tag in &mut part.tags {
+            tag.key = s(tag.key);
+            tag.value = s(tag.value);
+        }
+        for edge in &mut part.edges {
+            edge.parent = s(edge.parent);
+            edge.child = s(edge.child);
+        }
+        for (_, service) in &mut part.orphans {
+            *service = s(*service);
+        }
+        part.ops.sort_unstable();
+        part.tags.sort_unstable();
+        part.edges.sort_unstable();
+        part.orphans.sort_unstable();
+        self.done.push(part);
     }
 
     pub fn is_empty(&self) -> bool {

@@ -96,7 +96,7 @@ fn write_lsm(out: &mut Exposition, s: &tracedb_lsm::EngineStats) {
             stats.bytes,
         );
     }
-    let counters: [(&str, &str, u64); 14] = [
+    let counters: [(&str, &str, u64); 15] = [
         (
             "tracedb_compactions_total",
             "Compactions that merged files.",
@@ -136,6 +136,11 @@ fn write_lsm(out: &mut Exposition, s: &tracedb_lsm::EngineStats) {
             "tracedb_compaction_duplicates_total",
             "Duplicate spans (same trace and span ID) compaction dropped.",
             s.compaction_duplicates,
+        ),
+        (
+            "tracedb_compaction_index_parts_reused_total",
+            "Traces whose search-index summary compaction copied from an input file's sidecar instead of scanning their spans.",
+            s.compaction_index_parts_reused,
         ),
         (
             "tracedb_retention_dropped_files_total",

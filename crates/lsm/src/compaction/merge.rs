@@ -24,6 +24,8 @@ pub struct MergeIterator<'a> {
     peeked: Vec<Option<Span>>,
     /// Spans dropped as duplicates so far.
     pub duplicates: u64,
+    /// Inputs that held spans of the last trace returned, ascending.
+    sources: Vec<usize>,
 }
 
 impl<'a> MergeIterator<'a> {
@@ -34,6 +36,7 @@ impl<'a> MergeIterator<'a> {
             heads: BinaryHeap::with_capacity(n),
             peeked: (0..n).map(|_| None).collect(),
             duplicates: 0,
+            sources: Vec::new(),
         };
         for i in 0..n {
             it.advance(i)?;
@@ -58,11 +61,13 @@ impl<'a> MergeIterator<'a> {
             return Ok(None);
         };
         let mut spans = Vec::new();
+        self.sources.clear();
         while let Some(&Reverse((id, i))) = self.heads.peek() {
             if id != trace_id {
                 break;
             }
             self.heads.pop();
+            self.sources.push(i);
             // Drain this input's run of the trace before touching the heap again.
             loop {
                 match self.peeked[i].take() {
@@ -88,5 +93,11 @@ impl<'a> MergeIterator<'a> {
         self.duplicates += (before - spans.len()) as u64;
         spans.sort_by_key(|s| (s.start_unix_nano, s.span_id));
         Ok(Some(spans))
+    }
+
+    /// The inputs that held spans of the trace [`MergeIterator::next_trace`]
+    /// returned last, ascending.
+    pub fn sources(&self) -> &[usize] {
+        &self.sources
     }
 }

@@ -10,7 +10,7 @@ use std::{
 
 use crate::{
     error::Result,
-    index::{remove_sidecar, write_sidecar, SummaryBuilder},
+    index::{remove_sidecar, write_sidecar, SidecarParts, SummaryBuilder},
     manifest::FileEntry,
     span::Span,
     table::{SsTableBuilder, TableOptions},
@@ -44,6 +44,9 @@ pub struct MergeOutput {
     pub spans_out: u64,
     pub duplicates: u64,
     pub expired: u64,
+    /// Traces whose search-index part was carried over from an input's
+    /// sidecar instead of summarized from their spans.
+    pub parts_reused: u64,
 }
 
 pub fn table_path(dir: &Path, id: u64) -> PathBuf {
@@ -88,12 +91,15 @@ fn merge_into(
     let mut merger = MergeIterator::new(task.inputs.iter().map(|f| f.table().iter()).collect())?;
     let mut open: BTreeMap<u64, Open> = BTreeMap::new();
     let mut by_partition: BTreeMap<u64, Vec<Span>> = BTreeMap::new();
+    let mut sidecars: Vec<Sidecar> = task.inputs.iter().map(|_| Sidecar::Unread).collect();
     let mut first = true;
     while let Some(trace) = merger.next_trace()? {
         if (ctx.should_stop)() {
             return Ok(false);
         }
         out.spans_in += trace.len() as u64;
+        let expired_before = out.expired;
+        let trace_len = trace.len();
         for span in trace {
             if span.end_unix_nano < ctx.expire_before {
                 out.expired += 1;
@@ -102,6 +108,14 @@ fn merge_into(
             let p = fixed_partition.unwrap_or_else(|| ctx.opts.partition_of(span.start_unix_nano));
             by_partition.entry(p).or_default().push(span);
         }
+        // A trace that comes whole from one input and stays whole in one
+        // output keeps that input's summary of it.
+        let mut reused = match merger.sources() {
+            &[i] if out.expired == expired_before && by_partition.len() == 1 => {
+                sidecars[i].part(task.inputs[i].path(), &trace_id_of(&by_partition), trace_len)
+            }
+            _ => None,
+        };
         for (p, spans) in std::mem::take(&mut by_partition) {
             let slot = match open.entry(p) {
                 Entry::Occupied(e) => e.into_mut(),
@@ -115,7 +129,13 @@ fn merge_into(
             for span in &spans {
                 slot.builder.add(span)?;
             }
-            slot.summary.add_trace(&spans);
+            match reused.take() {
+                Some((parts, part)) => {
+                    slot.summary.add_part(parts, part);
+                    out.parts_reused += 1;
+                }
+                None => slot.summary.add_trace(&spans),
+            }
             out.spans_out += spans.len() as u64;
             let wait = ctx
                 .limiter
@@ -138,6 +158,64 @@ fn merge_into(
         }
     }
     Ok(true)
+}
+
+/// The first trace ID in `by_partition` (which holds one trace's spans).
+fn trace_id_of(by_partition: &BTreeMap<u64, Vec<Span>>) -> crate::span::TraceId {
+    by_partition
+        .values()
+        .flatten()
+        .next()
+        .map(|s| s.trace_id)
+        .expect("a partition holds at least one span")
+}
+
+/// An input's sidecar, read when a trace first needs it.
+enum Sidecar {
+    Unread,
+    Open(Box<SidecarParts>),
+    /// Missing or damaged: its traces are summarized from their spans (the
+    /// output's sidecar is then as a rebuild would make it).
+    Unusable,
+}
+
+impl Sidecar {
+    /// The input's part of `trace_id`, if it holds exactly `spans` spans
+    /// (fewer kept means duplicates were dropped: the part no longer fits).
+    fn part(
+        &mut self,
+        table: &Path,
+        trace_id: &crate::span::TraceId,
+        spans: usize,
+    ) -> Option<(&SidecarParts, crate::index::TraceSummary)> {
+        if let Sidecar::Unread = self {
+            *self = match SidecarParts::open(table) {
+                Ok(parts) => Sidecar::Open(Box::new(parts)),
+                Err(e) => {
+                    tracing::warn!(file = %table.display(), error = %e,
+                        "compaction input's index sidecar unreadable; summarizing its spans");
+                    Sidecar::Unusable
+                }
+            };
+        }
+        let Sidecar::Open(parts) = self else {
+            return None;
+        };
+        let found = parts.find(trace_id);
+        if let Err(e) = &found {
+            tracing::warn!(file = %table.display(), error = %e,
+                "compaction input's index sidecar damaged; summarizing its spans");
+            *self = Sidecar::Unusable;
+            return None;
+        }
+        let Sidecar::Open(parts) = self else {
+            return None;
+        };
+        match found {
+            Ok(Some(part)) if part.span_count as usize == spans => Some((&**parts, part)),
+            _ => None,
+        }
+    }
 }
 
 impl Open {

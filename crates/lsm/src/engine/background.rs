@@ -601,6 +601,7 @@ impl Inner {
         add(&c.compaction_bytes_read, out.bytes_read);
         add(&c.compaction_bytes_written, out.bytes_written);
         add(&c.compaction_duplicates, out.duplicates);
+        add(&c.compaction_index_parts_reused, out.parts_reused);
         add(&c.expired_spans_dropped, out.expired);
         tracing::info!(
             from_level = task.input_level,
@@ -612,6 +613,7 @@ impl Inner {
             spans = out.spans_out,
             duplicates = out.duplicates,
             expired = out.expired,
+            index_parts_reused = out.parts_reused,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "compaction done"
         );

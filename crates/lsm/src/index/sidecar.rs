@@ -172,136 +172,226 @@ impl Reader<'_> {
 
 /// Decodes a sidecar read from `path`.
 pub fn decode(path: &Path, file: &[u8]) -> Result<SummarySet> {
-    if file.len() < 16 || &file[..8] != MAGIC {
-        return Err(corrupt(path, 0, "not an index sidecar (bad magic)"));
-    }
-    let body = check_crc(path, 0, file)?;
-    let version = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes"));
-    let inflated;
-    let mut r = match version {
-        1 => Reader {
-            path,
-            buf: body,
-            at: 12,
-        },
-        2 | 3 => {
-            let Some(len) = body.get(12..16) else {
-                return Err(corrupt(path, 12, "truncated"));
-            };
-            let len = u32::from_le_bytes(len.try_into().expect("4 bytes"));
-            if len > MAX_BODY_BYTES {
-                return Err(corrupt(path, 12, "body length over 1 GiB"));
-            }
-            inflated = zstd::bulk::decompress(&body[16..], len as usize)
-                .ok()
-                .filter(|b| b.len() == len as usize)
-                .ok_or_else(|| corrupt(path, 16, "body does not inflate to its length"))?;
-            Reader {
-                path,
-                buf: &inflated,
-                at: 0,
-            }
-        }
-        _ => {
-            return Err(Error::UnsupportedVersion {
-                file: path.to_path_buf(),
-                version,
-                supported: VERSION,
-            })
-        }
-    };
-    let n = r.count(1)?;
-    let mut strings = Vec::with_capacity(n);
-    for _ in 0..n {
-        let len = r.count(1)?;
-        let at = r.at;
-        let s = std::str::from_utf8(r.bytes(len)?)
-            .map_err(|_| corrupt(path, at as u64, "string is not UTF-8"))?;
-        strings.push(s.to_owned());
-    }
-    let ns = strings.len();
-    let n = r.count(if version < 3 { 40 } else { 31 })?;
-    let mut traces = Vec::with_capacity(n);
-    for _ in 0..n {
-        let trace_id = TraceId(r.bytes(16)?.try_into().expect("16 bytes"));
-        let start_unix_nano = r.u64()?;
-        let end_unix_nano = if version < 3 {
-            r.u64()?
-        } else {
-            start_unix_nano.wrapping_add(r.varint()?)
-        };
-        let span_count = r.u32()?;
-        let error_count = r.u32()?;
-        let root = match r.u32()? {
-            0 => None,
-            s if (s - 1) as usize >= ns => return Err(r.err("root service out of range")),
-            s => Some((s - 1, r.string(ns)?)),
-        };
-        let k = r.count(3)?;
-        let mut ops = Vec::with_capacity(k);
-        for _ in 0..k {
-            let service = r.string(ns)?;
-            let name = r.string(ns)?;
-            let kind = r.bytes(1)?[0];
-            ops.push(Op {
-                service,
-                name,
-                kind,
-            });
-        }
-        let k = r.count(3)?;
-        let mut tags = Vec::with_capacity(k);
-        for _ in 0..k {
-            let scope = match r.bytes(1)?[0] {
-                0 => TagScope::Resource,
-                1 => TagScope::Span,
-                _ => return Err(r.err("unknown tag scope")),
-            };
-            tags.push(Tag {
-                scope,
-                key: r.string(ns)?,
-                value: r.string(ns)?,
-            });
-        }
-        let k = r.count(3)?;
-        let mut edges = Vec::with_capacity(k);
-        for _ in 0..k {
-            edges.push(Edge {
-                parent: r.string(ns)?,
-                child: r.string(ns)?,
-                calls: r.u32()?,
-            });
-        }
-        if version < 3 {
-            // The span list of versions 1 and 2: checked, no longer kept.
-            for _ in 0..r.count(9)? {
-                r.bytes(8)?;
-                r.string(ns)?;
-            }
-        }
-        let k = r.count(9)?;
-        let mut orphans = Vec::with_capacity(k);
-        for _ in 0..k {
-            let id: [u8; 8] = r.bytes(8)?.try_into().expect("8 bytes");
-            orphans.push((id, r.string(ns)?));
-        }
-        traces.push(TraceSummary {
-            trace_id,
-            start_unix_nano,
-            end_unix_nano,
-            span_count,
-            error_count,
-            root,
-            ops,
-            tags,
-            edges,
-            orphans,
-        });
-    }
-    if r.at != r.buf.len() {
-        return Err(r.err("bytes left over after the last trace"));
+    let mut parts = SidecarParts::from_bytes(path, file)?;
+    let strings = (0..parts.strings.len() as u32)
+        .map(|i| parts.str(i).to_owned())
+        .collect();
+    let mut traces = Vec::with_capacity(parts.left);
+    while let Some(t) = parts.next_part()? {
+        traces.push(t);
     }
     Ok(SummarySet::new(strings, traces))
+}
+
+/// A sidecar read one trace part at a time, in trace-ID order, with its
+/// string table checked up front: what a compaction reads to carry the parts
+/// of its input files over to its output instead of scanning their spans
+/// again. Holds the inflated body (strings and parts, a few bytes per span),
+/// not decoded summaries.
+pub struct SidecarParts {
+    path: PathBuf,
+    version: u32,
+    /// The body: strings, then parts.
+    buf: Vec<u8>,
+    /// Where the next part starts.
+    at: usize,
+    /// Parts not yet decoded.
+    left: usize,
+    /// (start, length) of each string in `buf`, checked UTF-8.
+    strings: Vec<(usize, usize)>,
+    /// A part read past by [`SidecarParts::find`], returned next.
+    peeked: Option<TraceSummary>,
+}
+
+impl SidecarParts {
+    /// Reads and checks the sidecar of the sorted file at `table`.
+    pub fn open(table: &Path) -> Result<SidecarParts> {
+        let path = sidecar_path(table);
+        let bytes = fs::read(&path).map_err(|e| Error::io(&path, e))?;
+        SidecarParts::from_bytes(&path, &bytes)
+    }
+
+    fn from_bytes(path: &Path, file: &[u8]) -> Result<SidecarParts> {
+        if file.len() < 16 || &file[..8] != MAGIC {
+            return Err(corrupt(path, 0, "not an index sidecar (bad magic)"));
+        }
+        let body = check_crc(path, 0, file)?;
+        let version = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes"));
+        let (buf, at) = match version {
+            1 => (body.to_vec(), 12),
+            2 | 3 => {
+                let Some(len) = body.get(12..16) else {
+                    return Err(corrupt(path, 12, "truncated"));
+                };
+                let len = u32::from_le_bytes(len.try_into().expect("4 bytes"));
+                if len > MAX_BODY_BYTES {
+                    return Err(corrupt(path, 12, "body length over 1 GiB"));
+                }
+                let inflated = zstd::bulk::decompress(&body[16..], len as usize)
+                    .ok()
+                    .filter(|b| b.len() == len as usize)
+                    .ok_or_else(|| corrupt(path, 16, "body does not inflate to its length"))?;
+                (inflated, 0)
+            }
+            _ => {
+                return Err(Error::UnsupportedVersion {
+                    file: path.to_path_buf(),
+                    version,
+                    supported: VERSION,
+                })
+            }
+        };
+        let mut r = Reader {
+            path,
+            buf: &buf,
+            at,
+        };
+        let n = r.count(1)?;
+        let mut strings = Vec::with_capacity(n);
+        for _ in 0..n {
+            let len = r.count(1)?;
+            let at = r.at;
+            std::str::from_utf8(r.bytes(len)?)
+                .map_err(|_| corrupt(path, at as u64, "string is not UTF-8"))?;
+            strings.push((at, len));
+        }
+        let left = r.count(if version < 3 { 40 } else { 31 })?;
+        let at = r.at;
+        Ok(SidecarParts {
+            path: path.to_path_buf(),
+            version,
+            buf,
+            at,
+            left,
+            strings,
+            peeked: None,
+        })
+    }
+
+    /// String `id` of the table (every index a part holds was checked).
+    pub fn str(&self, id: u32) -> &str {
+        let (at, len) = self.strings[id as usize];
+        std::str::from_utf8(&self.buf[at..at + len]).expect("checked when opened")
+    }
+
+    /// The part of `trace_id`, if the sidecar has one, skipping the parts of
+    /// smaller trace IDs. Asked in ascending trace-ID order.
+    pub fn find(&mut self, trace_id: &TraceId) -> Result<Option<TraceSummary>> {
+        loop {
+            let part = match self.peeked.take() {
+                Some(p) => p,
+                None => match self.next_part()? {
+                    Some(p) => p,
+                    None => return Ok(None),
+                },
+            };
+            match part.trace_id.cmp(trace_id) {
+                std::cmp::Ordering::Less => {}
+                std::cmp::Ordering::Equal => return Ok(Some(part)),
+                std::cmp::Ordering::Greater => {
+                    self.peeked = Some(part);
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// The next part; `None` after the last, once the body is checked to end there.
+    fn next_part(&mut self) -> Result<Option<TraceSummary>> {
+        let mut r = Reader {
+            path: &self.path,
+            buf: &self.buf,
+            at: self.at,
+        };
+        if self.left == 0 {
+            if r.at != r.buf.len() {
+                return Err(r.err("bytes left over after the last trace"));
+            }
+            return Ok(None);
+        }
+        let part = decode_part(&mut r, self.version, self.strings.len())?;
+        self.at = r.at;
+        self.left -= 1;
+        Ok(Some(part))
+    }
+}
+
+/// One trace part of a body with `ns` strings.
+fn decode_part(r: &mut Reader<'_>, version: u32, ns: usize) -> Result<TraceSummary> {
+    let trace_id = TraceId(r.bytes(16)?.try_into().expect("16 bytes"));
+    let start_unix_nano = r.u64()?;
+    let end_unix_nano = if version < 3 {
+        r.u64()?
+    } else {
+        start_unix_nano.wrapping_add(r.varint()?)
+    };
+    let span_count = r.u32()?;
+    let error_count = r.u32()?;
+    let root = match r.u32()? {
+        0 => None,
+        s if (s - 1) as usize >= ns => return Err(r.err("root service out of range")),
+        s => Some((s - 1, r.string(ns)?)),
+    };
+    let k = r.count(3)?;
+    let mut ops = Vec::with_capacity(k);
+    for _ in 0..k {
+        let service = r.string(ns)?;
+        let name = r.string(ns)?;
+        let kind = r.bytes(1)?[0];
+        ops.push(Op {
+            service,
+            name,
+            kind,
+        });
+    }
+    let k = r.count(3)?;
+    let mut tags = Vec::with_capacity(k);
+    for _ in 0..k {
+        let scope = match r.bytes(1)?[0] {
+            0 => TagScope::Resource,
+            1 => TagScope::Span,
+            _ => return Err(r.err("unknown tag scope")),
+        };
+        tags.push(Tag {
+            scope,
+            key: r.string(ns)?,
+            value: r.string(ns)?,
+        });
+    }
+    let k = r.count(3)?;
+    let mut edges = Vec::with_capacity(k);
+    for _ in 0..k {
+        edges.push(Edge {
+            parent: r.string(ns)?,
+            child: r.string(ns)?,
+            calls: r.u32()?,
+        });
+    }
+    if version < 3 {
+        // The span list of versions 1 and 2: checked, no longer kept.
+        for _ in 0..r.count(9)? {
+            r.bytes(8)?;
+            r.string(ns)?;
+        }
+    }
+    let k = r.count(9)?;
+    let mut orphans = Vec::with_capacity(k);
+    for _ in 0..k {
+        let id: [u8; 8] = r.bytes(8)?.try_into().expect("8 bytes");
+        orphans.push((id, r.string(ns)?));
+    }
+    Ok(TraceSummary {
+        trace_id,
+        start_unix_nano,
+        end_unix_nano,
+        span_count,
+        error_count,
+        root,
+        ops,
+        tags,
+        edges,
+        orphans,
+    })
 }
 
 /// Writes the sidecar of the sorted file at `table`: `.tmp` (with paced

@@ -6,7 +6,10 @@
 use std::{collections::BTreeSet, path::Path, sync::Arc};
 
 use bytes::Bytes;
-use tracedb_lsm::{index::SearchQuery, Engine, ScopeGroup, Span, SpanId, TraceId};
+use tracedb_lsm::{
+    index::{read_sidecar, SearchQuery, SummarySet},
+    Engine, ScopeGroup, Span, SpanId, SsTable, TraceId,
+};
 
 use crate::util::{files_on_disk, small_tree, TestClock, SEC, T0};
 
@@ -260,4 +263,104 @@ fn calls_whose_parent_is_in_another_part_are_counted_from_the_trace() {
     let calls = deps(&engine);
     assert_eq!(calls.get(&pair("front", "back")), Some(&5), "{calls:?}");
     assert_eq!(calls.len(), 1);
+}
+
+/// A trace part with its strings resolved: two sets agree on a trace when
+/// their parts are equal, however each numbered its strings.
+#[derive(Debug, PartialEq)]
+struct Resolved {
+    trace_id: TraceId,
+    start_end: (u64, u64),
+    spans_errors: (u32, u32),
+    root: Option<(String, String)>,
+    ops: BTreeSet<(String, String, u8)>,
+    tags: BTreeSet<(u8, String, String)>,
+    edges: BTreeSet<(String, String, u32)>,
+    orphans: BTreeSet<([u8; 8], String)>,
+}
+
+fn resolve(set: &SummarySet) -> Vec<Resolved> {
+    let s = |id: u32| set.str(id).to_owned();
+    set.traces
+        .iter()
+        .map(|t| Resolved {
+            trace_id: t.trace_id,
+            start_end: (t.start_unix_nano, t.end_unix_nano),
+            spans_errors: (t.span_count, t.error_count),
+            root: t.root.map(|(a, b)| (s(a), s(b))),
+            ops: t.ops.iter().map(|o| (s(o.service), s(o.name), o.kind)).collect(),
+            tags: t
+                .tags
+                .iter()
+                .map(|g| (g.scope as u8, s(g.key), s(g.value)))
+                .collect(),
+            edges: t.edges.iter().map(|e| (s(e.parent), s(e.child), e.calls)).collect(),
+            orphans: t.orphans.iter().map(|(id, c)| (*id, s(*c))).collect(),
+        })
+        .collect()
+}
+
+/// Compaction copies the index part of a trace that comes whole from one
+/// input file, and summarizes from the spans a trace merged from several
+/// files, one that lost duplicates, or one split across partitions; either
+/// way every sidecar it writes says what a rebuild from the file would.
+#[test]
+fn compaction_sidecars_carry_parts_over_as_a_rebuild_would_make_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let engine = Engine::open(small_tree(dir.path(), &clock)).expect("open");
+    let db = service("db");
+    for batch in 0..4u128 {
+        let mut spans: Vec<Span> = (batch * 10 + 1..=batch * 10 + 10)
+            .flat_map(|t| trace(t, T0 - 50 * SEC + t as u64 * SEC))
+            .collect();
+        match batch {
+            // Late spans of traces 1 and 5, in other files than the rest.
+            2 => {
+                for t in [1, 5] {
+                    let start = T0 - 50 * SEC + t as u64 * SEC;
+                    spans.push(otlp_span(&db, t, 4, Some(2), "select", start + 3, 7));
+                }
+            }
+            // A retried export: trace 12's spans again.
+            3 => spans.extend(trace(12, T0 - 50 * SEC + 12 * SEC)),
+            _ => {}
+        }
+        // A child whose parent never arrives: an orphan in a part of its own.
+        spans.push(otlp_span(&db, 100 + batch, 9, Some(8), "fetch", T0 - 40 * SEC, 5));
+        engine.write_blocking(spans).expect("write");
+        engine.flush().expect("flush");
+    }
+    // One input's sidecar lost and one damaged: their traces are summarized
+    // from their spans.
+    let inputs: Vec<u64> = files_on_disk(dir.path()).into_iter().collect();
+    assert!(inputs.len() >= 4, "{inputs:?}");
+    let sidecar = |id: u64| dir.path().join("tables").join(format!("{id:020}.idx"));
+    std::fs::remove_file(sidecar(inputs[0])).expect("remove a sidecar");
+    let mut damaged = std::fs::read(sidecar(inputs[1])).expect("read a sidecar");
+    let mid = damaged.len() / 2;
+    damaged[mid] ^= 0xff;
+    std::fs::write(sidecar(inputs[1]), damaged).expect("damage a sidecar");
+    engine.compact().expect("compact");
+    let stats = engine.stats();
+    assert!(stats.compactions > 0);
+    assert!(stats.compaction_duplicates > 0, "trace 12 was merged");
+    assert!(stats.compaction_index_parts_reused > 0, "{stats:?}");
+
+    let files = files_on_disk(dir.path());
+    assert!(!files.is_empty());
+    let mut traces = 0;
+    for id in files {
+        let path = dir.path().join("tables").join(format!("{id:020}.sst"));
+        let spans: Vec<Span> = SsTable::open(&path)
+            .expect("open table")
+            .iter()
+            .collect::<Result<_, _>>()
+            .expect("read spans");
+        let stored = resolve(&read_sidecar(&path).expect("sidecar"));
+        assert_eq!(stored, resolve(&SummarySet::from_sorted_spans(&spans)), "file {id}");
+        traces += stored.len();
+    }
+    assert!(traces >= 44, "{traces} trace parts");
+    engine.close().expect("close");
 }
