@@ -111,9 +111,11 @@ fn merge_into(
         // A trace that comes whole from one input and stays whole in one
         // output keeps that input's summary of it.
         let mut reused = match merger.sources() {
-            &[i] if out.expired == expired_before && by_partition.len() == 1 => {
-                sidecars[i].part(task.inputs[i].path(), &trace_id_of(&by_partition), trace_len)
-            }
+            &[i] if out.expired == expired_before && by_partition.len() == 1 => sidecars[i].part(
+                task.inputs[i].path(),
+                &trace_id_of(&by_partition),
+                trace_len,
+            ),
             _ => None,
         };
         for (p, spans) in std::mem::take(&mut by_partition) {

@@ -288,13 +288,21 @@ fn resolve(set: &SummarySet) -> Vec<Resolved> {
             start_end: (t.start_unix_nano, t.end_unix_nano),
             spans_errors: (t.span_count, t.error_count),
             root: t.root.map(|(a, b)| (s(a), s(b))),
-            ops: t.ops.iter().map(|o| (s(o.service), s(o.name), o.kind)).collect(),
+            ops: t
+                .ops
+                .iter()
+                .map(|o| (s(o.service), s(o.name), o.kind))
+                .collect(),
             tags: t
                 .tags
                 .iter()
                 .map(|g| (g.scope as u8, s(g.key), s(g.value)))
                 .collect(),
-            edges: t.edges.iter().map(|e| (s(e.parent), s(e.child), e.calls)).collect(),
+            edges: t
+                .edges
+                .iter()
+                .map(|e| (s(e.parent), s(e.child), e.calls))
+                .collect(),
             orphans: t.orphans.iter().map(|(id, c)| (*id, s(*c))).collect(),
         })
         .collect()
@@ -327,7 +335,15 @@ fn compaction_sidecars_carry_parts_over_as_a_rebuild_would_make_them() {
             _ => {}
         }
         // A child whose parent never arrives: an orphan in a part of its own.
-        spans.push(otlp_span(&db, 100 + batch, 9, Some(8), "fetch", T0 - 40 * SEC, 5));
+        spans.push(otlp_span(
+            &db,
+            100 + batch,
+            9,
+            Some(8),
+            "fetch",
+            T0 - 40 * SEC,
+            5,
+        ));
         engine.write_blocking(spans).expect("write");
         engine.flush().expect("flush");
     }
@@ -358,7 +374,11 @@ fn compaction_sidecars_carry_parts_over_as_a_rebuild_would_make_them() {
             .collect::<Result<_, _>>()
             .expect("read spans");
         let stored = resolve(&read_sidecar(&path).expect("sidecar"));
-        assert_eq!(stored, resolve(&SummarySet::from_sorted_spans(&spans)), "file {id}");
+        assert_eq!(
+            stored,
+            resolve(&SummarySet::from_sorted_spans(&spans)),
+            "file {id}"
+        );
         traces += stored.len();
     }
     assert!(traces >= 44, "{traces} trace parts");
