@@ -10,7 +10,7 @@ use std::{
 
 use crate::{
     error::Result,
-    index::{remove_sidecar, write_sidecar, SidecarParts, SummaryBuilder},
+    index::{remove_sidecar, SidecarBuilder, SidecarParts},
     manifest::FileEntry,
     span::Span,
     table::{SsTableBuilder, TableOptions},
@@ -58,8 +58,8 @@ struct Open {
     id: u64,
     path: PathBuf,
     builder: SsTableBuilder,
-    /// The search-index summary of the same spans, written beside the file.
-    summary: SummaryBuilder,
+    /// The search-index sidecar of the same spans, written beside the file.
+    summary: SidecarBuilder,
 }
 
 /// Merges the task's inputs into new files. `Ok(None)` if it was told to stop;
@@ -227,7 +227,7 @@ impl Open {
         let path = table_path(ctx.tables_dir, id);
         Ok(Open {
             builder: SsTableBuilder::create(&path, ctx.table_opts.clone())?,
-            summary: SummaryBuilder::default(),
+            summary: SidecarBuilder::default(),
             id,
             path,
         })
@@ -252,7 +252,7 @@ fn finish(slot: Open, task: &CompactionTask, partition: u64, out: &mut MergeOutp
         },
         path.clone(),
     ));
-    write_sidecar(&path, &summary.finish())?;
+    summary.write(&path)?;
     out.bytes_written += meta.file_size;
     Ok(())
 }

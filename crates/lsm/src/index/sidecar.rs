@@ -39,49 +39,67 @@ pub fn sidecar_path(table: &Path) -> PathBuf {
 
 /// Encodes a set; see `docs/FORMAT.md`.
 pub fn encode(set: &SummarySet) -> Vec<u8> {
-    let body = encode_body(set);
-    let mut out = Vec::with_capacity(32 + body.len() / 2);
+    let mut parts = Vec::with_capacity(set.traces.len() * 96);
+    for t in &set.traces {
+        put_part(&mut parts, t);
+    }
+    encode_parts(&set.strings, set.traces.len(), &parts)
+}
+
+/// A sidecar of `strings` and `count` parts already encoded, in trace-ID
+/// order, by [`put_part`]. The body is compressed as it is read, not copied
+/// whole first.
+fn encode_parts(strings: &[String], count: usize, parts: &[u8]) -> Vec<u8> {
+    let head = body_head(strings, count);
+    let body_len = head.len() + parts.len();
+    let mut out = Vec::with_capacity(32 + body_len / 2);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    // Compressing a buffer in memory fails only on allocation failure.
-    let frame = zstd::bulk::compress(&body, ZSTD_LEVEL).expect("zstd compresses a buffer");
-    out.extend_from_slice(&frame);
+    out.extend_from_slice(&(body_len as u32).to_le_bytes());
+    // Compressing into memory fails only on allocation failure.
+    let mut z = zstd::stream::write::Encoder::new(out, ZSTD_LEVEL).expect("zstd encoder");
+    z.set_pledged_src_size(Some(body_len as u64))
+        .expect("zstd accepts a pledged size before any input");
+    z.write_all(&head).expect("zstd compresses into memory");
+    z.write_all(parts).expect("zstd compresses into memory");
+    let mut out = z.finish().expect("zstd compresses into memory");
     let crc = crc32c::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
 }
 
-/// The strings and trace summaries, uncompressed.
-fn encode_body(set: &SummarySet) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64 + set.traces.len() * 96);
-    put_varint(&mut out, set.strings.len() as u64);
-    for s in &set.strings {
-        put_varint(&mut out, s.len() as u64);
-        out.extend_from_slice(s.as_bytes());
+/// The start of a body: the string table and the count of the parts after it.
+fn body_head(strings: &[String], count: usize) -> Vec<u8> {
+    let mut head = Vec::with_capacity(16 + strings.iter().map(|s| s.len() + 2).sum::<usize>());
+    put_varint(&mut head, strings.len() as u64);
+    for s in strings {
+        put_varint(&mut head, s.len() as u64);
+        head.extend_from_slice(s.as_bytes());
     }
-    put_varint(&mut out, set.traces.len() as u64);
-    for t in &set.traces {
-        out.extend_from_slice(&t.trace_id.0);
-        out.extend_from_slice(&t.start_unix_nano.to_le_bytes());
-        put_varint(&mut out, t.end_unix_nano.wrapping_sub(t.start_unix_nano));
-        put_varint(&mut out, u64::from(t.span_count));
-        put_varint(&mut out, u64::from(t.error_count));
-        match t.root {
-            None => put_varint(&mut out, 0),
-            Some((s, n)) => {
-                put_varint(&mut out, u64::from(s) + 1);
-                put_varint(&mut out, u64::from(n));
-            }
-        }
-        put_ops_tags_edges(&mut out, t);
-        put_varint(&mut out, t.orphans.len() as u64);
-        for (id, service) in &t.orphans {
-            out.extend_from_slice(id);
-            put_varint(&mut out, u64::from(*service));
+    put_varint(&mut head, count as u64);
+    head
+}
+
+/// Appends one trace summary, as the `traces` of a body hold it.
+pub(super) fn put_part(out: &mut Vec<u8>, t: &TraceSummary) {
+    out.extend_from_slice(&t.trace_id.0);
+    out.extend_from_slice(&t.start_unix_nano.to_le_bytes());
+    put_varint(out, t.end_unix_nano.wrapping_sub(t.start_unix_nano));
+    put_varint(out, u64::from(t.span_count));
+    put_varint(out, u64::from(t.error_count));
+    match t.root {
+        None => put_varint(out, 0),
+        Some((s, n)) => {
+            put_varint(out, u64::from(s) + 1);
+            put_varint(out, u64::from(n));
         }
     }
-    out
+    put_ops_tags_edges(out, t);
+    put_varint(out, t.orphans.len() as u64);
+    for (id, service) in &t.orphans {
+        out.extend_from_slice(id);
+        put_varint(out, u64::from(*service));
+    }
 }
 
 /// A trace summary's operations, tags and edges.
@@ -398,11 +416,24 @@ fn decode_part(r: &mut Reader<'_>, version: u32, ns: usize) -> Result<TraceSumma
 /// writeback, as sorted files are written), fsync, rename.
 /// The directory is not fsynced: a sidecar lost in a crash is rebuilt.
 pub fn write(table: &Path, set: &SummarySet) -> Result<()> {
+    write_file(table, &encode(set))
+}
+
+/// [`write`] for a set already encoded part by part (see [`encode_parts`]).
+pub(super) fn write_parts(
+    table: &Path,
+    strings: &[String],
+    count: usize,
+    parts: &[u8],
+) -> Result<()> {
+    write_file(table, &encode_parts(strings, count, parts))
+}
+
+fn write_file(table: &Path, bytes: &[u8]) -> Result<()> {
     let path = sidecar_path(table);
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
-    let bytes = encode(set);
     let written = (|| {
         let mut f = fs::File::create(&tmp)?;
         let mut writeback = Writeback::default();
@@ -539,6 +570,15 @@ mod tests {
             }
         }
         out
+    }
+
+    /// A set's body, uncompressed.
+    fn encode_body(set: &SummarySet) -> Vec<u8> {
+        let mut body = body_head(&set.strings, set.traces.len());
+        for t in &set.traces {
+            put_part(&mut body, t);
+        }
+        body
     }
 
     #[test]
