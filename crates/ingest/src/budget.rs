@@ -15,6 +15,16 @@
 //! and nothing is read or stored. Admission is one atomic add per request and
 //! never waits: a full budget answers at once instead of queueing, which keeps
 //! memory bounded however many clients send.
+//!
+//! The budget counts request bytes, not what the process holds: flush and
+//! compaction working memory, cached index summaries, the allocator's free
+//! but unreturned pages and each allocation's rounding are outside it. Given
+//! the whole process's limit ([`MemoryBudget::with_process_limit`]), the
+//! budget also narrows to what that limit leaves: each sample of the
+//! process's resident memory ([`MemoryBudget::set_resident`]) takes the part
+//! the budget does not count, and requests are admitted up to the process
+//! limit minus that part. A floor keeps ingest going (and a largest request
+//! admissible) however much the rest holds.
 
 use std::sync::{
     atomic::{AtomicUsize, Ordering},
@@ -27,24 +37,71 @@ use crate::error::Error;
 #[derive(Debug)]
 pub struct MemoryBudget {
     limit: usize,
+    /// The whole process's limit; 0 when only the budget's own bytes count.
+    process_limit: usize,
+    /// The admission limit never narrows below this.
+    floor: usize,
     /// Bytes held by live [`Permit`]s.
     in_flight: AtomicUsize,
     /// Bytes of acknowledged spans not yet flushed, as last sampled plus what
     /// was stored since.
     buffered: AtomicUsize,
+    /// The process's resident memory, as last sampled.
+    resident: AtomicUsize,
+    /// The part of it the budget does not count, as last sampled.
+    uncounted: AtomicUsize,
 }
 
 impl MemoryBudget {
+    /// A budget of `limit` bytes, whatever the rest of the process holds.
     pub fn new(limit: usize) -> Arc<Self> {
+        Self::with_process_limit(limit, 0, limit)
+    }
+
+    /// A budget of at most `limit` bytes that also keeps the process's
+    /// resident memory, as sampled, within `process_limit` (0: no process
+    /// limit), narrowing to no less than `floor`.
+    pub fn with_process_limit(limit: usize, process_limit: usize, floor: usize) -> Arc<Self> {
         Arc::new(MemoryBudget {
             limit,
+            process_limit,
+            floor: floor.min(limit),
             in_flight: AtomicUsize::new(0),
             buffered: AtomicUsize::new(0),
+            resident: AtomicUsize::new(0),
+            uncounted: AtomicUsize::new(0),
         })
     }
 
+    /// The configured budget.
     pub fn limit(&self) -> usize {
         self.limit
+    }
+
+    /// What requests are admitted up to now: the configured budget, or less
+    /// when the rest of the process leaves less of its limit.
+    pub fn admit_limit(&self) -> usize {
+        if self.process_limit == 0 {
+            return self.limit;
+        }
+        let room = self
+            .process_limit
+            .saturating_sub(self.uncounted.load(Ordering::Relaxed));
+        room.clamp(self.floor, self.limit)
+    }
+
+    /// The process's resident memory, as last sampled (0 before any sample).
+    pub fn resident(&self) -> usize {
+        self.resident.load(Ordering::Relaxed)
+    }
+
+    /// Takes a sample of the process's resident memory, taken after the
+    /// buffered figure was refreshed: what the budget does not count of it
+    /// narrows [`MemoryBudget::admit_limit`] until the next sample.
+    pub fn set_resident(&self, bytes: usize) {
+        self.resident.store(bytes, Ordering::Relaxed);
+        self.uncounted
+            .store(bytes.saturating_sub(self.in_use()), Ordering::Relaxed);
     }
 
     pub fn in_flight(&self) -> usize {
@@ -63,7 +120,7 @@ impl MemoryBudget {
     /// Whether at least one more byte fits; a cheap check before reading a body
     /// whose size is not known yet.
     pub fn has_room(&self) -> bool {
-        self.in_use() < self.limit
+        self.in_use() < self.admit_limit()
     }
 
     /// Replaces the buffered figure with the engine's own count.
@@ -88,14 +145,15 @@ impl MemoryBudget {
 
     fn try_add(&self, bytes: usize) -> Result<(), Error> {
         let buffered = self.buffered();
+        let limit = self.admit_limit();
         let mut current = self.in_flight.load(Ordering::Relaxed);
         loop {
             let in_use = current.saturating_add(buffered);
-            if in_use.saturating_add(bytes) > self.limit {
+            if in_use.saturating_add(bytes) > limit {
                 return Err(Error::Overloaded {
                     needed: bytes,
                     in_use,
-                    limit: self.limit,
+                    limit,
                 });
             }
             match self.in_flight.compare_exchange_weak(
@@ -189,6 +247,48 @@ mod tests {
         assert_eq!(budget.in_use(), 105);
         budget.set_buffered(0);
         assert!(p.grow(50).is_ok());
+    }
+
+    #[test]
+    fn the_rest_of_the_process_narrows_admission_down_to_the_floor() {
+        // A 100-byte budget in a process limited to 150 bytes, never below 40.
+        let budget = MemoryBudget::with_process_limit(100, 150, 40);
+        assert_eq!(budget.admit_limit(), 100, "before any sample");
+        let a = budget.acquire(30).expect("fits");
+        // 110 resident, 30 of it counted: the other 80 leave 70 for requests.
+        budget.set_resident(110);
+        assert_eq!(budget.resident(), 110);
+        assert_eq!(budget.admit_limit(), 70);
+        let err = budget
+            .acquire(41)
+            .expect_err("over what the process leaves");
+        assert!(
+            matches!(
+                err,
+                Error::Overloaded {
+                    needed: 41,
+                    in_use: 30,
+                    limit: 70
+                }
+            ),
+            "{err}"
+        );
+        let b = budget.acquire(40).expect("fits the narrowed limit exactly");
+        assert!(!budget.has_room());
+        drop(b);
+        // The rest grows past the process limit: admission keeps its floor.
+        budget.set_resident(500);
+        assert_eq!(budget.admit_limit(), 40);
+        assert!(budget.acquire(10).is_ok());
+        assert!(budget.acquire(11).is_err());
+        // It shrinks again: never above the budget itself.
+        budget.set_resident(30);
+        assert_eq!(budget.admit_limit(), 100);
+        drop(a);
+        // Without a process limit, samples change nothing.
+        let plain = MemoryBudget::new(100);
+        plain.set_resident(1 << 40);
+        assert_eq!(plain.admit_limit(), 100);
     }
 
     #[test]

@@ -52,6 +52,11 @@ pub struct IngestOptions {
     pub max_message_bytes: usize,
     /// Budget for in-flight request bodies plus buffered spans, in bytes.
     pub max_memory: usize,
+    /// The whole process's memory limit, which the budget narrows to keep
+    /// the sampled resident memory within; 0 for none (see
+    /// [`MemoryBudget::with_process_limit`]). The budget never narrows below
+    /// a quarter of `max_memory` or two largest requests.
+    pub process_memory: usize,
 }
 
 /// The shared export path.
@@ -68,7 +73,11 @@ impl Ingest {
     /// An export path that refuses every request until [`Ingest::start`].
     pub fn new(options: IngestOptions) -> Arc<Self> {
         Arc::new(Ingest {
-            budget: MemoryBudget::new(options.max_memory),
+            budget: MemoryBudget::with_process_limit(
+                options.max_memory,
+                options.process_memory,
+                (options.max_memory / 4).max(options.max_message_bytes.saturating_mul(2)),
+            ),
             options,
             phase: AtomicU8::new(Phase::Starting as u8),
             engine: OnceLock::new(),
@@ -197,13 +206,18 @@ impl Ingest {
     /// Refreshes the budget's view of buffered spans from the engine, and when
     /// they hold more than half the budget, seals and flushes them early so
     /// the budget frees up without waiting for `--flush-bytes` or
-    /// `--flush-age-secs`. Called every [`SAMPLE_INTERVAL`] until shutdown;
-    /// returns whether a flush is needed, which the caller runs off the runtime.
-    pub fn sample(&self, engine: &Engine) -> bool {
+    /// `--flush-age-secs`. `resident` is the process's resident memory, when
+    /// known, which narrows the budget (see [`MemoryBudget::set_resident`]).
+    /// Called every [`SAMPLE_INTERVAL`] until shutdown; returns whether a
+    /// flush is needed, which the caller runs off the runtime.
+    pub fn sample(&self, engine: &Engine, resident: Option<usize>) -> bool {
         let stats = engine.stats();
         let sealed: usize = engine.snapshot().sealed.iter().map(|s| s.bytes).sum();
         let buffered = stats.memtable_bytes + sealed;
         self.budget.set_buffered(buffered);
-        stats.memtable_bytes > self.budget.limit() / 2
+        if let Some(resident) = resident {
+            self.budget.set_resident(resident);
+        }
+        stats.memtable_bytes > self.budget.admit_limit() / 2
     }
 }

@@ -155,6 +155,7 @@ impl Config {
         IngestOptions {
             max_message_bytes: self.max_message_bytes.as_usize(),
             max_memory: self.data_budget(),
+            process_memory: self.max_memory.as_usize(),
         }
     }
 

@@ -24,6 +24,7 @@
 
 pub mod config;
 pub mod deferred;
+pub mod memory;
 pub mod ops;
 pub mod render;
 pub mod tls;
@@ -131,6 +132,7 @@ pub async fn serve(
     let (stop_tx, stop_rx) = watch::channel(false);
 
     let ingest = Ingest::new(config.ingest_options());
+    let governor = Arc::new(memory::Governor::new(config.max_memory.as_usize()));
     let engine_cell: Arc<OnceLock<Arc<Engine>>> = Arc::new(OnceLock::new());
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, tonic_health::ServingStatus::NotServing).await;
@@ -156,6 +158,7 @@ pub async fn serve(
         .merge(ops::router(ops::Ops {
             ingest: ingest.clone(),
             engine: engine_cell.clone(),
+            memory: governor.clone(),
             tls_handshakes: tls
                 .iter()
                 .flat_map(|(_, grpc, http)| [grpc.clone(), http.clone()])
@@ -215,7 +218,7 @@ pub async fn serve(
         .set(DependencyReaderServer::new(jaeger));
     ingest.start(engine.clone());
     set_health(&health, tonic_health::ServingStatus::Serving).await;
-    let sampler = Sampler::spawn(ingest.clone(), engine.clone());
+    let sampler = Sampler::spawn(ingest.clone(), engine.clone(), governor.clone());
     tracing::info!(
         grpc = %grpc_addr,
         http = %http_addr,
@@ -351,8 +354,9 @@ fn spawn_grpc(
     })
 }
 
-/// Keeps the memory budget's view of buffered spans current, and flushes
-/// early when buffered spans fill half the budget.
+/// Keeps the memory budget's view of buffered spans and of the process's
+/// memory current, and flushes early when buffered spans fill half of what
+/// the budget admits.
 struct Sampler {
     task: JoinHandle<()>,
     stop: Arc<AtomicBool>,
@@ -360,7 +364,7 @@ struct Sampler {
 }
 
 impl Sampler {
-    fn spawn(ingest: Arc<Ingest>, engine: Arc<Engine>) -> Sampler {
+    fn spawn(ingest: Arc<Ingest>, engine: Arc<Engine>, governor: Arc<memory::Governor>) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flush: Arc<tokio::sync::Mutex<Option<JoinHandle<()>>>> = Arc::default();
         let (task_stop, task_flush) = (stop.clone(), flush.clone());
@@ -370,8 +374,15 @@ impl Sampler {
             while !task_stop.load(Ordering::Acquire) {
                 tick.tick().await;
                 let sampled = {
-                    let (ingest, engine) = (ingest.clone(), engine.clone());
-                    tokio::task::spawn_blocking(move || ingest.sample(&engine)).await
+                    let (ingest, engine, governor) =
+                        (ingest.clone(), engine.clone(), governor.clone());
+                    tokio::task::spawn_blocking(move || {
+                        // The budget takes the part of resident memory it
+                        // does not count once its buffered figure is fresh.
+                        let resident = governor.sample();
+                        ingest.sample(&engine, resident)
+                    })
+                    .await
                 };
                 let needs_flush = sampled.unwrap_or(false);
                 let mut running = task_flush.lock().await;

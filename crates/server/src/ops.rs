@@ -18,7 +18,7 @@ use axum::{
 use tracedb_ingest::{Exposition, Ingest, Phase};
 use tracedb_lsm::Engine;
 
-use crate::tls::HandshakeLog;
+use crate::{memory::Governor, tls::HandshakeLog};
 
 /// What the endpoints read.
 #[derive(Clone)]
@@ -26,6 +26,8 @@ pub struct Ops {
     pub ingest: Arc<Ingest>,
     /// Set once the engine has opened.
     pub engine: Arc<OnceLock<Arc<Engine>>>,
+    /// The process's memory against `--max-memory`.
+    pub memory: Arc<Governor>,
     /// The listeners' failed TLS handshakes; empty without TLS.
     pub tls_handshakes: Vec<Arc<HandshakeLog>>,
 }
@@ -210,6 +212,36 @@ pub fn render(ops: &Ops) -> String {
         "gauge",
         "The budget for in-flight requests and buffered spans (three quarters of --max-memory).",
         budget.limit(),
+    );
+    out.single(
+        "tracedb_memory_admit_limit_bytes",
+        "gauge",
+        "What in-flight requests and buffered spans are admitted up to now: the budget, or less when the rest of the process leaves less of --max-memory.",
+        budget.admit_limit(),
+    );
+    out.single(
+        "tracedb_memory_limit_bytes",
+        "gauge",
+        "--max-memory: the limit for the process's resident memory.",
+        ops.memory.limit(),
+    );
+    out.single(
+        "tracedb_memory_resident_bytes",
+        "gauge",
+        "The process's resident anonymous memory (RssAnon), as last sampled.",
+        budget.resident(),
+    );
+    out.single(
+        "tracedb_memory_trims_total",
+        "counter",
+        "Times free allocator memory was returned to the system (resident memory over seven eighths of --max-memory).",
+        ops.memory.trims(),
+    );
+    out.single(
+        "tracedb_memory_trim_seconds_total",
+        "counter",
+        "Time spent returning free allocator memory to the system.",
+        ops.memory.trim_time().as_secs_f64(),
     );
     out.single(
         "tracedb_memory_in_flight_bytes",

@@ -259,3 +259,68 @@ async fn sustained_overload_is_refused_retryably_while_the_server_stays_responsi
         assert_eq!(spans as u64, SPANS_PER_REQUEST, "trace {trace:x}");
     }
 }
+
+/// A process already over `--max-memory` before any export (512 KiB: the
+/// runtime alone holds more): the budget narrows to its floor, what the
+/// process holds is sampled and shown, glibc is asked to give free memory
+/// back, and exports still go through, a few at a time, all stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_over_its_memory_limit_narrows_admission_to_the_floor() {
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Three quarters of 512 KiB for requests and buffered spans, never
+    // narrowed below two largest requests (128 KiB).
+    let server = Server::start_with(
+        dir.path(),
+        &["--max-memory", "512KiB", "--max-message-bytes", "64KiB"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(&server, "tracedb_memory_resident_bytes") == 0.0 {
+        assert!(Instant::now() < deadline, "resident memory never sampled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let resident = metric(&server, "tracedb_memory_resident_bytes");
+    assert!(resident > f64::from(512u32 << 10), "resident {resident}");
+    assert_eq!(
+        metric(&server, "tracedb_memory_limit_bytes"),
+        f64::from(512u32 << 10)
+    );
+    assert_eq!(
+        metric(&server, "tracedb_memory_budget_bytes"),
+        f64::from(384u32 << 10)
+    );
+    assert_eq!(
+        metric(&server, "tracedb_memory_admit_limit_bytes"),
+        f64::from(128u32 << 10),
+        "the budget narrowed to its floor"
+    );
+    if cfg!(all(target_os = "linux", target_env = "gnu")) {
+        assert!(metric(&server, "tracedb_memory_trims_total") >= 1.0);
+    }
+
+    // ~30 KiB per request, 3 MiB in all: more than the floor holds at once.
+    let mut client = server.ingest().await;
+    let (mut refused, deadline) = (0, Instant::now() + Duration::from_secs(60));
+    for n in 0..100u128 {
+        loop {
+            match client.export(request("tight", &[0x5000 + n], 100)).await {
+                Ok(_) => break,
+                Err(s) if s.code() == tonic::Code::Unavailable => {
+                    refused += 1;
+                    assert!(Instant::now() < deadline, "ingest stalled: {s}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(s) => panic!("{s}"),
+            }
+        }
+    }
+    eprintln!("tight process limit: 100 requests stored, {refused} refusals retried");
+    let mut query = server.query().await;
+    for n in (0..100u128).step_by(9) {
+        let messages = get_trace(&mut query, 0x5000 + n)
+            .await
+            .expect("stored trace");
+        assert_eq!(spans_of(&messages).len(), 100, "trace {n}");
+    }
+}
