@@ -155,7 +155,10 @@ impl Config {
         IngestOptions {
             max_message_bytes: self.max_message_bytes.as_usize(),
             max_memory: self.data_budget(),
-            process_memory: self.max_memory.as_usize(),
+            // An eighth of the limit is headroom for what grows between two
+            // samples of the process's memory (a flush's sort, a compaction's
+            // sidecar being encoded).
+            process_memory: self.max_memory.as_usize() - self.max_memory.as_usize() / 8,
         }
     }
 

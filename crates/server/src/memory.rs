@@ -10,7 +10,7 @@
 //!
 //! glibc keeps freed memory in its heaps for reuse and returns little of it:
 //! request bodies of a few hundred KiB, freed by the thousand after each
-//! flush, stay resident. When resident memory passes seven eighths of the
+//! flush, stay resident. When resident memory passes three quarters of the
 //! limit, the governor asks glibc to return its free pages (`malloc_trim`),
 //! at most once a second: a trim walks every arena, locking each in turn, for
 //! 5 to 50 ms at a 1 GiB heap. Below that mark, trims never run, so a server
@@ -62,11 +62,11 @@ impl Governor {
     }
 
     /// The resident anonymous memory, after returning free memory to the
-    /// system if it is over seven eighths of the limit and no trim ran in the
+    /// system if it is over three quarters of the limit and no trim ran in the
     /// last second. `None` where `/proc/self/status` cannot be read.
     pub fn sample(&self) -> Option<usize> {
         let resident = resident_anon_bytes()?;
-        if resident <= self.limit - self.limit / 8 {
+        if resident <= self.limit - self.limit / 4 {
             return Some(resident);
         }
         {
@@ -87,7 +87,7 @@ impl Governor {
         tracing::debug!(
             before = resident,
             took_us = took.as_micros() as u64,
-            "memory over seven eighths of --max-memory: returned free memory to the system"
+            "memory over three quarters of --max-memory: returned free memory to the system"
         );
         resident_anon_bytes().or(Some(resident))
     }
@@ -150,7 +150,7 @@ mod tests {
     }
 
     #[test]
-    fn trims_only_over_seven_eighths_and_at_most_once_a_second() {
+    fn trims_only_over_three_quarters_and_at_most_once_a_second() {
         let roomy = Governor::new(usize::MAX / 2);
         assert!(roomy.sample().is_some());
         assert_eq!(roomy.trims(), 0, "far below the limit");

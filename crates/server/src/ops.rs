@@ -234,7 +234,7 @@ pub fn render(ops: &Ops) -> String {
     out.single(
         "tracedb_memory_trims_total",
         "counter",
-        "Times free allocator memory was returned to the system (resident memory over seven eighths of --max-memory).",
+        "Times free allocator memory was returned to the system (resident memory over three quarters of --max-memory).",
         ops.memory.trims(),
     );
     out.single(
