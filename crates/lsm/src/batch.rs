@@ -5,7 +5,7 @@
 //! fields out of the input `Bytes` without copying. The byte layout is in
 //! `docs/FORMAT.md` ("Span batch").
 
-use std::{collections::HashMap, sync::Arc};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -39,6 +39,8 @@ pub enum BatchError {
 /// Fixed bytes of a span record before its group index and payload.
 const SPAN_FIXED: usize = 16 + 8 + 8 + 8;
 
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Appends the encoding of `spans` to `out`.
 pub fn encode_batch(spans: &[Span], out: &mut Vec<u8>) {
     let indexes = encode_groups(spans, out);
@@ -56,20 +58,27 @@ pub fn encode_batch(spans: &[Span], out: &mut Vec<u8>) {
 /// Appends the distinct groups of `spans` (count, then each group) to `out`;
 /// returns each span's index into them.
 pub(crate) fn encode_groups(spans: &[Span], out: &mut Vec<u8>) -> Vec<u32> {
-    // Groups are deduplicated first by pointer (spans of one request share an Arc),
-    // then by content (the same service exports many requests).
-    let mut by_ptr: HashMap<*const ScopeGroup, u32> = HashMap::new();
-    let mut by_content: HashMap<&ScopeGroup, u32> = HashMap::new();
+    // Groups are deduplicated first by pointer (spans of one request share an
+    // Arc, and in a sorted file mostly sit next to each other), then by
+    // content (the same service exports many requests). Every span of a flush
+    // and of a WAL record comes through here: the maps hash with foldhash.
+    let mut by_ptr: HashMap<*const ScopeGroup, u32> = HashMap::default();
+    let mut by_content: HashMap<&ScopeGroup, u32> = HashMap::default();
     let mut groups: Vec<&ScopeGroup> = Vec::new();
     let mut indexes: Vec<u32> = Vec::with_capacity(spans.len());
+    let mut last: Option<(*const ScopeGroup, u32)> = None;
     for span in spans {
         let ptr = Arc::as_ptr(&span.group);
-        let idx = *by_ptr.entry(ptr).or_insert_with(|| {
-            *by_content.entry(&span.group).or_insert_with(|| {
-                groups.push(&span.group);
-                (groups.len() - 1) as u32
-            })
-        });
+        let idx = match last {
+            Some((p, idx)) if p == ptr => idx,
+            _ => *by_ptr.entry(ptr).or_insert_with(|| {
+                *by_content.entry(&span.group).or_insert_with(|| {
+                    groups.push(&span.group);
+                    (groups.len() - 1) as u32
+                })
+            }),
+        };
+        last = Some((ptr, idx));
         indexes.push(idx);
     }
     put_varint(out, groups.len() as u64);

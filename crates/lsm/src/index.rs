@@ -24,6 +24,7 @@ mod sidecar;
 pub mod wire;
 
 use std::{
+    borrow::Cow,
     collections::{BTreeMap, BTreeSet},
     sync::Arc,
 };
@@ -220,6 +221,8 @@ struct TraceAcc {
     ops: Vec<Op>,
     tags: Vec<Tag>,
     links: Vec<SpanLink>,
+    /// The resources whose tags are already in `tags`.
+    groups: Vec<u32>,
 }
 
 impl Default for TraceAcc {
@@ -233,6 +236,7 @@ impl Default for TraceAcc {
             ops: Vec::new(),
             tags: Vec::new(),
             links: Vec::new(),
+            groups: Vec::new(),
         }
     }
 }
@@ -241,6 +245,45 @@ impl Default for TraceAcc {
 struct GroupInfo {
     service: u32,
     tags: Vec<Tag>,
+}
+
+/// The resources a builder has scanned. Keyed by the encoded resource, not
+/// by the group's address: keeping each `Arc<ScopeGroup>` alive to pin its
+/// address pinned the buffer its bytes live in too, and during a compaction
+/// that is a whole decompressed block per block read (hundreds of MiB per
+/// output file, uncounted by the memory budget).
+#[derive(Default)]
+struct Groups {
+    by_resource: HashMap<Vec<u8>, u32>,
+    infos: Vec<GroupInfo>,
+}
+
+impl Groups {
+    /// The index of `group`'s resource in `infos`, scanning it the first time.
+    fn index(&mut self, names: &mut Interner, group: &ScopeGroup) -> u32 {
+        let key = group.resource.as_deref().unwrap_or_default();
+        if let Some(&i) = self.by_resource.get(key) {
+            return i;
+        }
+        let attrs = key_attrs(group);
+        let service = attrs
+            .iter()
+            .find(|(k, _)| *k == "service.name")
+            .map_or(UNKNOWN_SERVICE, |(_, v)| v.as_ref());
+        let service = names.intern(service);
+        let tags: Vec<Tag> = attrs
+            .iter()
+            .map(|(k, v)| Tag {
+                scope: TagScope::Resource,
+                key: names.intern(k),
+                value: names.intern(v),
+            })
+            .collect();
+        let i = self.infos.len() as u32;
+        self.infos.push(GroupInfo { service, tags });
+        self.by_resource.insert(key.to_vec(), i);
+        i
+    }
 }
 
 /// The string table of a set being built.
@@ -270,19 +313,22 @@ pub struct SummaryBuilder {
     traces: HashMap<TraceId, TraceAcc>,
     /// Trace parts already summarized ([`SummaryBuilder::add_trace`]).
     done: Vec<TraceSummary>,
-    /// By the encoded resource the service and tags come from. Keyed by content,
-    /// not by the group's address: keeping each `Arc<ScopeGroup>` alive to pin
-    /// its address pinned the buffer its bytes live in too, and during a
-    /// compaction that is a whole decompressed block per block read (hundreds of
-    /// MiB per output file, uncounted by the memory budget).
-    groups: HashMap<Vec<u8>, GroupInfo>,
+    groups: Groups,
 }
 
 impl SummaryBuilder {
     /// Adds one span, of a trace whose other spans may come at any time.
     pub fn add(&mut self, span: &Span) {
         let acc = self.traces.entry(span.trace_id).or_default();
-        accumulate(&mut self.names, &mut self.groups, acc, span);
+        let group = self.groups.index(&mut self.names, &span.group);
+        accumulate(
+            &mut self.names,
+            &self.groups,
+            group,
+            acc,
+            span,
+            &mut Vec::new(),
+        );
     }
 
     /// Adds every span the set will hold of one trace (all of `spans` share
@@ -325,7 +371,7 @@ impl SummaryBuilder {
 #[derive(Default)]
 pub struct SidecarBuilder {
     names: Interner,
-    groups: HashMap<Vec<u8>, GroupInfo>,
+    groups: Groups,
     /// The encoded `traces` of the body, without their count.
     parts: Vec<u8>,
     count: usize,
@@ -370,14 +416,23 @@ impl SidecarBuilder {
 }
 
 /// Summarizes every span of one trace at once.
-fn summarize_whole(
-    names: &mut Interner,
-    groups: &mut HashMap<Vec<u8>, GroupInfo>,
-    spans: &[Span],
-) -> TraceSummary {
+fn summarize_whole(names: &mut Interner, groups: &mut Groups, spans: &[Span]) -> TraceSummary {
     let mut acc = TraceAcc::default();
+    let mut attributes = Vec::new();
+    // Spans of a trace mostly came in one request and share its group: its
+    // address (alive while `spans` is borrowed) saves hashing the resource.
+    let mut last: Option<(*const ScopeGroup, u32)> = None;
     for span in spans {
-        accumulate(names, groups, &mut acc, span);
+        let ptr = Arc::as_ptr(&span.group);
+        let group = match last {
+            Some((p, group)) if p == ptr => group,
+            _ => {
+                let group = groups.index(names, &span.group);
+                last = Some((ptr, group));
+                group
+            }
+        };
+        accumulate(names, groups, group, &mut acc, span, &mut attributes);
     }
     summarize(spans[0].trace_id, acc)
 }
@@ -409,34 +464,6 @@ fn remap(names: &mut Interner, from: &SidecarParts, mut part: TraceSummary) -> T
     part
 }
 
-/// The service and tags of a span's resource, scanned once per distinct
-/// resource.
-fn group_info<'g>(
-    names: &mut Interner,
-    groups: &'g mut HashMap<Vec<u8>, GroupInfo>,
-    group: &ScopeGroup,
-) -> &'g GroupInfo {
-    let key = group.resource.as_deref().unwrap_or_default();
-    if !groups.contains_key(key) {
-        let attrs = key_attrs(group);
-        let service = attrs
-            .iter()
-            .find(|(k, _)| *k == "service.name")
-            .map_or(UNKNOWN_SERVICE, |(_, v)| v.as_ref());
-        let service = names.intern(service);
-        let tags: Vec<Tag> = attrs
-            .iter()
-            .map(|(k, v)| Tag {
-                scope: TagScope::Resource,
-                key: names.intern(k),
-                value: names.intern(v),
-            })
-            .collect();
-        groups.insert(key.to_vec(), GroupInfo { service, tags });
-    }
-    &groups[key]
-}
-
 fn key_attrs(group: &ScopeGroup) -> Vec<(&str, std::borrow::Cow<'_, str>)> {
     group
         .resource
@@ -445,16 +472,19 @@ fn key_attrs(group: &ScopeGroup) -> Vec<(&str, std::borrow::Cow<'_, str>)> {
         .unwrap_or_default()
 }
 
-/// Adds `span` to its trace part.
-fn accumulate(
+/// Adds `span`, whose resource is `groups.infos[group]`, to its trace part.
+/// `attributes` is scratch space for the span's attributes.
+fn accumulate<'a>(
     names: &mut Interner,
-    groups: &mut HashMap<Vec<u8>, GroupInfo>,
+    groups: &Groups,
+    group: u32,
     acc: &mut TraceAcc,
-    span: &Span,
+    span: &'a Span,
+    attributes: &mut Vec<(&'a str, Cow<'a, str>)>,
 ) {
-    let group = group_info(names, groups, &span.group);
-    let service = group.service;
-    let f = wire::scan_span(&span.payload);
+    let info = &groups.infos[group as usize];
+    let service = info.service;
+    let f = wire::scan_span(&span.payload, attributes);
     let name = names.intern(f.name);
     acc.start = acc.start.min(span.start_unix_nano);
     acc.end = acc.end.max(span.end_unix_nano);
@@ -476,13 +506,19 @@ fn accumulate(
     if !acc.ops.contains(&op) {
         acc.ops.push(op);
     }
-    let resource_tags = group.tags.iter().copied();
-    let span_tags = f.attributes.iter().map(|(k, v)| Tag {
+    // A resource's tags are the same for every span under it.
+    let resource_tags = if acc.groups.contains(&group) {
+        &[][..]
+    } else {
+        acc.groups.push(group);
+        &info.tags[..]
+    };
+    let span_tags = attributes.iter().map(|(k, v)| Tag {
         scope: TagScope::Span,
         key: names.intern(k),
         value: names.intern(v),
     });
-    for tag in resource_tags.chain(span_tags) {
+    for tag in resource_tags.iter().copied().chain(span_tags) {
         if acc.tags.len() >= MAX_TAGS_PER_TRACE {
             break;
         }
@@ -945,6 +981,55 @@ mod tests {
             "the summary builder still references the block buffer"
         );
         assert_eq!(builder.finish().traces.len(), 1);
+    }
+
+    /// An encoded `Resource` with the attributes `attrs` (string values).
+    fn resource(attrs: &[(&str, &str)]) -> Arc<ScopeGroup> {
+        fn field(out: &mut Vec<u8>, number: u8, bytes: &[u8]) {
+            out.push(number << 3 | 2);
+            out.push(u8::try_from(bytes.len()).expect("short"));
+            out.extend_from_slice(bytes);
+        }
+        let mut r = Vec::new();
+        for (k, v) in attrs {
+            let (mut kv, mut any) = (Vec::new(), Vec::new());
+            field(&mut any, 1, v.as_bytes());
+            field(&mut kv, 1, k.as_bytes());
+            field(&mut kv, 2, &any);
+            field(&mut r, 1, &kv);
+        }
+        Arc::new(ScopeGroup {
+            resource: Some(r.into()),
+            ..ScopeGroup::default()
+        })
+    }
+
+    #[test]
+    fn a_trace_summarized_whole_has_each_spans_own_service_and_resource_tags() {
+        let front = resource(&[("service.name", "front"), ("zone", "a")]);
+        let back = resource(&[("service.name", "back"), ("zone", "b")]);
+        // The same resource behind another Arc, as a second request brings it.
+        let back_again = resource(&[("service.name", "back"), ("zone", "b")]);
+        let spans = vec![
+            span(&front, 1, 1, 10),
+            span(&back, 1, 2, 20),
+            span(&back, 1, 3, 30),
+            span(&front, 1, 4, 40),
+            span(&back_again, 1, 5, 50),
+        ];
+        let whole = SummarySet::from_sorted_spans(&spans);
+        assert_eq!(whole, SummarySet::from_spans(&spans));
+        let t = &whole.traces[0];
+        let services: BTreeSet<&str> = t.ops.iter().map(|o| whole.str(o.service)).collect();
+        assert_eq!(services, BTreeSet::from(["back", "front"]));
+        let zones: BTreeSet<&str> = t
+            .tags
+            .iter()
+            .filter(|g| whole.str(g.key) == "zone")
+            .map(|g| whole.str(g.value))
+            .collect();
+        assert_eq!(zones, BTreeSet::from(["a", "b"]));
+        assert_eq!(t.span_count, 5);
     }
 
     #[test]

@@ -28,8 +28,6 @@ pub struct SpanFields<'a> {
     pub start_unix_nano: u64,
     pub end_unix_nano: u64,
     pub error: bool,
-    /// String, bool, int and double attributes, values rendered as text.
-    pub attributes: Vec<(&'a str, Cow<'a, str>)>,
 }
 
 /// One protobuf field: number and value.
@@ -101,8 +99,14 @@ fn varint(buf: &mut &[u8]) -> Option<u64> {
     None
 }
 
-/// Scans an encoded `opentelemetry.proto.trace.v1.Span`.
-pub fn scan_span(payload: &[u8]) -> SpanFields<'_> {
+/// Scans an encoded `opentelemetry.proto.trace.v1.Span`. Its string, bool,
+/// int and double attributes, values rendered as text, replace what
+/// `attributes` held (a buffer the caller reuses from span to span).
+pub fn scan_span<'a>(
+    payload: &'a [u8],
+    attributes: &mut Vec<(&'a str, Cow<'a, str>)>,
+) -> SpanFields<'a> {
+    attributes.clear();
     let mut out = SpanFields::default();
     for (number, field) in fields(payload) {
         match (number, field) {
@@ -114,7 +118,7 @@ pub fn scan_span(payload: &[u8]) -> SpanFields<'_> {
             (8, Field::Fixed64(v)) => out.end_unix_nano = v,
             (9, Field::Bytes(b)) => {
                 if let Some(kv) = key_value(b) {
-                    out.attributes.push(kv);
+                    attributes.push(kv);
                 }
             }
             (15, Field::Bytes(b)) => {
@@ -208,15 +212,16 @@ mod tests {
         span.extend_from_slice(&25u64.to_le_bytes());
         bytes_field(&mut span, 9, &kv);
         bytes_field(&mut span, 15, &status);
-        let f = scan_span(&span);
+        let mut attributes = vec![("stale", Cow::from("entry"))];
+        let f = scan_span(&span, &mut attributes);
         assert_eq!(f.span_id, &[2; 8]);
         assert!(f.parent_span_id.is_empty());
         assert_eq!(f.name, "GET /cart");
         assert_eq!((f.kind, f.start_unix_nano, f.end_unix_nano), (2, 10, 25));
         assert!(f.error);
-        assert_eq!(f.attributes, vec![("retries", Cow::from("-5"))]);
+        assert_eq!(attributes, vec![("retries", Cow::from("-5"))]);
         // Truncated input: what was read before the cut is kept.
-        let cut = scan_span(&span[..span.len() - 3]);
+        let cut = scan_span(&span[..span.len() - 3], &mut attributes);
         assert_eq!(cut.name, "GET /cart");
         assert!(!cut.error);
     }
