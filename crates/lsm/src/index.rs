@@ -376,6 +376,10 @@ pub struct SidecarBuilder {
     parts: Vec<u8>,
     count: usize,
     last: Option<TraceId>,
+    /// Per input of [`SidecarBuilder::add_part`], the index in `names` of
+    /// each of its strings already seen (`u32::MAX`: not yet): a carried-over
+    /// part's strings are then looked up, not hashed again.
+    remaps: Vec<Vec<u32>>,
 }
 
 impl SidecarBuilder {
@@ -393,9 +397,14 @@ impl SidecarBuilder {
     /// stands for every span the file holds of its trace. Its strings are
     /// interned into this table and its lists sorted by the new indices.
     /// Compaction carries the part of a trace that comes whole from one input
-    /// file over this way, instead of scanning its spans again.
-    pub fn add_part(&mut self, from: &SidecarParts, part: TraceSummary) {
-        let part = remap(&mut self.names, from, part);
+    /// file over this way, instead of scanning its spans again. `input`
+    /// numbers `from` among the sidecars parts come from: for the life of the
+    /// builder, one number always goes with one sidecar.
+    pub fn add_part(&mut self, input: usize, from: &SidecarParts, part: TraceSummary) {
+        if self.remaps.len() <= input {
+            self.remaps.resize_with(input + 1, Vec::new);
+        }
+        let part = remap(&mut self.names, &mut self.remaps[input], from, part);
         self.push(&part);
     }
 
@@ -438,9 +447,24 @@ fn summarize_whole(names: &mut Interner, groups: &mut Groups, spans: &[Span]) ->
 }
 
 /// `part`, whose strings index `from`'s table, with its strings interned
-/// into `names` and its lists sorted again by the new indices.
-fn remap(names: &mut Interner, from: &SidecarParts, mut part: TraceSummary) -> TraceSummary {
-    let mut s = |id: u32| names.intern(from.str(id));
+/// into `names` (`seen` remembers where each of `from`'s strings went) and
+/// its lists sorted again by the new indices.
+fn remap(
+    names: &mut Interner,
+    seen: &mut Vec<u32>,
+    from: &SidecarParts,
+    mut part: TraceSummary,
+) -> TraceSummary {
+    let mut s = |id: u32| {
+        let i = id as usize;
+        if i >= seen.len() {
+            seen.resize(i + 1, u32::MAX);
+        }
+        if seen[i] == u32::MAX {
+            seen[i] = names.intern(from.str(id));
+        }
+        seen[i]
+    };
     part.root = part.root.map(|(service, name)| (s(service), s(name)));
     for op in &mut part.ops {
         op.service = s(op.service);
@@ -1050,6 +1074,73 @@ mod tests {
         let whole = SummarySet::from_sorted_spans(&spans);
         assert_eq!(whole.traces.len(), 11);
         assert_eq!(written, encode_sidecar(&whole));
+    }
+
+    #[test]
+    fn parts_carried_over_from_several_sidecars_keep_their_own_strings() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let front = resource(&[("service.name", "front"), ("zone", "a")]);
+        let back = resource(&[("service.name", "back"), ("zone", "b")]);
+        // Two inputs whose string tables hold other strings at the same
+        // indices: traces 0, 2, 4 of "front" in one, 1, 3, 5 of "back" (and
+        // trace 5 also of "db") in the other.
+        let input = |first: u128, g: &Arc<ScopeGroup>| -> Vec<Span> {
+            (0..3u128)
+                .flat_map(|k| {
+                    let t = first + 2 * k;
+                    [span(g, t, 1, 10), span(g, t, 2, 20)]
+                })
+                .collect()
+        };
+        let x = input(0, &front);
+        let y: Vec<Span> = input(1, &back)
+            .into_iter()
+            .chain([span(&resource(&[("service.name", "db")]), 5, 3, 30)])
+            .collect();
+        let open = |name: &str, spans: &[Span]| {
+            let table = dir.path().join(name);
+            write_sidecar(&table, &SummarySet::from_sorted_spans(spans)).expect("written");
+            SidecarParts::open(&table).expect("opened")
+        };
+        let mut parts = [open("x.sst", &x), open("y.sst", &y)];
+        let mut builder = SidecarBuilder::default();
+        for t in 0..6u128 {
+            let input = (t % 2) as usize;
+            let id = TraceId(t.to_be_bytes());
+            let part = parts[input]
+                .find(&id)
+                .expect("reads")
+                .expect("has the trace");
+            builder.add_part(input, &parts[input], part);
+        }
+        let table = dir.path().join("out.sst");
+        builder.write(&table).expect("written");
+        let mut all: Vec<Span> = x.into_iter().chain(y).collect();
+        crate::sort::sort_by_trace_id(&mut all);
+        let rebuilt = SummarySet::from_sorted_spans(&all);
+        let carried = read_sidecar(&table).expect("reads");
+        type Named<'a> = Vec<(BTreeSet<&'a str>, BTreeSet<(&'a str, &'a str)>)>;
+        fn named(set: &SummarySet) -> Named<'_> {
+            set.traces
+                .iter()
+                .map(|t| {
+                    let ops = t.ops.iter().map(|o| set.str(o.service)).collect();
+                    let tags = t
+                        .tags
+                        .iter()
+                        .map(|g| (set.str(g.key), set.str(g.value)))
+                        .collect();
+                    (ops, tags)
+                })
+                .collect()
+        }
+        assert_eq!(named(&carried), named(&rebuilt));
+        let services: Vec<Vec<&str>> = named(&carried)
+            .into_iter()
+            .map(|(ops, _)| ops.into_iter().collect())
+            .collect();
+        let (f, b): (&[&str], &[&str]) = (&["front"], &["back"]);
+        assert_eq!(services, [f, b, f, b, f, &["back", "db"]]);
     }
 
     #[test]

@@ -111,11 +111,13 @@ fn merge_into(
         // A trace that comes whole from one input and stays whole in one
         // output keeps that input's summary of it.
         let mut reused = match merger.sources() {
-            &[i] if out.expired == expired_before && by_partition.len() == 1 => sidecars[i].part(
-                task.inputs[i].path(),
-                &trace_id_of(&by_partition),
-                trace_len,
-            ),
+            &[i] if out.expired == expired_before && by_partition.len() == 1 => sidecars[i]
+                .part(
+                    task.inputs[i].path(),
+                    &trace_id_of(&by_partition),
+                    trace_len,
+                )
+                .map(|(parts, part)| (i, parts, part)),
             _ => None,
         };
         for (p, spans) in std::mem::take(&mut by_partition) {
@@ -132,8 +134,8 @@ fn merge_into(
                 slot.builder.add(span)?;
             }
             match reused.take() {
-                Some((parts, part)) => {
-                    slot.summary.add_part(parts, part);
+                Some((input, parts, part)) => {
+                    slot.summary.add_part(input, parts, part);
                     out.parts_reused += 1;
                 }
                 None => slot.summary.add_trace(&spans),
