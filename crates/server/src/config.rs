@@ -39,6 +39,12 @@ pub const DEFAULT_DATA_DIR: &str = "./tracedb-data";
 /// encoding's overhead.
 const MAX_MESSAGE_BYTES_LIMIT: u64 = 128 << 20;
 
+/// What the server holds besides admitted requests and buffered spans under
+/// heavy ingest: flush and compaction working memory, cached summaries, the
+/// runtime and the binary. About 180 MB measured at max ingest
+/// (docs/BENCHMARKS.md, "Resident memory held to `--max-memory`").
+const WORKING_SET_BYTES: u64 = 192 << 20;
+
 /// Everything `tracedb serve` can be told.
 #[derive(Debug, Clone, PartialEq, clap::Args, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -181,6 +187,43 @@ impl Config {
 
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_secs(self.shutdown_timeout_secs)
+    }
+
+    /// Settings that are valid but will not do what an operator expects, each
+    /// as a sentence saying what to change; the server logs them at start-up.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let max_message = self.max_message_bytes.0;
+        let requests = max_message.saturating_mul(2);
+        // The least the ingest budget narrows to (IngestOptions::process_memory).
+        let floor = (self.data_budget() as u64 / 4).max(requests);
+        let needed = floor.saturating_add(WORKING_SET_BYTES);
+        if self.max_memory.0 < needed {
+            let lower = if requests >= floor {
+                let fits = self.max_memory.0.saturating_sub(WORKING_SET_BYTES) / 2;
+                if fits >= 1024 {
+                    format!(
+                        ", or lower max_message_bytes to {} or less",
+                        ByteSize(fits >> 10 << 10)
+                    )
+                } else {
+                    String::new()
+                }
+            } else {
+                String::new()
+            };
+            warnings.push(format!(
+                "max_memory ({}) is less than the server needs under heavy ingest: admission \
+                 never narrows below {} (two largest requests, or a quarter of the budget), \
+                 and flush, compaction and the runtime hold about {} besides, so resident \
+                 memory can pass max_memory; raise max_memory to {}{lower}",
+                self.max_memory,
+                ByteSize(floor),
+                ByteSize(WORKING_SET_BYTES),
+                ByteSize(needed.div_ceil(1 << 20) << 20),
+            ));
+        }
+        warnings
     }
 
     /// Checks every option; the error lists each problem with how to fix it.
@@ -518,6 +561,31 @@ mod tests {
         let merged = merge_file(cli.settings, &matches, file)?;
         merged.validate().map_err(|e| e.to_string())?;
         Ok(merged)
+    }
+
+    #[test]
+    fn a_memory_limit_too_small_for_the_largest_requests_is_warned_about() {
+        let c = parse(&["--max-memory", "256MiB"], "").expect("valid flags");
+        let warnings = c.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("raise max_memory to 320MiB"),
+            "{}",
+            warnings[0]
+        );
+        assert!(
+            warnings[0].contains("lower max_message_bytes to 32MiB or less"),
+            "{}",
+            warnings[0]
+        );
+        let smaller = parse(
+            &["--max-memory", "256MiB", "--max-message-bytes", "16MiB"],
+            "",
+        )
+        .expect("valid flags");
+        assert_eq!(smaller.warnings(), Vec::<String>::new());
+        let default = parse(&[], "").expect("valid flags");
+        assert_eq!(default.warnings(), Vec::<String>::new());
     }
 
     #[test]

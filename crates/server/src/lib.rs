@@ -131,6 +131,9 @@ pub async fn serve(
     // Tells both servers to stop accepting.
     let (stop_tx, stop_rx) = watch::channel(false);
 
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     let ingest = Ingest::new(config.ingest_options());
     let governor = Arc::new(memory::Governor::new(config.max_memory.as_usize()));
     let engine_cell: Arc<OnceLock<Arc<Engine>>> = Arc::new(OnceLock::new());
