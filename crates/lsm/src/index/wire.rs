@@ -87,6 +87,13 @@ fn fields(buf: &[u8]) -> Fields<'_> {
 }
 
 fn varint(buf: &mut &[u8]) -> Option<u64> {
+    // Field keys, lengths and most small numbers fit in one byte.
+    if let Some((&byte, rest)) = buf.split_first() {
+        if byte < 0x80 {
+            *buf = rest;
+            return Some(u64::from(byte));
+        }
+    }
     let mut value = 0u64;
     for shift in (0..70).step_by(7) {
         let (&byte, rest) = buf.split_first()?;
