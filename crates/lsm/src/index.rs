@@ -24,7 +24,7 @@ mod sidecar;
 pub mod wire;
 
 use std::{
-    borrow::Cow,
+    borrow::{Borrow, Cow},
     collections::{BTreeMap, BTreeSet},
     sync::Arc,
 };
@@ -176,9 +176,9 @@ impl SummarySet {
 
     /// Summarizes `spans` sorted (or at least grouped) by trace ID, one trace
     /// at a time; see [`SummaryBuilder::add_trace`].
-    pub fn from_sorted_spans(spans: &[Span]) -> SummarySet {
+    pub fn from_sorted_spans<S: Borrow<Span>>(spans: &[S]) -> SummarySet {
         let mut b = SummaryBuilder::default();
-        for trace in spans.chunk_by(|a, b| a.trace_id == b.trace_id) {
+        for trace in spans.chunk_by(|a, b| a.borrow().trace_id == b.borrow().trace_id) {
             b.add_trace(trace);
         }
         b.finish()
@@ -336,8 +336,8 @@ impl SummaryBuilder {
     /// once, so the builder keeps its compact summary and not its spans'
     /// links: compaction and flush, which see traces whole, build large sets
     /// this way.
-    pub fn add_trace(&mut self, spans: &[Span]) {
-        let Some(first) = spans.first() else {
+    pub fn add_trace<S: Borrow<Span>>(&mut self, spans: &[S]) {
+        let Some(first) = spans.first().map(Borrow::borrow) else {
             return;
         };
         debug_assert!(
@@ -385,7 +385,7 @@ pub struct SidecarBuilder {
 impl SidecarBuilder {
     /// Adds every span of one trace; see [`SummaryBuilder::add_trace`].
     /// Traces come in ascending trace-ID order, each once.
-    pub fn add_trace(&mut self, spans: &[Span]) {
+    pub fn add_trace<S: Borrow<Span>>(&mut self, spans: &[S]) {
         if spans.is_empty() {
             return;
         }
@@ -425,13 +425,18 @@ impl SidecarBuilder {
 }
 
 /// Summarizes every span of one trace at once.
-fn summarize_whole(names: &mut Interner, groups: &mut Groups, spans: &[Span]) -> TraceSummary {
+fn summarize_whole<S: Borrow<Span>>(
+    names: &mut Interner,
+    groups: &mut Groups,
+    spans: &[S],
+) -> TraceSummary {
     let mut acc = TraceAcc::default();
     let mut attributes = Vec::new();
     // Spans of a trace mostly came in one request and share its group: its
     // address (alive while `spans` is borrowed) saves hashing the resource.
     let mut last: Option<(*const ScopeGroup, u32)> = None;
     for span in spans {
+        let span = span.borrow();
         let ptr = Arc::as_ptr(&span.group);
         let group = match last {
             Some((p, group)) if p == ptr => group,
@@ -443,7 +448,7 @@ fn summarize_whole(names: &mut Interner, groups: &mut Groups, spans: &[Span]) ->
         };
         accumulate(names, groups, group, &mut acc, span, &mut attributes);
     }
-    summarize(spans[0].trace_id, acc)
+    summarize(spans[0].borrow().trace_id, acc)
 }
 
 /// `part`, whose strings index `from`'s table, with its strings interned

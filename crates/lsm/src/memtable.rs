@@ -77,15 +77,6 @@ impl Sealed {
             chunk.get(trace_id, out);
         }
     }
-
-    /// Every span, moved into one vector for sorting.
-    pub fn to_vec(&self) -> Vec<Span> {
-        let mut all = Vec::with_capacity(self.span_count);
-        for chunk in &self.chunks {
-            all.extend(chunk.iter().cloned());
-        }
-        all
-    }
 }
 
 /// Spans frozen in a buffer, with a filter of their trace IDs. Derefs to the

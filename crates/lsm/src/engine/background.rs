@@ -22,7 +22,7 @@ use crate::{
     index::{write_sidecar, SummarySet},
     manifest::{Edit, FileEntry, Manifest, ManifestState, NO_PARTITION},
     memtable::Sealed,
-    sort::sort_by_trace_id,
+    sort::sorted_by_trace_id,
     table::{SsTable, SsTableBuilder, TableOptions},
     version::{SuperVersion, TableFile, Version},
 };
@@ -101,8 +101,7 @@ impl Inner {
             return Err(Error::Closed);
         }
         let started = Instant::now();
-        let mut spans = sealed.to_vec();
-        sort_by_trace_id(&mut spans);
+        let spans = sorted_by_trace_id(sealed.chunks.iter().flat_map(|c| c.iter()));
         let id = self.next_file_id.fetch_add(1, Ordering::Relaxed);
         let path = table_path(&self.tables_dir, id);
         let table = TableOptions {
