@@ -55,8 +55,17 @@ pub struct IngestOptions {
     /// The whole process's memory limit, which the budget narrows to keep
     /// the sampled resident memory within; 0 for none (see
     /// [`MemoryBudget::with_process_limit`]). The budget never narrows below
-    /// a quarter of `max_memory` or two largest requests.
+    /// [`IngestOptions::budget_floor`].
     pub process_memory: usize,
+}
+
+impl IngestOptions {
+    /// The least the budget narrows to, however much the rest of the process
+    /// holds: a quarter of `max_memory`, or two largest requests if more, so
+    /// ingest goes on and a largest request stays admissible.
+    pub fn budget_floor(&self) -> usize {
+        (self.max_memory / 4).max(self.max_message_bytes.saturating_mul(2))
+    }
 }
 
 /// The shared export path.
@@ -76,7 +85,7 @@ impl Ingest {
             budget: MemoryBudget::with_process_limit(
                 options.max_memory,
                 options.process_memory,
-                (options.max_memory / 4).max(options.max_message_bytes.saturating_mul(2)),
+                options.budget_floor(),
             ),
             options,
             phase: AtomicU8::new(Phase::Starting as u8),

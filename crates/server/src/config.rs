@@ -193,10 +193,8 @@ impl Config {
     /// as a sentence saying what to change; the server logs them at start-up.
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
-        let max_message = self.max_message_bytes.0;
-        let requests = max_message.saturating_mul(2);
-        // The least the ingest budget narrows to (IngestOptions::process_memory).
-        let floor = (self.data_budget() as u64 / 4).max(requests);
+        let requests = self.max_message_bytes.0.saturating_mul(2);
+        let floor = self.ingest_options().budget_floor() as u64;
         let needed = floor.saturating_add(WORKING_SET_BYTES);
         if self.max_memory.0 < needed {
             let lower = if requests >= floor {
