@@ -76,8 +76,10 @@ pub struct SsTableBuilder {
     pending_bytes: usize,
     /// Groups already counted in `pending_bytes`, by address (an address and
     /// not a pointer, so the builder stays `Send`; the `Arc`s in `pending` keep
-    /// the addresses from being reused).
-    pending_groups: HashSet<usize>,
+    /// the addresses from being reused). Spans of one trace mostly share a
+    /// group, so the previous span's is checked first.
+    pending_groups: HashSet<usize, foldhash::fast::RandomState>,
+    last_group: usize,
     bloom: BloomBuilder,
     last_trace_id: Option<TraceId>,
     first_trace_id: Option<TraceId>,
@@ -117,7 +119,8 @@ impl SsTableBuilder {
             blocks: Vec::new(),
             pending: Vec::new(),
             pending_bytes: BATCH_HEADER_MAX,
-            pending_groups: HashSet::new(),
+            pending_groups: HashSet::default(),
+            last_group: 0,
             bloom: BloomBuilder::default(),
             last_trace_id: None,
             first_trace_id: None,
@@ -165,9 +168,11 @@ impl SsTableBuilder {
             }
         }
 
-        if self.pending_groups.insert(Arc::as_ptr(&span.group).addr()) {
+        let group = Arc::as_ptr(&span.group).addr();
+        if group != self.last_group && self.pending_groups.insert(group) {
             self.pending_bytes += group_bytes;
         }
+        self.last_group = group;
         self.pending_bytes += span_bytes;
         self.pending.push(span.clone());
 
@@ -245,6 +250,7 @@ impl SsTableBuilder {
         });
         self.pending.clear();
         self.pending_groups.clear();
+        self.last_group = 0;
         self.pending_bytes = BATCH_HEADER_MAX;
         Ok(())
     }
