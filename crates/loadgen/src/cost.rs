@@ -1,6 +1,10 @@
 //! What the server spent: CPU time and peak RSS from /proc, bytes on disk.
 
-use std::{fs, path::Path};
+use std::{
+    fs,
+    path::Path,
+    time::{Duration, Instant},
+};
 
 /// CPU seconds (user + system) and peak RSS of a process, read from /proc.
 #[derive(Debug, Clone, Copy)]
@@ -43,6 +47,63 @@ fn clock_ticks() -> u64 {
         .unwrap_or(100)
 }
 
+/// Whether a process has gone quiet, judged from its CPU time sampled at a
+/// fixed interval: quiet once it grew by less than `quiet_cpu` seconds in
+/// each of `intervals` intervals in a row.
+#[derive(Debug)]
+pub struct Quiet {
+    quiet_cpu: f64,
+    intervals: u32,
+    last: Option<f64>,
+    run: u32,
+}
+
+impl Quiet {
+    pub fn new(quiet_cpu: f64, intervals: u32) -> Quiet {
+        Quiet {
+            quiet_cpu,
+            intervals: intervals.max(1),
+            last: None,
+            run: 0,
+        }
+    }
+
+    /// Takes the next sample of CPU seconds; true once the process is quiet.
+    pub fn observe(&mut self, cpu_seconds: f64) -> bool {
+        if let Some(last) = self.last {
+            if cpu_seconds - last < self.quiet_cpu {
+                self.run += 1;
+            } else {
+                self.run = 0;
+            }
+        }
+        self.last = Some(cpu_seconds);
+        self.run >= self.intervals
+    }
+}
+
+/// Samples `pid` every 10 s until it used less than half a CPU second in
+/// each of two intervals in a row (for tracedb: compaction has caught up with
+/// what the load left), and returns the last sample and the time waited.
+/// Progress goes to stderr.
+pub fn wait_until_quiet(pid: u32) -> anyhow::Result<(ProcSample, Duration)> {
+    const INTERVAL: Duration = Duration::from_secs(10);
+    let started = Instant::now();
+    let mut quiet = Quiet::new(0.5, 2);
+    loop {
+        let s = sample(pid)?;
+        if quiet.observe(s.cpu_seconds) {
+            return Ok((s, started.elapsed()));
+        }
+        eprintln!(
+            "  settling: server CPU {:.1} s, {:.0?} waited",
+            s.cpu_seconds,
+            started.elapsed()
+        );
+        std::thread::sleep(INTERVAL);
+    }
+}
+
 /// Total size of the files under `dir`.
 pub fn disk_bytes(dir: &Path) -> u64 {
     let Ok(entries) = fs::read_dir(dir) else {
@@ -56,4 +117,26 @@ pub fn disk_bytes(dir: &Path) -> u64 {
             Err(_) => 0,
         })
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Quiet;
+
+    #[test]
+    fn quiet_only_after_enough_quiet_intervals_in_a_row() {
+        let mut q = Quiet::new(0.5, 2);
+        // Busy, quiet once, busy again: the run of quiet intervals restarts.
+        assert!(!q.observe(10.0));
+        assert!(!q.observe(15.0));
+        assert!(!q.observe(15.2));
+        assert!(!q.observe(20.0));
+        assert!(!q.observe(20.1));
+        assert!(q.observe(20.3));
+        // Exactly the threshold counts as busy.
+        let mut q = Quiet::new(0.5, 1);
+        assert!(!q.observe(1.0));
+        assert!(!q.observe(1.5));
+        assert!(q.observe(1.6));
+    }
 }

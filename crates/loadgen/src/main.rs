@@ -119,6 +119,12 @@ struct Args {
     /// The server's PID: report its CPU time per span and peak RSS.
     #[arg(long)]
     server_pid: Option<u32>,
+    /// With --server-pid: after the load, wait until the server is quiet
+    /// (under 0.5 CPU seconds in each of two 10 s intervals: compaction has
+    /// caught up) and also report its CPU per span up to then, which counts
+    /// the compaction debt the load left behind.
+    #[arg(long)]
+    settle: bool,
     /// The server's data directory: report bytes on disk per span.
     #[arg(long)]
     data_dir: Option<PathBuf>,
@@ -178,6 +184,10 @@ async fn main() -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    anyhow::ensure!(
+        !args.settle || args.server_pid.is_some(),
+        "--settle needs --server-pid"
+    );
     let exporter = Exporter::connect(&args.endpoint, args.http, args.connections)
         .await
         .with_context(|| format!("connecting to {}", args.endpoint))?;
@@ -195,6 +205,14 @@ async fn main() -> anyhow::Result<()> {
         let accepted = summary.accepted_spans.max(1) as f64;
         summary.server_cpu_us_per_span = Some((a.cpu_seconds - b.cpu_seconds) * 1e6 / accepted);
         summary.server_peak_rss_bytes = Some(a.peak_rss_bytes);
+        if args.settle {
+            let pid = args.server_pid.expect("a sample implies a PID");
+            let (settled, waited) = cost::wait_until_quiet(pid)?;
+            summary.settled = Some(report::Settled {
+                waited,
+                cpu_us_per_span: (settled.cpu_seconds - b.cpu_seconds) * 1e6 / accepted,
+            });
+        }
     }
     if let Some(dir) = &args.data_dir {
         summary.disk_bytes_per_span =

@@ -77,8 +77,19 @@ pub struct Summary {
     pub export_latency: Option<Latency>,
     pub server_cpu_us_per_span: Option<f64>,
     pub server_peak_rss_bytes: Option<u64>,
+    /// With `--settle`: the server's CPU per span until it went quiet.
+    pub settled: Option<Settled>,
     pub disk_bytes_per_span: Option<f64>,
     pub query: Option<QueryResult>,
+}
+
+/// What `--settle` measured after the load.
+#[derive(Debug, Clone, Copy)]
+pub struct Settled {
+    /// From the end of the load until the server went quiet.
+    pub waited: Duration,
+    /// Server CPU from the start of the load until quiet, per accepted span.
+    pub cpu_us_per_span: f64,
 }
 
 impl Summary {
@@ -97,6 +108,7 @@ impl Summary {
             export_latency: None,
             server_cpu_us_per_span: None,
             server_peak_rss_bytes: None,
+            settled: None,
             disk_bytes_per_span: None,
             query: None,
         }
@@ -164,6 +176,14 @@ impl Summary {
                 r as f64 / (1 << 20) as f64
             );
         }
+        if let Some(s) = self.settled {
+            let _ = writeln!(
+                out,
+                "server CPU per span, settled {:>8.3} µs (quiet {:.0} s after the load)",
+                s.cpu_us_per_span,
+                s.waited.as_secs_f64()
+            );
+        }
         if let Some(d) = self.disk_bytes_per_span {
             let _ = writeln!(out, "disk bytes per span      {d:>12.1}");
         }
@@ -204,6 +224,10 @@ impl Summary {
             "export_latency": self.export_latency.map(|l| l.json()),
             "server_cpu_us_per_span": self.server_cpu_us_per_span,
             "server_peak_rss_bytes": self.server_peak_rss_bytes,
+            "settled": self.settled.map(|s| json!({
+                "waited_seconds": s.waited.as_secs_f64(),
+                "server_cpu_us_per_span": s.cpu_us_per_span,
+            })),
             "disk_bytes_per_span": self.disk_bytes_per_span,
             "query": self.query.as_ref().map(|q| json!({
                 "complete": q.complete, "incomplete": q.incomplete, "missing": q.missing,
