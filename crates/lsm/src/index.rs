@@ -24,7 +24,7 @@ mod sidecar;
 pub mod wire;
 
 use std::{
-    borrow::{Borrow, Cow},
+    borrow::Borrow,
     collections::{BTreeMap, BTreeSet},
     sync::Arc,
 };
@@ -286,11 +286,20 @@ impl Groups {
     }
 }
 
+/// At most this many distinct encoded attributes are remembered per set
+/// being built (see [`Interner::attribute`]); past it, an attribute not
+/// remembered is read each time it comes. About 5 MB of keys and values of
+/// typical length.
+const MAX_REMEMBERED_ATTRIBUTES: usize = 1 << 16;
+
 /// The string table of a set being built.
 #[derive(Default)]
 struct Interner {
     strings: Vec<String>,
     lookup: HashMap<String, u32>,
+    /// Encoded `KeyValue`s already read: their (key, value) in the table, or
+    /// `None` if the value is not indexed.
+    attributes: HashMap<Box<[u8]>, Option<(u32, u32)>>,
 }
 
 impl Interner {
@@ -302,6 +311,22 @@ impl Interner {
         self.strings.push(s.to_owned());
         self.lookup.insert(s.to_owned(), id);
         id
+    }
+
+    /// The (key, value) of an encoded `KeyValue` in the table, or `None` if
+    /// its value is not indexed. The spans of a trace, and of a service,
+    /// repeat most attributes byte for byte: a repeat costs one hash of its
+    /// encoding instead of a wire scan, two UTF-8 checks, two lookups and, for
+    /// a number, rendering it as text.
+    fn attribute(&mut self, kv: &[u8]) -> Option<(u32, u32)> {
+        if let Some(&tag) = self.attributes.get(kv) {
+            return tag;
+        }
+        let tag = wire::key_value(kv).map(|(k, v)| (self.intern(k), self.intern(&v)));
+        if self.attributes.len() < MAX_REMEMBERED_ATTRIBUTES {
+            self.attributes.insert(kv.into(), tag);
+        }
+        tag
     }
 }
 
@@ -509,7 +534,7 @@ fn accumulate<'a>(
     group: u32,
     acc: &mut TraceAcc,
     span: &'a Span,
-    attributes: &mut Vec<(&'a str, Cow<'a, str>)>,
+    attributes: &mut Vec<&'a [u8]>,
 ) {
     let info = &groups.infos[group as usize];
     let service = info.service;
@@ -542,10 +567,13 @@ fn accumulate<'a>(
         acc.groups.push(group);
         &info.tags[..]
     };
-    let span_tags = attributes.iter().map(|(k, v)| Tag {
-        scope: TagScope::Span,
-        key: names.intern(k),
-        value: names.intern(v),
+    let span_tags = attributes.iter().filter_map(|kv| {
+        let (key, value) = names.attribute(kv)?;
+        Some(Tag {
+            scope: TagScope::Span,
+            key,
+            value,
+        })
     });
     for tag in resource_tags.iter().copied().chain(span_tags) {
         if acc.tags.len() >= MAX_TAGS_PER_TRACE {
@@ -1146,6 +1174,70 @@ mod tests {
             .collect();
         let (f, b): (&[&str], &[&str]) = (&["front"], &["back"]);
         assert_eq!(services, [f, b, f, b, f, &["back", "db"]]);
+    }
+
+    /// An encoded `KeyValue`: `key` and an `AnyValue` of field `number`
+    /// (1 string, 3 int) holding `value` (bytes, or a varint for an int).
+    fn encoded_attribute(key: &str, number: u8, value: &[u8]) -> Vec<u8> {
+        fn field(out: &mut Vec<u8>, number: u8, bytes: &[u8]) {
+            out.push(number << 3 | 2);
+            let mut len = bytes.len();
+            while len >= 0x80 {
+                out.push((len as u8) | 0x80);
+                len >>= 7;
+            }
+            out.push(len as u8);
+            out.extend_from_slice(bytes);
+        }
+        let mut any = Vec::new();
+        if number == 3 {
+            any.push(3 << 3);
+            any.extend_from_slice(value);
+        } else {
+            field(&mut any, number, value);
+        }
+        let mut kv = Vec::new();
+        field(&mut kv, 1, key.as_bytes());
+        field(&mut kv, 2, &any);
+        kv
+    }
+
+    #[test]
+    fn an_attribute_read_again_resolves_as_it_did_the_first_time() {
+        let mut names = Interner::default();
+        let read = |names: &mut Interner, kv: &[u8]| {
+            names.attribute(kv).map(|(k, v)| {
+                (
+                    names.strings[k as usize].clone(),
+                    names.strings[v as usize].clone(),
+                )
+            })
+        };
+        let method = encoded_attribute("http.method", 1, b"GET");
+        // 200 as a varint: 0xc8 0x01.
+        let status = encoded_attribute("http.status_code", 3, &[0xc8, 0x01]);
+        let long = encoded_attribute("body", 1, &[b'x'; wire::MAX_VALUE_BYTES + 1]);
+        let not_utf8 = encoded_attribute("name", 1, &[0xff, 0xfe]);
+        let pair = |k: &str, v: &str| Some((k.to_owned(), v.to_owned()));
+        for _ in 0..2 {
+            assert_eq!(read(&mut names, &method), pair("http.method", "GET"));
+            assert_eq!(read(&mut names, &status), pair("http.status_code", "200"));
+            assert_eq!(read(&mut names, &long), None);
+            assert_eq!(read(&mut names, &not_utf8), None);
+        }
+        assert_eq!(names.attributes.len(), 4);
+        // Past the limit, attributes are still read right, each time.
+        let mut i = 0u32;
+        while names.attributes.len() < MAX_REMEMBERED_ATTRIBUTES {
+            names.attribute(&encoded_attribute("n", 1, i.to_string().as_bytes()));
+            i += 1;
+        }
+        let past = encoded_attribute("tenant", 1, b"acme");
+        for _ in 0..2 {
+            assert_eq!(read(&mut names, &past), pair("tenant", "acme"));
+        }
+        assert_eq!(names.attributes.len(), MAX_REMEMBERED_ATTRIBUTES);
+        assert_eq!(read(&mut names, &method), pair("http.method", "GET"));
     }
 
     #[test]

@@ -106,13 +106,12 @@ fn varint(buf: &mut &[u8]) -> Option<u64> {
     None
 }
 
-/// Scans an encoded `opentelemetry.proto.trace.v1.Span`. Its string, bool,
-/// int and double attributes, values rendered as text, replace what
-/// `attributes` held (a buffer the caller reuses from span to span).
-pub fn scan_span<'a>(
-    payload: &'a [u8],
-    attributes: &mut Vec<(&'a str, Cow<'a, str>)>,
-) -> SpanFields<'a> {
+/// Scans an encoded `opentelemetry.proto.trace.v1.Span`. The encoded
+/// `KeyValue` of each of its attributes replaces what `attributes` held (a
+/// buffer the caller reuses from span to span); [`key_value`] reads one. The
+/// attributes of a trace repeat from span to span, so a caller that remembers
+/// what it read of each encoding reads it once.
+pub fn scan_span<'a>(payload: &'a [u8], attributes: &mut Vec<&'a [u8]>) -> SpanFields<'a> {
     attributes.clear();
     let mut out = SpanFields::default();
     for (number, field) in fields(payload) {
@@ -123,11 +122,7 @@ pub fn scan_span<'a>(
             (6, Field::Varint(v)) => out.kind = u8::try_from(v).unwrap_or(0),
             (7, Field::Fixed64(v)) => out.start_unix_nano = v,
             (8, Field::Fixed64(v)) => out.end_unix_nano = v,
-            (9, Field::Bytes(b)) => {
-                if let Some(kv) = key_value(b) {
-                    attributes.push(kv);
-                }
-            }
+            (9, Field::Bytes(b)) => attributes.push(b),
             (15, Field::Bytes(b)) => {
                 out.error = fields(b).any(|f| matches!(f, (3, Field::Varint(2))));
             }
@@ -147,8 +142,9 @@ pub fn scan_resource(resource: &[u8]) -> Vec<(&str, Cow<'_, str>)> {
         .collect()
 }
 
-/// A `KeyValue` whose value is a scalar short enough to index.
-fn key_value(buf: &[u8]) -> Option<(&str, Cow<'_, str>)> {
+/// An encoded `KeyValue` as (key, value), if its value is a string, bool,
+/// int or double short enough to index; numbers and booleans rendered as text.
+pub fn key_value(buf: &[u8]) -> Option<(&str, Cow<'_, str>)> {
     let mut key = None;
     let mut value = None;
     for f in fields(buf) {
@@ -219,14 +215,15 @@ mod tests {
         span.extend_from_slice(&25u64.to_le_bytes());
         bytes_field(&mut span, 9, &kv);
         bytes_field(&mut span, 15, &status);
-        let mut attributes = vec![("stale", Cow::from("entry"))];
+        let mut attributes: Vec<&[u8]> = vec![b"stale"];
         let f = scan_span(&span, &mut attributes);
         assert_eq!(f.span_id, &[2; 8]);
         assert!(f.parent_span_id.is_empty());
         assert_eq!(f.name, "GET /cart");
         assert_eq!((f.kind, f.start_unix_nano, f.end_unix_nano), (2, 10, 25));
         assert!(f.error);
-        assert_eq!(attributes, vec![("retries", Cow::from("-5"))]);
+        assert_eq!(attributes, vec![&kv[..]]);
+        assert_eq!(key_value(attributes[0]), Some(("retries", Cow::from("-5"))));
         // Truncated input: what was read before the cut is kept.
         let cut = scan_span(&span[..span.len() - 3], &mut attributes);
         assert_eq!(cut.name, "GET /cart");
