@@ -241,6 +241,21 @@ impl Default for TraceAcc {
     }
 }
 
+impl TraceAcc {
+    /// Empties the part for the next trace, keeping the lists' memory.
+    fn reset(&mut self) {
+        self.start = u64::MAX;
+        self.end = 0;
+        self.spans = 0;
+        self.errors = 0;
+        self.root = None;
+        self.ops.clear();
+        self.tags.clear();
+        self.links.clear();
+        self.groups.clear();
+    }
+}
+
 /// Resource attributes and service of one scope group, scanned once.
 struct GroupInfo {
     service: u32,
@@ -296,7 +311,9 @@ const MAX_REMEMBERED_ATTRIBUTES: usize = 1 << 16;
 #[derive(Default)]
 struct Interner {
     strings: Vec<String>,
-    lookup: HashMap<String, u32>,
+    /// Keyed by bytes, so that a string read off the wire is checked to be
+    /// UTF-8 only the first time it comes.
+    lookup: HashMap<Box<[u8]>, u32>,
     /// Encoded `KeyValue`s already read: their (key, value) in the table, or
     /// `None` if the value is not indexed.
     attributes: HashMap<Box<[u8]>, Option<(u32, u32)>>,
@@ -304,13 +321,22 @@ struct Interner {
 
 impl Interner {
     fn intern(&mut self, s: &str) -> u32 {
-        if let Some(&id) = self.lookup.get(s) {
+        if let Some(&id) = self.lookup.get(s.as_bytes()) {
             return id;
         }
         let id = self.strings.len() as u32;
         self.strings.push(s.to_owned());
-        self.lookup.insert(s.to_owned(), id);
+        self.lookup.insert(s.as_bytes().into(), id);
         id
+    }
+
+    /// [`Interner::intern`] for a string read off the wire: bytes that are
+    /// not UTF-8 intern as the empty string.
+    fn intern_utf8(&mut self, bytes: &[u8]) -> u32 {
+        match self.lookup.get(bytes) {
+            Some(&id) => id,
+            None => self.intern(std::str::from_utf8(bytes).unwrap_or("")),
+        }
     }
 
     /// The (key, value) of an encoded `KeyValue` in the table, or `None` if
@@ -339,6 +365,7 @@ pub struct SummaryBuilder {
     /// Trace parts already summarized ([`SummaryBuilder::add_trace`]).
     done: Vec<TraceSummary>,
     groups: Groups,
+    scratch: TraceAcc,
 }
 
 impl SummaryBuilder {
@@ -369,8 +396,12 @@ impl SummaryBuilder {
             !self.traces.contains_key(&first.trace_id),
             "a trace added whole must not also be added span by span"
         );
-        self.done
-            .push(summarize_whole(&mut self.names, &mut self.groups, spans));
+        self.done.push(summarize_whole(
+            &mut self.names,
+            &mut self.groups,
+            &mut self.scratch,
+            spans,
+        ));
     }
 
     pub fn is_empty(&self) -> bool {
@@ -382,7 +413,7 @@ impl SummaryBuilder {
         traces.extend(
             self.traces
                 .into_iter()
-                .map(|(trace_id, acc)| summarize(trace_id, acc)),
+                .map(|(trace_id, mut acc)| summarize(trace_id, &mut acc)),
         );
         SummarySet::new(self.names.strings, traces)
     }
@@ -405,6 +436,7 @@ pub struct SidecarBuilder {
     /// each of its strings already seen (`u32::MAX`: not yet): a carried-over
     /// part's strings are then looked up, not hashed again.
     remaps: Vec<Vec<u32>>,
+    scratch: TraceAcc,
 }
 
 impl SidecarBuilder {
@@ -414,7 +446,7 @@ impl SidecarBuilder {
         if spans.is_empty() {
             return;
         }
-        let part = summarize_whole(&mut self.names, &mut self.groups, spans);
+        let part = summarize_whole(&mut self.names, &mut self.groups, &mut self.scratch, spans);
         self.push(&part);
     }
 
@@ -450,12 +482,15 @@ impl SidecarBuilder {
 }
 
 /// Summarizes every span of one trace at once.
+/// `acc` is scratch space, reused from trace to trace so that its lists are
+/// not allocated again for each.
 fn summarize_whole<S: Borrow<Span>>(
     names: &mut Interner,
     groups: &mut Groups,
+    acc: &mut TraceAcc,
     spans: &[S],
 ) -> TraceSummary {
-    let mut acc = TraceAcc::default();
+    acc.reset();
     let mut attributes = Vec::new();
     // Spans of a trace mostly came in one request and share its group: its
     // address (alive while `spans` is borrowed) saves hashing the resource.
@@ -471,7 +506,7 @@ fn summarize_whole<S: Borrow<Span>>(
                 group
             }
         };
-        accumulate(names, groups, group, &mut acc, span, &mut attributes);
+        accumulate(names, groups, group, acc, span, &mut attributes);
     }
     summarize(spans[0].borrow().trace_id, acc)
 }
@@ -539,7 +574,7 @@ fn accumulate<'a>(
     let info = &groups.infos[group as usize];
     let service = info.service;
     let f = wire::scan_span(&span.payload, attributes);
-    let name = names.intern(f.name);
+    let name = names.intern_utf8(f.name);
     acc.start = acc.start.min(span.start_unix_nano);
     acc.end = acc.end.max(span.end_unix_nano);
     acc.spans += 1;
@@ -590,29 +625,39 @@ fn accumulate<'a>(
     });
 }
 
-/// The summary of a finished trace part.
-fn summarize(trace_id: TraceId, mut acc: TraceAcc) -> TraceSummary {
-    let by_id: HashMap<[u8; 8], u32> = acc.links.iter().map(|l| (l.span_id, l.service)).collect();
-    let mut edges: BTreeMap<(u32, u32), u32> = BTreeMap::new();
+/// The summary of a finished trace part. Leaves `acc`'s lists sorted; the
+/// summary's own lists are copies of exactly their length.
+fn summarize(trace_id: TraceId, acc: &mut TraceAcc) -> TraceSummary {
+    // A part has tens of spans: parents are found by binary search, and calls
+    // counted by sorting, without a map per trace.
+    acc.links.sort_unstable_by_key(|l| l.span_id);
+    let mut calls: Vec<(u32, u32)> = Vec::new();
     let mut orphans = Vec::new();
     for link in &acc.links {
         let Some(parent_id) = link.parent else {
             continue;
         };
-        match by_id.get(&parent_id) {
-            Some(&parent) if parent != link.service => {
-                *edges.entry((parent, link.service)).or_default() += 1;
+        match acc.links.binary_search_by_key(&parent_id, |l| l.span_id) {
+            Ok(i) if acc.links[i].service != link.service => {
+                calls.push((acc.links[i].service, link.service));
             }
-            Some(_) => {}
-            None => orphans.push((parent_id, link.service)),
+            Ok(_) => {}
+            Err(_) => orphans.push((parent_id, link.service)),
         }
     }
+    calls.sort_unstable();
+    let edges: Vec<Edge> = calls
+        .chunk_by(|a, b| a == b)
+        .map(|same| Edge {
+            parent: same[0].0,
+            child: same[0].1,
+            calls: same.len() as u32,
+        })
+        .collect();
     orphans.sort_unstable();
     orphans.shrink_to_fit();
     acc.ops.sort_unstable();
-    acc.ops.shrink_to_fit();
     acc.tags.sort_unstable();
-    acc.tags.shrink_to_fit();
     TraceSummary {
         trace_id,
         start_unix_nano: acc.start,
@@ -620,16 +665,9 @@ fn summarize(trace_id: TraceId, mut acc: TraceAcc) -> TraceSummary {
         span_count: acc.spans,
         error_count: acc.errors,
         root: acc.root.map(|(_, s, n)| (s, n)),
-        ops: acc.ops,
-        tags: acc.tags,
-        edges: edges
-            .into_iter()
-            .map(|((parent, child), calls)| Edge {
-                parent,
-                child,
-                calls,
-            })
-            .collect(),
+        ops: acc.ops.clone(),
+        tags: acc.tags.clone(),
+        edges,
         orphans,
     }
 }
@@ -1106,6 +1144,9 @@ mod tests {
         let written = std::fs::read(sidecar_path(&table)).expect("read");
         let whole = SummarySet::from_sorted_spans(&spans);
         assert_eq!(whole.traces.len(), 11);
+        // Trace by trace in reused scratch space, as span by span with a
+        // fresh part per trace.
+        assert_eq!(whole, SummarySet::from_spans(&spans));
         assert_eq!(written, encode_sidecar(&whole));
     }
 

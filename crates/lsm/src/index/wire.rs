@@ -23,7 +23,8 @@ pub const MAX_VALUE_BYTES: usize = 256;
 pub struct SpanFields<'a> {
     pub span_id: &'a [u8],
     pub parent_span_id: &'a [u8],
-    pub name: &'a str,
+    /// As stored: UTF-8 unless the span was damaged after ingest checked it.
+    pub name: &'a [u8],
     pub kind: u8,
     pub start_unix_nano: u64,
     pub end_unix_nano: u64,
@@ -118,7 +119,7 @@ pub fn scan_span<'a>(payload: &'a [u8], attributes: &mut Vec<&'a [u8]>) -> SpanF
         match (number, field) {
             (2, Field::Bytes(b)) => out.span_id = b,
             (4, Field::Bytes(b)) => out.parent_span_id = b,
-            (5, Field::Bytes(b)) => out.name = std::str::from_utf8(b).unwrap_or(""),
+            (5, Field::Bytes(b)) => out.name = b,
             (6, Field::Varint(v)) => out.kind = u8::try_from(v).unwrap_or(0),
             (7, Field::Fixed64(v)) => out.start_unix_nano = v,
             (8, Field::Fixed64(v)) => out.end_unix_nano = v,
@@ -219,14 +220,14 @@ mod tests {
         let f = scan_span(&span, &mut attributes);
         assert_eq!(f.span_id, &[2; 8]);
         assert!(f.parent_span_id.is_empty());
-        assert_eq!(f.name, "GET /cart");
+        assert_eq!(f.name, b"GET /cart");
         assert_eq!((f.kind, f.start_unix_nano, f.end_unix_nano), (2, 10, 25));
         assert!(f.error);
         assert_eq!(attributes, vec![&kv[..]]);
         assert_eq!(key_value(attributes[0]), Some(("retries", Cow::from("-5"))));
         // Truncated input: what was read before the cut is kept.
         let cut = scan_span(&span[..span.len() - 3], &mut attributes);
-        assert_eq!(cut.name, "GET /cart");
+        assert_eq!(cut.name, b"GET /cart");
         assert!(!cut.error);
     }
 }
