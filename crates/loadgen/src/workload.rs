@@ -9,8 +9,13 @@
 //! service (resource) and instrumentation scope.
 //!
 //! The pool of requests is reused for long runs. Each pass over the pool XORs
-//! the pass number into the low 8 bytes of every trace ID (at offsets recorded
-//! at generation), so every pass sends new traces without re-encoding.
+//! a mask made from the pass number ([`pass_mask`]) into every trace ID (at
+//! offsets recorded at generation), so every pass sends new traces without
+//! re-encoding. The mask changes all 128 bits: a trace's copies from different
+//! passes, whose spans are otherwise byte for byte the same, then sort as far
+//! apart as unrelated traces do. (Renamed in their low bytes only, they sorted
+//! next to each other, and a sorted file holding many passes kept them in the
+//! same block, where zstd stored the copies for almost nothing.)
 
 use std::collections::BTreeMap;
 
@@ -74,20 +79,36 @@ pub struct Request {
 }
 
 impl Request {
-    /// The body for pass `pass` over the pool: trace IDs XORed with the pass number.
+    /// The body for pass `pass` over the pool: trace IDs XORed with [`pass_mask`].
     pub fn body_for_pass(&self, pass: u64) -> Bytes {
         if pass == 0 {
             return self.body.clone();
         }
         let mut body = BytesMut::from(&self.body[..]);
-        let mask = pass.to_be_bytes();
+        let mask = pass_mask(pass).to_be_bytes();
         for &offset in &self.trace_id_offsets {
-            for (b, m) in body[offset + 8..offset + 16].iter_mut().zip(mask) {
+            for (b, m) in body[offset..offset + 16].iter_mut().zip(mask) {
                 *b ^= m;
             }
         }
         body.freeze()
     }
+}
+
+/// What pass `pass` XORs into every trace ID: nothing in the first pass;
+/// otherwise both halves come from a bijective mix of the pass number
+/// (splitmix64's finalizer), so two passes never give one trace the same ID
+/// and a trace's copies differ in their leading bytes.
+pub fn pass_mask(pass: u64) -> u128 {
+    fn mix(mut z: u64) -> u64 {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    if pass == 0 {
+        return 0;
+    }
+    u128::from(mix(pass)) << 64 | u128::from(mix(pass ^ 0x9e37_79b9_7f4a_7c15))
 }
 
 /// A trace of the pool: its ID in pass 0, how many spans it has, and which
@@ -102,7 +123,7 @@ pub struct TraceInfo {
 impl TraceInfo {
     /// The trace's ID in pass `pass`.
     pub fn id_in_pass(&self, pass: u64) -> u128 {
-        self.id ^ u128::from(pass)
+        self.id ^ pass_mask(pass)
     }
 }
 
@@ -422,6 +443,26 @@ mod tests {
         };
         let (a, b) = (ids(&pass0), ids(&pass1));
         assert_eq!(a.len(), b.len());
-        assert!(a.iter().zip(&b).all(|(x, y)| x ^ 5 == *y));
+        assert!(a.iter().zip(&b).all(|(x, y)| x ^ pass_mask(5) == *y));
+        // A trace's copies differ in their leading bytes, so they do not
+        // sort next to each other.
+        assert!(a.iter().zip(&b).all(|(x, y)| x >> 64 != y >> 64));
+        let sent = w
+            .traces
+            .iter()
+            .find(|t| t.requests.contains(&0))
+            .expect("request 0 carries a trace");
+        assert!(b.contains(&sent.id_in_pass(5)));
+    }
+
+    #[test]
+    fn pass_masks_are_distinct_and_only_the_first_is_zero() {
+        assert_eq!(pass_mask(0), 0);
+        let masks: std::collections::BTreeSet<u128> = (0..10_000).map(pass_mask).collect();
+        assert_eq!(masks.len(), 10_000);
+        let high: std::collections::BTreeSet<u64> =
+            (1..10_000).map(|p| (pass_mask(p) >> 64) as u64).collect();
+        assert_eq!(high.len(), 9_999);
+        assert!(!high.contains(&0));
     }
 }
