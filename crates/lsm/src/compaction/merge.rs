@@ -7,6 +7,13 @@
 //! duplicates of a span ID are dropped (the copy from the earliest input is
 //! kept; retried exports carry identical bytes), and the rest are ordered by
 //! (start time, span ID) so a trace reads back in a stable order.
+//!
+//! Inputs a merge wrote (every file of level 1 and deeper) already hold each
+//! trace that way. Told so ([`MergeIterator::merged_inputs`]), the iterator
+//! passes a trace that one input holds whole, and in strict (start time,
+//! span ID) order, on without its two sorts: at level 1 and deeper nearly
+//! every trace comes from one input. The order is checked, not assumed, so a
+//! file written otherwise is merged as before.
 
 use std::{cmp::Reverse, collections::BinaryHeap};
 
@@ -26,6 +33,10 @@ pub struct MergeIterator<'a> {
     pub duplicates: u64,
     /// Inputs that held spans of the last trace returned, ascending.
     sources: Vec<usize>,
+    /// The spans of the trace being returned, reused from trace to trace.
+    trace: Vec<Span>,
+    /// Whether every input was written by a merge; see the module docs.
+    merged_inputs: bool,
 }
 
 impl<'a> MergeIterator<'a> {
@@ -37,11 +48,21 @@ impl<'a> MergeIterator<'a> {
             peeked: (0..n).map(|_| None).collect(),
             duplicates: 0,
             sources: Vec::new(),
+            trace: Vec::new(),
+            merged_inputs: false,
         };
         for i in 0..n {
             it.advance(i)?;
         }
         Ok(it)
+    }
+
+    /// Declares that every input was written by a merge, so each holds a
+    /// trace deduplicated and in (start time, span ID) order; see the
+    /// module docs. A trace found out of order is still sorted.
+    pub fn merged_inputs(mut self) -> Self {
+        self.merged_inputs = true;
+        self
     }
 
     fn advance(&mut self, i: usize) -> Result<()> {
@@ -56,11 +77,14 @@ impl<'a> MergeIterator<'a> {
     }
 
     /// The next trace's spans, deduplicated; `None` when every input is done.
-    pub fn next_trace(&mut self) -> Result<Option<Vec<Span>>> {
+    /// The vector is the iterator's own, reused for the next trace: take the
+    /// spans out of it (`drain`) rather than clone them.
+    pub fn next_trace(&mut self) -> Result<Option<&mut Vec<Span>>> {
         let Some(&Reverse((trace_id, _))) = self.heads.peek() else {
             return Ok(None);
         };
-        let mut spans = Vec::new();
+        let spans = &mut self.trace;
+        spans.clear();
         self.sources.clear();
         while let Some(&Reverse((id, i))) = self.heads.peek() {
             if id != trace_id {
@@ -87,14 +111,24 @@ impl<'a> MergeIterator<'a> {
                 }
             }
         }
-        // Inputs were drained in ascending order, so a stable sort by span ID
-        // puts the earliest input's copy first among equals. (A hash set per
-        // trace cost more than two sorts of a few dozen spans.)
-        let before = spans.len();
-        spans.sort_by_key(|s| s.span_id);
-        spans.dedup_by_key(|s| s.span_id);
-        self.duplicates += (before - spans.len()) as u64;
-        spans.sort_unstable_by_key(|s| (s.start_unix_nano, s.span_id));
+        // A merge wrote this input, so the trace it holds whole has no
+        // duplicate span IDs; strictly ascending, it is in final order (two
+        // identical copies would be equal, not ascending).
+        let ordered = self.merged_inputs
+            && self.sources.len() == 1
+            && spans.windows(2).all(|w| {
+                (w[0].start_unix_nano, w[0].span_id) < (w[1].start_unix_nano, w[1].span_id)
+            });
+        if !ordered {
+            // Inputs were drained in ascending order, so a stable sort by span
+            // ID puts the earliest input's copy first among equals. (A hash set
+            // per trace cost more than two sorts of a few dozen spans.)
+            let before = spans.len();
+            spans.sort_by_key(|s| s.span_id);
+            spans.dedup_by_key(|s| s.span_id);
+            self.duplicates += (before - spans.len()) as u64;
+            spans.sort_unstable_by_key(|s| (s.start_unix_nano, s.span_id));
+        }
         Ok(Some(spans))
     }
 
@@ -168,5 +202,84 @@ mod tests {
         assert_eq!(&trace[0].payload[..], b"other trace");
         assert_eq!(merge.sources(), &[1]);
         assert!(merge.next_trace().expect("reads").is_none());
+    }
+
+    /// Every trace of `merge`, as (trace, start, span ID, payload).
+    fn drain(mut merge: MergeIterator<'_>) -> (Vec<(u128, u64, u64, String)>, u64) {
+        let mut got = Vec::new();
+        while let Some(trace) = merge.next_trace().expect("reads") {
+            for s in trace.drain(..) {
+                got.push((
+                    u128::from_be_bytes(s.trace_id.0),
+                    s.start_unix_nano,
+                    u64::from_be_bytes(s.span_id.0),
+                    String::from_utf8(s.payload.to_vec()).expect("utf-8"),
+                ));
+            }
+        }
+        (got, merge.duplicates)
+    }
+
+    #[test]
+    fn merged_inputs_skip_only_sorts_that_would_change_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let g = group("svc");
+        let with = |mut s: Span, payload: &'static str| {
+            s.payload = Bytes::from_static(payload.as_bytes());
+            s
+        };
+        let a = table(
+            dir.path(),
+            "a.sst",
+            &[
+                // In order: passed on as is.
+                with(span(&g, 1, 1, 10), "1/1"),
+                with(span(&g, 1, 2, 20), "1/2"),
+                // Out of order in one input: sorted all the same.
+                with(span(&g, 2, 1, 30), "2/1"),
+                with(span(&g, 2, 2, 10), "2/2"),
+                // Two identical copies in one input: not ascending, deduplicated.
+                with(span(&g, 3, 1, 5), "3/1"),
+                with(span(&g, 3, 1, 5), "3/1 again"),
+                // In order in each input, but in two of them.
+                with(span(&g, 4, 1, 10), "4/1"),
+                with(span(&g, 4, 3, 30), "4/3"),
+            ],
+        );
+        let b = table(
+            dir.path(),
+            "b.sst",
+            &[
+                with(span(&g, 4, 1, 10), "4/1 from b"),
+                with(span(&g, 4, 2, 20), "4/2"),
+                // Equal starts, span IDs descending.
+                with(span(&g, 5, 9, 7), "5/9"),
+                with(span(&g, 5, 3, 7), "5/3"),
+            ],
+        );
+        let want: Vec<(u128, u64, u64, String)> = [
+            (1, 10, 1, "1/1"),
+            (1, 20, 2, "1/2"),
+            (2, 10, 2, "2/2"),
+            (2, 30, 1, "2/1"),
+            (3, 5, 1, "3/1"),
+            (4, 10, 1, "4/1"),
+            (4, 20, 2, "4/2"),
+            (4, 30, 3, "4/3"),
+            (5, 7, 3, "5/3"),
+            (5, 7, 9, "5/9"),
+        ]
+        .into_iter()
+        .map(|(t, start, id, p)| (t, start, id, p.to_string()))
+        .collect();
+
+        let plain = drain(MergeIterator::new(vec![a.iter(), b.iter()]).expect("merge"));
+        let merged = drain(
+            MergeIterator::new(vec![a.iter(), b.iter()])
+                .expect("merge")
+                .merged_inputs(),
+        );
+        assert_eq!(plain, (want.clone(), 2));
+        assert_eq!(merged, (want, 2));
     }
 }

@@ -89,63 +89,56 @@ fn merge_into(
 ) -> Result<bool> {
     let fixed_partition = (task.input_level > 0).then(|| task.inputs[0].partition);
     let mut merger = MergeIterator::new(task.inputs.iter().map(|f| f.table().iter()).collect())?;
+    if task.input_level > 0 {
+        merger = merger.merged_inputs();
+    }
     let mut open: BTreeMap<u64, Open> = BTreeMap::new();
-    let mut by_partition: BTreeMap<u64, Vec<Span>> = BTreeMap::new();
     let mut sidecars: Vec<Sidecar> = task.inputs.iter().map(|_| Sidecar::Unread).collect();
+    // A trace's unexpired spans and their partitions, reused from trace to trace.
+    let mut kept: Vec<Span> = Vec::new();
+    let mut partitions: Vec<u64> = Vec::new();
     let mut first = true;
     while let Some(trace) = merger.next_trace()? {
         if (ctx.should_stop)() {
             return Ok(false);
         }
         out.spans_in += trace.len() as u64;
-        let expired_before = out.expired;
         let trace_len = trace.len();
-        for span in trace {
+        let trace_id = trace[0].trace_id;
+        kept.clear();
+        partitions.clear();
+        for span in trace.drain(..) {
             if span.end_unix_nano < ctx.expire_before {
                 out.expired += 1;
                 continue;
             }
-            let p = fixed_partition.unwrap_or_else(|| ctx.opts.partition_of(span.start_unix_nano));
-            by_partition.entry(p).or_default().push(span);
+            partitions.push(
+                fixed_partition.unwrap_or_else(|| ctx.opts.partition_of(span.start_unix_nano)),
+            );
+            kept.push(span);
         }
+        let one_partition = partitions.windows(2).all(|w| w[0] == w[1]);
         // A trace that comes whole from one input and stays whole in one
         // output keeps that input's summary of it.
-        let mut reused = match merger.sources() {
-            &[i] if out.expired == expired_before && by_partition.len() == 1 => sidecars[i]
-                .part(
-                    task.inputs[i].path(),
-                    &trace_id_of(&by_partition),
-                    trace_len,
-                )
+        let reused = match merger.sources() {
+            &[i] if kept.len() == trace_len && one_partition => sidecars[i]
+                .part(task.inputs[i].path(), &trace_id, trace_len)
                 .map(|(parts, part)| (i, parts, part)),
             _ => None,
         };
-        for (p, spans) in std::mem::take(&mut by_partition) {
-            let slot = match open.entry(p) {
-                Entry::Occupied(e) => e.into_mut(),
-                Entry::Vacant(e) => e.insert(Open::create(ctx)?),
-            };
-            if slot.builder.estimated_bytes() >= ctx.opts.target_file_bytes {
-                let full = std::mem::replace(slot, Open::create(ctx)?);
-                finish(full, task, p, out)?;
+        if one_partition {
+            if let Some(&p) = partitions.first() {
+                write_part(&mut open, p, &mut kept, reused, task, ctx, out)?;
             }
-            let before = slot.builder.estimated_bytes();
-            for span in &spans {
-                slot.builder.add(span)?;
+        } else {
+            // Spans of one trace in several hours: each hour's output gets its
+            // own part of the trace.
+            let mut by_partition: BTreeMap<u64, Vec<Span>> = BTreeMap::new();
+            for (p, span) in partitions.iter().zip(kept.drain(..)) {
+                by_partition.entry(*p).or_default().push(span);
             }
-            match reused.take() {
-                Some((input, parts, part)) => {
-                    slot.summary.add_part(input, parts, part);
-                    out.parts_reused += 1;
-                }
-                None => slot.summary.add_trace(&spans),
-            }
-            out.spans_out += spans.len() as u64;
-            let wait = ctx
-                .limiter
-                .take(slot.builder.estimated_bytes().saturating_sub(before));
-            if !wait.is_zero() {
-                std::thread::sleep(wait);
+            for (p, mut spans) in by_partition {
+                write_part(&mut open, p, &mut spans, None, task, ctx, out)?;
             }
         }
         if first {
@@ -164,14 +157,45 @@ fn merge_into(
     Ok(true)
 }
 
-/// The first trace ID in `by_partition` (which holds one trace's spans).
-fn trace_id_of(by_partition: &BTreeMap<u64, Vec<Span>>) -> crate::span::TraceId {
-    by_partition
-        .values()
-        .flatten()
-        .next()
-        .map(|s| s.trace_id)
-        .expect("a partition holds at least one span")
+/// Writes `spans`, one trace's spans in partition `p`, to that partition's
+/// output (a new file once the open one is full), with `reused` as their
+/// index summary if given; empties `spans`.
+fn write_part(
+    open: &mut BTreeMap<u64, Open>,
+    p: u64,
+    spans: &mut Vec<Span>,
+    reused: Option<(usize, &SidecarParts, crate::index::TraceSummary)>,
+    task: &CompactionTask,
+    ctx: &MergeContext<'_>,
+    out: &mut MergeOutput,
+) -> Result<()> {
+    let slot = match open.entry(p) {
+        Entry::Occupied(e) => e.into_mut(),
+        Entry::Vacant(e) => e.insert(Open::create(ctx)?),
+    };
+    if slot.builder.estimated_bytes() >= ctx.opts.target_file_bytes {
+        let full = std::mem::replace(slot, Open::create(ctx)?);
+        finish(full, task, p, out)?;
+    }
+    let before = slot.builder.estimated_bytes();
+    match reused {
+        Some((input, parts, part)) => {
+            slot.summary.add_part(input, parts, part);
+            out.parts_reused += 1;
+        }
+        None => slot.summary.add_trace(spans),
+    }
+    out.spans_out += spans.len() as u64;
+    for span in spans.drain(..) {
+        slot.builder.add_owned(span)?;
+    }
+    let wait = ctx
+        .limiter
+        .take(slot.builder.estimated_bytes().saturating_sub(before));
+    if !wait.is_zero() {
+        std::thread::sleep(wait);
+    }
+    Ok(())
 }
 
 /// An input's sidecar, read when a trace first needs it.

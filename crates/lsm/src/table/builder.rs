@@ -138,6 +138,13 @@ impl SsTableBuilder {
     /// finished block leaves the builder unusable: drop it (which removes the
     /// temporary file).
     pub fn add(&mut self, span: &Span) -> Result<()> {
+        self.add_owned(span.clone())
+    }
+
+    /// [`SsTableBuilder::add`] for a span the caller is done with: it is kept
+    /// as is rather than cloned (a clone is two reference counts taken, and
+    /// given back when the block is written).
+    pub fn add_owned(&mut self, span: Span) -> Result<()> {
         let new_trace = match self.last_trace_id {
             Some(previous) if span.trace_id < previous => {
                 return Err(Error::OutOfOrder {
@@ -174,7 +181,6 @@ impl SsTableBuilder {
         }
         self.last_group = group;
         self.pending_bytes += span_bytes;
-        self.pending.push(span.clone());
 
         if new_trace {
             self.bloom.add(&span.trace_id);
@@ -185,6 +191,7 @@ impl SsTableBuilder {
         self.span_count += 1;
         self.min_start_unix_nano = self.min_start_unix_nano.min(span.start_unix_nano);
         self.max_end_unix_nano = self.max_end_unix_nano.max(span.end_unix_nano);
+        self.pending.push(span);
         Ok(())
     }
 
