@@ -24,7 +24,9 @@
 //! 1. Then level 0: once it holds `l0_trigger_files` files that no task is
 //!    merging, they are merged *alone* (no level-1 file is read or
 //!    rewritten) into one new sorted run per partition their spans touch, at
-//!    level 1. A second level-0 task can start while one runs.
+//!    level 1. A second level-0 task can start while one runs. The engine
+//!    also merges level 0 below the trigger ([`pick_level0_quiet`]) once no
+//!    flush has come for `l0_quiet`.
 //! 2. Otherwise, the (level, partition) furthest past its trigger, among
 //!    levels 1 to the last but one: it holds `size_ratio` runs, or more bytes
 //!    than `level_target(level)`. All its files are merged into one new run
@@ -68,6 +70,10 @@ pub struct CompactionOptions {
     pub levels: usize,
     /// Level-0 file count that triggers a level-0 compaction.
     pub l0_trigger_files: usize,
+    /// Level 0 is also merged, however few files it holds (two or more),
+    /// once no flush has come for this long: a burst followed by quiet ends
+    /// merged and compressed like the rest.
+    pub l0_quiet: Duration,
     /// Bytes of level 1 in one partition past which its runs are merged
     /// down, however few they are.
     pub level_base_bytes: u64,
@@ -85,8 +91,13 @@ impl Default for CompactionOptions {
     fn default() -> Self {
         CompactionOptions {
             levels: 5,
-            l0_trigger_files: 4,
-            level_base_bytes: 256 << 20,
+            // 32 and not 4: a level-0 merge writes the run that two merges
+            // wrote before (4 flushes, then 8 of those runs), so each span is
+            // rewritten once less (docs/BENCHMARKS.md, "Level-0 trigger 32").
+            l0_trigger_files: 32,
+            l0_quiet: Duration::from_secs(60),
+            // Above level 1's 8 runs of 32 flushes: merged by count, not bytes.
+            level_base_bytes: 2 << 30,
             // 8 and not 4: a level fewer per partition, a third less
             // compaction CPU per span (docs/BENCHMARKS.md, "Size ratio 8").
             size_ratio: 8,
@@ -178,13 +189,25 @@ pub fn pick_level0(
     opts: &CompactionOptions,
     busy: &HashSet<u64>,
 ) -> Option<CompactionTask> {
+    level0_task(version, busy, opts.l0_trigger_files.max(1))
+}
+
+/// A level-0 task of every level-0 file no task holds, if there are two or
+/// more: what the engine runs below the trigger once no flush has come for
+/// [`CompactionOptions::l0_quiet`].
+pub fn pick_level0_quiet(version: &Version, busy: &HashSet<u64>) -> Option<CompactionTask> {
+    level0_task(version, busy, 2)
+}
+
+/// All level-0 files no task holds into level 1, if there are `min_files`.
+fn level0_task(version: &Version, busy: &HashSet<u64>, min_files: usize) -> Option<CompactionTask> {
     let inputs: Vec<Arc<TableFile>> = version
         .l0
         .iter()
         .filter(|f| !busy.contains(&f.id))
         .cloned()
         .collect();
-    if inputs.len() < opts.l0_trigger_files.max(1) {
+    if inputs.len() < min_files {
         return None;
     }
     Some(CompactionTask {
@@ -318,6 +341,7 @@ mod tests {
         CompactionOptions {
             levels: 4,
             l0_trigger_files: 3,
+            l0_quiet: Duration::from_secs(60),
             level_base_bytes: u64::MAX / 64,
             size_ratio: 3,
             target_file_bytes: 1 << 20,
@@ -379,6 +403,31 @@ mod tests {
             pick_level0(&version(Vec::new()), &opts(), &HashSet::new()).map(|t| t.inputs.len()),
             None
         );
+    }
+
+    #[test]
+    fn a_quiet_level_0_is_merged_from_two_idle_files_below_its_trigger() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = dir.path();
+        let mut files = vec![
+            full_range(d, 10, 1, 0),
+            full_range(d, 1, 0, NO_PARTITION),
+            full_range(d, 2, 0, NO_PARTITION),
+        ];
+        let busy = HashSet::from([2]);
+        assert!(
+            pick_level0_quiet(&version(files.clone()), &busy).is_none(),
+            "one idle file: nothing to merge it with"
+        );
+        files.push(full_range(d, 3, 0, NO_PARTITION));
+        let task = pick_level0_quiet(&version(files.clone()), &busy).expect("two idle files");
+        assert_eq!(
+            (task.kind, task.input_level, task.output_level),
+            (TaskKind::Merge, 0, 1)
+        );
+        assert_eq!(ids(&task), vec![1, 3]);
+        let task = pick_level0_quiet(&version(files), &HashSet::new()).expect("three idle files");
+        assert_eq!(ids(&task), vec![1, 2, 3]);
     }
 
     #[test]

@@ -44,7 +44,7 @@ use std::{
         Arc,
     },
     thread::JoinHandle,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use crossbeam_channel::Sender;
@@ -113,7 +113,6 @@ enum Task {
 }
 
 /// Compaction scheduling, under [`Inner::sched`].
-#[derive(Default)]
 struct Sched {
     /// Files inputs of running tasks (compaction or retention).
     busy: HashSet<u64>,
@@ -121,9 +120,22 @@ struct Sched {
     deeper_running: usize,
     paused: bool,
     stopping: bool,
+    /// When the last flush was installed (or the engine opened): level 0
+    /// is merged below its trigger once this is `l0_quiet` ago.
+    last_flush: Instant,
 }
 
 impl Sched {
+    fn new() -> Self {
+        Sched {
+            busy: HashSet::new(),
+            deeper_running: 0,
+            paused: false,
+            stopping: false,
+            last_flush: Instant::now(),
+        }
+    }
+
     /// Marks a picked task's inputs busy until `finish_task`.
     fn claim(&mut self, task: &crate::CompactionTask) {
         self.busy.extend(task.inputs.iter().map(|f| f.id));
@@ -271,7 +283,7 @@ impl Engine {
             next_file_id: AtomicU64::new(recovered.next_file_id),
             l0_files: AtomicUsize::new(level_files[0]),
             mem_bytes: AtomicUsize::new(replayed_bytes),
-            sched: Mutex::new(Sched::default()),
+            sched: Mutex::new(Sched::new()),
             sched_cv: Condvar::new(),
             compaction_paused: AtomicBool::new(false),
             compaction_stopping: AtomicBool::new(false),

@@ -141,6 +141,7 @@ impl Inner {
         }
         self.mem_bytes.fetch_sub(sealed.bytes, Ordering::AcqRel);
         self.flushed.notify_all();
+        self.sched.lock().last_flush = Instant::now();
         self.sched_cv.notify_all();
         add(&self.counters.flushes, 1);
         add(&self.counters.flush_bytes_written, meta.file_size);
@@ -375,7 +376,12 @@ impl Inner {
                             compaction::pick_level0(&version, &self.opts.compaction, &s.busy)
                         } else {
                             compaction::pick(&version, &self.opts.compaction, &s.busy)
-                        };
+                        }
+                        .or_else(|| {
+                            // No flush for a while: merge what level 0 holds.
+                            let quiet = s.last_flush.elapsed() >= self.opts.compaction.l0_quiet;
+                            quiet.then(|| compaction::pick_level0_quiet(&version, &s.busy))?
+                        });
                         if let Some(task) = picked {
                             s.claim(&task);
                             break Some(task);

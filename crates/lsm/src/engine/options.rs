@@ -44,7 +44,7 @@ pub struct EngineOptions {
     /// query needs it). Default 64 MiB.
     pub index_cache_bytes: usize,
     /// Level-0 file count at which writes get [`crate::Error::Backpressure`]
-    /// until compaction catches up. Default 24.
+    /// until compaction catches up. Default 64 (twice the level-0 trigger).
     pub l0_stop_files: usize,
     /// Where "now" comes from, for retention. Default: the system clock.
     pub clock: Clock,
@@ -68,7 +68,7 @@ impl EngineOptions {
             retention_interval: Duration::from_secs(60),
             memory_budget_bytes: 512 << 20,
             index_cache_bytes: 64 << 20,
-            l0_stop_files: 24,
+            l0_stop_files: 64,
             clock: Clock::system(),
             hooks: Hooks::default(),
         }

@@ -250,3 +250,41 @@ fn level_0_is_merged_while_a_long_merge_of_deeper_runs_holds_the_only_thread() {
         );
     }
 }
+
+#[test]
+fn level_0_below_its_trigger_is_merged_once_no_flush_has_come_for_a_while() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let mut opts = small_tree(dir.path(), &clock);
+    opts.compaction_threads = 1;
+    opts.compaction.l0_trigger_files = 100;
+    opts.compaction.l0_quiet = Duration::from_secs(1);
+    let engine = Engine::open(opts).expect("open");
+    for round in 0..2u64 {
+        for t in 0..20u128 {
+            engine
+                .write_blocking(vec![span_at(t, round, T0)])
+                .expect("write");
+        }
+        engine.flush().expect("flush");
+    }
+    let flushed = engine.stats().levels[0].files;
+    assert!(
+        (2..100).contains(&flushed),
+        "{flushed} files: below the trigger"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while engine.stats().levels[0].files > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "level 0 not merged though quiet"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stats = engine.stats();
+    assert!(stats.compactions >= 1);
+    assert!(stats.levels[1].files > 0);
+    for t in 0..20u128 {
+        assert_eq!(ids(&engine, t).len(), 2, "trace {t}");
+    }
+}

@@ -57,6 +57,7 @@ pub fn small_tree(dir: &Path, clock: &TestClock) -> EngineOptions {
     opts.compaction = CompactionOptions {
         levels: 4,
         l0_trigger_files: 3,
+        l0_quiet: Duration::from_secs(3600),
         level_base_bytes: 8 << 10,
         size_ratio: 4,
         target_file_bytes: 4 << 10,
