@@ -159,14 +159,16 @@ mod tests {
         SsTable::open(&path).expect("open")
     }
 
+    /// `s` with `payload` in place of its own, so a test can tell copies apart.
+    fn with(mut s: Span, payload: &'static str) -> Span {
+        s.payload = Bytes::from_static(payload.as_bytes());
+        s
+    }
+
     #[test]
     fn a_trace_from_several_inputs_keeps_the_first_inputs_copy_ordered_by_start() {
         let dir = tempfile::tempdir().expect("tempdir");
         let g = group("svc");
-        let with = |mut s: Span, payload: &'static str| {
-            s.payload = Bytes::from_static(payload.as_bytes());
-            s
-        };
         let a = table(
             dir.path(),
             "a.sst",
@@ -224,10 +226,6 @@ mod tests {
     fn merged_inputs_skip_only_sorts_that_would_change_nothing() {
         let dir = tempfile::tempdir().expect("tempdir");
         let g = group("svc");
-        let with = |mut s: Span, payload: &'static str| {
-            s.payload = Bytes::from_static(payload.as_bytes());
-            s
-        };
         let a = table(
             dir.path(),
             "a.sst",
