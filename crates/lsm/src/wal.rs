@@ -46,9 +46,10 @@
 //! `docs/FORMAT.md`, "Write-ahead log segment"). Appends go to one segment; it
 //! is closed when it passes [`WalOptions::segment_bytes`] and the next one
 //! starts, so the engine can delete whole segments once their records are in
-//! sorted files. A segment is fsynced before the next one is created, and each
-//! run of the process starts a fresh segment, so only the newest segment on
-//! disk can end in a torn write.
+//! sorted files. A closed segment ends with an end mark, and the mark and the
+//! last records are fsynced before the next segment is created; each run of
+//! the process starts a fresh segment (and a clean close end-marks the last
+//! one), so only the newest segment on disk can end in a torn write.
 //!
 //! [`Wal::open`] replays every segment in id order. A damaged record at the
 //! end of the newest segment is a write the crash interrupted: the file is cut
@@ -59,6 +60,28 @@
 //! still replayed: refusing to start would lose every later record, while the
 //! records past the damage in that segment cannot be trusted to be framed
 //! right. The file is left untouched for inspection.
+//!
+//! # Recycled segments
+//!
+//! An fdatasync after an append must also commit the file's new size and
+//! blocks to the file system's journal; one after an overwrite of blocks the
+//! file already has commits data alone, and costs about a quarter less (see
+//! `docs/BENCHMARKS.md`, "Zero-filled WAL segments"). So
+//! [`Wal::delete_segments_before`] keeps up to [`MAX_SPARES`] of the segments
+//! it removes, the newest, as *spare* files (`{id:020}.wal.spare`, which the
+//! segment listing ignores), and the sync thread starts its next segment in a
+//! spare when there is one: the new header is written over the old one and
+//! fsynced, then the file is renamed to the new segment's name and the
+//! directory fsynced, and records overwrite the old ones. Spares left by an
+//! earlier run are taken too; [`Wal::close_and_discard`] removes them.
+//!
+//! The old records after the new segment's end are stale. Each record's
+//! checksum is seeded with its segment id, so a stale record fails its check
+//! and reads as the end of the segment; the end mark tells a cleanly closed
+//! recycled segment from a damaged one (details in `wal/segment.rs`). A
+//! crash leaves the newest segment's stale bytes in place; they look like a
+//! torn tail and recovery cuts them off, as abandoning a segment after a
+//! failed write does.
 
 pub(crate) mod segment;
 mod sync;
@@ -68,7 +91,7 @@ mod tests;
 
 use std::{
     fs, io,
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -87,7 +110,13 @@ use crate::{
 };
 
 pub use segment::MAX_RECORD_LEN;
-use segment::{encode_record, framed_len, list_segments, segment_path, SegmentWriter, HEADER_LEN};
+use segment::{
+    encode_record, framed_len, list_segments, list_spares, segment_path, spare_path, HEADER_LEN,
+};
+
+/// Most spare files kept for reuse: enough for the next rotation or two; each
+/// holds a segment's worth of disk space ([`WalOptions::segment_bytes`]).
+pub const MAX_SPARES: usize = 2;
 
 /// Where the log lives and when it rotates.
 #[derive(Debug, Clone)]
@@ -147,8 +176,12 @@ pub struct WalStats {
     pub records: u64,
     /// Bytes written to segment files, headers and framing included.
     pub bytes_written: u64,
-    /// Segment files created, the one created by `open` included.
+    /// Segments started, the one started by `open` included, in a new file or
+    /// in a spare one.
     pub segments_created: u64,
+    /// Those of `segments_created` that reused a spare file (a flushed
+    /// segment) instead of a new file.
+    pub segments_recycled: u64,
     /// fdatasyncs of segment data (the group-commit syncs), and the time they
     /// took in total and at most: mean latency is `data_sync_nanos / data_syncs`.
     pub data_syncs: u64,
@@ -176,6 +209,15 @@ struct Shared {
     progress: watch::Sender<Progress>,
     counters: Counters,
     faults: Faults,
+    /// Old ids of the spare files ready for reuse, at most [`MAX_SPARES`].
+    /// Only ids whose spare name is durable (the directory was fsynced after
+    /// the rename) are in it, so that a header written over a spare can never
+    /// show up under its old segment name after a crash.
+    spares: Mutex<Vec<u64>>,
+    /// Held by [`Wal::delete_segments_before`] and [`Wal::close_and_discard`]
+    /// throughout, so that two calls cannot both fill the same free spare
+    /// slots. The sync thread only takes spares, so it never waits for it.
+    trimming: Mutex<()>,
 }
 
 /// Everything the state lock guards.
@@ -271,6 +313,7 @@ struct Counters {
     records: AtomicU64,
     bytes_written: AtomicU64,
     segments_created: AtomicU64,
+    segments_recycled: AtomicU64,
     data_syncs: AtomicU64,
     data_sync_nanos: AtomicU64,
     data_sync_max_nanos: AtomicU64,
@@ -279,6 +322,14 @@ struct Counters {
 impl Counters {
     fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts a segment started with `fsyncs` fsyncs, in a spare if `recycled`.
+    fn segment_started(&self, fsyncs: u64, recycled: bool) {
+        Counters::add(&self.fsyncs, fsyncs);
+        Counters::add(&self.bytes_written, HEADER_LEN);
+        Counters::add(&self.segments_created, 1);
+        Counters::add(&self.segments_recycled, u64::from(recycled));
     }
 }
 
@@ -295,8 +346,9 @@ impl Wal {
     /// Creates `opts.dir` if missing, replays every intact record of every
     /// segment in order through `replay(segment_id, payload)`, cuts a torn
     /// tail off the newest segment, and starts a new segment (the highest
-    /// existing id + 1, or 1) for appends. See the module docs for how
-    /// damage is treated. An error from `replay` stops the open and is returned.
+    /// existing id + 1, or 1) for appends, in a spare file an earlier run left
+    /// if there is one. See the module docs for how damage is treated. An
+    /// error from `replay` stops the open and is returned.
     pub fn open(
         opts: WalOptions,
         mut replay: impl FnMut(u64, Bytes) -> Result<()>,
@@ -364,12 +416,11 @@ impl Wal {
                 reason: "no segment id left after this one".into(),
             })?,
         };
-        let faults = opts.faults;
-        let (writer, fsyncs) = SegmentWriter::create(&dir, first, &faults)?;
         let counters = Counters::default();
-        Counters::add(&counters.fsyncs, fsyncs);
-        Counters::add(&counters.bytes_written, HEADER_LEN);
-        Counters::add(&counters.segments_created, 1);
+        let spares = Mutex::new(open_spares(&dir, &counters)?);
+        let faults = opts.faults;
+        let (writer, fsyncs, recycled) = sync::start_segment(&dir, first, &faults, &spares)?;
+        counters.segment_started(fsyncs, recycled);
 
         let shared = Arc::new(Shared {
             dir,
@@ -392,6 +443,8 @@ impl Wal {
             progress: watch::Sender::new(Progress::default()),
             counters,
             faults,
+            spares,
+            trimming: Mutex::new(()),
         });
         let thread = {
             let for_thread = shared.clone();
@@ -435,12 +488,12 @@ impl Wal {
         st.next_lsn += 1;
         match st.pending.last_mut() {
             Some(chunk) if chunk.segment == segment => {
-                encode_record(payload, &mut chunk.bytes);
+                encode_record(segment, payload, &mut chunk.bytes);
                 chunk.last_lsn = lsn;
             }
             _ => {
                 let mut bytes = std::mem::take(&mut st.spare);
-                encode_record(payload, &mut bytes);
+                encode_record(segment, payload, &mut bytes);
                 st.pending.push(Chunk {
                     segment,
                     last_lsn: lsn,
@@ -489,13 +542,16 @@ impl Wal {
         self.shared.state.lock().segment
     }
 
-    /// Deletes the segment files with an id below `segment` (through `trash`
-    /// when given, which frees their blocks in steps; see [`crate::trash`])
-    /// and fsyncs the directory; returns how many were deleted. The current segment is never
-    /// deleted, nor is a segment the sync thread is still writing (after a
-    /// rotation its last records may still be in memory); such a segment goes
-    /// in a later call.
+    /// Removes the segment files with an id below `segment` and fsyncs the
+    /// directory; returns how many were removed. The newest of them are kept
+    /// as spares for the sync thread to reuse while fewer than [`MAX_SPARES`]
+    /// are waiting (see the module docs); the others are deleted, through
+    /// `trash` when given, which frees their blocks in steps (see
+    /// [`crate::trash`]). The current segment is never removed, nor is a
+    /// segment the sync thread is still writing (after a rotation its last
+    /// records may still be in memory); such a segment goes in a later call.
     pub fn delete_segments_before(&self, segment: u64, trash: Option<&Trash>) -> Result<usize> {
+        let _trimming = self.shared.trimming.lock();
         let limit = {
             let mut st = self.shared.state.lock();
             let limit = segment.min(st.writer_segment).min(st.segment);
@@ -508,13 +564,41 @@ impl Wal {
             limit
         };
         let dir = &self.shared.dir;
-        let mut deleted = 0;
+        let going: Vec<u64> = list_segments(dir)?
+            .into_iter()
+            .filter(|&id| id < limit)
+            .collect();
+        // Only `trimming` holders add spares, so the room can only grow
+        // (the sync thread taking one) until this call adds its own.
+        let (room, waiting) = {
+            let spares = self.shared.spares.lock();
+            (MAX_SPARES.saturating_sub(spares.len()), spares.clone())
+        };
+        let keep_from = going.len().saturating_sub(room);
+        let mut removed = 0;
+        let mut spared = Vec::new();
         let mut first_error = None;
-        for id in list_segments(dir)?.into_iter().filter(|&id| id < limit) {
+        for (i, &id) in going.iter().enumerate() {
             let path = segment_path(dir, id);
+            // A spare of this id could only be left from before the log was
+            // emptied by hand; never rename over it.
+            if i >= keep_from && !waiting.contains(&id) {
+                match fs::rename(&path, spare_path(dir, id)) {
+                    Ok(()) => {
+                        spared.push(id);
+                        removed += 1;
+                        continue;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => tracing::warn!(
+                        file = %path.display(),
+                        error = %e,
+                        "could not keep a flushed write-ahead log segment as a spare; deleting it"
+                    ),
+                }
+            }
             match crate::trash::delete(trash, &path) {
-                Ok(()) => deleted += 1,
-                // A concurrent call got there first.
+                Ok(()) => removed += 1,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => {
                     first_error = Some(Error::io(&path, e));
@@ -522,13 +606,17 @@ impl Wal {
                 }
             }
         }
-        if deleted > 0 {
+        if removed > 0 {
+            // On failure the new spares stay out of the list: their names may
+            // not be durable. The next open finds them, or
+            // `close_and_discard` removes them.
             segment::sync_dir(dir)?;
             Counters::add(&self.shared.counters.fsyncs, 1);
         }
+        self.shared.spares.lock().extend(spared);
         match first_error {
             Some(e) => Err(e),
-            None => Ok(deleted),
+            None => Ok(removed),
         }
     }
 
@@ -541,6 +629,7 @@ impl Wal {
             records: c.records.load(Ordering::Relaxed),
             bytes_written: c.bytes_written.load(Ordering::Relaxed),
             segments_created: c.segments_created.load(Ordering::Relaxed),
+            segments_recycled: c.segments_recycled.load(Ordering::Relaxed),
             data_syncs: c.data_syncs.load(Ordering::Relaxed),
             data_sync_nanos: c.data_sync_nanos.load(Ordering::Relaxed),
             data_sync_max_nanos: c.data_sync_max_nanos.load(Ordering::Relaxed),
@@ -548,9 +637,10 @@ impl Wal {
     }
 
     /// Refuses further appends, writes and fsyncs everything appended so far
-    /// (records whose write fails get [`Error::WalFailed`] as usual), and
-    /// joins the sync thread. Calling it again returns the same outcome: `Ok`,
-    /// or [`Error::WalFailed`] if the sync thread panicked.
+    /// (records whose write fails get [`Error::WalFailed`] as usual), closes
+    /// the current segment with an end mark, and joins the sync thread.
+    /// Calling it again returns the same outcome: `Ok`, or
+    /// [`Error::WalFailed`] if the sync thread panicked.
     pub fn close(&self) -> Result<()> {
         // Held across the join so a concurrent `close` returns only after it.
         let mut thread = self.thread.lock();
@@ -570,15 +660,22 @@ impl Wal {
         }
     }
 
-    /// Closes the log and deletes every segment, the current one included. For a
-    /// clean shutdown, once the caller has made every record durable elsewhere: the
-    /// next start then has nothing to replay.
+    /// Closes the log and deletes every segment, the current one included, and
+    /// every spare file; returns how many files it deleted. For a clean
+    /// shutdown, once the caller has made every record durable elsewhere: the
+    /// next start then has nothing to replay, and no write-ahead log file is
+    /// left behind.
     pub fn close_and_discard(&self) -> Result<usize> {
         self.close()?;
+        let _trimming = self.shared.trimming.lock();
+        self.shared.spares.lock().clear();
         let dir = &self.shared.dir;
+        let segments = list_segments(dir)?
+            .into_iter()
+            .map(|id| segment_path(dir, id));
+        let spares = list_spares(dir)?.into_iter().map(|id| spare_path(dir, id));
         let mut deleted = 0;
-        for id in list_segments(dir)? {
-            let path = segment_path(dir, id);
+        for path in segments.chain(spares) {
             match fs::remove_file(&path) {
                 Ok(()) => deleted += 1,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -588,6 +685,26 @@ impl Wal {
         segment::sync_dir(dir)?;
         Ok(deleted)
     }
+}
+
+/// The spare files an earlier run left in `dir`, at most [`MAX_SPARES`] of
+/// them (the newest; any others are deleted). Their names are made durable
+/// before any is reused: the run that renamed them may have died before its
+/// directory fsync.
+fn open_spares(dir: &Path, counters: &Counters) -> Result<Vec<u64>> {
+    let mut spares = list_spares(dir)?;
+    let extra = spares.len().saturating_sub(MAX_SPARES);
+    for id in spares.drain(..extra) {
+        let path = spare_path(dir, id);
+        if let Err(e) = fs::remove_file(&path) {
+            tracing::warn!(file = %path.display(), error = %e, "deleting a surplus write-ahead log spare");
+        }
+    }
+    if !spares.is_empty() || extra > 0 {
+        segment::sync_dir(dir)?;
+        Counters::add(&counters.fsyncs, 1);
+    }
+    Ok(spares)
 }
 
 impl Drop for Wal {

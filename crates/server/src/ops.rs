@@ -313,7 +313,7 @@ pub fn render(ops: &Ops) -> String {
         for (name, help, value) in gauges {
             out.single(name, "gauge", help, value);
         }
-        let counters: [(&str, &str, u64); 7] = [
+        let counters: [(&str, &str, u64); 8] = [
             (
                 "tracedb_flushes_total",
                 "Buffers flushed to sorted files.",
@@ -348,6 +348,11 @@ pub fn render(ops: &Ops) -> String {
                 "tracedb_wal_segments_created_total",
                 "Write-ahead log segment files created.",
                 s.wal.segments_created,
+            ),
+            (
+                "tracedb_wal_segments_recycled_total",
+                "Of the write-ahead log segments created, those that reused a flushed segment's file.",
+                s.wal.segments_recycled,
             ),
         ];
         for (name, help, value) in counters {

@@ -6,14 +6,23 @@
 //! On an I/O error it fails every record not yet durable, abandons the
 //! segment and goes on; the next batch starts a new segment. See the module
 //! docs of [`crate::wal`] for why the failed segment is never written again.
+//!
+//! It also closes segments: at a rotation, and when the log closes, it writes
+//! the segment's end mark and fdatasyncs it, and it starts each new segment,
+//! in a spare file when one is waiting.
 
-use std::sync::Arc;
+use std::{path::Path, sync::Arc};
+
+use parking_lot::Mutex;
 
 use super::{
-    segment::{SegmentWriter, HEADER_LEN},
+    segment::{self, SegmentWriter, FRAME_LEN, HEADER_LEN},
     Chunk, Counters, FailedRange, Shared,
 };
-use crate::{error::Result, fault::FaultTarget};
+use crate::{
+    error::Result,
+    fault::{FaultTarget, Faults},
+};
 
 /// An fdatasync slower than this is logged at debug level.
 const SLOW_SYNC_NANOS: u64 = 20_000_000;
@@ -35,6 +44,10 @@ pub(super) fn run(shared: &Shared, writer: SegmentWriter) {
                 shared.has_work.wait(&mut st);
             }
             if st.pending.is_empty() {
+                drop(st);
+                if let Some(w) = writer.take() {
+                    close_last_segment(shared, w);
+                }
                 return;
             }
             (std::mem::take(&mut st.pending), st.next_lsn - 1)
@@ -96,8 +109,9 @@ pub(super) fn run(shared: &Shared, writer: SegmentWriter) {
 
 /// Writes `batch` in order, moving to a new segment where a chunk says so (or
 /// where the previous one was abandoned), and fdatasyncs. A finished segment
-/// is synced before its successor is created, so only the newest segment on
-/// disk can have a torn tail. `durable` is set to the last LSN made durable
+/// gets its end mark and is synced before its successor is created, so only
+/// the newest segment on disk can have a torn tail, and an older recycled one
+/// shows where it ends. `durable` is set to the last LSN made durable
 /// on the way when a rotation synced part of the batch before a failure.
 fn write_batch(
     shared: &Shared,
@@ -112,15 +126,14 @@ fn write_batch(
             Some(w) if w.id == chunk.segment => w,
             _ => {
                 if let Some(previous) = writer.as_mut() {
+                    write_end_mark(shared, previous)?;
                     sync(shared, previous)?;
                     *durable = written.or(*durable);
                 }
                 *writer = None;
-                let (next, fsyncs) =
-                    SegmentWriter::create(&shared.dir, chunk.segment, &shared.faults)?;
-                Counters::add(&counters.fsyncs, fsyncs);
-                Counters::add(&counters.bytes_written, HEADER_LEN);
-                Counters::add(&counters.segments_created, 1);
+                let (next, fsyncs, recycled) =
+                    start_segment(&shared.dir, chunk.segment, &shared.faults, &shared.spares)?;
+                counters.segment_started(fsyncs, recycled);
                 writer.insert(next)
             }
         };
@@ -138,6 +151,60 @@ fn write_batch(
     }
     Counters::add(&counters.group_commits, 1);
     Ok(())
+}
+
+/// Starts segment `id`: in a spare file if one is waiting in `spares`, else,
+/// or if reusing the spare fails (the spare is then removed), in a new file.
+/// Returns the writer, the fsyncs it took, and whether it reused a spare.
+pub(super) fn start_segment(
+    dir: &Path,
+    id: u64,
+    faults: &Faults,
+    spares: &Mutex<Vec<u64>>,
+) -> Result<(SegmentWriter, u64, bool)> {
+    // Popped before the attempt: a spare that failed is not tried again.
+    let spare = spares.lock().pop();
+    if let Some(old) = spare {
+        let path = segment::spare_path(dir, old);
+        match SegmentWriter::recycle(dir, &path, id, faults) {
+            Ok((writer, fsyncs)) => return Ok((writer, fsyncs, true)),
+            Err(e) => tracing::warn!(
+                file = %path.display(),
+                segment = id,
+                error = %e,
+                "could not reuse a spare write-ahead log segment; starting a new file"
+            ),
+        }
+    }
+    let (writer, fsyncs) = SegmentWriter::create(dir, id, faults)?;
+    Ok((writer, fsyncs, false))
+}
+
+/// Appends `writer`'s end mark; the caller fdatasyncs it.
+fn write_end_mark(shared: &Shared, writer: &mut SegmentWriter) -> Result<()> {
+    let mark = segment::end_mark(writer.id);
+    shared
+        .faults
+        .write_all(FaultTarget::Wal, &mut writer.file, &writer.path, &mark)?;
+    writer.unsynced = true;
+    writer.len += FRAME_LEN as u64;
+    Counters::add(&shared.counters.bytes_written, FRAME_LEN as u64);
+    Ok(())
+}
+
+/// At a clean close, after the last batch: end-marks the current segment and
+/// fdatasyncs it. Every record is durable already, so a failure here fails
+/// none; the segment is then cut back to its records, as after a failed write.
+fn close_last_segment(shared: &Shared, mut writer: SegmentWriter) {
+    let closed = write_end_mark(shared, &mut writer).and_then(|()| sync(shared, &mut writer));
+    if let Err(e) = closed {
+        tracing::warn!(
+            segment = writer.id,
+            error = %e,
+            "could not write the end mark of the last write-ahead log segment"
+        );
+        writer.abandon();
+    }
 }
 
 /// fdatasyncs `writer` if anything was written since its last sync.

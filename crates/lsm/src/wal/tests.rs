@@ -1,5 +1,6 @@
 //! Tests of the write-ahead log: round trips, group commit, recovery from torn
-//! and damaged segments, rotation, and failed writes and fsyncs.
+//! and damaged segments, rotation, recycled segments, and failed writes and
+//! fsyncs.
 
 use std::{
     fs,
@@ -11,7 +12,7 @@ use std::{
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
 use super::*;
-use crate::fault::{FaultInjector, FaultKind, FaultOp};
+use crate::fault::{FaultInjector, FaultKind, FaultOp, FaultTarget};
 
 /// Records replayed by an open, with their segment ids.
 type Replayed = Vec<(u64, Vec<u8>)>;
@@ -66,6 +67,28 @@ fn append_all(wal: &Wal, records: &[Vec<u8>]) -> Vec<WalTicket> {
         wal.wait_durable_blocking(*t).expect("durable");
     }
     tickets
+}
+
+/// Names of the files in `dir`, sorted.
+fn file_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Scans segment `id` in `dir` without replaying anything.
+fn scan_segment(dir: &Path, id: u64) -> segment::ScanOutcome {
+    let (_, outcome) = segment::scan(&seg(dir, id), id, &mut |_, _| Ok(())).expect("scan");
+    outcome
+}
+
+/// Ends the log as a crash would: no end mark, no close. The sync thread is
+/// left asleep with nothing to do (it is never woken again).
+fn crash(wal: Wal) {
+    std::mem::forget(wal);
 }
 
 fn flip_byte(path: &Path, offset: u64) {
@@ -185,25 +208,36 @@ fn torn_tail_at_every_offset_is_cut_and_the_log_stays_usable() {
     wal.close().expect("close");
     let full = fs::read(seg(source.path(), 1)).expect("read segment");
     let last_start = record_offsets(&lens)[2];
-    assert_eq!(full.len() as u64, last_start + framed_len(40));
+    let records_end = last_start + framed_len(40);
+    assert_eq!(
+        full.len() as u64,
+        records_end + segment::FRAME_LEN as u64,
+        "three records and the end mark of the close"
+    );
 
+    // Cuts in the last record lose it; cuts in the end mark lose nothing.
     for cut in last_start..full.len() as u64 {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = seg(dir.path(), 1);
         fs::write(&path, &full[..cut as usize]).expect("write torn segment");
 
         let (wal, stats, seen) = open(dir.path());
-        assert_eq!(payloads(&seen), records[..2], "cut at {cut}");
-        let torn = usize::from(cut != last_start);
+        let (kept, good_len) = if cut < records_end {
+            (2, last_start)
+        } else {
+            (3, records_end)
+        };
+        assert_eq!(payloads(&seen), records[..kept], "cut at {cut}");
+        let torn = usize::from(cut != good_len);
         assert_eq!(stats.torn_tails, torn, "cut at {cut}");
         let len = fs::metadata(&path).expect("metadata").len();
-        assert_eq!(len, last_start, "file not cut back (cut at {cut})");
+        assert_eq!(len, good_len, "file not cut back (cut at {cut})");
         let after = payload(1000 + cut, 20);
         append_all(&wal, std::slice::from_ref(&after));
         wal.close().expect("close");
 
         let (_, stats, seen) = open(dir.path());
-        let mut expected = records[..2].to_vec();
+        let mut expected = records[..kept].to_vec();
         expected.push(after);
         assert_eq!(payloads(&seen), expected, "second reopen, cut at {cut}");
         assert_eq!(stats.torn_tails, 0);
@@ -298,9 +332,21 @@ fn rotation_and_delete_segments_before() {
         (1..=10).collect::<Vec<_>>()
     );
     assert_eq!(wal.stats().segments_created, 10);
+    assert_eq!(wal.stats().segments_recycled, 0);
+    // Each segment closed by a rotation ends with its end mark, fsynced.
+    let end_mark = segment::FRAME_LEN as u64;
     for id in 1..10 {
         let len = fs::metadata(seg(dir.path(), id)).expect("metadata").len();
-        assert_eq!(len, HEADER_LEN + 5 * framed_len(40), "segment {id}");
+        assert_eq!(
+            len,
+            HEADER_LEN + 5 * framed_len(40) + end_mark,
+            "segment {id}"
+        );
+        let outcome = scan_segment(dir.path(), id);
+        assert!(outcome.end_mark, "segment {id}: {outcome:?}");
+        assert_eq!(outcome.damage, None);
+        assert_eq!(outcome.records, 5);
+        assert_eq!(outcome.good_len, len - end_mark);
     }
 
     let cut = tickets[25].segment;
@@ -310,22 +356,45 @@ fn rotation_and_delete_segments_before() {
         list_segments(dir.path()).expect("list"),
         (6..=10).collect::<Vec<_>>()
     );
+    // The newest two of them are kept as spares; the others are gone.
+    let spare = |id: u64| format!("{id:020}.wal.spare");
+    let segment_file = |id: u64| format!("{id:020}.wal");
+    let mut expected: Vec<String> = (6..=10).map(segment_file).collect();
+    expected.extend([spare(4), spare(5)]);
+    expected.sort();
+    assert_eq!(file_names(dir.path()), expected);
     assert_eq!(
         wal.delete_segments_before(cut, None).expect("delete again"),
         0
     );
-    // Never the current segment, whatever the bound.
+    // Never the current segment, whatever the bound; and never more than two
+    // spares.
     assert_eq!(
         wal.delete_segments_before(u64::MAX, None).expect("delete"),
         4
     );
     assert_eq!(list_segments(dir.path()).expect("list"), vec![10]);
+    assert_eq!(
+        file_names(dir.path()),
+        vec![spare(4), spare(5), segment_file(10)]
+    );
     wal.close().expect("close");
+    drop(wal);
 
-    let (_, stats, seen) = open_opts(opts);
+    let (wal, stats, seen) = open_opts(opts);
     assert_eq!(payloads(&seen), records[45..]);
     assert!(seen.iter().all(|(s, _)| *s == 10));
     assert_eq!(stats.segments, 1);
+    assert_eq!(stats.torn_tails, 0, "the clean close left an end mark");
+    // The new run started in the newest spare.
+    assert_eq!(wal.stats().segments_recycled, 1);
+    assert_eq!(
+        file_names(dir.path()),
+        vec![spare(4), segment_file(10), segment_file(11)]
+    );
+    // A clean shutdown leaves no write-ahead log file behind.
+    assert_eq!(wal.close_and_discard().expect("discard"), 3);
+    assert_eq!(file_names(dir.path()), Vec::<String>::new());
 }
 
 #[test]
@@ -598,4 +667,313 @@ fn an_oversized_payload_is_refused() {
         wal.append(b"fine").is_ok(),
         "a refused record does not poison"
     );
+}
+
+/// Options for 256-byte segments: five records of 40 bytes fill one
+/// (24 + 5 * 48 = 264).
+fn small_segments(dir: &Path) -> WalOptions {
+    WalOptions {
+        segment_bytes: 256,
+        ..WalOptions::new(dir)
+    }
+}
+
+#[test]
+fn records_in_recycled_segments_replay_once_after_a_clean_close() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = small_segments(dir.path());
+    let (wal, _, _) = open_opts(opts.clone());
+    // Large records: three per segment (24 + 3 * 108 = 348), so the smaller
+    // records that later reuse these files leave stale bytes after them.
+    let old: Vec<_> = (0..12).map(|i| payload(i, 100)).collect();
+    let tickets = append_all(&wal, &old);
+    assert_eq!(tickets.last().map(|t| t.segment), Some(4));
+    // Segments 1..=3 are flushed: 2 and 3 become spares.
+    assert_eq!(wal.delete_segments_before(4, None).expect("delete"), 3);
+    assert!(!seg(dir.path(), 1).exists());
+
+    // Five records fill segment 5 (spare 3), two go to segment 6 (spare 2).
+    let new: Vec<_> = (100..107).map(|i| payload(i, 40)).collect();
+    let tickets = append_all(&wal, &new);
+    let segments: Vec<_> = tickets.iter().map(|t| t.segment).collect();
+    assert_eq!(segments, vec![5, 5, 5, 5, 5, 6, 6]);
+    assert_eq!(wal.stats().segments_recycled, 2);
+    assert_eq!(wal.stats().segments_created, 6);
+    wal.close().expect("close");
+    drop(wal);
+
+    // Both recycled files are longer than what they hold now: stale bytes
+    // of the old segments follow the end marks.
+    for (id, records) in [(5, 5), (6, 2)] {
+        let len = fs::metadata(seg(dir.path(), id)).expect("metadata").len();
+        let end = HEADER_LEN + records * framed_len(40);
+        assert!(len > end + segment::FRAME_LEN as u64, "segment {id}: {len}");
+        let outcome = scan_segment(dir.path(), id);
+        assert!(outcome.end_mark, "segment {id}: {outcome:?}");
+        assert_eq!(outcome.good_len, end);
+    }
+
+    let (_, stats, seen) = open_opts(opts);
+    let expected: Vec<_> = old[9..].iter().chain(&new).cloned().collect();
+    assert_eq!(payloads(&seen), expected, "each record once, in order");
+    let ids: Vec<_> = seen.iter().map(|(s, _)| *s).collect();
+    assert_eq!(ids, vec![4, 4, 4, 5, 5, 5, 5, 5, 6, 6]);
+    assert_eq!(stats.torn_tails, 0);
+    assert_eq!(stats.corrupt_segments, 0);
+}
+
+#[test]
+fn a_crash_in_a_recycled_segment_replays_what_was_acknowledged_and_cuts_the_stale_tail() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = small_segments(dir.path());
+    let (wal, _, _) = open_opts(opts.clone());
+    let old: Vec<_> = (0..10).map(|i| payload(i, 40)).collect();
+    append_all(&wal, &old);
+    assert_eq!(wal.delete_segments_before(2, None).expect("delete"), 1);
+
+    // Records of the same size as the old ones: the stale bytes after the
+    // second new record are the old segment's third record, intact and
+    // checksummed under its old id. Only the seed tells it apart.
+    let new: Vec<_> = (100..102).map(|i| payload(i, 40)).collect();
+    let tickets = append_all(&wal, &new);
+    assert!(tickets.iter().all(|t| t.segment == 3));
+    assert_eq!(wal.stats().segments_recycled, 1);
+    crash(wal);
+
+    let path = seg(dir.path(), 3);
+    let end = HEADER_LEN + 2 * framed_len(40);
+    assert_eq!(
+        fs::metadata(&path).expect("metadata").len(),
+        HEADER_LEN + 5 * framed_len(40) + segment::FRAME_LEN as u64,
+        "the recycled file kept the old segment's length"
+    );
+    let damage = scan_segment(dir.path(), 3).damage.expect("stale tail");
+    assert_eq!(damage.offset, end);
+    assert!(
+        damage.reason.contains("checksum mismatch"),
+        "{}",
+        damage.reason
+    );
+
+    let (wal, stats, seen) = open_opts(opts.clone());
+    let expected: Vec<_> = old[5..].iter().chain(&new).cloned().collect();
+    assert_eq!(payloads(&seen), expected);
+    assert_eq!(stats.torn_tails, 1);
+    assert_eq!(stats.corrupt_segments, 0);
+    assert_eq!(fs::metadata(&path).expect("metadata").len(), end);
+    let after = payload(200, 40);
+    append_all(&wal, std::slice::from_ref(&after));
+    wal.close().expect("close");
+    drop(wal);
+
+    let (_, stats, seen) = open_opts(opts);
+    let mut expected = expected;
+    expected.push(after);
+    assert_eq!(payloads(&seen), expected);
+    assert_eq!(stats.torn_tails, 0);
+    assert_eq!(stats.corrupt_segments, 0);
+}
+
+#[test]
+fn a_record_copied_into_another_segment_fails_its_checksum() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first: Vec<_> = (0..2).map(|i| payload(i, 30)).collect();
+    let (wal, _, _) = open(dir.path());
+    append_all(&wal, &first);
+    wal.close().expect("close");
+    drop(wal);
+    let (wal, _, _) = open(dir.path());
+    append_all(&wal, &[b"second".to_vec()]);
+    wal.close().expect("close");
+    drop(wal);
+
+    // Segment 2's record, then segment 1's records verbatim where segment 2's
+    // end mark was: the stale contents of a recycled file.
+    let one = fs::read(seg(dir.path(), 1)).expect("read");
+    let records_of_one = &one[HEADER_LEN as usize..][..2 * framed_len(30) as usize];
+    let two = fs::read(seg(dir.path(), 2)).expect("read");
+    let end = HEADER_LEN + framed_len(6);
+    let mut forged = two[..end as usize].to_vec();
+    forged.extend_from_slice(records_of_one);
+    fs::write(seg(dir.path(), 2), &forged).expect("write");
+
+    let outcome = scan_segment(dir.path(), 2);
+    assert_eq!(outcome.records, 1);
+    let damage = outcome.damage.expect("the copy is damage");
+    assert_eq!(damage.offset, end);
+    assert!(
+        damage.reason.contains("checksum mismatch"),
+        "{}",
+        damage.reason
+    );
+
+    // The same bytes under their own id are valid: only the id differs.
+    let mut own = one[..HEADER_LEN as usize].to_vec();
+    own.extend_from_slice(records_of_one);
+    fs::write(seg(dir.path(), 1), &own).expect("write");
+    let outcome = scan_segment(dir.path(), 1);
+    assert_eq!((outcome.records, outcome.damage), (2, None));
+
+    let (_, stats, seen) = open(dir.path());
+    let expected: Vec<_> = first.iter().cloned().chain([b"second".to_vec()]).collect();
+    assert_eq!(payloads(&seen), expected);
+    assert_eq!(stats.torn_tails, 1);
+    assert_eq!(
+        fs::metadata(seg(dir.path(), 2)).expect("metadata").len(),
+        end
+    );
+}
+
+/// A version-1 segment `id` holding `records`, byte by byte as the first
+/// format wrote it: no segment id in the record checksums, no end mark.
+fn version_1_segment(id: u64, records: &[Vec<u8>]) -> Vec<u8> {
+    let mut bytes = b"TDB-WAL\0".to_vec();
+    bytes.extend_from_slice(&1u32.to_le_bytes());
+    bytes.extend_from_slice(&id.to_le_bytes());
+    let crc = crc32c::crc32c(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    for r in records {
+        let len = (r.len() as u32).to_le_bytes();
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&len), r);
+        bytes.extend_from_slice(&len);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        bytes.extend_from_slice(r);
+    }
+    bytes
+}
+
+#[test]
+fn a_version_1_segment_still_replays() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let old: Vec<_> = [0usize, 5, 300]
+        .iter()
+        .map(|&l| payload(l as u64, l))
+        .collect();
+    fs::write(seg(dir.path(), 7), version_1_segment(7, &old)).expect("write");
+
+    let (wal, stats, seen) = open(dir.path());
+    assert_eq!(payloads(&seen), old);
+    assert!(seen.iter().all(|(s, _)| *s == 7));
+    assert_eq!(stats.segments, 1);
+    assert_eq!((stats.torn_tails, stats.corrupt_segments), (0, 0));
+    assert_eq!(wal.current_segment(), 8);
+    append_all(&wal, &[b"new".to_vec()]);
+    wal.close().expect("close");
+    drop(wal);
+
+    // The old segment, now older, keeps replaying beside a version-2 one.
+    assert_eq!(scan_segment(dir.path(), 7).version, 1);
+    assert_eq!(scan_segment(dir.path(), 8).version, 2);
+    let (_, stats, seen) = open(dir.path());
+    let expected: Vec<_> = old.iter().cloned().chain([b"new".to_vec()]).collect();
+    assert_eq!(payloads(&seen), expected);
+    assert_eq!((stats.torn_tails, stats.corrupt_segments), (0, 0));
+}
+
+#[test]
+fn spares_left_by_an_earlier_run_are_reused_and_capped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (wal, _, _) = open(dir.path());
+    append_all(&wal, &[b"kept".to_vec()]);
+    wal.close().expect("close");
+    drop(wal);
+    // Three spares, say from a run that died between its renames and its
+    // trim: the oldest is deleted at open, the newest becomes segment 2.
+    for id in [11, 12, 13] {
+        let mut bytes = version_1_segment(id, &[payload(id, 500)]);
+        bytes.extend_from_slice(&segment::end_mark(id));
+        fs::write(segment::spare_path(dir.path(), id), bytes).expect("write spare");
+    }
+
+    let (wal, stats, seen) = open(dir.path());
+    assert_eq!(payloads(&seen), vec![b"kept".to_vec()]);
+    assert_eq!(stats.segments, 1, "spares are not replayed");
+    assert_eq!(wal.current_segment(), 2);
+    assert_eq!(wal.stats().segments_recycled, 1);
+    assert_eq!(
+        file_names(dir.path()),
+        vec![
+            format!("{:020}.wal", 1),
+            format!("{:020}.wal", 2),
+            format!("{:020}.wal.spare", 12),
+        ]
+    );
+    append_all(&wal, &[b"in the spare".to_vec()]);
+    crash(wal);
+
+    let (wal, stats, seen) = open(dir.path());
+    assert_eq!(
+        payloads(&seen),
+        vec![b"kept".to_vec(), b"in the spare".to_vec()]
+    );
+    assert_eq!(stats.torn_tails, 1, "the old record after the new one");
+    assert_eq!(
+        wal.stats().segments_recycled,
+        1,
+        "spare 12 became segment 3"
+    );
+    assert_eq!(wal.close_and_discard().expect("discard"), 3);
+    assert_eq!(file_names(dir.path()), Vec::<String>::new());
+}
+
+#[test]
+fn a_failure_while_recycling_falls_back_to_a_new_file_and_loses_nothing() {
+    // Taking spare 2 for segment 4 does, after segment 3's end mark (write 1)
+    // and its fdatasync (sync 1): header write (write 2), fdatasync (sync 2),
+    // rename, directory fsync (sync 3). Fail each step; `None` is the control.
+    let steps = [
+        None,
+        Some((FaultOp::Write, 2)),
+        Some((FaultOp::Sync, 2)),
+        Some((FaultOp::Sync, 3)),
+    ];
+    for step in steps {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut opts, injector) = failing_opts(dir.path());
+        // Two records of 40 per segment: 24 + 2 * 48 = 120 >= 100.
+        opts.segment_bytes = 100;
+        let (wal, _, _) = open_opts(opts.clone());
+        let before: Vec<_> = (0..6).map(|i| payload(i, 40)).collect();
+        append_all(&wal, &before);
+        assert_eq!(wal.current_segment(), 3);
+        assert_eq!(wal.delete_segments_before(3, None).expect("delete"), 2);
+
+        if let Some((op, n)) = step {
+            injector.fail_nth(Some(FaultTarget::Wal), Some(op), n, FaultKind::Io);
+        }
+        let rotated = payload(100, 40);
+        let ticket = append_all(&wal, std::slice::from_ref(&rotated))[0];
+        assert_eq!(ticket.segment, 4);
+        let recycled = u64::from(step.is_none());
+        assert_eq!(injector.injected(), 1 - recycled, "{step:?}");
+        assert_eq!(wal.stats().segments_recycled, recycled, "{step:?}");
+        // The spare that failed is gone; the other one waits.
+        assert_eq!(
+            file_names(dir.path()),
+            vec![
+                format!("{:020}.wal.spare", 1),
+                format!("{:020}.wal", 3),
+                format!("{:020}.wal", 4),
+            ],
+            "{step:?}"
+        );
+        let after: Vec<_> = (200..205).map(|i| payload(i, 40)).collect();
+        append_all(&wal, &after);
+        wal.close().expect("close");
+        drop(wal);
+
+        let (_, stats, seen) = open_opts(opts);
+        let expected: Vec<_> = before[4..]
+            .iter()
+            .chain([&rotated])
+            .chain(&after)
+            .cloned()
+            .collect();
+        assert_eq!(payloads(&seen), expected, "{step:?}");
+        assert_eq!(
+            (stats.torn_tails, stats.corrupt_segments),
+            (0, 0),
+            "{step:?}"
+        );
+    }
 }
