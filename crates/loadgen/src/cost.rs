@@ -83,13 +83,14 @@ impl Quiet {
 }
 
 /// Samples `pid` every 10 s until it used less than half a CPU second in
-/// each of two intervals in a row (for tracedb: compaction has caught up with
-/// what the load left), and returns the last sample and the time waited.
-/// Progress goes to stderr.
-pub fn wait_until_quiet(pid: u32) -> anyhow::Result<(ProcSample, Duration)> {
+/// each interval for `quiet_secs` in a row (rounded up to whole intervals, at
+/// least one; for tracedb: compaction has caught up with what the load left),
+/// and returns the last sample and the time waited. Progress goes to stderr.
+pub fn wait_until_quiet(pid: u32, quiet_secs: u64) -> anyhow::Result<(ProcSample, Duration)> {
     const INTERVAL: Duration = Duration::from_secs(10);
     let started = Instant::now();
-    let mut quiet = Quiet::new(0.5, 2);
+    let intervals = quiet_secs.div_ceil(INTERVAL.as_secs());
+    let mut quiet = Quiet::new(0.5, u32::try_from(intervals).unwrap_or(u32::MAX));
     loop {
         let s = sample(pid)?;
         if quiet.observe(s.cpu_seconds) {

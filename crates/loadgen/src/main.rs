@@ -120,11 +120,18 @@ struct Args {
     #[arg(long)]
     server_pid: Option<u32>,
     /// With --server-pid: after the load, wait until the server is quiet
-    /// (under 0.5 CPU seconds in each of two 10 s intervals: compaction has
-    /// caught up) and also report its CPU per span up to then, which counts
-    /// the compaction debt the load left behind.
+    /// (under 0.5 CPU seconds in each 10 s interval for --settle-quiet-secs:
+    /// compaction has caught up) and also report its CPU per span up to then,
+    /// which counts the compaction debt the load left behind.
     #[arg(long)]
     settle: bool,
+    /// With --settle: how long the server must stay quiet, in seconds
+    /// (rounded up to 10 s intervals). A server that merges idle files only
+    /// after a quiet period needs longer than that period: for tracedb with
+    /// its defaults, 100 (level 0 is merged 60 s after the last flush, which
+    /// comes up to 30 s after the load).
+    #[arg(long, default_value_t = 20)]
+    settle_quiet_secs: u64,
     /// The server's data directory: report bytes on disk per span.
     #[arg(long)]
     data_dir: Option<PathBuf>,
@@ -207,7 +214,7 @@ async fn main() -> anyhow::Result<()> {
         summary.server_peak_rss_bytes = Some(a.peak_rss_bytes);
         if args.settle {
             let pid = args.server_pid.expect("a sample implies a PID");
-            let (settled, waited) = cost::wait_until_quiet(pid)?;
+            let (settled, waited) = cost::wait_until_quiet(pid, args.settle_quiet_secs)?;
             summary.settled = Some(report::Settled {
                 waited,
                 cpu_us_per_span: (settled.cpu_seconds - b.cpu_seconds) * 1e6 / accepted,
