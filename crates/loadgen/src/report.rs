@@ -75,6 +75,11 @@ pub struct Summary {
     pub retried_spans: u64,
     pub first_error: Option<String>,
     pub export_latency: Option<Latency>,
+    /// Open loop: how late requests left against their schedule. Part of
+    /// `export_latency`; shown apart so the generator's own delay (its timer
+    /// ticks in whole milliseconds, and it shares the cores with the server)
+    /// can be told from the server's.
+    pub send_lag: Option<Latency>,
     pub server_cpu_us_per_span: Option<f64>,
     pub server_peak_rss_bytes: Option<u64>,
     /// With `--settle`: the server's CPU per span until it went quiet.
@@ -106,6 +111,7 @@ impl Summary {
             retried_spans: 0,
             first_error: None,
             export_latency: None,
+            send_lag: None,
             server_cpu_us_per_span: None,
             server_peak_rss_bytes: None,
             settled: None,
@@ -165,6 +171,9 @@ impl Summary {
                 &mut out,
             );
         }
+        if let Some(l) = &self.send_lag {
+            l.row("  of it, send lag", &mut out);
+        }
         self.query_rows(&mut out);
         if let Some(c) = self.server_cpu_us_per_span {
             let _ = writeln!(out, "server CPU per span      {c:>12.3} µs");
@@ -222,6 +231,7 @@ impl Summary {
             "retried_spans": self.retried_spans,
             "first_error": self.first_error,
             "export_latency": self.export_latency.map(|l| l.json()),
+            "send_lag": self.send_lag.map(|l| l.json()),
             "server_cpu_us_per_span": self.server_cpu_us_per_span,
             "server_peak_rss_bytes": self.server_peak_rss_bytes,
             "settled": self.settled.map(|s| json!({
