@@ -260,15 +260,7 @@ impl SegmentWriter {
             let _ = fs::remove_file(&path);
             return Err(e);
         }
-        let writer = SegmentWriter {
-            id,
-            path,
-            file,
-            unsynced: false,
-            synced_len: HEADER_LEN,
-            len: HEADER_LEN,
-        };
-        Ok((writer, 2))
+        Ok((SegmentWriter::after_header(id, path, file), 2))
     }
 
     /// Starts segment `id` in the spare file `spare` instead of a new file: the
@@ -311,15 +303,20 @@ impl SegmentWriter {
             return Err(e);
         }
         // The file position is just past the header: records go on from there.
-        let writer = SegmentWriter {
+        Ok((SegmentWriter::after_header(id, path, file), 2))
+    }
+
+    /// A writer for segment `id` whose header is written and synced, with the
+    /// file position just past it.
+    fn after_header(id: u64, path: PathBuf, file: File) -> SegmentWriter {
+        SegmentWriter {
             id,
             path,
             file,
             unsynced: false,
             synced_len: HEADER_LEN,
             len: HEADER_LEN,
-        };
-        Ok((writer, 2))
+        }
     }
 
     /// After a failed write or fsync: cuts the file back to what the last good
