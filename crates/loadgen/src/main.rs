@@ -204,7 +204,7 @@ async fn main() -> anyhow::Result<()> {
 
     let before = args.server_pid.map(cost::sample).transpose()?;
     let (records, elapsed) = match args.mode {
-        Mode::Open => open_loop(&args, &workload, exporter).await,
+        Mode::Open => open_loop(&args, &workload, exporter).await?,
         Mode::Max => max_rate(&args, &workload, exporter).await,
         Mode::Query => unreachable!("answered above"),
     };
@@ -254,7 +254,7 @@ async fn open_loop(
     args: &Args,
     workload: &Arc<Workload>,
     exporter: Exporter,
-) -> (Vec<Record>, Duration) {
+) -> anyhow::Result<(Vec<Record>, Duration)> {
     let interval = Duration::from_secs_f64(args.batch_size as f64 / args.rate as f64);
     let retries = args.retries;
     let total = Duration::from_secs_f64(args.duration);
@@ -303,10 +303,15 @@ async fn open_loop(
     let scheduler = std::thread::Builder::new()
         .name("schedule".into())
         .spawn(schedule)
-        .expect("spawning the scheduling thread");
-    let _ = tokio::task::spawn_blocking(move || scheduler.join()).await;
+        .context("starting the open loop's scheduling thread")?;
+    // A schedule that died part way would leave a run that looks whole.
+    let joined = tokio::task::spawn_blocking(move || scheduler.join()).await;
+    anyhow::ensure!(
+        matches!(joined, Ok(Ok(()))),
+        "the open loop's scheduling thread panicked"
+    );
     let records = collector.await.unwrap_or_default();
-    (records, start.elapsed())
+    Ok((records, start.elapsed()))
 }
 
 /// `--concurrency` streams, each sending its next request when the last returns.
