@@ -243,6 +243,7 @@ impl Engine {
         let wal_opts = WalOptions {
             dir: dir.join("wal"),
             segment_bytes: opts.wal_segment_bytes,
+            sync_thread_slice: opts.request_thread_slice,
             faults: faults.clone(),
         };
         let (wal, replay) = Wal::open(wal_opts, |segment, record| {
@@ -306,7 +307,10 @@ impl Engine {
         threads.flusher = Some(
             std::thread::Builder::new()
                 .name("tracedb-flush".into())
-                .spawn(move || worker.run_flusher(flush_rx))
+                .spawn(move || {
+                    crate::sched::use_default_slice();
+                    worker.run_flusher(flush_rx)
+                })
                 .map_err(|e| Error::io(&dir, e))?,
         );
         for i in 0..inner.opts.compaction_threads {
@@ -314,7 +318,10 @@ impl Engine {
             threads.compactors.push(
                 std::thread::Builder::new()
                     .name(format!("tracedb-compact-{i}"))
-                    .spawn(move || worker.run_compactor())
+                    .spawn(move || {
+                        crate::sched::use_default_slice();
+                        worker.run_compactor()
+                    })
                     .map_err(|e| Error::io(&dir, e))?,
             );
         }

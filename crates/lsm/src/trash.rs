@@ -79,7 +79,10 @@ impl Trash {
             let (backlog, closed) = (backlog.clone(), closed.clone());
             std::thread::Builder::new()
                 .name("tracedb-trash".into())
-                .spawn(move || run(&rx, &backlog, &closed))
+                .spawn(move || {
+                    crate::sched::use_default_slice();
+                    run(&rx, &backlog, &closed)
+                })
                 .map_err(|e| Error::io(&dir, e))?
         };
         let trash = Arc::new(Trash {

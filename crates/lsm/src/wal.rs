@@ -126,6 +126,9 @@ pub struct WalOptions {
     /// A segment is closed once it holds this many bytes; a segment may exceed
     /// it by at most one record.
     pub segment_bytes: u64,
+    /// Scheduler time slice the sync thread asks for ([`crate::sched`]);
+    /// every acknowledgement waits on that thread. Zero keeps the kernel's.
+    pub sync_thread_slice: std::time::Duration,
     /// File operations, with faults injected by tests.
     #[doc(hidden)]
     pub faults: Faults,
@@ -137,6 +140,7 @@ impl WalOptions {
         WalOptions {
             dir: dir.into(),
             segment_bytes: 64 << 20,
+            sync_thread_slice: std::time::Duration::ZERO,
             faults: Faults::default(),
         }
     }
@@ -448,9 +452,15 @@ impl Wal {
         });
         let thread = {
             let for_thread = shared.clone();
+            let slice = opts.sync_thread_slice;
             std::thread::Builder::new()
                 .name("wal-sync".into())
-                .spawn(move || sync::run(&for_thread, writer))
+                .spawn(move || {
+                    if let Err(e) = crate::sched::use_short_slice(slice) {
+                        tracing::warn!(error = %e, "could not shorten the WAL sync thread's time slice");
+                    }
+                    sync::run(&for_thread, writer)
+                })
                 .map_err(|e| Error::io(&shared.dir, e))?
         };
         let wal = Wal {

@@ -101,6 +101,14 @@ pub struct Config {
     #[arg(long, env = "TRACEDB_COMPACTION_RATE", default_value = "64MiB")]
     pub compaction_rate: ByteSize,
 
+    /// Scheduler time slice, in microseconds, asked for by the threads an
+    /// export waits on (request handlers, the WAL's sync thread): shorter
+    /// than the kernel's default, so they preempt flush and compaction when
+    /// they wake. Linux 6.12 or later; ignored elsewhere. 0 keeps the
+    /// kernel's default; else 100 to 100000.
+    #[arg(long, env = "TRACEDB_REQUEST_SLICE_US", default_value_t = 100)]
+    pub request_slice_us: u64,
+
     /// On SIGTERM or ctrl-c, how many seconds in-flight requests get to finish
     /// and buffers to flush before the process exits anyway (every
     /// acknowledged span is already in the fsynced WAL).
@@ -147,6 +155,7 @@ impl Config {
         opts.retention = self.retention.0;
         opts.compaction_threads = self.compaction_threads;
         opts.compaction_bytes_per_sec = self.compaction_rate.0;
+        opts.request_thread_slice = self.request_slice();
         // The ingest layer admits requests against the data budget, counting
         // buffered spans too; the engine's own budget is the backstop for the
         // same figure. An eighth of max_memory bounds the search-index cache;
@@ -154,6 +163,12 @@ impl Config {
         opts.memory_budget_bytes = self.data_budget();
         opts.index_cache_bytes = self.max_memory.as_usize() / 8;
         opts
+    }
+
+    /// Scheduler time slice for the threads an export waits on (zero: the
+    /// kernel's default); see `tracedb_lsm::sched`.
+    pub fn request_slice(&self) -> Duration {
+        Duration::from_micros(self.request_slice_us)
     }
 
     /// The ingest path's limits.
@@ -268,6 +283,13 @@ impl Config {
             format!(
                 "flush_bytes is {}: it must be between 4KiB and 4GiB",
                 self.flush_bytes
+            ),
+        );
+        check(
+            self.request_slice_us == 0 || (100..=100_000).contains(&self.request_slice_us),
+            format!(
+                "request_slice_us is {}: it must be 0 (the kernel's default) or between 100 and 100000",
+                self.request_slice_us
             ),
         );
         check(
@@ -690,10 +712,11 @@ mod tests {
     fn validation_lists_every_problem() {
         let e = parse(
             &["--max-memory", "1MiB", "--flush-age-secs", "0"],
-            "shards = 0\n",
+            "shards = 0\nrequest_slice_us = 50\n",
         )
         .expect_err("invalid");
         assert!(e.contains("shards is 0"), "{e}");
+        assert!(e.contains("request_slice_us is 50"), "{e}");
         assert!(e.contains("max_memory (1MiB) leaves"), "{e}");
         assert!(e.contains("flush_age_secs is 0"), "{e}");
     }

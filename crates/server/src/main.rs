@@ -111,9 +111,11 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    };
     match cli.command {
         Command::Serve { config, settings } => {
             let serve_matches = matches
@@ -125,6 +127,20 @@ fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
                 .with_writer(std::io::stderr)
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .init();
+            // Every thread of the runtime handles requests (or work they
+            // wait on): each asks for the short slice as it starts.
+            let slice = config.request_slice();
+            let warned = std::sync::atomic::AtomicBool::new(false);
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .on_thread_start(move || {
+                    if let Err(e) = tracedb_lsm::sched::use_short_slice(slice) {
+                        if !warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                            tracing::warn!(error = %e, "could not shorten the request threads' time slice");
+                        }
+                    }
+                })
+                .build()?;
             runtime.block_on(tracedb_server::run(config, shutdown_signal()))
         }
         Command::Get {
@@ -132,14 +148,14 @@ fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
             server,
             attributes,
             json,
-        } => runtime.block_on(get(trace_id, &server, attributes, json)),
+        } => runtime()?.block_on(get(trace_id, &server, attributes, json)),
         Command::Search {
             service,
             operation,
             since,
             limit,
             server,
-        } => runtime.block_on(search(service, operation, since, limit, &server)),
+        } => runtime()?.block_on(search(service, operation, since, limit, &server)),
         Command::Check { data_dir } => check::run(&data_dir),
     }
 }

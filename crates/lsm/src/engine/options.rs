@@ -16,6 +16,10 @@ pub struct EngineOptions {
     pub data_dir: PathBuf,
     pub memtable: MemTableOptions,
     pub wal_segment_bytes: u64,
+    /// Scheduler time slice for the WAL's sync thread, which every
+    /// acknowledged write waits on ([`crate::sched`]). Default zero: the
+    /// kernel's.
+    pub request_thread_slice: Duration,
     /// Layout of compaction outputs, which hold the data for its lifetime:
     /// zstd 3 by default, since bytes on disk per span is a target.
     pub table: TableOptions,
@@ -59,6 +63,7 @@ impl EngineOptions {
             data_dir: data_dir.into(),
             memtable: MemTableOptions::default(),
             wal_segment_bytes: 64 << 20,
+            request_thread_slice: Duration::ZERO,
             table: TableOptions::default(),
             flush_zstd_level: 1,
             compaction: CompactionOptions::default(),

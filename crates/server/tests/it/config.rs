@@ -98,3 +98,50 @@ async fn config_file_and_environment_are_applied() {
         "env outranks the file: {line}"
     );
 }
+
+/// (thread name, scheduler slice) of every thread of process `pid`.
+fn thread_slices(pid: u32) -> Vec<(String, Option<std::time::Duration>)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("/proc") {
+        let task = task.expect("task");
+        let tid: u32 = task.file_name().to_string_lossy().parse().expect("tid");
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        out.push((comm.trim().to_string(), tracedb_lsm::sched::slice_of(tid)));
+    }
+    out
+}
+
+#[test]
+fn request_threads_ask_for_the_configured_time_slice() {
+    // A fresh thread has the kernel's default slice; kernels before custom
+    // slices (Linux 6.12) report none, and there is nothing to check.
+    let Some(default) = std::thread::spawn(tracedb_lsm::sched::current_slice)
+        .join()
+        .expect("thread")
+    else {
+        return;
+    };
+    let want = std::time::Duration::from_micros(300);
+    assert_ne!(default, want, "pick a slice the kernel does not default to");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start_with(&dir.path().join("data"), &["--request-slice-us", "300"]);
+    let slices = thread_slices(server.pid());
+    let named = |name: &str| -> Vec<Option<std::time::Duration>> {
+        slices
+            .iter()
+            .filter(|(comm, _)| comm == name)
+            .map(|(_, slice)| *slice)
+            .collect()
+    };
+    for name in ["wal-sync", "tokio-rt-worker"] {
+        let got = named(name);
+        assert!(!got.is_empty(), "no {name} thread in {slices:?}");
+        assert!(got.iter().all(|s| *s == Some(want)), "{name}: {got:?}");
+    }
+    // Flush and compaction keep the default, so the request threads preempt them.
+    for name in ["tracedb-flush", "tracedb-compact"] {
+        let got = named(name);
+        assert!(!got.is_empty(), "no {name} thread in {slices:?}");
+        assert!(got.iter().all(|s| *s == Some(default)), "{name}: {got:?}");
+    }
+}

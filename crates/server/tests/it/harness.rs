@@ -106,6 +106,11 @@ impl Server {
         server
     }
 
+    /// The server's process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn endpoint(&self) -> String {
         match self.tls {
             None => format!("http://{}", self.addr),
