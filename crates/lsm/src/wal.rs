@@ -127,7 +127,8 @@ pub struct WalOptions {
     /// it by at most one record.
     pub segment_bytes: u64,
     /// Scheduler time slice the sync thread asks for ([`crate::sched`]);
-    /// every acknowledgement waits on that thread. Zero keeps the kernel's.
+    /// every acknowledgement waits on that thread. Zero leaves it the slice
+    /// it inherits from the thread that opens the log.
     pub sync_thread_slice: std::time::Duration,
     /// File operations, with faults injected by tests.
     #[doc(hidden)]

@@ -18,7 +18,7 @@ pub struct EngineOptions {
     pub wal_segment_bytes: u64,
     /// Scheduler time slice for the WAL's sync thread, which every
     /// acknowledged write waits on ([`crate::sched`]). Default zero: the
-    /// kernel's.
+    /// slice of the thread that opens the engine.
     pub request_thread_slice: Duration,
     /// Layout of compaction outputs, which hold the data for its lifetime:
     /// zstd 3 by default, since bytes on disk per span is a target.
