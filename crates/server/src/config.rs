@@ -285,11 +285,15 @@ impl Config {
                 self.flush_bytes
             ),
         );
+        let (shortest, longest) = tracedb_lsm::sched::SLICE_RANGE;
+        let slice = self.request_slice();
         check(
-            self.request_slice_us == 0 || (100..=100_000).contains(&self.request_slice_us),
+            slice.is_zero() || (shortest..=longest).contains(&slice),
             format!(
-                "request_slice_us is {}: it must be 0 (the kernel's default) or between 100 and 100000",
-                self.request_slice_us
+                "request_slice_us is {}: it must be 0 (the kernel's default) or between {} and {}",
+                self.request_slice_us,
+                shortest.as_micros(),
+                longest.as_micros()
             ),
         );
         check(
