@@ -9,7 +9,7 @@ use std::hint::black_box;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use prost::Message;
-use tracedb_ingest::scan_export_request;
+use tracedb_ingest::{scan_export_request, TimeRules};
 use tracedb_proto::{
     collector::trace::v1::ExportTraceServiceRequest,
     common::v1::{any_value::Value, AnyValue, InstrumentationScope, KeyValue},
@@ -83,7 +83,7 @@ fn bench_scan(c: &mut Criterion) {
         let mut out = Vec::with_capacity(SPANS);
         b.iter(|| {
             out.clear();
-            scan_export_request(black_box(&body), &mut out).expect("valid request");
+            scan_export_request(black_box(&body), &mut out, TimeRules::ANY).expect("valid request");
         })
     });
     group.bench_function("prost_decode", |b| {

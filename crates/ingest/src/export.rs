@@ -27,7 +27,7 @@ use crate::{
     budget::{MemoryBudget, Permit},
     error::Error,
     metrics::{IngestMetrics, Protocol},
-    scan::{scan_export_request, ScanOutcome},
+    scan::{scan_export_request, ScanOutcome, TimeRules},
 };
 
 /// Typical encoded size of a span, to size the output vector in one allocation.
@@ -161,7 +161,8 @@ impl Ingest {
     pub async fn store(&self, body: Bytes, permit: Permit) -> Result<ScanOutcome, Error> {
         let engine = self.serving_engine()?.clone();
         let mut spans = Vec::with_capacity(body.len() / TYPICAL_SPAN_BYTES + 1);
-        let outcome = scan_export_request(&body, &mut spans)?;
+        let rules = TimeRules::at(engine.now_unix_nano(), engine.expire_before());
+        let outcome = scan_export_request(&body, &mut spans, rules)?;
         let started = Instant::now();
         let stored_bytes = body.len();
         if let Err(e) = engine.write(spans).await {

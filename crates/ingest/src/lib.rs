@@ -42,5 +42,7 @@ pub use export::{Ingest, IngestOptions, Phase};
 pub use json::{json_to_protobuf, JsonError};
 pub use limit::{GrpcAdmission, OtlpSizeStatus};
 pub use metrics::{Exposition, IngestMetrics, Protocol};
-pub use scan::{scan_export_request, ScanOutcome, MAX_ANY_VALUE_DEPTH};
+pub use scan::{
+    scan_export_request, ScanOutcome, TimeRules, FUTURE_SLACK_NANOS, MAX_ANY_VALUE_DEPTH,
+};
 pub use service::OtlpTraceService;

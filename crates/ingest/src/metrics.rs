@@ -38,13 +38,19 @@ impl Protocol {
 enum SpanReason {
     InvalidTraceId,
     InvalidSpanId,
+    NoStartTime,
+    Expired,
+    FutureTime,
     Storage,
 }
 
 impl SpanReason {
-    const ALL: [SpanReason; 3] = [
+    const ALL: [SpanReason; 6] = [
         SpanReason::InvalidTraceId,
         SpanReason::InvalidSpanId,
+        SpanReason::NoStartTime,
+        SpanReason::Expired,
+        SpanReason::FutureTime,
         SpanReason::Storage,
     ];
 
@@ -52,6 +58,9 @@ impl SpanReason {
         match self {
             SpanReason::InvalidTraceId => "invalid_trace_id",
             SpanReason::InvalidSpanId => "invalid_span_id",
+            SpanReason::NoStartTime => "no_start_time",
+            SpanReason::Expired => "expired",
+            SpanReason::FutureTime => "future_time",
             SpanReason::Storage => "storage_error",
         }
     }
@@ -139,7 +148,7 @@ pub struct IngestMetrics {
     /// By [`Protocol`].
     spans_accepted: [AtomicU64; 3],
     /// By [`SpanReason`].
-    spans_rejected: [AtomicU64; 3],
+    spans_rejected: [AtomicU64; SpanReason::ALL.len()],
     /// By [`Protocol`], then by outcome.
     requests: [[AtomicU64; OUTCOMES.len()]; 3],
     /// By [`Protocol`]: from the first byte of the handler to the answer.
@@ -162,10 +171,15 @@ impl IngestMetrics {
         self.request_duration[p].observe(elapsed);
         if let Ok(outcome) = result {
             self.spans_accepted[p].fetch_add(outcome.accepted, Ordering::Relaxed);
-            self.spans_rejected[SpanReason::InvalidTraceId as usize]
-                .fetch_add(outcome.rejected_trace_id, Ordering::Relaxed);
-            self.spans_rejected[SpanReason::InvalidSpanId as usize]
-                .fetch_add(outcome.rejected_span_id, Ordering::Relaxed);
+            for (reason, spans) in [
+                (SpanReason::InvalidTraceId, outcome.rejected_trace_id),
+                (SpanReason::InvalidSpanId, outcome.rejected_span_id),
+                (SpanReason::NoStartTime, outcome.rejected_no_start),
+                (SpanReason::Expired, outcome.rejected_expired),
+                (SpanReason::FutureTime, outcome.rejected_future),
+            ] {
+                self.spans_rejected[reason as usize].fetch_add(spans, Ordering::Relaxed);
+            }
         }
     }
 
@@ -355,9 +369,12 @@ mod tests {
         let m = IngestMetrics::default();
         let outcome = ScanOutcome {
             accepted: 5,
-            rejected: 3,
+            rejected: 9,
             rejected_trace_id: 2,
             rejected_span_id: 1,
+            rejected_no_start: 1,
+            rejected_expired: 4,
+            rejected_future: 1,
             rejection_message: String::new(),
         };
         m.record(Protocol::HttpJson, &Ok(outcome), Duration::from_millis(1));
@@ -372,6 +389,9 @@ mod tests {
         assert!(text.contains("tracedb_spans_accepted_total{protocol=\"http_json\"} 5\n"));
         assert!(text.contains("tracedb_spans_rejected_total{reason=\"invalid_trace_id\"} 2\n"));
         assert!(text.contains("tracedb_spans_rejected_total{reason=\"invalid_span_id\"} 1\n"));
+        assert!(text.contains("tracedb_spans_rejected_total{reason=\"no_start_time\"} 1\n"));
+        assert!(text.contains("tracedb_spans_rejected_total{reason=\"expired\"} 4\n"));
+        assert!(text.contains("tracedb_spans_rejected_total{reason=\"future_time\"} 1\n"));
         assert!(text.contains(
             "tracedb_export_requests_total{protocol=\"http_json\",outcome=\"partial\"} 1\n"
         ));

@@ -17,8 +17,15 @@
 //! Two kinds of failure:
 //! - a malformed request (bad wire format anywhere) fails as a whole with a
 //!   [`ScanError`], and the output vector is left as it was;
-//! - a well-formed span with an unusable trace or span ID is rejected on its
-//!   own and counted in [`ScanOutcome`], as OTLP's partial success expects.
+//! - a well-formed span the server will not keep is rejected on its own and
+//!   counted in [`ScanOutcome`], as OTLP's partial success expects: an
+//!   unusable trace or span ID, no start time, or times the [`TimeRules`]
+//!   refuse (ended before the retention window, or ahead of the server's
+//!   clock by more than [`FUTURE_SLACK_NANOS`]).
+//!
+//! A span whose end is before its start is kept as sent; the engine counts it
+//! as lasting no time (its `end_unix_nano` is its start), so retention,
+//! search and time partitions see one consistent instant.
 //!
 //! `ResourceSpans` and `ScopeSpans` are each read twice: once for their
 //! resource or scope and schema URL (which the encoding may place after the
@@ -48,18 +55,56 @@ pub const MAX_ANY_VALUE_DEPTH: usize = 32;
 /// How many rejection reasons [`ScanOutcome::rejection_message`] spells out.
 const MAX_REJECTION_REASONS: usize = 5;
 
+/// How far ahead of the server's clock a span's start or end may be: clocks
+/// of the machines that export drift, but a span an hour ahead is a bug, and
+/// keeping it would hold its file back from retention for as long.
+pub const FUTURE_SLACK_NANOS: u64 = 3_600 * 1_000_000_000;
+
+/// Which span times the server keeps, fixed for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeRules {
+    /// Spans that end before this (Unix nanoseconds) are already past
+    /// retention: the server would never return them. 0 keeps any age.
+    pub expire_before: u64,
+    /// Spans that start or end after this are refused as ahead of the clock.
+    pub latest: u64,
+}
+
+impl TimeRules {
+    /// No time refused but a missing start (for tools that scan stored data).
+    pub const ANY: TimeRules = TimeRules {
+        expire_before: 0,
+        latest: u64::MAX,
+    };
+
+    /// The rules at `now` for a server whose retention window begins at
+    /// `expire_before` (0 when retention is off).
+    pub fn at(now_unix_nano: u64, expire_before: u64) -> Self {
+        TimeRules {
+            expire_before,
+            latest: now_unix_nano.saturating_add(FUTURE_SLACK_NANOS),
+        }
+    }
+}
+
 /// What scanning one `ExportTraceServiceRequest` found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ScanOutcome {
     /// Spans appended to the output.
     pub accepted: u64,
-    /// Well-formed spans left out because of an invalid trace or span ID.
+    /// Well-formed spans left out: the sum of the counts below.
     pub rejected: u64,
     /// Of `rejected`: spans whose trace ID is not 16 bytes or is all zero.
     pub rejected_trace_id: u64,
     /// Of `rejected`: spans with a usable trace ID whose span ID is not 8 bytes
     /// or is all zero.
     pub rejected_span_id: u64,
+    /// Of `rejected`: spans with usable IDs and no start time.
+    pub rejected_no_start: u64,
+    /// Of `rejected`: spans that ended before the retention window.
+    pub rejected_expired: u64,
+    /// Of `rejected`: spans starting or ending too far ahead of the clock.
+    pub rejected_future: u64,
     /// The first few reasons, human readable, for `partial_success.error_message`.
     pub rejection_message: String,
 }
@@ -74,13 +119,19 @@ pub struct ScanOutcome {
 /// Returns an error if the request is malformed anywhere: bad wire format at
 /// any depth, a known field with the wrong wire type, invalid UTF-8 in a string
 /// field, truncation, or `AnyValue`s nested too deeply. `out` is then left as
-/// it was. Well-formed spans whose trace ID is not 16 bytes or all zero, or
-/// whose span ID is not 8 bytes or all zero, are rejected one by one and counted.
-pub fn scan_export_request(body: &Bytes, out: &mut Vec<Span>) -> Result<ScanOutcome, ScanError> {
+/// it was. Well-formed spans whose trace ID is not 16 bytes or all zero, whose
+/// span ID is not 8 bytes or all zero, that have no start time, or whose
+/// times `rules` refuse, are rejected one by one and counted.
+pub fn scan_export_request(
+    body: &Bytes,
+    out: &mut Vec<Span>,
+    rules: TimeRules,
+) -> Result<ScanOutcome, ScanError> {
     let initial_len = out.len();
     let mut scanner = Scanner {
         body,
         out,
+        rules,
         outcome: ScanOutcome::default(),
     };
     match scanner.request() {
@@ -98,6 +149,7 @@ pub fn scan_export_request(body: &Bytes, out: &mut Vec<Span>) -> Result<ScanOutc
 struct Scanner<'a> {
     body: &'a Bytes,
     out: &'a mut Vec<Span>,
+    rules: TimeRules,
     outcome: ScanOutcome,
 }
 
@@ -183,7 +235,8 @@ impl Scanner<'_> {
         })
     }
 
-    /// Appends a well-formed span, or counts it as rejected if its IDs are unusable.
+    /// Appends a well-formed span, or counts it as rejected if its IDs are
+    /// unusable or the server would not keep it for its times.
     #[inline]
     fn admit(
         &mut self,
@@ -200,43 +253,59 @@ impl Scanner<'_> {
             .body
             .get(fields.span_id.clone())
             .and_then(SpanId::from_slice);
-        match (trace_id, span_id) {
+        let (trace_id, span_id) = match (trace_id, span_id) {
             (Some(trace_id), Some(span_id)) if !trace_id.is_zero() && !span_id.is_zero() => {
-                self.out.push(Span {
-                    trace_id,
-                    span_id,
-                    start_unix_nano: fields.start,
-                    end_unix_nano: fields.end,
-                    group: Arc::clone(group),
-                    payload: self.body.slice(payload),
-                });
-                self.outcome.accepted += 1;
+                (trace_id, span_id)
             }
             (trace_id, span_id) => {
                 let reason = if trace_id.is_none() {
-                    IdProblem::Length("trace_id", 16, fields.trace_id.len())
+                    Problem::Length("trace_id", 16, fields.trace_id.len())
                 } else if trace_id.is_some_and(|id| id.is_zero()) {
-                    IdProblem::Zero("trace_id")
+                    Problem::Zero("trace_id")
                 } else if span_id.is_none() {
-                    IdProblem::Length("span_id", 8, fields.span_id.len())
+                    Problem::Length("span_id", 8, fields.span_id.len())
                 } else {
-                    IdProblem::Zero("span_id")
+                    Problem::Zero("span_id")
                 };
-                self.reject(position, reason);
+                return self.reject(position, reason);
             }
+        };
+        let start = fields.start;
+        // An end before the start counts as no duration (the payload keeps both as sent).
+        let end = fields.end.max(start);
+        if start == 0 {
+            return self.reject(position, Problem::NoStart);
         }
+        if end < self.rules.expire_before {
+            return self.reject(position, Problem::Expired { end });
+        }
+        if end > self.rules.latest {
+            return self.reject(position, Problem::Future { end });
+        }
+        self.out.push(Span {
+            trace_id,
+            span_id,
+            start_unix_nano: start,
+            end_unix_nano: end,
+            group: Arc::clone(group),
+            payload: self.body.slice(payload),
+        });
+        self.outcome.accepted += 1;
     }
 
     #[cold]
-    fn reject(&mut self, position: SpanPosition, problem: IdProblem) {
+    fn reject(&mut self, position: SpanPosition, problem: Problem) {
         let outcome = &mut self.outcome;
         outcome.rejected += 1;
-        match problem {
-            IdProblem::Length("trace_id", ..) | IdProblem::Zero("trace_id") => {
-                outcome.rejected_trace_id += 1;
+        *match problem {
+            Problem::Length("trace_id", ..) | Problem::Zero("trace_id") => {
+                &mut outcome.rejected_trace_id
             }
-            _ => outcome.rejected_span_id += 1,
-        }
+            Problem::Length(..) | Problem::Zero(_) => &mut outcome.rejected_span_id,
+            Problem::NoStart => &mut outcome.rejected_no_start,
+            Problem::Expired { .. } => &mut outcome.rejected_expired,
+            Problem::Future { .. } => &mut outcome.rejected_future,
+        } += 1;
         if outcome.rejected > MAX_REJECTION_REASONS as u64 {
             return;
         }
@@ -249,12 +318,24 @@ impl Scanner<'_> {
             "resource_spans[{}].scope_spans[{}].spans[{}]: ",
             position.resource_spans, position.scope_spans, position.span
         );
+        let message = &mut outcome.rejection_message;
         let _ = match problem {
-            IdProblem::Length(field, expected, actual) => write!(
-                outcome.rejection_message,
-                "{field} is {actual} bytes, expected {expected}"
+            Problem::Length(field, expected, actual) => {
+                write!(message, "{field} is {actual} bytes, expected {expected}")
+            }
+            Problem::Zero(field) => write!(message, "{field} is all zero"),
+            Problem::NoStart => write!(message, "start_time_unix_nano is not set"),
+            Problem::Expired { end } => write!(
+                message,
+                "ended at {}, before the retention window began at {} (the server's --retention); a longer retention keeps older spans",
+                Rfc3339(end),
+                Rfc3339(self.rules.expire_before)
             ),
-            IdProblem::Zero(field) => write!(outcome.rejection_message, "{field} is all zero"),
+            Problem::Future { end } => write!(
+                message,
+                "ends at {}, more than 1h ahead of the server's clock",
+                Rfc3339(end)
+            ),
         };
     }
 }
@@ -269,10 +350,49 @@ impl ScanOutcome {
     }
 }
 
-enum IdProblem {
+/// Why one well-formed span is not kept.
+enum Problem {
     /// Field name, expected length, actual length.
     Length(&'static str, usize, usize),
     Zero(&'static str),
+    NoStart,
+    /// Its end (or start, if later) is before the retention window.
+    Expired {
+        end: u64,
+    },
+    /// Its end (or start, if later) is past [`TimeRules::latest`].
+    Future {
+        end: u64,
+    },
+}
+
+/// Unix nanoseconds as an RFC 3339 UTC time with milliseconds.
+struct Rfc3339(u64);
+
+impl std::fmt::Display for Rfc3339 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let secs = self.0 / 1_000_000_000;
+        let millis = self.0 / 1_000_000 % 1_000;
+        let (days, rem) = (secs / 86_400, secs % 86_400);
+        // Days since 1970-01-01 to a civil date (proleptic Gregorian), by
+        // 400-year eras of 146,097 days that start on March 1st.
+        let z = days + 719_468;
+        let era = z / 146_097;
+        let doe = z % 146_097;
+        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + u64::from(month <= 2);
+        write!(
+            f,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+            rem / 3_600,
+            rem / 60 % 60,
+            rem % 60
+        )
+    }
 }
 
 /// What `ResourceSpans` and `ScopeSpans` share: a context message in field 1

@@ -359,7 +359,7 @@ pub fn generate(opts: &WorkloadOptions) -> anyhow::Result<Workload> {
 /// scanner the server uses. prost writes `trace_id` (field 1, 16 bytes) first.
 fn trace_id_offsets(body: &Bytes) -> anyhow::Result<Vec<usize>> {
     let mut spans = Vec::new();
-    tracedb_ingest::scan_export_request(body, &mut spans)?;
+    tracedb_ingest::scan_export_request(body, &mut spans, tracedb_ingest::TimeRules::ANY)?;
     spans
         .iter()
         .map(|s| {

@@ -438,6 +438,17 @@ impl Engine {
         Ok(TraceLookup { spans, skipped })
     }
 
+    /// Spans that end before this (Unix nanoseconds) are past retention: no
+    /// read returns them and retention drops their files. 0 with retention off.
+    pub fn expire_before(&self) -> u64 {
+        self.inner.expire_before()
+    }
+
+    /// The engine's clock (the system clock unless a test set another).
+    pub fn now_unix_nano(&self) -> u64 {
+        self.inner.opts.clock.now_unix_nano()
+    }
+
     /// The current sealed buffers and files.
     pub fn snapshot(&self) -> Arc<SuperVersion> {
         self.inner.state.lock().clone()

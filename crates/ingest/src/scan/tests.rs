@@ -161,7 +161,7 @@ fn encode(request: &ExportTraceServiceRequest) -> Bytes {
 
 fn scan(body: &Bytes) -> (Result<ScanOutcome, ScanError>, Vec<tracedb_lsm::Span>) {
     let mut out = Vec::new();
-    let result = scan_export_request(body, &mut out);
+    let result = scan_export_request(body, &mut out, TimeRules::ANY);
     (result, out)
 }
 
@@ -225,7 +225,7 @@ fn agrees_with_prost(body: &Bytes) -> bool {
         payload: Bytes::new(),
     };
     let mut out = vec![sentinel];
-    let result = scan_export_request(body, &mut out);
+    let result = scan_export_request(body, &mut out, TimeRules::ANY);
     let decoded = ExportTraceServiceRequest::decode(body.clone());
     match (result, decoded) {
         (Err(e), Err(_)) => {
@@ -241,7 +241,11 @@ fn agrees_with_prost(body: &Bytes) -> bool {
                 .collect();
             let valid: Vec<&&ProtoSpan> = spans
                 .iter()
-                .filter(|s| is_valid_id(&s.trace_id, 16) && is_valid_id(&s.span_id, 8))
+                .filter(|s| {
+                    is_valid_id(&s.trace_id, 16)
+                        && is_valid_id(&s.span_id, 8)
+                        && s.start_time_unix_nano != 0
+                })
                 .collect();
             assert_eq!(outcome.accepted as usize, valid.len());
             assert_eq!(outcome.rejected as usize, spans.len() - valid.len());
@@ -250,7 +254,12 @@ fn agrees_with_prost(body: &Bytes) -> bool {
                 assert_eq!(&stored.trace_id.0[..], &original.trace_id[..]);
                 assert_eq!(&stored.span_id.0[..], &original.span_id[..]);
                 assert_eq!(stored.start_unix_nano, original.start_time_unix_nano);
-                assert_eq!(stored.end_unix_nano, original.end_time_unix_nano);
+                assert_eq!(
+                    stored.end_unix_nano,
+                    original
+                        .end_time_unix_nano
+                        .max(original.start_time_unix_nano)
+                );
                 let payload = ProtoSpan::decode(stored.payload.clone()).expect("payload decodes");
                 assert_eq!(&payload, *original);
             }
@@ -728,7 +737,7 @@ fn length_claiming_four_gib_is_malformed() {
 
 #[test]
 fn error_after_accepted_spans_leaves_output_as_it_was() {
-    let valid = encode(&one_resource((0..5).map(small_span).collect()));
+    let valid = encode(&one_resource((1..=5).map(small_span).collect()));
     let mut body = valid.to_vec();
     // A second ResourceSpans whose span is cut short.
     let mut broken_span = small_span(9).encode_to_vec();
@@ -737,9 +746,9 @@ fn error_after_accepted_spans_leaves_output_as_it_was() {
     let body = Bytes::from(body);
 
     let mut out = Vec::new();
-    scan_export_request(&valid, &mut out).expect("valid request");
+    scan_export_request(&valid, &mut out, TimeRules::ANY).expect("valid request");
     assert_eq!(out.len(), 5);
-    let result = scan_export_request(&body, &mut out);
+    let result = scan_export_request(&body, &mut out, TimeRules::ANY);
     assert!(result.is_err());
     assert_eq!(out.len(), 5, "spans of the failed request were removed");
     assert!(out
@@ -864,4 +873,104 @@ fn ten_thousand_spans_are_scanned() {
     let mut groups: Vec<*const ScopeGroup> = out.iter().map(|s| Arc::as_ptr(&s.group)).collect();
     groups.dedup();
     assert_eq!(groups.len(), 20);
+}
+
+// ---------------------------------------------------------------- time rules
+
+/// A span of trace 1 with span ID `n`, at the given times.
+fn timed_span(n: u64, start: u64, end: u64) -> ProtoSpan {
+    ProtoSpan {
+        start_time_unix_nano: start,
+        end_time_unix_nano: end,
+        ..small_span(4 + n)
+    }
+}
+
+const NOW: u64 = 1_800_000_000_000_000_000;
+const DAY: u64 = 86_400 * 1_000_000_000;
+
+#[test]
+fn spans_past_retention_without_a_start_or_ahead_of_the_clock_are_rejected_with_reasons() {
+    let rules = TimeRules::at(NOW, NOW - 7 * DAY);
+    let spans = vec![
+        timed_span(0, NOW - DAY, NOW - DAY + 5),           // kept
+        timed_span(1, NOW - 30 * DAY, NOW - 30 * DAY + 5), // expired
+        timed_span(2, 0, NOW),                             // no start time
+        timed_span(
+            3,
+            NOW + 2 * 3_600 * 1_000_000_000,
+            NOW + 2 * 3_600 * 1_000_000_000,
+        ), // future
+        timed_span(4, NOW - 7 * DAY - 10, NOW - 7 * DAY),  // ends exactly at the window: kept
+        timed_span(5, NOW, NOW + FUTURE_SLACK_NANOS),      // at the slack: kept
+        timed_span(6, NOW - DAY, NOW + DAY),               // ends a day ahead
+    ];
+    let body = encode(&one_resource(spans));
+    let mut out = Vec::new();
+    let outcome = scan_export_request(&body, &mut out, rules).expect("well-formed");
+    let kept: Vec<u64> = out.iter().map(|s| s.span_id.0[7].into()).collect();
+    assert_eq!(kept, [4, 8, 9], "span IDs are 4 + n");
+    assert_eq!(outcome.accepted, 3);
+    assert_eq!(outcome.rejected, 4);
+    assert_eq!(outcome.rejected_expired, 1);
+    assert_eq!(outcome.rejected_no_start, 1);
+    assert_eq!(outcome.rejected_future, 2);
+    assert_eq!(outcome.rejected_trace_id + outcome.rejected_span_id, 0);
+    let message = &outcome.rejection_message;
+    assert!(
+        message.contains(
+            "spans[1]: ended at 2026-12-16T08:00:00.000Z, before the retention window began at 2027-01-08T08:00:00.000Z"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains("spans[2]: start_time_unix_nano is not set"),
+        "{message}"
+    );
+    assert!(
+        message.contains("spans[3]: ends at 2027-01-15T10:00:00.000Z, more than 1h ahead"),
+        "{message}"
+    );
+    assert!(
+        message.contains("spans[6]: ends at 2027-01-16T08:00:00.000Z"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_span_ending_before_it_starts_is_kept_as_lasting_no_time() {
+    let span = timed_span(0, NOW - 100, NOW - 5_000);
+    let body = encode(&one_resource(vec![span.clone()]));
+    let mut out = Vec::new();
+    let outcome =
+        scan_export_request(&body, &mut out, TimeRules::at(NOW, NOW - DAY)).expect("well-formed");
+    assert_eq!((outcome.accepted, outcome.rejected), (1, 0));
+    assert_eq!(
+        (out[0].start_unix_nano, out[0].end_unix_nano),
+        (NOW - 100, NOW - 100)
+    );
+    // The payload is the span as it was sent, end time and all.
+    assert_eq!(
+        ProtoSpan::decode(out[0].payload.clone()).expect("decodes"),
+        span
+    );
+}
+
+#[test]
+fn without_retention_old_spans_are_kept_but_a_missing_start_is_not() {
+    let spans = vec![timed_span(0, 1, 2), timed_span(1, 0, 0)];
+    let body = encode(&one_resource(spans));
+    let mut out = Vec::new();
+    let outcome = scan_export_request(&body, &mut out, TimeRules::at(NOW, 0)).expect("well-formed");
+    assert_eq!((outcome.accepted, outcome.rejected_no_start), (1, 1));
+    assert_eq!(out[0].start_unix_nano, 1);
+}
+
+#[test]
+fn times_in_messages_are_rfc3339() {
+    let text = |nanos| Rfc3339(nanos).to_string();
+    assert_eq!(text(0), "1970-01-01T00:00:00.000Z");
+    assert_eq!(text(1_700_000_000_250_000_000), "2023-11-14T22:13:20.250Z");
+    assert_eq!(text(1_709_164_800_000_000_000), "2024-02-29T00:00:00.000Z");
+    assert_eq!(text(4_102_444_799_999_000_000), "2099-12-31T23:59:59.999Z");
 }

@@ -17,4 +17,5 @@ mod restart;
 mod shutdown;
 mod telemetrygen;
 mod tempo;
+mod time_rules;
 mod tls;
