@@ -13,9 +13,9 @@ const HEX: &str = "5b8efff798038103d269b633813fc60c";
 
 /// Tempo's `TraceByIDResponse`, field 1 only.
 #[derive(Clone, PartialEq, prost::Message)]
-struct TraceByIdResponse {
+pub struct TraceByIdResponse {
     #[prost(message, optional, tag = "1")]
-    trace: Option<TracesData>,
+    pub trace: Option<TracesData>,
 }
 
 fn get(server: &Server, path: &str, accept: &str) -> HttpResponse {
