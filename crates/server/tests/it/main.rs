@@ -13,6 +13,7 @@ mod large;
 mod otlp_http;
 mod overload;
 mod python_sdk;
+mod readme;
 mod restart;
 mod shutdown;
 mod telemetrygen;

@@ -1,0 +1,257 @@
+//! The README is a contract: every ```` ```sh ```` block in it is run here as a
+//! reader would paste it, against a server started the way the README says
+//! (`tracedb serve` with its defaults, in a fresh directory), and what each
+//! block prints is checked. Blocks marked ```` ```sh template ```` stand for a
+//! reader's own hosts and files (TLS) and are not run; each must name one of
+//! those placeholders, so a runnable example cannot hide among them.
+//!
+//! Two commands of the set-up block are not run as written: `cargo run
+//! --release --bin tracedb -- serve` is the binary cargo built for this test,
+//! started directly, and `scripts/test` is what runs this test. `grpcurl`
+//! blocks need `TRACEDB_TEST_GRPCURL` (`scripts/test` installs grpcurl) and
+//! are skipped, loudly, without it.
+
+use std::{
+    io::{BufRead, BufReader},
+    path::Path,
+    process::{Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use crate::harness::TRACEDB;
+
+const README: &str = include_str!("../../../../README.md");
+
+/// What a block must print, found by a piece of its text: pieces of its
+/// output, or with a leading `=`, the whole of it (trimmed).
+const EXPECTED: &[(&str, &[&str])] = &[
+    // Every span stored: no partial success.
+    ("http://127.0.0.1:4318/v1/traces", &["={}"]),
+    (
+        "tracedb get 5b8efff798038103d269b633813fc60c",
+        &[
+            "trace 5b8efff798038103d269b633813fc60c: 1 span, 1 service, 250.00ms",
+            "checkout: GET /cart server",
+            "\"traceId\":\"5b8efff798038103d269b633813fc60c\"",
+            // `search` lists the trace, its span count and root.
+            "\n5b8efff798038103d269b633813fc60c  ",
+            "1       0  checkout: GET /cart",
+        ],
+    ),
+    (
+        "jaeger.storage.v2.TraceReader/GetServices",
+        &["\"checkout\"", "\"name\": \"GET /cart\""],
+    ),
+    (
+        "/api/v2/traces/5b8efff798038103d269b633813fc60c",
+        &[
+            "\"traceId\":\"5b8efff798038103d269b633813fc60c\"",
+            "\"traceID\":\"5b8efff798038103d269b633813fc60c\"",
+            "\"rootTraceName\":\"GET /cart\"",
+            "\"checkout\"",
+        ],
+    ),
+    (
+        "tracedb.query.v1.QueryService/GetTrace",
+        &["\"name\": \"GET /cart\"", "\"status\": \"SERVING\""],
+    ),
+];
+
+/// Blocks that only need to succeed (they set variables for the reader's shell).
+const EXIT_ZERO: &[&str] = &["export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318"];
+
+/// What a template block must name: a reader's host or files.
+const PLACEHOLDERS: &[&str] = &["tracedb.example", "/etc/"];
+
+struct Block {
+    line: usize,
+    template: bool,
+    text: String,
+}
+
+/// The `sh` blocks of a Markdown text, with the line each starts on.
+fn sh_blocks(markdown: &str) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    let mut open: Option<Block> = None;
+    for (i, line) in markdown.lines().enumerate() {
+        match open.take() {
+            Some(block) if line.trim_end() == "```" => blocks.push(block),
+            Some(mut block) => {
+                block.text.push_str(line);
+                block.text.push('\n');
+                open = Some(block);
+            }
+            None => {
+                let info = line.strip_prefix("```").map(str::trim);
+                if let Some(info @ ("sh" | "sh template")) = info {
+                    open = Some(Block {
+                        line: i + 1,
+                        template: info == "sh template",
+                        text: String::new(),
+                    });
+                }
+            }
+        }
+    }
+    assert!(open.is_none(), "README ends inside a code block");
+    blocks
+}
+
+#[test]
+fn every_readme_example_runs_as_written() {
+    let blocks = sh_blocks(README);
+    let work = tempfile::tempdir().expect("tempdir");
+    // `target/release/tracedb`, as the README's commands spell it.
+    let release = work.path().join("target/release");
+    std::fs::create_dir_all(&release).expect("mkdir");
+    std::os::unix::fs::symlink(TRACEDB, release.join("tracedb")).expect("symlink");
+
+    let setup = blocks.first().expect("the set-up block");
+    assert!(
+        setup
+            .text
+            .contains("cargo run --release --bin tracedb -- serve")
+            && setup.text.contains("scripts/test"),
+        "README line {}: the first block starts the server and runs the tests:\n{}",
+        setup.line,
+        setup.text
+    );
+    let mut server = KillOnDrop(Some(start_as_documented(work.path())));
+
+    let grpcurl = std::env::var_os("TRACEDB_TEST_GRPCURL");
+    let mut ran = 0;
+    for block in &blocks[1..] {
+        if block.template {
+            assert!(
+                PLACEHOLDERS.iter().any(|p| block.text.contains(p)),
+                "README line {}: a template block names none of {PLACEHOLDERS:?}; run it instead:\n{}",
+                block.line,
+                block.text
+            );
+            continue;
+        }
+        let expected = EXPECTED
+            .iter()
+            .find(|(key, _)| block.text.contains(key))
+            .map(|(_, wanted)| *wanted);
+        assert!(
+            expected.is_some() || EXIT_ZERO.iter().any(|key| block.text.contains(key)),
+            "README line {}: readme.rs has no expectation for this block:\n{}",
+            block.line,
+            block.text
+        );
+        let mut path = std::env::var_os("PATH").unwrap_or_default();
+        if block.text.contains("grpcurl") {
+            let Some(grpcurl) = &grpcurl else {
+                eprintln!(
+                    "README line {}: SKIPPED (grpcurl not installed; scripts/test installs it)",
+                    block.line
+                );
+                continue;
+            };
+            let dir = Path::new(grpcurl).parent().expect("grpcurl's directory");
+            path = std::env::join_paths(
+                std::iter::once(dir.to_path_buf()).chain(std::env::split_paths(&path)),
+            )
+            .expect("PATH");
+        }
+        let output = Command::new("bash")
+            .args(["-euo", "pipefail", "-c", &block.text])
+            .current_dir(work.path())
+            .env("PATH", path)
+            .output()
+            .expect("run bash");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "README line {}: failed with {}:\n{}\nstdout:\n{stdout}\nstderr:\n{}",
+            block.line,
+            output.status,
+            block.text,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        for wanted in expected.unwrap_or_default() {
+            let found = match wanted.strip_prefix('=') {
+                Some(whole) => stdout.trim() == whole,
+                None => stdout.contains(wanted),
+            };
+            assert!(
+                found,
+                "README line {}: output lacks {wanted:?}:\n{}\nstdout:\n{stdout}",
+                block.line,
+                block.text
+            );
+        }
+        ran += 1;
+    }
+    assert!(ran >= 4, "only {ran} README blocks ran");
+
+    // "runs until ctrl-c or SIGTERM, when it flushes everything to disk and exits 0"
+    let mut server = server.0.take().expect("server");
+    let status = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let status = server.wait().expect("wait");
+    assert!(status.success(), "tracedb serve exited with {status}");
+    assert!(
+        work.path().join("tracedb-data/tables").is_dir(),
+        "the default data directory ./tracedb-data"
+    );
+}
+
+/// A server the test stops itself; killed if the test fails first (it holds
+/// the documented ports).
+struct KillOnDrop(Option<std::process::Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `tracedb serve` with no flags in `dir`, as the set-up block starts it;
+/// returns once it logs that it listens on the documented addresses.
+fn start_as_documented(dir: &Path) -> std::process::Child {
+    let mut child = Command::new(dir.join("target/release/tracedb"))
+        .arg("serve")
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tracedb serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut log = Vec::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("tracedb listening") {
+                let _ = tx.send(Ok(line.clone()));
+            }
+            log.push(line);
+        }
+        let _ = tx.send(Err(log.join("\n")));
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Ok(line)) => {
+            assert!(
+                line.contains("grpc=127.0.0.1:4317") && line.contains("http=127.0.0.1:4318"),
+                "not on the documented addresses: {line}"
+            );
+            child
+        }
+        Ok(Err(log)) => panic!(
+            "tracedb serve with the README's defaults did not start (is something else on 127.0.0.1:4317 or :4318?):\n{log}"
+        ),
+        Err(_) => {
+            let _ = child.kill();
+            panic!("tracedb serve did not log that it listens within 60 s")
+        }
+    }
+}
