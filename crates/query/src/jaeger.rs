@@ -4,7 +4,9 @@
 //! - `GetTraces` streams each requested trace as `TracesData` messages of one
 //!   trace each (under 4 MiB, consecutive for a large trace), straight from
 //!   the stored span bytes; IDs with no stored span are skipped; the optional
-//!   time range is a hint that skips files outside it.
+//!   time range is a hint that skips files outside it. Traces are read as
+//!   [`crate::read`] says: one that damaged files keep from being read at all
+//!   fails the call (DATA_LOSS), a partial one is logged and counted.
 //! - `GetServices`, `GetOperations`, `FindTraceIDs`, `FindTraces` and
 //!   `GetDependencies` read only the search index (no span payloads), except
 //!   that `FindTraces` then fetches the traces it found, as `GetTraces` does.
@@ -35,6 +37,7 @@ use tracedb_proto::{
 
 use crate::{
     error::Error,
+    read,
     traces_data::{encode_traces_data, MAX_MESSAGE_BYTES},
 };
 
@@ -64,22 +67,25 @@ impl JaegerStorage {
     }
 
     /// Streams the traces one after the other, each as its messages; a
-    /// trace with no spans is skipped. Lookups run on the blocking pool, one
-    /// trace ahead of the client at most.
+    /// trace with no stored span is skipped, as Jaeger expects; one whose
+    /// spans cannot be read at all ends the stream with DATA_LOSS; a partial
+    /// one is sent, logged and counted (Jaeger's API cannot mark it). Lookups
+    /// run on the blocking pool, one trace ahead of the client at most.
     fn stream_traces(&self, traces: Vec<(TraceId, TimeRange)>) -> MessageStream {
         let (tx, rx) = mpsc::channel::<Result<EncodedMessage, Status>>(4);
         let engine = self.engine.clone();
         tokio::spawn(async move {
             for (id, range) in traces {
-                let engine = engine.clone();
-                let found = tokio::task::spawn_blocking(move || engine.get_trace_in(&id, range))
-                    .await
-                    .map_err(|e| Status::internal(e.to_string()))
-                    .and_then(|r| r.map_err(|e| Status::from(Error::from(e))));
-                let messages: Vec<Bytes> = match found {
-                    Ok(spans) => encode_traces_data(&spans, MAX_MESSAGE_BYTES),
-                    Err(status) => {
-                        let _ = tx.send(Err(status)).await;
+                let messages: Vec<Bytes> = match read::trace(&engine, id, range).await {
+                    Ok(found) => {
+                        if found.is_partial() {
+                            read::note_partial(read::Api::Jaeger, &found);
+                        }
+                        encode_traces_data(&found.spans, MAX_MESSAGE_BYTES)
+                    }
+                    Err(Error::NotFound(_)) => continue,
+                    Err(e) => {
+                        let _ = tx.send(Err(Status::from(e))).await;
                         return;
                     }
                 };

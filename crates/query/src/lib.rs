@@ -6,6 +6,8 @@
 //!   and `DependencyReader`), answered from the search index and GetTrace.
 //! - [`tempo`]: the Grafana Tempo HTTP API (trace by ID, search, tags) as an
 //!   axum router for the server's HTTP port.
+//! - [`read`]: one trace read the same way for all three: whole, partial
+//!   (marked, logged, counted), unreadable, or not found; never an empty success.
 //! - [`otlp_json`]: OTLP/JSON encoding of `TracesData`.
 //! - [`traces_data`]: turns stored spans (encoded OTLP bytes plus their resource
 //!   and scope) into `TracesData` messages without decoding them.
@@ -14,6 +16,7 @@
 pub mod error;
 pub mod jaeger;
 pub mod otlp_json;
+pub mod read;
 pub mod service;
 pub mod tempo;
 pub mod traces_data;

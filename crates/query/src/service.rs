@@ -22,6 +22,7 @@ use tracedb_proto::{
 
 use crate::{
     error::Error,
+    read,
     traces_data::{encode_traces_data, MAX_MESSAGE_BYTES},
 };
 
@@ -82,19 +83,9 @@ impl QueryApi {
         if start != 0 && end != 0 && start > end {
             return Err(Error::TimeRange { start, end });
         }
-        let engine = self.engine.clone();
-        // File reads go through mmap and can block on disk: keep them off the runtime threads.
-        let found = tokio::task::spawn_blocking(move || engine.lookup_trace(&id, range))
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))??;
-        if found.spans.is_empty() {
-            if found.is_partial() {
-                return Err(Error::Unreadable {
-                    trace: id,
-                    skipped: found.skipped,
-                });
-            }
-            return Err(Error::NotFound(id));
+        let found = read::trace(&self.engine, id, range).await?;
+        if found.is_partial() {
+            read::note_partial(read::Api::Grpc, &found);
         }
         Ok(TraceMessages {
             messages: encode_traces_data(&found.spans, MAX_MESSAGE_BYTES),
@@ -122,7 +113,6 @@ impl QueryService for QueryApi {
         let stream = tokio_stream::iter(found.messages.into_iter().map(|m| Ok(EncodedMessage(m))));
         let mut response = Response::new(Box::pin(stream) as Self::GetTraceStream);
         if partial {
-            tracing::warn!(reason = %reason, "answering GetTrace with a partial trace");
             let headers = response.metadata_mut();
             headers.insert(
                 PARTIAL_HEADER,
@@ -174,7 +164,7 @@ impl QueryService for QueryApi {
 }
 
 /// `text` as a header value: printable ASCII only, at most [`REASON_MAX`] bytes.
-fn header_value(text: &str) -> String {
+pub fn header_value(text: &str) -> String {
     let mut out: String = text
         .chars()
         .map(|c| {

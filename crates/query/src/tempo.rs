@@ -11,7 +11,10 @@
 //! | `GET /api/v2/search/tag/{tag}/values`, `/api/search/tag/{tag}/values` | tag values |
 //!
 //! Trace IDs are 1 to 32 hex digits (left-padded with zeros); anything else
-//! is 400, an ID with no stored span 404. `start` and `end` (Unix seconds)
+//! is 400, an ID with no stored span 404, a trace no span of which can be
+//! read (damaged files) 500. A trace answered without the spans of damaged
+//! files carries the headers `tracedb-partial: true` and
+//! `tracedb-partial-reason` ([`crate::read`]). `start` and `end` (Unix seconds)
 //! are hints for trace lookups and bounds for search and tags. Search reads
 //! only the search index. Of TraceQL (`q`), the subset Grafana's search
 //! builder writes is understood ([`apply_traceql`]); anything else is 400.
@@ -35,7 +38,12 @@ use tracedb_lsm::{
 };
 use tracedb_proto::trace::v1::TracesData;
 
-use crate::{otlp_json, traces_data::encode_traces_data};
+use crate::{
+    error::Error,
+    otlp_json, read,
+    service::{describe_skipped, header_value, PARTIAL_HEADER, PARTIAL_REASON_HEADER},
+    traces_data::encode_traces_data,
+};
 
 /// The engine, once storage is open (the router is mounted before).
 pub type EngineCell = Arc<OnceLock<Arc<Engine>>>;
@@ -132,27 +140,55 @@ fn wants_protobuf(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.contains(PROTOBUF) || v.contains("application/x-protobuf"))
 }
 
-/// The trace as one encoded `TracesData`; 404 when no span is stored.
+/// A trace as one encoded `TracesData`, and why it may be incomplete.
+struct LoadedTrace {
+    data: Bytes,
+    /// The `tracedb-partial-reason` when damaged files were skipped.
+    partial: Option<String>,
+}
+
+impl LoadedTrace {
+    /// `response` with the partial marker headers, when the trace is partial.
+    fn marked(&self, mut response: Response) -> Response {
+        if let Some(reason) = &self.partial {
+            let headers = response.headers_mut();
+            headers.insert(PARTIAL_HEADER, header::HeaderValue::from_static("true"));
+            if let Ok(value) = header::HeaderValue::from_str(&header_value(reason)) {
+                headers.insert(PARTIAL_REASON_HEADER, value);
+            }
+        }
+        response
+    }
+}
+
+/// The trace as one encoded `TracesData`; 404 when no span is stored, 500
+/// when damaged files keep every span of it from being read.
 async fn load_trace(
     cell: &EngineCell,
     id: &str,
     params: &HashMap<String, String>,
-) -> ApiResult<Bytes> {
+) -> ApiResult<LoadedTrace> {
     let trace_id = parse_trace_id(id)
         .ok_or_else(|| bad(format!("trace ID must be 1 to 32 hex digits, got {id:?}")))?;
     let range = time_range(params)?;
     let engine = engine(cell)?;
-    let spans = blocking(move || engine.get_trace_in(&trace_id, range)).await?;
-    if spans.is_empty() {
-        return Err(ApiError(
-            StatusCode::NOT_FOUND,
-            format!("trace {trace_id} not found"),
-        ));
-    }
-    Ok(encode_traces_data(&spans, usize::MAX)
+    let found = match read::trace(&engine, trace_id, range).await {
+        Ok(found) => found,
+        Err(e @ Error::NotFound(_)) => return Err(ApiError(StatusCode::NOT_FOUND, e.to_string())),
+        Err(e) => {
+            tracing::error!(error = %e, "reading a trace");
+            return Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()));
+        }
+    };
+    let partial = found.is_partial().then(|| {
+        read::note_partial(read::Api::Tempo, &found);
+        describe_skipped(&found.skipped)
+    });
+    let data = encode_traces_data(&found.spans, usize::MAX)
         .into_iter()
         .next()
-        .unwrap_or_default())
+        .unwrap_or_default();
+    Ok(LoadedTrace { data, partial })
 }
 
 fn decode(bytes: &Bytes) -> ApiResult<TracesData> {
@@ -178,16 +214,16 @@ async fn trace_v2(
     let trace = load_trace(&cell, &id, &params).await?;
     if wants_protobuf(&headers) {
         // TraceByIDResponse { Trace trace = 1; }: Trace is wire-identical to TracesData.
-        let mut out = BytesMut::with_capacity(trace.len() + 11);
+        let mut out = BytesMut::with_capacity(trace.data.len() + 11);
         prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut out);
-        prost::encoding::encode_varint(trace.len() as u64, &mut out);
-        out.put(trace);
-        return Ok(protobuf(out.freeze()));
+        prost::encoding::encode_varint(trace.data.len() as u64, &mut out);
+        out.put(trace.data.clone());
+        return Ok(trace.marked(protobuf(out.freeze())));
     }
-    let data = decode(&trace)?;
-    Ok(json_response(
+    let data = decode(&trace.data)?;
+    Ok(trace.marked(json_response(
         json!({ "trace": otlp_json::traces_data(&data) }),
-    ))
+    )))
 }
 
 #[tracing::instrument(skip_all)]
@@ -199,15 +235,15 @@ async fn trace_v1(
 ) -> ApiResult<Response> {
     let trace = load_trace(&cell, &id, &params).await?;
     if wants_protobuf(&headers) {
-        return Ok(protobuf(trace));
+        return Ok(trace.marked(protobuf(trace.data.clone())));
     }
-    let data = decode(&trace)?;
+    let data = decode(&trace.data)?;
     let batches: Vec<Value> = data
         .resource_spans
         .iter()
         .map(otlp_json::resource_spans)
         .collect();
-    Ok(json_response(json!({ "batches": batches })))
+    Ok(trace.marked(json_response(json!({ "batches": batches }))))
 }
 
 /// A Tempo duration: `300ms`, `1.5s`, `2m`, `100us`, `10ns`, `1h`.

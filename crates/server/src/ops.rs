@@ -205,6 +205,18 @@ pub fn render(ops: &Ops) -> String {
         u64::from(ingest.phase() == Phase::Serving),
     );
     ingest.metrics().write(&mut out);
+    out.header(
+        "tracedb_partial_answers_total",
+        "counter",
+        "Traces answered without the spans of damaged files, by read API.",
+    );
+    for api in tracedb_query::read::Api::ALL {
+        out.sample(
+            "tracedb_partial_answers_total",
+            &format!("api=\"{}\"", api.label()),
+            tracedb_query::read::partial_answers(api),
+        );
+    }
 
     let budget = ingest.budget();
     out.single(

@@ -13,9 +13,17 @@ use std::{
 
 use prost::Message;
 use tracedb_lsm::{Engine, EngineOptions, ScopeGroup, SpanId, TraceId};
-use tracedb_proto::{query::v1::GetTraceRequest, trace::v1::TracesData};
+use tracedb_proto::{
+    jaeger::storage::v2::{
+        trace_reader_client::TraceReaderClient, GetTraceParams, GetTracesRequest,
+    },
+    query::v1::GetTraceRequest,
+    trace::v1::TracesData,
+};
 
-use crate::harness::{get_trace, resource, rich_span, spans_of, Server, TRACEDB};
+use crate::harness::{
+    get_trace, http_request, metric, resource, rich_span, spans_of, Server, TRACEDB,
+};
 
 fn check(dir: &Path) -> Output {
     Command::new(TRACEDB)
@@ -98,6 +106,27 @@ async fn get(
         .await
 }
 
+/// Jaeger's `GetTraces` of one trace: every message, or the status.
+async fn jaeger_get(
+    client: &mut TraceReaderClient<tonic::transport::Channel>,
+    trace: u128,
+) -> Result<Vec<TracesData>, tonic::Status> {
+    let mut stream = client
+        .get_traces(GetTracesRequest {
+            query: vec![GetTraceParams {
+                trace_id: trace.to_be_bytes().to_vec().into(),
+                ..Default::default()
+            }],
+        })
+        .await?
+        .into_inner();
+    let mut out = Vec::new();
+    while let Some(m) = stream.message().await? {
+        out.push(m);
+    }
+    Ok(out)
+}
+
 #[tokio::test]
 async fn check_finds_damage_and_the_server_serves_the_rest_marking_partial_traces() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -163,6 +192,45 @@ async fn check_finds_damage_and_the_server_serves_the_rest_marking_partial_trace
     // A trace the damaged file cannot hold: whole, and not marked.
     let whole = get(&server, 20).await.expect("trace 20");
     assert!(whole.metadata().get("tracedb-partial").is_none());
+
+    // The Tempo API marks the same answers with the same headers.
+    let tempo = |trace: u128| {
+        let path = format!("/api/v2/traces/{trace:032x}");
+        http_request(
+            server.http,
+            "GET",
+            &path,
+            &[("Accept", "application/json")],
+            b"",
+        )
+        .expect("GET trace")
+    };
+    let partial = tempo(1);
+    assert_eq!(partial.status, 200);
+    assert_eq!(partial.header("tracedb-partial"), Some("true"));
+    let tempo_reason = partial.header("tracedb-partial-reason").unwrap_or_default();
+    assert!(tempo_reason.contains(&name), "{tempo_reason}");
+    assert_eq!(
+        tempo(2).status,
+        500,
+        "unreadable is not \"not found\": {}",
+        String::from_utf8_lossy(&tempo(2).body)
+    );
+    assert_eq!(tempo(20).header("tracedb-partial"), None);
+
+    // Jaeger's API has no field for it: the spans that could be read, and
+    // DATA_LOSS for a trace none of whose spans could be.
+    let mut jaeger = TraceReaderClient::new(server.channel().await);
+    let jaeger_spans = |messages: Vec<TracesData>| spans_of(&messages).len();
+    let one = jaeger_get(&mut jaeger, 1).await.expect("partial trace");
+    assert_eq!(jaeger_spans(one), 4);
+    let unreadable = jaeger_get(&mut jaeger, 2).await.expect_err("unreadable");
+    assert_eq!(unreadable.code(), tonic::Code::DataLoss, "{unreadable}");
+    // Each partial answer is counted, on every API.
+    for api in ["grpc", "tempo", "jaeger"] {
+        let sample = format!("tracedb_partial_answers_total{{api=\"{api}\"}}");
+        assert_eq!(metric(&server, &sample), 1.0, "{sample}");
+    }
     assert!(
         server.log_text().contains("quarantined"),
         "{}",

@@ -179,8 +179,7 @@ fn every_readme_example_runs_as_written() {
             assert!(
                 found,
                 "README line {}: output lacks {wanted:?}:\n{}\nstdout:\n{stdout}",
-                block.line,
-                block.text
+                block.line, block.text
             );
         }
         ran += 1;
