@@ -22,7 +22,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_stream::{wrappers::ReceiverStream, Stream};
 use tonic::{Request, Response, Status};
-use tracedb_lsm::{index::SearchQuery, Engine, IndexSnapshot, TimeRange, TraceId};
+use tracedb_lsm::{index::SearchQuery, TimeRange, TraceId};
 use tracedb_proto::{
     codec::EncodedMessage,
     dependency_reader_server::DependencyReader,
@@ -37,7 +37,7 @@ use tracedb_proto::{
 
 use crate::{
     error::Error,
-    read,
+    read::{self, Reads},
     traces_data::{encode_traces_data, MAX_MESSAGE_BYTES},
 };
 
@@ -48,22 +48,15 @@ pub const MAX_SEARCH_DEPTH: usize = 10_000;
 
 type MessageStream = Pin<Box<dyn Stream<Item = Result<EncodedMessage, Status>> + Send>>;
 
-/// `jaeger.storage.v2.TraceReader` and `DependencyReader` over one engine.
+/// `jaeger.storage.v2.TraceReader` and `DependencyReader` over a store's [`Reads`].
 #[derive(Clone)]
 pub struct JaegerStorage {
-    engine: Arc<Engine>,
+    reads: Arc<dyn Reads>,
 }
 
 impl JaegerStorage {
-    pub fn new(engine: Arc<Engine>) -> Self {
-        JaegerStorage { engine }
-    }
-
-    async fn index(&self, range: TimeRange) -> Result<IndexSnapshot, Error> {
-        let engine = self.engine.clone();
-        Ok(tokio::task::spawn_blocking(move || engine.index(range))
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))??)
+    pub fn new(reads: Arc<dyn Reads>) -> Self {
+        JaegerStorage { reads }
     }
 
     /// Streams the traces one after the other, each as its messages; a
@@ -73,10 +66,10 @@ impl JaegerStorage {
     /// run on the blocking pool, one trace ahead of the client at most.
     fn stream_traces(&self, traces: Vec<(TraceId, TimeRange)>) -> MessageStream {
         let (tx, rx) = mpsc::channel::<Result<EncodedMessage, Status>>(4);
-        let engine = self.engine.clone();
+        let reads = self.reads.clone();
         tokio::spawn(async move {
             for (id, range) in traces {
-                let messages: Vec<Bytes> = match read::trace(&engine, id, range).await {
+                let messages: Vec<Bytes> = match reads.trace(id, range).await {
                     Ok(found) => {
                         if found.is_partial() {
                             read::note_partial(read::Api::Jaeger, &found);
@@ -176,10 +169,7 @@ fn search_query(p: &TraceQueryParameters) -> Result<SearchQuery, Status> {
 impl JaegerStorage {
     async fn find(&self, p: Option<TraceQueryParameters>) -> Result<Vec<FoundTraceId>, Status> {
         let q = search_query(&p.unwrap_or_default())?;
-        let index = self.index(TimeRange::new(q.start_min, 0)).await?;
-        let hits = tokio::task::spawn_blocking(move || index.search(&q))
-            .await
-            .map_err(|e| Status::internal(e.to_string()))?;
+        let hits = self.reads.search(q).await?;
         Ok(hits
             .into_iter()
             .map(|h| FoundTraceId {
@@ -226,9 +216,8 @@ impl TraceReader for JaegerStorage {
         &self,
         _request: Request<GetServicesRequest>,
     ) -> Result<Response<GetServicesResponse>, Status> {
-        let index = self.index(TimeRange::ALL).await?;
         Ok(Response::new(GetServicesResponse {
-            services: index.services(),
+            services: self.reads.services(TimeRange::ALL).await?,
         }))
     }
 
@@ -245,9 +234,10 @@ impl TraceReader for JaegerStorage {
                     Status::invalid_argument(format!("unknown span_kind {name:?}"))
                 })?),
             };
-        let index = self.index(TimeRange::ALL).await?;
-        let operations = index
-            .operations(&req.service, kind)
+        let operations = self
+            .reads
+            .operations(req.service, kind, TimeRange::ALL)
+            .await?
             .into_iter()
             .map(|(name, kind)| Operation {
                 name,
@@ -294,14 +284,7 @@ impl DependencyReader for JaegerStorage {
     ) -> Result<Response<GetDependenciesResponse>, Status> {
         let req = request.into_inner();
         let (start, end) = (nanos(req.start_time.as_ref()), nanos(req.end_time.as_ref()));
-        let engine = self.engine.clone();
-        let found = tokio::task::spawn_blocking(move || {
-            let index = engine.index(TimeRange::new(start, end))?;
-            index.dependencies(&engine, start, end)
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?
-        .map_err(Error::from)?;
+        let found = self.reads.dependencies(TimeRange::new(start, end)).await?;
         let dependencies = found
             .into_iter()
             .map(|((parent, child), call_count)| Dependency {

@@ -1,13 +1,15 @@
-//! tracedb's query side.
+//! tracedb's query side: three front-ends over one read interface.
 //!
-//! - [`service`]: `tracedb.query.v1.QueryService/GetTrace`, which asks the storage
-//!   engine for a trace and streams it back.
+//! - [`read`]: the interface, [`read::Reads`] (a trace by ID, search,
+//!   services, operations, tag keys and values, dependencies), and its
+//!   implementation over this process's storage engine, [`read::LocalReads`].
+//!   A trace is answered the same way everywhere: whole, partial (marked,
+//!   logged, counted), unreadable, or not found; never an empty success.
+//! - [`service`]: `tracedb.query.v1.QueryService` (GetTrace, SearchTraces).
 //! - [`jaeger`]: Jaeger v2 remote storage (`jaeger.storage.v2.TraceReader`
-//!   and `DependencyReader`), answered from the search index and GetTrace.
+//!   and `DependencyReader`).
 //! - [`tempo`]: the Grafana Tempo HTTP API (trace by ID, search, tags) as an
 //!   axum router for the server's HTTP port.
-//! - [`read`]: one trace read the same way for all three: whole, partial
-//!   (marked, logged, counted), unreadable, or not found; never an empty success.
 //! - [`otlp_json`]: OTLP/JSON encoding of `TracesData`.
 //! - [`traces_data`]: turns stored spans (encoded OTLP bytes plus their resource
 //!   and scope) into `TracesData` messages without decoding them.

@@ -1,5 +1,10 @@
-//! Reading one trace, the same way for every front-end (GetTrace, Jaeger's
-//! GetTraces, the Tempo API), so each answers alike:
+//! The one read interface every front-end calls ([`Reads`]): GetTrace and
+//! SearchTraces, Jaeger's `TraceReader` and `DependencyReader`, and the Tempo
+//! API ask it for traces, searches, services, operations, tags and
+//! dependencies, and never touch a store themselves. [`LocalReads`] answers
+//! from the storage engine of this process.
+//!
+//! A trace is answered the same way for every front-end, so each answers alike:
 //!
 //! - whole: every stored span, each (trace ID, span ID) once;
 //! - partial: the spans that could be read, when damaged files that may hold
@@ -13,14 +18,168 @@
 //!
 //! An answer with no spans is never a success.
 
-use std::sync::{
-    atomic::{AtomicU64, Ordering},
-    Arc,
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
 };
 
-use tracedb_lsm::{Engine, SkippedFile, Span, TimeRange, TraceId};
+use tracedb_lsm::{
+    index::{SearchQuery, TagScope, TraceHit},
+    Engine, IndexSnapshot, SkippedFile, Span, TimeRange, TraceId,
+};
 
 use crate::error::Error;
+
+/// What the read front-ends ask of a store. Every method is answered off the
+/// runtime threads where it blocks.
+#[tonic::async_trait]
+pub trait Reads: Send + Sync + 'static {
+    /// A whole trace, or why not: see the module documentation.
+    async fn trace(&self, trace_id: TraceId, range: TimeRange) -> Result<FoundTrace, Error>;
+
+    /// Traces matching `query`, newest first, at most `query.limit`.
+    async fn search(&self, query: SearchQuery) -> Result<Vec<TraceHit>, Error>;
+
+    /// Services with spans in `range`, sorted.
+    async fn services(&self, range: TimeRange) -> Result<Vec<String>, Error>;
+
+    /// (span name, OTLP kind) of a service's spans in `range`, sorted;
+    /// `kind` keeps one kind.
+    async fn operations(
+        &self,
+        service: String,
+        kind: Option<u8>,
+        range: TimeRange,
+    ) -> Result<Vec<(String, u8)>, Error>;
+
+    /// Span names of every service in `range`, sorted, each once.
+    async fn span_names(&self, range: TimeRange) -> Result<Vec<String>, Error>;
+
+    /// Attribute keys with their scope, of traces in `range`.
+    async fn tag_keys(&self, range: TimeRange) -> Result<BTreeSet<(TagScope, String)>, Error>;
+
+    /// Values of attribute `key` (in `scope`, or either) in `range`.
+    async fn tag_values(
+        &self,
+        scope: Option<TagScope>,
+        key: String,
+        range: TimeRange,
+    ) -> Result<BTreeSet<String>, Error>;
+
+    /// Calls from one service to another in `range`: (parent, child) -> count.
+    async fn dependencies(
+        &self,
+        range: TimeRange,
+    ) -> Result<BTreeMap<(String, String), u64>, Error>;
+}
+
+/// [`Reads`] from the storage engine of this process.
+#[derive(Clone)]
+pub struct LocalReads {
+    engine: Arc<Engine>,
+}
+
+impl LocalReads {
+    pub fn new(engine: Arc<Engine>) -> Self {
+        LocalReads { engine }
+    }
+
+    /// Runs `f` with the engine on the blocking pool.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Engine) -> tracedb_lsm::Result<T> + Send + 'static,
+    ) -> Result<T, Error> {
+        let engine = self.engine.clone();
+        tokio::task::spawn_blocking(move || f(&engine))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .map_err(Error::from)
+    }
+
+    /// The search index's summaries of `range`, and `f` over them.
+    async fn index<T: Send + 'static>(
+        &self,
+        range: TimeRange,
+        f: impl FnOnce(&IndexSnapshot) -> T + Send + 'static,
+    ) -> Result<T, Error> {
+        self.blocking(move |engine| Ok(f(&engine.index(range)?)))
+            .await
+    }
+}
+
+#[tonic::async_trait]
+impl Reads for LocalReads {
+    async fn trace(&self, trace_id: TraceId, range: TimeRange) -> Result<FoundTrace, Error> {
+        trace(&self.engine, trace_id, range).await
+    }
+
+    async fn search(&self, query: SearchQuery) -> Result<Vec<TraceHit>, Error> {
+        self.blocking(move |engine| engine.search(&query)).await
+    }
+
+    async fn services(&self, range: TimeRange) -> Result<Vec<String>, Error> {
+        self.index(range, |index| index.services()).await
+    }
+
+    async fn operations(
+        &self,
+        service: String,
+        kind: Option<u8>,
+        range: TimeRange,
+    ) -> Result<Vec<(String, u8)>, Error> {
+        self.index(range, move |index| index.operations(&service, kind))
+            .await
+    }
+
+    async fn span_names(&self, range: TimeRange) -> Result<Vec<String>, Error> {
+        self.index(range, |index| {
+            let mut names: Vec<String> = index
+                .services()
+                .iter()
+                .flat_map(|service| index.operations(service, None))
+                .map(|(name, _)| name)
+                .collect();
+            names.sort();
+            names.dedup();
+            names
+        })
+        .await
+    }
+
+    async fn tag_keys(&self, range: TimeRange) -> Result<BTreeSet<(TagScope, String)>, Error> {
+        self.index(range, move |index| {
+            index.tag_keys(range.start_unix_nano, range.end_unix_nano)
+        })
+        .await
+    }
+
+    async fn tag_values(
+        &self,
+        scope: Option<TagScope>,
+        key: String,
+        range: TimeRange,
+    ) -> Result<BTreeSet<String>, Error> {
+        self.index(range, move |index| {
+            index.tag_values(scope, &key, range.start_unix_nano, range.end_unix_nano)
+        })
+        .await
+    }
+
+    async fn dependencies(
+        &self,
+        range: TimeRange,
+    ) -> Result<BTreeMap<(String, String), u64>, Error> {
+        self.blocking(move |engine| {
+            engine
+                .index(range)?
+                .dependencies(engine, range.start_unix_nano, range.end_unix_nano)
+        })
+        .await
+    }
+}
 
 /// A trace as read: never empty.
 #[derive(Debug)]

@@ -13,7 +13,7 @@ use std::{pin::Pin, sync::Arc};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
 use tracedb_lsm::index::SearchQuery;
-use tracedb_lsm::{Engine, SkippedFile, TimeRange, TraceId};
+use tracedb_lsm::{SkippedFile, TimeRange, TraceId};
 use tracedb_proto::{
     codec::EncodedMessage,
     query::v1::{GetTraceRequest, SearchTracesRequest, SearchTracesResponse, TraceSummary},
@@ -22,7 +22,7 @@ use tracedb_proto::{
 
 use crate::{
     error::Error,
-    read,
+    read::{self, Reads},
     traces_data::{encode_traces_data, MAX_MESSAGE_BYTES},
 };
 
@@ -50,15 +50,15 @@ pub fn describe_skipped(skipped: &[SkippedFile]) -> String {
         .join("; ")
 }
 
-/// The query service over one storage engine.
+/// The query service over a store's [`Reads`].
 #[derive(Clone)]
 pub struct QueryApi {
-    engine: Arc<Engine>,
+    reads: Arc<dyn Reads>,
 }
 
 impl QueryApi {
-    pub fn new(engine: Arc<Engine>) -> Self {
-        QueryApi { engine }
+    pub fn new(reads: Arc<dyn Reads>) -> Self {
+        QueryApi { reads }
     }
 
     /// The trace's spans as `TracesData` messages under the gRPC size limit.
@@ -83,7 +83,7 @@ impl QueryApi {
         if start != 0 && end != 0 && start > end {
             return Err(Error::TimeRange { start, end });
         }
-        let found = read::trace(&self.engine, id, range).await?;
+        let found = self.reads.trace(id, range).await?;
         if found.is_partial() {
             read::note_partial(read::Api::Grpc, &found);
         }
@@ -141,11 +141,7 @@ impl QueryService for QueryApi {
             duration_max: r.max_duration_nanos,
             limit: (r.limit as usize).min(crate::jaeger::MAX_SEARCH_DEPTH),
         };
-        let engine = self.engine.clone();
-        let hits = tokio::task::spawn_blocking(move || engine.search(&q))
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))?
-            .map_err(Error::from)?;
+        let hits = self.reads.search(q).await?;
         let traces = hits
             .into_iter()
             .map(|h| TraceSummary {

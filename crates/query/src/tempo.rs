@@ -19,7 +19,10 @@
 //! only the search index. Of TraceQL (`q`), the subset Grafana's search
 //! builder writes is understood ([`apply_traceql`]); anything else is 400.
 
-use std::sync::{Arc, OnceLock};
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::{Arc, OnceLock},
+};
 
 use axum::{
     extract::{Path, Query, State},
@@ -31,28 +34,29 @@ use axum::{
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message as _;
 use serde_json::{json, Value};
-use std::collections::HashMap;
 use tracedb_lsm::{
     index::{SearchQuery, TagScope},
-    Engine, TimeRange, TraceId,
+    TimeRange, TraceId,
 };
 use tracedb_proto::trace::v1::TracesData;
 
 use crate::{
     error::Error,
-    otlp_json, read,
+    otlp_json,
+    read::{self, Reads},
     service::{describe_skipped, header_value, PARTIAL_HEADER, PARTIAL_REASON_HEADER},
     traces_data::encode_traces_data,
 };
 
-/// The engine, once storage is open (the router is mounted before).
-pub type EngineCell = Arc<OnceLock<Arc<Engine>>>;
+/// The store's reads, once they can be answered (the router is mounted
+/// before storage is open).
+pub type ReadsCell = Arc<OnceLock<Arc<dyn Reads>>>;
 
 const PROTOBUF: &str = "application/protobuf";
 const SEC: u64 = 1_000_000_000;
 
 /// The Tempo routes, to be merged into the server's HTTP router.
-pub fn router(engine: EngineCell) -> Router {
+pub fn router(reads: ReadsCell) -> Router {
     Router::new()
         .route("/api/echo", get(|| async { "echo" }))
         .route("/api/v2/traces/{id}", get(trace_v2))
@@ -62,7 +66,7 @@ pub fn router(engine: EngineCell) -> Router {
         .route("/api/search/tags", get(tags_v1))
         .route("/api/v2/search/tag/{tag}/values", get(tag_values_v2))
         .route("/api/search/tag/{tag}/values", get(tag_values_v1))
-        .with_state(engine)
+        .with_state(reads)
 }
 
 /// An error answer: status and a plain-text reason.
@@ -80,7 +84,7 @@ fn bad(msg: impl Into<String>) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, msg.into())
 }
 
-fn engine(cell: &EngineCell) -> ApiResult<Arc<Engine>> {
+fn reads(cell: &ReadsCell) -> ApiResult<Arc<dyn Reads>> {
     cell.get().cloned().ok_or_else(|| {
         ApiError(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -89,18 +93,10 @@ fn engine(cell: &EngineCell) -> ApiResult<Arc<Engine>> {
     })
 }
 
-/// Runs blocking engine work off the runtime threads.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> tracedb_lsm::Result<T> + Send + 'static,
-) -> ApiResult<T> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => {
-            tracing::error!(error = %e, "reading storage");
-            Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
-        }
-        Err(e) => Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
-    }
+/// An error of the store as an answer: 500, with the reason.
+fn failed(e: Error) -> ApiError {
+    tracing::error!(error = %e, "reading storage");
+    ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
 
 /// A Tempo trace ID: 1 to 32 hex digits, left-padded.
@@ -164,21 +160,17 @@ impl LoadedTrace {
 /// The trace as one encoded `TracesData`; 404 when no span is stored, 500
 /// when damaged files keep every span of it from being read.
 async fn load_trace(
-    cell: &EngineCell,
+    cell: &ReadsCell,
     id: &str,
     params: &HashMap<String, String>,
 ) -> ApiResult<LoadedTrace> {
     let trace_id = parse_trace_id(id)
         .ok_or_else(|| bad(format!("trace ID must be 1 to 32 hex digits, got {id:?}")))?;
     let range = time_range(params)?;
-    let engine = engine(cell)?;
-    let found = match read::trace(&engine, trace_id, range).await {
+    let found = match reads(cell)?.trace(trace_id, range).await {
         Ok(found) => found,
         Err(e @ Error::NotFound(_)) => return Err(ApiError(StatusCode::NOT_FOUND, e.to_string())),
-        Err(e) => {
-            tracing::error!(error = %e, "reading a trace");
-            return Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()));
-        }
+        Err(e) => return Err(failed(e)),
     };
     let partial = found.is_partial().then(|| {
         read::note_partial(read::Api::Tempo, &found);
@@ -206,7 +198,7 @@ fn json_response(v: Value) -> Response {
 
 #[tracing::instrument(skip_all)]
 async fn trace_v2(
-    State(cell): State<EngineCell>,
+    State(cell): State<ReadsCell>,
     Path(id): Path<String>,
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
@@ -228,7 +220,7 @@ async fn trace_v2(
 
 #[tracing::instrument(skip_all)]
 async fn trace_v1(
-    State(cell): State<EngineCell>,
+    State(cell): State<ReadsCell>,
     Path(id): Path<String>,
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
@@ -348,7 +340,7 @@ pub fn apply_traceql(text: &str, q: &mut SearchQuery) -> Result<(), String> {
 
 #[tracing::instrument(skip_all)]
 async fn search(
-    State(cell): State<EngineCell>,
+    State(cell): State<ReadsCell>,
     Query(params): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
     if params
@@ -394,8 +386,7 @@ async fn search(
             .map_err(|_| bad(format!("limit must be a number, got {v:?}")))?
             .clamp(1, crate::jaeger::MAX_SEARCH_DEPTH),
     };
-    let engine = engine(&cell)?;
-    let hits = blocking(move || engine.search(&q)).await?;
+    let hits = reads(&cell)?.search(q).await.map_err(failed)?;
     let traces: Vec<Value> = hits
         .iter()
         .map(|h| {
@@ -414,22 +405,19 @@ async fn search(
     })))
 }
 
-async fn index(cell: &EngineCell, range: TimeRange) -> ApiResult<tracedb_lsm::IndexSnapshot> {
-    let engine = engine(cell)?;
-    blocking(move || engine.index(range)).await
+async fn tag_keys(cell: &ReadsCell, range: TimeRange) -> ApiResult<BTreeSet<(TagScope, String)>> {
+    reads(cell)?.tag_keys(range).await.map_err(failed)
 }
 
 /// Intrinsics tracedb can list values of.
 const INTRINSICS: &[&str] = &["duration", "kind", "name", "status"];
 
 async fn tags_v2(
-    State(cell): State<EngineCell>,
+    State(cell): State<ReadsCell>,
     Query(params): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
     let range = time_range(&params)?;
-    let keys = index(&cell, range)
-        .await?
-        .tag_keys(range.start_unix_nano, range.end_unix_nano);
+    let keys = tag_keys(&cell, range).await?;
     let of = |scope: TagScope| -> Vec<&str> {
         keys.iter()
             .filter(|(s, _)| *s == scope)
@@ -446,13 +434,11 @@ async fn tags_v2(
 }
 
 async fn tags_v1(
-    State(cell): State<EngineCell>,
+    State(cell): State<ReadsCell>,
     Query(params): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
     let range = time_range(&params)?;
-    let keys = index(&cell, range)
-        .await?
-        .tag_keys(range.start_unix_nano, range.end_unix_nano);
+    let keys = tag_keys(&cell, range).await?;
     let mut names: Vec<&str> = keys.iter().map(|(_, k)| k.as_str()).collect();
     names.dedup();
     Ok(json_response(json!({ "tagNames": names })))
@@ -460,17 +446,10 @@ async fn tags_v1(
 
 /// Values of a tag: `resource.k`, `span.k`, `.k` or `k` (either scope), or
 /// the intrinsic `name` (span names).
-async fn values(cell: &EngineCell, tag: &str, range: TimeRange) -> ApiResult<Vec<String>> {
-    let index = index(cell, range).await?;
-    let (start, end) = (range.start_unix_nano, range.end_unix_nano);
+async fn values(cell: &ReadsCell, tag: &str, range: TimeRange) -> ApiResult<Vec<String>> {
+    let reads = reads(cell)?;
     if tag == "name" || tag == "span:name" {
-        let mut names: Vec<String> = Vec::new();
-        for service in index.services() {
-            names.extend(index.operations(&service, None).into_iter().map(|(n, _)| n));
-        }
-        names.sort();
-        names.dedup();
-        return Ok(names);
+        return reads.span_names(range).await.map_err(failed);
     }
     let (scope, key) = if let Some(k) = tag.strip_prefix("resource.") {
         (Some(TagScope::Resource), k)
@@ -482,14 +461,16 @@ async fn values(cell: &EngineCell, tag: &str, range: TimeRange) -> ApiResult<Vec
     if key.is_empty() {
         return Err(bad("empty tag name"));
     }
-    Ok(index
-        .tag_values(scope, key, start, end)
+    Ok(reads
+        .tag_values(scope, key.to_owned(), range)
+        .await
+        .map_err(failed)?
         .into_iter()
         .collect())
 }
 
 async fn tag_values_v2(
-    State(cell): State<EngineCell>,
+    State(cell): State<ReadsCell>,
     Path(tag): Path<String>,
     Query(params): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
@@ -503,7 +484,7 @@ async fn tag_values_v2(
 }
 
 async fn tag_values_v1(
-    State(cell): State<EngineCell>,
+    State(cell): State<ReadsCell>,
     Path(tag): Path<String>,
     Query(params): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {

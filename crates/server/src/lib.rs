@@ -47,7 +47,10 @@ use tracedb_proto::{
     dependency_reader_server::DependencyReaderServer, query_service_server::QueryServiceServer,
     trace_reader_server::TraceReaderServer, trace_service_server::TraceServiceServer,
 };
-use tracedb_query::{JaegerStorage, QueryApi};
+use tracedb_query::{
+    read::{LocalReads, Reads},
+    JaegerStorage, QueryApi,
+};
 
 pub use config::{
     ByteSize, Config, ConfigError, DEFAULT_DATA_DIR, DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR,
@@ -137,6 +140,7 @@ pub async fn serve(
     let ingest = Ingest::new(config.ingest_options());
     let governor = Arc::new(memory::Governor::new(config.max_memory.as_usize()));
     let engine_cell: Arc<OnceLock<Arc<Engine>>> = Arc::new(OnceLock::new());
+    let reads_cell: tracedb_query::tempo::ReadsCell = Arc::new(OnceLock::new());
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, tonic_health::ServingStatus::NotServing).await;
 
@@ -167,7 +171,7 @@ pub async fn serve(
                 .flat_map(|(_, grpc, http)| [grpc.clone(), http.clone()])
                 .collect(),
         }))
-        .merge(tracedb_query::tempo::router(engine_cell.clone()));
+        .merge(tracedb_query::tempo::router(reads_cell.clone()));
     let http_task = match &tls {
         Some((tls, _, log)) => {
             let incoming = TlsIncoming::spawn(listeners.http, tls.http.clone(), log.clone())?;
@@ -205,12 +209,15 @@ pub async fn serve(
         }
     };
     let _ = engine_cell.set(engine.clone());
+    // Every read API answers through the one read interface.
+    let reads: Arc<dyn Reads> = Arc::new(LocalReads::new(engine.clone()));
+    let _ = reads_cell.set(reads.clone());
     query.query.set(
-        QueryServiceServer::new(QueryApi::new(engine.clone()))
+        QueryServiceServer::new(QueryApi::new(reads.clone()))
             .accept_compressed(CompressionEncoding::Gzip)
             .send_compressed(CompressionEncoding::Gzip),
     );
-    let jaeger = JaegerStorage::new(engine.clone());
+    let jaeger = JaegerStorage::new(reads);
     query.jaeger_traces.set(
         TraceReaderServer::new(jaeger.clone())
             .accept_compressed(CompressionEncoding::Gzip)
