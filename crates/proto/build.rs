@@ -62,11 +62,51 @@ fn main() -> Result<(), Box<dyn Error>> {
         .output_type("crate::query::v1::SearchTracesResponse")
         .codec_path("crate::codec::RawCodec")
         .build();
+    let query = |name: &str, route: &str, input: &str, output: &str| {
+        Method::builder()
+            .name(name)
+            .route_name(route)
+            .input_type(format!("crate::query::v1::{input}"))
+            .output_type(format!("crate::query::v1::{output}"))
+            .codec_path("crate::codec::RawCodec")
+            .build()
+    };
     let query_service = Service::builder()
         .name("QueryService")
         .package("tracedb.query.v1")
         .method(get_trace)
         .method(search_traces)
+        .method(query("get_services", "GetServices", "TimeWindow", "Names"))
+        .method(query(
+            "get_operations",
+            "GetOperations",
+            "GetOperationsRequest",
+            "GetOperationsResponse",
+        ))
+        .method(query(
+            "get_span_names",
+            "GetSpanNames",
+            "TimeWindow",
+            "Names",
+        ))
+        .method(query(
+            "get_tag_keys",
+            "GetTagKeys",
+            "TimeWindow",
+            "GetTagKeysResponse",
+        ))
+        .method(query(
+            "get_tag_values",
+            "GetTagValues",
+            "GetTagValuesRequest",
+            "Names",
+        ))
+        .method(query(
+            "get_dependencies",
+            "GetDependencies",
+            "TimeWindow",
+            "GetDependenciesResponse",
+        ))
         .build();
     let jaeger = |name: &str, route: &str, input: &str, output: &str, streaming: bool| {
         let m = Method::builder()

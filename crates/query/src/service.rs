@@ -12,11 +12,16 @@ use std::{pin::Pin, sync::Arc};
 
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
-use tracedb_lsm::index::SearchQuery;
+use tracedb_lsm::index::{SearchQuery, TagScope};
 use tracedb_lsm::{SkippedFile, TimeRange, TraceId};
 use tracedb_proto::{
     codec::EncodedMessage,
-    query::v1::{GetTraceRequest, SearchTracesRequest, SearchTracesResponse, TraceSummary},
+    query::v1::{
+        Dependency, GetDependenciesResponse, GetOperationsRequest, GetOperationsResponse,
+        GetTagKeysResponse, GetTagValuesRequest, GetTraceRequest, Names, Operation,
+        SearchTracesRequest, SearchTracesResponse, TagKey, TagScope as ProtoTagScope, TimeWindow,
+        TraceSummary,
+    },
     query_service_server::QueryService,
 };
 
@@ -134,7 +139,7 @@ impl QueryService for QueryApi {
         let q = SearchQuery {
             service: r.service,
             operation: r.operation,
-            tags: Vec::new(),
+            tags: r.tags.into_iter().map(|t| (t.key, t.value)).collect(),
             start_min: r.start_time_unix_nano,
             start_max: r.end_time_unix_nano,
             duration_min: r.min_duration_nanos,
@@ -156,6 +161,131 @@ impl QueryService for QueryApi {
             })
             .collect();
         Ok(Response::new(SearchTracesResponse { traces }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn get_services(&self, request: Request<TimeWindow>) -> Result<Response<Names>, Status> {
+        let names = self.reads.services(window(Some(request.get_ref()))).await?;
+        Ok(Response::new(Names { names }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn get_operations(
+        &self,
+        request: Request<GetOperationsRequest>,
+    ) -> Result<Response<GetOperationsResponse>, Status> {
+        let r = request.into_inner();
+        let kind = match r.span_kind {
+            0 => None,
+            k @ 1..=5 => Some(k as u8),
+            k => {
+                return Err(Status::invalid_argument(format!(
+                    "span_kind {k} is not 0 to 5"
+                )))
+            }
+        };
+        let operations = self
+            .reads
+            .operations(r.service, kind, window(r.window.as_ref()))
+            .await?
+            .into_iter()
+            .map(|(name, kind)| Operation {
+                name,
+                span_kind: kind.into(),
+            })
+            .collect();
+        Ok(Response::new(GetOperationsResponse { operations }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn get_span_names(
+        &self,
+        request: Request<TimeWindow>,
+    ) -> Result<Response<Names>, Status> {
+        let names = self
+            .reads
+            .span_names(window(Some(request.get_ref())))
+            .await?;
+        Ok(Response::new(Names { names }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn get_tag_keys(
+        &self,
+        request: Request<TimeWindow>,
+    ) -> Result<Response<GetTagKeysResponse>, Status> {
+        let keys = self
+            .reads
+            .tag_keys(window(Some(request.get_ref())))
+            .await?
+            .into_iter()
+            .map(|(scope, key)| TagKey {
+                scope: proto_scope(Some(scope)).into(),
+                key,
+            })
+            .collect();
+        Ok(Response::new(GetTagKeysResponse { keys }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn get_tag_values(
+        &self,
+        request: Request<GetTagValuesRequest>,
+    ) -> Result<Response<Names>, Status> {
+        let r = request.into_inner();
+        let scope = match ProtoTagScope::try_from(r.scope) {
+            Ok(ProtoTagScope::Any) => None,
+            Ok(ProtoTagScope::Resource) => Some(TagScope::Resource),
+            Ok(ProtoTagScope::Span) => Some(TagScope::Span),
+            Err(_) => {
+                return Err(Status::invalid_argument(format!(
+                    "unknown scope {}",
+                    r.scope
+                )))
+            }
+        };
+        let names = self
+            .reads
+            .tag_values(scope, r.key, window(r.window.as_ref()))
+            .await?
+            .into_iter()
+            .collect();
+        Ok(Response::new(Names { names }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn get_dependencies(
+        &self,
+        request: Request<TimeWindow>,
+    ) -> Result<Response<GetDependenciesResponse>, Status> {
+        let dependencies = self
+            .reads
+            .dependencies(window(Some(request.get_ref())))
+            .await?
+            .into_iter()
+            .map(|((parent, child), call_count)| Dependency {
+                parent,
+                child,
+                call_count,
+            })
+            .collect();
+        Ok(Response::new(GetDependenciesResponse { dependencies }))
+    }
+}
+
+/// A request's window (absent: everything).
+fn window(w: Option<&TimeWindow>) -> TimeRange {
+    w.map_or(TimeRange::ALL, |w| {
+        TimeRange::new(w.start_time_unix_nano, w.end_time_unix_nano)
+    })
+}
+
+/// The wire's tag scope of an index scope (`None`: either).
+pub fn proto_scope(scope: Option<TagScope>) -> ProtoTagScope {
+    match scope {
+        None => ProtoTagScope::Any,
+        Some(TagScope::Resource) => ProtoTagScope::Resource,
+        Some(TagScope::Span) => ProtoTagScope::Span,
     }
 }
 

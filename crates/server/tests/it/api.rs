@@ -335,3 +335,137 @@ async fn empty_export_request_message_is_ok() {
         .into_inner();
     assert_eq!(response.partial_success, None);
 }
+
+/// The search index's lists over `tracedb.query.v1`, which a query tier asks
+/// each node for: services, operations, span names, tag keys and values,
+/// dependencies, and search by tag.
+#[tokio::test]
+async fn query_service_lists_what_the_search_index_holds() {
+    use tracedb_proto::query::v1::{
+        GetOperationsRequest, GetTagValuesRequest, SearchTracesRequest, Tag, TagKey, TagScope,
+        TimeWindow,
+    };
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path());
+    let mut ingest = server.ingest().await;
+    // Trace 0x71: a root in "front" calling "back"; trace 0x72 only in "front".
+    ingest
+        .export(request("front", &[0x71, 0x72], 2))
+        .await
+        .expect("export front");
+    let mut back = request("back", &[], 0);
+    back.resource_spans[0].scope_spans[0].spans = vec![rich_span(0x71, 5, Some(0))];
+    ingest.export(back).await.expect("export back");
+
+    let mut query = server.query().await;
+    let all = TimeWindow::default();
+    let services = query
+        .get_services(all)
+        .await
+        .expect("services")
+        .into_inner();
+    assert_eq!(services.names, ["back", "front"]);
+    let operations = query
+        .get_operations(GetOperationsRequest {
+            service: "front".into(),
+            span_kind: 2,
+            window: None,
+        })
+        .await
+        .expect("operations")
+        .into_inner()
+        .operations;
+    let names: Vec<(&str, u32)> = operations
+        .iter()
+        .map(|o| (o.name.as_str(), o.span_kind))
+        .collect();
+    assert_eq!(names, [("op-0", 2), ("op-1", 2)]);
+    let bad_kind = query
+        .get_operations(GetOperationsRequest {
+            service: "front".into(),
+            span_kind: 9,
+            window: None,
+        })
+        .await
+        .expect_err("kind 9");
+    assert_eq!(bad_kind.code(), Code::InvalidArgument);
+    let span_names = query.get_span_names(all).await.expect("names").into_inner();
+    assert_eq!(span_names.names, ["op-0", "op-1", "op-5"]);
+    let keys = query
+        .get_tag_keys(all)
+        .await
+        .expect("keys")
+        .into_inner()
+        .keys;
+    for (scope, key) in [
+        (TagScope::Span, "http.route"),
+        (TagScope::Resource, "service.name"),
+    ] {
+        assert!(
+            keys.contains(&TagKey {
+                scope: scope.into(),
+                key: key.into()
+            }),
+            "{key} in {keys:?}"
+        );
+    }
+    let values = query
+        .get_tag_values(GetTagValuesRequest {
+            scope: TagScope::Resource.into(),
+            key: "service.name".into(),
+            window: None,
+        })
+        .await
+        .expect("values")
+        .into_inner();
+    assert_eq!(values.names, ["back", "front"]);
+    let dependencies = query
+        .get_dependencies(all)
+        .await
+        .expect("dependencies")
+        .into_inner()
+        .dependencies;
+    assert_eq!(dependencies.len(), 1, "{dependencies:?}");
+    assert_eq!(
+        (
+            dependencies[0].parent.as_str(),
+            dependencies[0].child.as_str(),
+            dependencies[0].call_count
+        ),
+        ("front", "back", 1)
+    );
+
+    let search = |tags: Vec<Tag>| SearchTracesRequest {
+        tags,
+        limit: 10,
+        ..Default::default()
+    };
+    let tag = |key: &str, value: &str| Tag {
+        key: key.into(),
+        value: value.into(),
+    };
+    let found = query
+        .search_traces(search(vec![tag("http.route", "/cart")]))
+        .await
+        .expect("search")
+        .into_inner()
+        .traces;
+    assert_eq!(found.len(), 2);
+    let with_back = query
+        .search_traces(search(vec![tag("service.name", "back")]))
+        .await
+        .expect("search")
+        .into_inner()
+        .traces;
+    assert_eq!(with_back.len(), 1);
+    assert_eq!(with_back[0].trace_id[..], 0x71u128.to_be_bytes());
+    assert_eq!(with_back[0].span_count, 3);
+    let none = query
+        .search_traces(search(vec![tag("http.route", "/nope")]))
+        .await
+        .expect("search")
+        .into_inner()
+        .traces;
+    assert!(none.is_empty());
+}
