@@ -37,7 +37,7 @@ use tracedb_proto::{
 
 use crate::{
     error::Error,
-    read::{self, Reads},
+    read::{self, Answer, Reads},
     traces_data::{encode_traces_data, MAX_MESSAGE_BYTES},
 };
 
@@ -72,7 +72,7 @@ impl JaegerStorage {
                 let messages: Vec<Bytes> = match reads.trace(id, range).await {
                     Ok(found) => {
                         if found.is_partial() {
-                            read::note_partial(read::Api::Jaeger, &found);
+                            read::note_partial(read::Api::Jaeger, &found.trace_id, &found.partial);
                         }
                         encode_traces_data(&found.spans, MAX_MESSAGE_BYTES)
                     }
@@ -91,6 +91,15 @@ impl JaegerStorage {
         });
         Box::pin(ReceiverStream::new(rx))
     }
+}
+
+/// The value of an answer; a partial one is logged and counted, since
+/// Jaeger's API has no field to say so.
+fn jaeger_whole<T>(found: Answer<T>, rpc: &str) -> T {
+    if found.is_partial() {
+        read::note_partial(read::Api::Jaeger, &rpc, &found.partial);
+    }
+    found.value
 }
 
 fn nanos(t: Option<&prost_types::Timestamp>) -> u64 {
@@ -169,7 +178,7 @@ fn search_query(p: &TraceQueryParameters) -> Result<SearchQuery, Status> {
 impl JaegerStorage {
     async fn find(&self, p: Option<TraceQueryParameters>) -> Result<Vec<FoundTraceId>, Status> {
         let q = search_query(&p.unwrap_or_default())?;
-        let hits = self.reads.search(q).await?;
+        let hits = jaeger_whole(self.reads.search(q).await?, "FindTraces");
         Ok(hits
             .into_iter()
             .map(|h| FoundTraceId {
@@ -217,7 +226,7 @@ impl TraceReader for JaegerStorage {
         _request: Request<GetServicesRequest>,
     ) -> Result<Response<GetServicesResponse>, Status> {
         Ok(Response::new(GetServicesResponse {
-            services: self.reads.services(TimeRange::ALL).await?,
+            services: jaeger_whole(self.reads.services(TimeRange::ALL).await?, "GetServices"),
         }))
     }
 
@@ -237,7 +246,8 @@ impl TraceReader for JaegerStorage {
         let operations = self
             .reads
             .operations(req.service, kind, TimeRange::ALL)
-            .await?
+            .await?;
+        let operations = jaeger_whole(operations, "GetOperations")
             .into_iter()
             .map(|(name, kind)| Operation {
                 name,
@@ -285,6 +295,7 @@ impl DependencyReader for JaegerStorage {
         let req = request.into_inner();
         let (start, end) = (nanos(req.start_time.as_ref()), nanos(req.end_time.as_ref()));
         let found = self.reads.dependencies(TimeRange::new(start, end)).await?;
+        let found = jaeger_whole(found, "GetDependencies");
         let dependencies = found
             .into_iter()
             .map(|((parent, child), call_count)| Dependency {

@@ -7,8 +7,8 @@
 //! A trace is answered the same way for every front-end, so each answers alike:
 //!
 //! - whole: every stored span, each (trace ID, span ID) once;
-//! - partial: the spans that could be read, when damaged files that may hold
-//!   more were skipped. Each front-end marks it where its protocol can
+//! - partial: the spans that could be read, when sources that may hold more
+//!   were skipped (damaged files; on a query tier, nodes that did not answer). Each front-end marks it where its protocol can
 //!   (gRPC metadata and HTTP headers `tracedb-partial`, `tracedb-partial-reason`),
 //!   and every partial answer is logged as a warning and counted in
 //!   `tracedb_partial_answers_total{api}` (Jaeger's API has no field for it);
@@ -41,10 +41,10 @@ pub trait Reads: Send + Sync + 'static {
     async fn trace(&self, trace_id: TraceId, range: TimeRange) -> Result<FoundTrace, Error>;
 
     /// Traces matching `query`, newest first, at most `query.limit`.
-    async fn search(&self, query: SearchQuery) -> Result<Vec<TraceHit>, Error>;
+    async fn search(&self, query: SearchQuery) -> Result<Answer<Vec<TraceHit>>, Error>;
 
     /// Services with spans in `range`, sorted.
-    async fn services(&self, range: TimeRange) -> Result<Vec<String>, Error>;
+    async fn services(&self, range: TimeRange) -> Result<Answer<Vec<String>>, Error>;
 
     /// (span name, OTLP kind) of a service's spans in `range`, sorted;
     /// `kind` keeps one kind.
@@ -53,13 +53,13 @@ pub trait Reads: Send + Sync + 'static {
         service: String,
         kind: Option<u8>,
         range: TimeRange,
-    ) -> Result<Vec<(String, u8)>, Error>;
+    ) -> Result<Answer<Vec<(String, u8)>>, Error>;
 
     /// Span names of every service in `range`, sorted, each once.
-    async fn span_names(&self, range: TimeRange) -> Result<Vec<String>, Error>;
+    async fn span_names(&self, range: TimeRange) -> Result<Answer<Vec<String>>, Error>;
 
     /// Attribute keys with their scope, of traces in `range`.
-    async fn tag_keys(&self, range: TimeRange) -> Result<BTreeSet<(TagScope, String)>, Error>;
+    async fn tag_keys(&self, range: TimeRange) -> Result<Answer<TagKeys>, Error>;
 
     /// Values of attribute `key` (in `scope`, or either) in `range`.
     async fn tag_values(
@@ -67,14 +67,16 @@ pub trait Reads: Send + Sync + 'static {
         scope: Option<TagScope>,
         key: String,
         range: TimeRange,
-    ) -> Result<BTreeSet<String>, Error>;
+    ) -> Result<Answer<BTreeSet<String>>, Error>;
 
     /// Calls from one service to another in `range`: (parent, child) -> count.
-    async fn dependencies(
-        &self,
-        range: TimeRange,
-    ) -> Result<BTreeMap<(String, String), u64>, Error>;
+    async fn dependencies(&self, range: TimeRange) -> Result<Answer<Dependencies>, Error>;
 }
+
+/// Attribute keys with the scope each was seen in.
+pub type TagKeys = BTreeSet<(TagScope, String)>;
+/// (parent service, child service) -> calls.
+pub type Dependencies = BTreeMap<(String, String), u64>;
 
 /// [`Reads`] from the storage engine of this process.
 #[derive(Clone)]
@@ -104,8 +106,8 @@ impl LocalReads {
         &self,
         range: TimeRange,
         f: impl FnOnce(&IndexSnapshot) -> T + Send + 'static,
-    ) -> Result<T, Error> {
-        self.blocking(move |engine| Ok(f(&engine.index(range)?)))
+    ) -> Result<Answer<T>, Error> {
+        self.blocking(move |engine| Ok(Answer::whole(f(&engine.index(range)?))))
             .await
     }
 }
@@ -116,11 +118,12 @@ impl Reads for LocalReads {
         trace(&self.engine, trace_id, range).await
     }
 
-    async fn search(&self, query: SearchQuery) -> Result<Vec<TraceHit>, Error> {
-        self.blocking(move |engine| engine.search(&query)).await
+    async fn search(&self, query: SearchQuery) -> Result<Answer<Vec<TraceHit>>, Error> {
+        self.blocking(move |engine| engine.search(&query).map(Answer::whole))
+            .await
     }
 
-    async fn services(&self, range: TimeRange) -> Result<Vec<String>, Error> {
+    async fn services(&self, range: TimeRange) -> Result<Answer<Vec<String>>, Error> {
         self.index(range, |index| index.services()).await
     }
 
@@ -129,12 +132,12 @@ impl Reads for LocalReads {
         service: String,
         kind: Option<u8>,
         range: TimeRange,
-    ) -> Result<Vec<(String, u8)>, Error> {
+    ) -> Result<Answer<Vec<(String, u8)>>, Error> {
         self.index(range, move |index| index.operations(&service, kind))
             .await
     }
 
-    async fn span_names(&self, range: TimeRange) -> Result<Vec<String>, Error> {
+    async fn span_names(&self, range: TimeRange) -> Result<Answer<Vec<String>>, Error> {
         self.index(range, |index| {
             let mut names: Vec<String> = index
                 .services()
@@ -149,7 +152,7 @@ impl Reads for LocalReads {
         .await
     }
 
-    async fn tag_keys(&self, range: TimeRange) -> Result<BTreeSet<(TagScope, String)>, Error> {
+    async fn tag_keys(&self, range: TimeRange) -> Result<Answer<TagKeys>, Error> {
         self.index(range, move |index| {
             index.tag_keys(range.start_unix_nano, range.end_unix_nano)
         })
@@ -161,21 +164,19 @@ impl Reads for LocalReads {
         scope: Option<TagScope>,
         key: String,
         range: TimeRange,
-    ) -> Result<BTreeSet<String>, Error> {
+    ) -> Result<Answer<BTreeSet<String>>, Error> {
         self.index(range, move |index| {
             index.tag_values(scope, &key, range.start_unix_nano, range.end_unix_nano)
         })
         .await
     }
 
-    async fn dependencies(
-        &self,
-        range: TimeRange,
-    ) -> Result<BTreeMap<(String, String), u64>, Error> {
+    async fn dependencies(&self, range: TimeRange) -> Result<Answer<Dependencies>, Error> {
         self.blocking(move |engine| {
             engine
                 .index(range)?
                 .dependencies(engine, range.start_unix_nano, range.end_unix_nano)
+                .map(Answer::whole)
         })
         .await
     }
@@ -185,16 +186,48 @@ impl Reads for LocalReads {
 #[derive(Debug)]
 pub struct FoundTrace {
     pub trace_id: TraceId,
-    /// At least one span, ordered by start time.
+    /// At least one span, ordered by start time, each (trace ID, span ID) once.
     pub spans: Vec<Span>,
-    /// Files that may hold more spans of the trace but could not be read.
-    pub skipped: Vec<SkippedFile>,
+    /// Why more spans may exist (a damaged file, a node that did not
+    /// answer), one reason each; empty when the trace is whole.
+    pub partial: Vec<String>,
 }
 
 impl FoundTrace {
     pub fn is_partial(&self) -> bool {
-        !self.skipped.is_empty()
+        !self.partial.is_empty()
     }
+}
+
+/// An answer other than a trace, and why it may be incomplete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer<T> {
+    pub value: T,
+    /// One reason per missing source; empty when the answer is whole.
+    pub partial: Vec<String>,
+}
+
+impl<T> Answer<T> {
+    pub fn whole(value: T) -> Self {
+        Answer {
+            value,
+            partial: Vec::new(),
+        }
+    }
+
+    pub fn is_partial(&self) -> bool {
+        !self.partial.is_empty()
+    }
+}
+
+/// One line of partial reasons, for a header or a log.
+pub fn describe(reasons: &[String]) -> String {
+    reasons.join("; ")
+}
+
+/// A skipped file as a partial reason.
+pub fn file_reason(file: &SkippedFile) -> String {
+    format!("{}: {}", file.path.display(), file.reason)
 }
 
 /// Reads the trace off the runtime threads (file reads can block on the disk).
@@ -216,7 +249,7 @@ pub async fn trace(
         (false, _) => Ok(FoundTrace {
             trace_id,
             spans: found.spans,
-            skipped: found.skipped,
+            partial: found.skipped.iter().map(file_reason).collect(),
         }),
     }
 }
@@ -246,14 +279,15 @@ impl Api {
 
 static PARTIAL_ANSWERS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 
-/// Logs and counts a partial answer about to be sent on `api`.
-pub fn note_partial(api: Api, found: &FoundTrace) {
+/// Logs and counts a partial answer about to be sent on `api`; `what` says
+/// what was asked (a trace ID, "search", ...).
+pub fn note_partial(api: Api, what: &dyn std::fmt::Display, reasons: &[String]) {
     PARTIAL_ANSWERS[api as usize].fetch_add(1, Ordering::Relaxed);
     tracing::warn!(
         api = api.label(),
-        trace_id = %found.trace_id,
-        reason = %crate::service::describe_skipped(&found.skipped),
-        "answering with a partial trace: damaged files that may hold more of it were skipped"
+        what = %what,
+        reason = %describe(reasons),
+        "answering with a partial answer: sources that may hold more were skipped"
     );
 }
 

@@ -27,7 +27,7 @@ use tracedb_proto::{
 
 use crate::{
     error::Error,
-    read::{self, Reads},
+    read::{self, Answer, Reads},
     traces_data::{encode_traces_data, MAX_MESSAGE_BYTES},
 };
 
@@ -38,21 +38,19 @@ pub const PARTIAL_REASON_HEADER: &str = "tracedb-partial-reason";
 /// Longest `tracedb-partial-reason` value sent.
 const REASON_MAX: usize = 1024;
 
-/// A trace as `TracesData` messages, and the files that could not be read.
+/// A trace as `TracesData` messages, and why it may be incomplete.
 #[derive(Debug, Default)]
 pub struct TraceMessages {
     pub messages: Vec<bytes::Bytes>,
-    /// Non-empty when the messages may not hold the whole trace.
-    pub skipped: Vec<SkippedFile>,
+    /// Non-empty when the messages may not hold the whole trace: one reason
+    /// per source skipped.
+    pub partial: Vec<String>,
 }
 
 /// One line naming the skipped files and their damage.
 pub fn describe_skipped(skipped: &[SkippedFile]) -> String {
-    skipped
-        .iter()
-        .map(|f| format!("{}: {}", f.path.display(), f.reason))
-        .collect::<Vec<_>>()
-        .join("; ")
+    let reasons: Vec<String> = skipped.iter().map(read::file_reason).collect();
+    read::describe(&reasons)
 }
 
 /// The query service over a store's [`Reads`].
@@ -90,11 +88,11 @@ impl QueryApi {
         }
         let found = self.reads.trace(id, range).await?;
         if found.is_partial() {
-            read::note_partial(read::Api::Grpc, &found);
+            read::note_partial(read::Api::Grpc, &found.trace_id, &found.partial);
         }
         Ok(TraceMessages {
             messages: encode_traces_data(&found.spans, MAX_MESSAGE_BYTES),
-            skipped: found.skipped,
+            partial: found.partial,
         })
     }
 }
@@ -113,21 +111,11 @@ impl QueryService for QueryApi {
         let req = request.get_ref();
         let range = TimeRange::new(req.start_time_unix_nano, req.end_time_unix_nano);
         let found = self.trace(&req.trace_id, range).await?;
-        let partial = !found.skipped.is_empty();
-        let reason = describe_skipped(&found.skipped);
         let stream = tokio_stream::iter(found.messages.into_iter().map(|m| Ok(EncodedMessage(m))));
-        let mut response = Response::new(Box::pin(stream) as Self::GetTraceStream);
-        if partial {
-            let headers = response.metadata_mut();
-            headers.insert(
-                PARTIAL_HEADER,
-                tonic::metadata::MetadataValue::from_static("true"),
-            );
-            if let Ok(value) = header_value(&reason).parse() {
-                headers.insert(PARTIAL_REASON_HEADER, value);
-            }
-        }
-        Ok(response)
+        Ok(marked(
+            Response::new(Box::pin(stream) as Self::GetTraceStream),
+            &found.partial,
+        ))
     }
 
     #[tracing::instrument(skip_all)]
@@ -147,7 +135,11 @@ impl QueryService for QueryApi {
             limit: (r.limit as usize).min(crate::jaeger::MAX_SEARCH_DEPTH),
         };
         let hits = self.reads.search(q).await?;
+        if hits.is_partial() {
+            read::note_partial(read::Api::Grpc, &"SearchTraces", &hits.partial);
+        }
         let traces = hits
+            .value
             .into_iter()
             .map(|h| TraceSummary {
                 trace_id: h.trace_id.0.to_vec().into(),
@@ -160,13 +152,16 @@ impl QueryService for QueryApi {
                 services: h.services,
             })
             .collect();
-        Ok(Response::new(SearchTracesResponse { traces }))
+        Ok(marked(
+            Response::new(SearchTracesResponse { traces }),
+            &hits.partial,
+        ))
     }
 
     #[tracing::instrument(skip_all)]
     async fn get_services(&self, request: Request<TimeWindow>) -> Result<Response<Names>, Status> {
         let names = self.reads.services(window(Some(request.get_ref()))).await?;
-        Ok(Response::new(Names { names }))
+        Ok(answer(names, "GetServices", |names| Names { names }))
     }
 
     #[tracing::instrument(skip_all)]
@@ -187,14 +182,18 @@ impl QueryService for QueryApi {
         let operations = self
             .reads
             .operations(r.service, kind, window(r.window.as_ref()))
-            .await?
-            .into_iter()
-            .map(|(name, kind)| Operation {
-                name,
-                span_kind: kind.into(),
-            })
-            .collect();
-        Ok(Response::new(GetOperationsResponse { operations }))
+            .await?;
+        Ok(answer(operations, "GetOperations", |ops| {
+            GetOperationsResponse {
+                operations: ops
+                    .into_iter()
+                    .map(|(name, kind)| Operation {
+                        name,
+                        span_kind: kind.into(),
+                    })
+                    .collect(),
+            }
+        }))
     }
 
     #[tracing::instrument(skip_all)]
@@ -206,7 +205,7 @@ impl QueryService for QueryApi {
             .reads
             .span_names(window(Some(request.get_ref())))
             .await?;
-        Ok(Response::new(Names { names }))
+        Ok(answer(names, "GetSpanNames", |names| Names { names }))
     }
 
     #[tracing::instrument(skip_all)]
@@ -214,17 +213,16 @@ impl QueryService for QueryApi {
         &self,
         request: Request<TimeWindow>,
     ) -> Result<Response<GetTagKeysResponse>, Status> {
-        let keys = self
-            .reads
-            .tag_keys(window(Some(request.get_ref())))
-            .await?
-            .into_iter()
-            .map(|(scope, key)| TagKey {
-                scope: proto_scope(Some(scope)).into(),
-                key,
-            })
-            .collect();
-        Ok(Response::new(GetTagKeysResponse { keys }))
+        let keys = self.reads.tag_keys(window(Some(request.get_ref()))).await?;
+        Ok(answer(keys, "GetTagKeys", |keys| GetTagKeysResponse {
+            keys: keys
+                .into_iter()
+                .map(|(scope, key)| TagKey {
+                    scope: proto_scope(Some(scope)).into(),
+                    key,
+                })
+                .collect(),
+        }))
     }
 
     #[tracing::instrument(skip_all)]
@@ -244,13 +242,13 @@ impl QueryService for QueryApi {
                 )))
             }
         };
-        let names = self
+        let values = self
             .reads
             .tag_values(scope, r.key, window(r.window.as_ref()))
-            .await?
-            .into_iter()
-            .collect();
-        Ok(Response::new(Names { names }))
+            .await?;
+        Ok(answer(values, "GetTagValues", |values| Names {
+            names: values.into_iter().collect(),
+        }))
     }
 
     #[tracing::instrument(skip_all)]
@@ -258,19 +256,46 @@ impl QueryService for QueryApi {
         &self,
         request: Request<TimeWindow>,
     ) -> Result<Response<GetDependenciesResponse>, Status> {
-        let dependencies = self
+        let found = self
             .reads
             .dependencies(window(Some(request.get_ref())))
-            .await?
-            .into_iter()
-            .map(|((parent, child), call_count)| Dependency {
-                parent,
-                child,
-                call_count,
-            })
-            .collect();
-        Ok(Response::new(GetDependenciesResponse { dependencies }))
+            .await?;
+        Ok(answer(found, "GetDependencies", |found| {
+            GetDependenciesResponse {
+                dependencies: found
+                    .into_iter()
+                    .map(|((parent, child), call_count)| Dependency {
+                        parent,
+                        child,
+                        call_count,
+                    })
+                    .collect(),
+            }
+        }))
     }
+}
+
+/// `response` with the partial-answer headers when `partial` names a reason.
+fn marked<T>(mut response: Response<T>, partial: &[String]) -> Response<T> {
+    if !partial.is_empty() {
+        let headers = response.metadata_mut();
+        headers.insert(
+            PARTIAL_HEADER,
+            tonic::metadata::MetadataValue::from_static("true"),
+        );
+        if let Ok(value) = header_value(&read::describe(partial)).parse() {
+            headers.insert(PARTIAL_REASON_HEADER, value);
+        }
+    }
+    response
+}
+
+/// A list answer as a response, marked, logged and counted when partial.
+fn answer<T, M>(found: Answer<T>, rpc: &str, to_message: impl FnOnce(T) -> M) -> Response<M> {
+    if found.is_partial() {
+        read::note_partial(read::Api::Grpc, &rpc, &found.partial);
+    }
+    marked(Response::new(to_message(found.value)), &found.partial)
 }
 
 /// A request's window (absent: everything).

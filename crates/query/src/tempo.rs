@@ -20,7 +20,7 @@
 //! builder writes is understood ([`apply_traceql`]); anything else is 400.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::HashMap,
     sync::{Arc, OnceLock},
 };
 
@@ -43,8 +43,8 @@ use tracedb_proto::trace::v1::TracesData;
 use crate::{
     error::Error,
     otlp_json,
-    read::{self, Reads},
-    service::{describe_skipped, header_value, PARTIAL_HEADER, PARTIAL_REASON_HEADER},
+    read::{self, Answer, Reads, TagKeys},
+    service::{header_value, PARTIAL_HEADER, PARTIAL_REASON_HEADER},
     traces_data::encode_traces_data,
 };
 
@@ -136,24 +136,35 @@ fn wants_protobuf(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.contains(PROTOBUF) || v.contains("application/x-protobuf"))
 }
 
+/// `response` with the partial-answer headers when `partial` names a reason.
+fn marked(mut response: Response, partial: &[String]) -> Response {
+    if !partial.is_empty() {
+        let headers = response.headers_mut();
+        headers.insert(PARTIAL_HEADER, header::HeaderValue::from_static("true"));
+        if let Ok(value) = header::HeaderValue::from_str(&header_value(&read::describe(partial))) {
+            headers.insert(PARTIAL_REASON_HEADER, value);
+        }
+    }
+    response
+}
+
+/// The value of an answer, and its reasons, noted when partial.
+fn noted<T>(found: Answer<T>, what: &str) -> (T, Vec<String>) {
+    if found.is_partial() {
+        read::note_partial(read::Api::Tempo, &what, &found.partial);
+    }
+    (found.value, found.partial)
+}
+
 /// A trace as one encoded `TracesData`, and why it may be incomplete.
 struct LoadedTrace {
     data: Bytes,
-    /// The `tracedb-partial-reason` when damaged files were skipped.
-    partial: Option<String>,
+    partial: Vec<String>,
 }
 
 impl LoadedTrace {
-    /// `response` with the partial marker headers, when the trace is partial.
-    fn marked(&self, mut response: Response) -> Response {
-        if let Some(reason) = &self.partial {
-            let headers = response.headers_mut();
-            headers.insert(PARTIAL_HEADER, header::HeaderValue::from_static("true"));
-            if let Ok(value) = header::HeaderValue::from_str(&header_value(reason)) {
-                headers.insert(PARTIAL_REASON_HEADER, value);
-            }
-        }
-        response
+    fn marked(&self, response: Response) -> Response {
+        marked(response, &self.partial)
     }
 }
 
@@ -172,15 +183,17 @@ async fn load_trace(
         Err(e @ Error::NotFound(_)) => return Err(ApiError(StatusCode::NOT_FOUND, e.to_string())),
         Err(e) => return Err(failed(e)),
     };
-    let partial = found.is_partial().then(|| {
-        read::note_partial(read::Api::Tempo, &found);
-        describe_skipped(&found.skipped)
-    });
+    if found.is_partial() {
+        read::note_partial(read::Api::Tempo, &found.trace_id, &found.partial);
+    }
     let data = encode_traces_data(&found.spans, usize::MAX)
         .into_iter()
         .next()
         .unwrap_or_default();
-    Ok(LoadedTrace { data, partial })
+    Ok(LoadedTrace {
+        data,
+        partial: found.partial,
+    })
 }
 
 fn decode(bytes: &Bytes) -> ApiResult<TracesData> {
@@ -386,7 +399,7 @@ async fn search(
             .map_err(|_| bad(format!("limit must be a number, got {v:?}")))?
             .clamp(1, crate::jaeger::MAX_SEARCH_DEPTH),
     };
-    let hits = reads(&cell)?.search(q).await.map_err(failed)?;
+    let (hits, partial) = noted(reads(&cell)?.search(q).await.map_err(failed)?, "search");
     let traces: Vec<Value> = hits
         .iter()
         .map(|h| {
@@ -399,14 +412,20 @@ async fn search(
             })
         })
         .collect();
-    Ok(json_response(json!({
-        "traces": traces,
-        "metrics": { "inspectedTraces": hits.len(), "completedJobs": 1, "totalJobs": 1 },
-    })))
+    Ok(marked(
+        json_response(json!({
+            "traces": traces,
+            "metrics": { "inspectedTraces": hits.len(), "completedJobs": 1, "totalJobs": 1 },
+        })),
+        &partial,
+    ))
 }
 
-async fn tag_keys(cell: &ReadsCell, range: TimeRange) -> ApiResult<BTreeSet<(TagScope, String)>> {
-    reads(cell)?.tag_keys(range).await.map_err(failed)
+async fn tag_keys(cell: &ReadsCell, range: TimeRange) -> ApiResult<(TagKeys, Vec<String>)> {
+    Ok(noted(
+        reads(cell)?.tag_keys(range).await.map_err(failed)?,
+        "tag names",
+    ))
 }
 
 /// Intrinsics tracedb can list values of.
@@ -417,20 +436,23 @@ async fn tags_v2(
     Query(params): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
     let range = time_range(&params)?;
-    let keys = tag_keys(&cell, range).await?;
+    let (keys, partial) = tag_keys(&cell, range).await?;
     let of = |scope: TagScope| -> Vec<&str> {
         keys.iter()
             .filter(|(s, _)| *s == scope)
             .map(|(_, k)| k.as_str())
             .collect()
     };
-    Ok(json_response(json!({
-        "scopes": [
-            { "name": "resource", "tags": of(TagScope::Resource) },
-            { "name": "span", "tags": of(TagScope::Span) },
-            { "name": "intrinsic", "tags": INTRINSICS },
-        ]
-    })))
+    Ok(marked(
+        json_response(json!({
+            "scopes": [
+                { "name": "resource", "tags": of(TagScope::Resource) },
+                { "name": "span", "tags": of(TagScope::Span) },
+                { "name": "intrinsic", "tags": INTRINSICS },
+            ]
+        })),
+        &partial,
+    ))
 }
 
 async fn tags_v1(
@@ -438,18 +460,28 @@ async fn tags_v1(
     Query(params): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
     let range = time_range(&params)?;
-    let keys = tag_keys(&cell, range).await?;
+    let (keys, partial) = tag_keys(&cell, range).await?;
     let mut names: Vec<&str> = keys.iter().map(|(_, k)| k.as_str()).collect();
     names.dedup();
-    Ok(json_response(json!({ "tagNames": names })))
+    Ok(marked(
+        json_response(json!({ "tagNames": names })),
+        &partial,
+    ))
 }
 
 /// Values of a tag: `resource.k`, `span.k`, `.k` or `k` (either scope), or
 /// the intrinsic `name` (span names).
-async fn values(cell: &ReadsCell, tag: &str, range: TimeRange) -> ApiResult<Vec<String>> {
+async fn values(
+    cell: &ReadsCell,
+    tag: &str,
+    range: TimeRange,
+) -> ApiResult<(Vec<String>, Vec<String>)> {
     let reads = reads(cell)?;
     if tag == "name" || tag == "span:name" {
-        return reads.span_names(range).await.map_err(failed);
+        return Ok(noted(
+            reads.span_names(range).await.map_err(failed)?,
+            "span names",
+        ));
     }
     let (scope, key) = if let Some(k) = tag.strip_prefix("resource.") {
         (Some(TagScope::Resource), k)
@@ -461,12 +493,14 @@ async fn values(cell: &ReadsCell, tag: &str, range: TimeRange) -> ApiResult<Vec<
     if key.is_empty() {
         return Err(bad("empty tag name"));
     }
-    Ok(reads
-        .tag_values(scope, key.to_owned(), range)
-        .await
-        .map_err(failed)?
-        .into_iter()
-        .collect())
+    let (values, partial) = noted(
+        reads
+            .tag_values(scope, key.to_owned(), range)
+            .await
+            .map_err(failed)?,
+        "tag values",
+    );
+    Ok((values.into_iter().collect(), partial))
 }
 
 async fn tag_values_v2(
@@ -475,12 +509,15 @@ async fn tag_values_v2(
     Query(params): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
     let range = time_range(&params)?;
-    let values: Vec<Value> = values(&cell, &tag, range)
-        .await?
+    let (values, partial) = values(&cell, &tag, range).await?;
+    let values: Vec<Value> = values
         .into_iter()
         .map(|v| json!({ "type": "string", "value": v }))
         .collect();
-    Ok(json_response(json!({ "tagValues": values })))
+    Ok(marked(
+        json_response(json!({ "tagValues": values })),
+        &partial,
+    ))
 }
 
 async fn tag_values_v1(
@@ -489,8 +526,11 @@ async fn tag_values_v1(
     Query(params): Query<HashMap<String, String>>,
 ) -> ApiResult<Response> {
     let range = time_range(&params)?;
-    let values = values(&cell, &tag, range).await?;
-    Ok(json_response(json!({ "tagValues": values })))
+    let (values, partial) = values(&cell, &tag, range).await?;
+    Ok(marked(
+        json_response(json!({ "tagValues": values })),
+        &partial,
+    ))
 }
 
 #[cfg(test)]
