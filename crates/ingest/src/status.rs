@@ -29,8 +29,6 @@ pub const OVERLOAD_RETRY_DELAY: Duration = Duration::from_secs(1);
 /// serving (starting up, shutting down).
 pub const UNAVAILABLE_RETRY_DELAY: Duration = Duration::from_secs(5);
 
-const RETRY_INFO_TYPE: &str = "type.googleapis.com/google.rpc.RetryInfo";
-
 /// The gRPC code of a refused export, and the retry delay if it is retryable.
 pub fn grpc_code(error: &Error) -> (Code, Option<Duration>) {
     match error {
@@ -71,16 +69,7 @@ pub fn rpc_status(error: &Error) -> rpc::Status {
         code: code as i32,
         message: error.to_string(),
         details: retry
-            .map(|delay| prost_types::Any {
-                type_url: RETRY_INFO_TYPE.to_string(),
-                value: rpc::RetryInfo {
-                    retry_delay: Some(prost_types::Duration {
-                        seconds: i64::try_from(delay.as_secs()).unwrap_or(i64::MAX),
-                        nanos: i32::try_from(delay.subsec_nanos()).unwrap_or(0),
-                    }),
-                }
-                .encode_to_vec(),
-            })
+            .map(tracedb_proto::retry::retry_info)
             .into_iter()
             .collect(),
     }
@@ -148,7 +137,10 @@ mod tests {
         assert_eq!(status.code(), Code::Unavailable);
         let details = rpc::Status::decode(status.details()).expect("google.rpc.Status");
         assert_eq!(details.code, Code::Unavailable as i32);
-        assert_eq!(details.details[0].type_url, RETRY_INFO_TYPE);
+        assert_eq!(
+            details.details[0].type_url,
+            "type.googleapis.com/google.rpc.RetryInfo"
+        );
         let info = rpc::RetryInfo::decode(&details.details[0].value[..]).expect("RetryInfo");
         assert_eq!(info.retry_delay.expect("delay").seconds, 1);
         assert_eq!(http_code(&e), 429);

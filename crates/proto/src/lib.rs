@@ -16,6 +16,7 @@
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server reflection.
 
 pub mod codec;
+pub mod retry;
 
 /// OTLP messages.
 pub mod opentelemetry {

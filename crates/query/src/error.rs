@@ -21,6 +21,9 @@ pub enum Error {
         trace: TraceId,
         skipped: Vec<SkippedFile>,
     },
+    /// No node of a query tier answered, or none that could hold the trace.
+    #[error("no answer: {0}")]
+    Unavailable(String),
     #[error(transparent)]
     Storage(#[from] tracedb_lsm::Error),
     #[error("internal error: {0}")]
@@ -28,6 +31,9 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The retry delay advised with UNAVAILABLE when no node answered.
+const RETRY_UNAVAILABLE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl From<Error> for tonic::Status {
     fn from(e: Error) -> Self {
@@ -37,6 +43,9 @@ impl From<Error> for tonic::Status {
             }
             Error::NotFound(_) => tonic::Status::not_found(e.to_string()),
             Error::Unreadable { .. } => tonic::Status::data_loss(e.to_string()),
+            Error::Unavailable(_) => {
+                tracedb_proto::retry::unavailable(e.to_string(), RETRY_UNAVAILABLE)
+            }
             Error::Storage(ref inner) => {
                 tracing::error!(error = %inner, "reading trace");
                 tonic::Status::internal(e.to_string())

@@ -5,6 +5,8 @@
 //!   implementation over this process's storage engine, [`read::LocalReads`].
 //!   A trace is answered the same way everywhere: whole, partial (marked,
 //!   logged, counted), unreadable, or not found; never an empty success.
+//! - [`fanout`]: [`read::Reads`] over replica groups of storage nodes, for
+//!   the query tier: every node asked at once, answers merged.
 //! - [`service`]: `tracedb.query.v1.QueryService` (GetTrace, SearchTraces).
 //! - [`jaeger`]: Jaeger v2 remote storage (`jaeger.storage.v2.TraceReader`
 //!   and `DependencyReader`).
@@ -16,6 +18,7 @@
 //! - [`error`]: query errors and their gRPC status codes.
 
 pub mod error;
+pub mod fanout;
 pub mod jaeger;
 pub mod otlp_json;
 pub mod read;

@@ -166,6 +166,16 @@ impl Server {
         std::mem::forget(self);
     }
 
+    /// SIGSTOP: the process keeps its sockets and never answers.
+    pub fn pause(&self) {
+        signal(&self.child, "STOP");
+    }
+
+    /// SIGCONT after [`Server::pause`].
+    pub fn resume(&self) {
+        signal(&self.child, "CONT");
+    }
+
     pub fn log_text(&self) -> String {
         self.log.lock().expect("log lock").join("\n")
     }

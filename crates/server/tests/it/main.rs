@@ -5,6 +5,7 @@
 
 mod api;
 mod check;
+mod cluster;
 mod config;
 mod crash;
 mod harness;

@@ -1,0 +1,676 @@
+//! [`Reads`] over many storage nodes: what the query tier (`tracedb query`)
+//! answers with. The nodes are given as replica groups: every group holds a
+//! full copy of the data (the OpenTelemetry Collector's `load_balancing`
+//! exporter, one per group, routes each trace by its ID to one node of the
+//! group), and a trace may lie on two nodes of one group after the ring
+//! changed.
+//!
+//! Every read asks every node at once over `tracedb.query.v1.QueryService`,
+//! each call bounded by the node timeout, and merges:
+//!
+//! - a trace: the union of the nodes' spans, each (trace ID, span ID) once.
+//!   It is whole when some group answered in full (every node of it
+//!   answered, none partial); otherwise each node that failed, timed out or
+//!   answered partial is a reason in [`FoundTrace::partial`]. NOT_FOUND only
+//!   when every node said so; no span and no full answer is UNAVAILABLE
+//!   ([`Error::Unavailable`]): the trace may be on a node that did not answer;
+//! - a search: one row per trace. Within a group a trace's rows from several
+//!   nodes are parts of it (start, end, span and error counts combined);
+//!   across groups they are copies (the row with the most spans is kept).
+//!   Newest first, the limit applied after merging;
+//! - services, operations, span names, tag keys and values: the union;
+//! - dependencies: counted per copy (a group's nodes summed), never once per
+//!   copy added up: each call is counted as the group that answered in full
+//!   and saw most of it (a trace split over two nodes of a group loses the
+//!   calls between its parts in that group).
+//!
+//! Lists and searches are partial on the same rule as traces, and
+//! UNAVAILABLE when no node answered at all.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    future::Future,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use prost::Message;
+use tonic::{transport::Channel, Code, Response, Status};
+use tracedb_lsm::{
+    index::{SearchQuery, TagScope, TraceHit},
+    ScopeGroup, Span, SpanId, TimeRange, TraceId,
+};
+use tracedb_proto::{
+    query::v1::{
+        query_service_client::QueryServiceClient, GetOperationsRequest, GetTagValuesRequest,
+        GetTraceRequest, SearchTracesRequest, Tag, TagScope as ProtoTagScope, TimeWindow,
+    },
+    trace::v1::TracesData,
+};
+
+use crate::{
+    error::Error,
+    read::{Answer, Dependencies, FoundTrace, Reads, TagKeys},
+    service::{proto_scope, PARTIAL_REASON_HEADER},
+};
+
+/// The default bound on one node's answer: long enough for a cold GetTrace
+/// of a large trace, short enough that a hung node does not hold an answer.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Largest message accepted from a node (nodes send under 4 MiB).
+const MAX_NODE_MESSAGE: usize = 8 << 20;
+
+/// One storage node and what the tier counts of it.
+pub struct Node {
+    /// As given in `--nodes` (`host:port`).
+    pub addr: String,
+    /// Index of its replica group.
+    pub group: usize,
+    client: QueryServiceClient<Channel>,
+    stats: NodeStats,
+}
+
+/// Calls to one node since start.
+#[derive(Debug, Default)]
+pub struct NodeStats {
+    pub calls: AtomicU64,
+    /// Calls that failed (an error other than NOT_FOUND) or timed out.
+    pub errors: AtomicU64,
+    pub timeouts: AtomicU64,
+    /// Summed time from call to full answer, in microseconds.
+    pub micros: AtomicU64,
+}
+
+impl Node {
+    pub fn stats(&self) -> &NodeStats {
+        &self.stats
+    }
+}
+
+/// What one node said.
+enum Outcome<T> {
+    /// An answer; the node's own partial reason, if it gave one.
+    Answered(T, Option<String>),
+    NotFound,
+    /// Failed or timed out: why.
+    Failed(String),
+}
+
+/// A node and what it said.
+type NodeOutcome<T> = (Arc<Node>, Outcome<T>);
+
+/// Every node's outcome, by group.
+struct Gathered<T> {
+    groups: Vec<Vec<NodeOutcome<T>>>,
+}
+
+impl<T> Gathered<T> {
+    /// Whether some group answered in full: every node answered (or said
+    /// not found) and none was partial.
+    fn has_full_group(&self) -> bool {
+        self.full_group().is_some()
+    }
+
+    fn full_group(&self) -> Option<usize> {
+        (0..self.groups.len()).find(|&i| self.is_full(i))
+    }
+
+    /// Whether every node of group `i` answered (or said not found), none partial.
+    fn is_full(&self, i: usize) -> bool {
+        self.groups[i].iter().all(|(_, o)| match o {
+            Outcome::Answered(_, partial) => partial.is_none(),
+            Outcome::NotFound => true,
+            Outcome::Failed(_) => false,
+        })
+    }
+
+    /// Why the answer may be incomplete: empty if some group answered in full.
+    fn partial(&self) -> Vec<String> {
+        if self.has_full_group() {
+            return Vec::new();
+        }
+        self.groups
+            .iter()
+            .flatten()
+            .filter_map(|(node, o)| match o {
+                Outcome::Failed(why) => Some(format!("node {}: {why}", node.addr)),
+                Outcome::Answered(_, Some(why)) => Some(format!("node {}: {why}", node.addr)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn answered(&self) -> impl Iterator<Item = &T> {
+        self.groups.iter().flatten().filter_map(|(_, o)| match o {
+            Outcome::Answered(v, _) => Some(v),
+            _ => None,
+        })
+    }
+
+    fn none_answered(&self) -> bool {
+        self.groups
+            .iter()
+            .flatten()
+            .all(|(_, o)| matches!(o, Outcome::Failed(_)))
+    }
+
+    /// The reasons every node failed, for [`Error::Unavailable`].
+    fn unavailable(&self) -> Error {
+        let reasons: Vec<String> = self
+            .groups
+            .iter()
+            .flatten()
+            .filter_map(|(node, o)| match o {
+                Outcome::Failed(why) => Some(format!("node {}: {why}", node.addr)),
+                _ => None,
+            })
+            .collect();
+        Error::Unavailable(crate::read::describe(&reasons))
+    }
+
+    /// A union-style answer: UNAVAILABLE when no node answered at all.
+    fn answer<V>(&self, value: impl FnOnce(&Self) -> V) -> Result<Answer<V>, Error> {
+        if self.none_answered() {
+            return Err(self.unavailable());
+        }
+        Ok(Answer {
+            value: value(self),
+            partial: self.partial(),
+        })
+    }
+}
+
+/// [`Reads`] over replica groups of storage nodes.
+pub struct NodeReads {
+    groups: Vec<Vec<Arc<Node>>>,
+    timeout: Duration,
+}
+
+impl NodeReads {
+    /// Clients for `groups` of node addresses (`host:port`, plaintext). The
+    /// connections are made on first use, so a node that is down at start
+    /// only fails its own calls.
+    pub fn new(groups: Vec<Vec<String>>, timeout: Duration) -> Result<Self, Error> {
+        let groups = groups
+            .into_iter()
+            .enumerate()
+            .map(|(group, addrs)| {
+                addrs
+                    .into_iter()
+                    .map(|addr| {
+                        let endpoint = Channel::from_shared(format!("http://{addr}"))
+                            .map_err(|e| Error::Internal(format!("node address {addr:?}: {e}")))?
+                            .connect_timeout(timeout)
+                            .tcp_nodelay(true);
+                        Ok(Arc::new(Node {
+                            client: QueryServiceClient::new(endpoint.connect_lazy())
+                                .max_decoding_message_size(MAX_NODE_MESSAGE),
+                            addr,
+                            group,
+                            stats: NodeStats::default(),
+                        }))
+                    })
+                    .collect::<Result<Vec<_>, Error>>()
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(NodeReads { groups, timeout })
+    }
+
+    /// Every node, group by group.
+    pub fn nodes(&self) -> impl Iterator<Item = &Arc<Node>> {
+        self.groups.iter().flatten()
+    }
+
+    /// Asks every node at once; `call` makes one node's request and reads
+    /// its whole answer.
+    async fn ask<T, F, Fut>(&self, call: F) -> Gathered<T>
+    where
+        T: Send + 'static,
+        F: Fn(QueryServiceClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<(T, Option<String>), Status>> + Send + 'static,
+    {
+        let mut tasks = tokio::task::JoinSet::new();
+        for (g, nodes) in self.groups.iter().enumerate() {
+            for (n, node) in nodes.iter().enumerate() {
+                let answer = call(node.client.clone());
+                let (node, timeout) = (node.clone(), self.timeout);
+                tasks.spawn(async move {
+                    let started = Instant::now();
+                    let outcome = match tokio::time::timeout(timeout, answer).await {
+                        Ok(Ok((value, partial))) => Outcome::Answered(value, partial),
+                        Ok(Err(status)) if status.code() == Code::NotFound => Outcome::NotFound,
+                        Ok(Err(status)) => {
+                            node.stats.errors.fetch_add(1, Ordering::Relaxed);
+                            Outcome::Failed(format!("{:?}: {}", status.code(), status.message()))
+                        }
+                        Err(_) => {
+                            node.stats.errors.fetch_add(1, Ordering::Relaxed);
+                            node.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                            Outcome::Failed(format!("no answer within {timeout:?}"))
+                        }
+                    };
+                    let stats = &node.stats;
+                    stats.calls.fetch_add(1, Ordering::Relaxed);
+                    stats
+                        .micros
+                        .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    (g, n, node, outcome)
+                });
+            }
+        }
+        let mut groups: Vec<Vec<Option<NodeOutcome<T>>>> = self
+            .groups
+            .iter()
+            .map(|nodes| nodes.iter().map(|_| None).collect())
+            .collect();
+        while let Some(done) = tasks.join_next().await {
+            // A task panics only if the runtime is shutting down.
+            if let Ok((g, n, node, outcome)) = done {
+                groups[g][n] = Some((node, outcome));
+            }
+        }
+        Gathered {
+            groups: groups
+                .into_iter()
+                .zip(&self.groups)
+                .map(|(answers, nodes)| {
+                    answers
+                        .into_iter()
+                        .zip(nodes)
+                        .map(|(a, node)| {
+                            a.unwrap_or_else(|| {
+                                (node.clone(), Outcome::Failed("call abandoned".into()))
+                            })
+                        })
+                        .collect()
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A node response's value and its partial reason, if it marked one.
+fn with_partial<T>(response: Response<T>) -> (T, Option<String>) {
+    let partial = response
+        .metadata()
+        .get(PARTIAL_REASON_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| {
+            response
+                .metadata()
+                .get(crate::service::PARTIAL_HEADER)
+                .map(|_| "partial answer".to_owned())
+        });
+    (response.into_inner(), partial)
+}
+
+fn window(range: TimeRange) -> TimeWindow {
+    TimeWindow {
+        start_time_unix_nano: range.start_unix_nano,
+        end_time_unix_nano: range.end_unix_nano,
+    }
+}
+
+/// The spans of `TracesData` messages, each as the engine would store it.
+fn spans_of(messages: &[Bytes], out: &mut Vec<Span>) -> Result<(), Error> {
+    for bytes in messages {
+        let data = TracesData::decode(bytes.clone())
+            .map_err(|e| Error::Internal(format!("a node sent a malformed trace: {e}")))?;
+        for rs in data.resource_spans {
+            let resource = rs.resource.map(|r| Bytes::from(r.encode_to_vec()));
+            for ss in rs.scope_spans {
+                let group = Arc::new(ScopeGroup {
+                    resource: resource.clone(),
+                    resource_schema_url: Bytes::from(rs.schema_url.clone().into_bytes()),
+                    scope: ss.scope.map(|s| Bytes::from(s.encode_to_vec())),
+                    scope_schema_url: Bytes::from(ss.schema_url.into_bytes()),
+                });
+                for span in ss.spans {
+                    let (Some(trace_id), Some(span_id)) = (
+                        TraceId::from_slice(&span.trace_id),
+                        SpanId::from_slice(&span.span_id),
+                    ) else {
+                        return Err(Error::Internal("a node sent a span without IDs".into()));
+                    };
+                    out.push(Span {
+                        trace_id,
+                        span_id,
+                        start_unix_nano: span.start_time_unix_nano,
+                        end_unix_nano: span.end_time_unix_nano.max(span.start_time_unix_nano),
+                        group: group.clone(),
+                        payload: Bytes::from(span.encode_to_vec()),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sorted union of the nodes' lists.
+fn union<T: Ord + Clone>(lists: impl Iterator<Item = impl IntoIterator<Item = T>>) -> BTreeSet<T> {
+    lists.flatten().collect()
+}
+
+#[tonic::async_trait]
+impl Reads for NodeReads {
+    async fn trace(&self, trace_id: TraceId, range: TimeRange) -> Result<FoundTrace, Error> {
+        let request = GetTraceRequest {
+            trace_id: Bytes::copy_from_slice(&trace_id.0),
+            start_time_unix_nano: range.start_unix_nano,
+            end_time_unix_nano: range.end_unix_nano,
+        };
+        let gathered = self
+            .ask(|mut client| {
+                let request = request.clone();
+                async move {
+                    let (mut stream, partial) = with_partial(client.get_trace(request).await?);
+                    let mut messages = Vec::new();
+                    while let Some(m) = stream.message().await? {
+                        messages.push(Bytes::from(m.encode_to_vec()));
+                    }
+                    Ok((messages, partial))
+                }
+            })
+            .await;
+        let mut spans = Vec::new();
+        for messages in gathered.answered() {
+            spans_of(messages, &mut spans)?;
+        }
+        if spans.is_empty() {
+            let all_not_found = gathered
+                .groups
+                .iter()
+                .flatten()
+                .all(|(_, o)| matches!(o, Outcome::NotFound));
+            return Err(if all_not_found {
+                Error::NotFound(trace_id)
+            } else {
+                let reasons = gathered.partial();
+                Error::Unavailable(if reasons.is_empty() {
+                    format!("trace {trace_id}: a node answered without spans")
+                } else {
+                    format!(
+                        "trace {trace_id} may be on a node that did not answer: {}",
+                        crate::read::describe(&reasons)
+                    )
+                })
+            });
+        }
+        let mut seen = std::collections::HashSet::with_capacity(spans.len());
+        spans.retain(|s| seen.insert(s.span_id));
+        spans.sort_by_key(|s| (s.start_unix_nano, s.span_id));
+        Ok(FoundTrace {
+            trace_id,
+            spans,
+            partial: gathered.partial(),
+        })
+    }
+
+    async fn search(&self, query: SearchQuery) -> Result<Answer<Vec<TraceHit>>, Error> {
+        let limit = match query.limit {
+            0 => 20,
+            n => n,
+        };
+        let request = SearchTracesRequest {
+            service: query.service.clone(),
+            operation: query.operation.clone(),
+            start_time_unix_nano: query.start_min,
+            end_time_unix_nano: query.start_max,
+            min_duration_nanos: query.duration_min,
+            max_duration_nanos: query.duration_max,
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            tags: query
+                .tags
+                .iter()
+                .map(|(key, value)| Tag {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+        };
+        let gathered = self
+            .ask(|mut client| {
+                let request = request.clone();
+                async move { Ok(with_partial(client.search_traces(request).await?)) }
+            })
+            .await;
+        gathered.answer(|gathered| {
+            // Within a group: parts of a trace on several nodes, combined.
+            let mut best: HashMap<TraceId, TraceHit> = HashMap::new();
+            for nodes in &gathered.groups {
+                let mut parts: HashMap<TraceId, TraceHit> = HashMap::new();
+                for (_, outcome) in nodes {
+                    let Outcome::Answered(response, _) = outcome else {
+                        continue;
+                    };
+                    for row in &response.traces {
+                        let Some(hit) = hit(row) else { continue };
+                        parts
+                            .entry(hit.trace_id)
+                            .and_modify(|h| combine(h, &hit))
+                            .or_insert(hit);
+                    }
+                }
+                // Across groups: copies; the fullest one stands.
+                for (id, hit) in parts {
+                    match best.get(&id) {
+                        Some(b) if b.span_count >= hit.span_count => {}
+                        _ => {
+                            best.insert(id, hit);
+                        }
+                    }
+                }
+            }
+            let mut hits: Vec<TraceHit> = best.into_values().collect();
+            hits.sort_by(|a, b| {
+                b.start_unix_nano
+                    .cmp(&a.start_unix_nano)
+                    .then(a.trace_id.cmp(&b.trace_id))
+            });
+            hits.truncate(limit);
+            hits
+        })
+    }
+
+    async fn services(&self, range: TimeRange) -> Result<Answer<Vec<String>>, Error> {
+        let gathered = self
+            .ask(|mut client| async move {
+                let (names, partial) = with_partial(client.get_services(window(range)).await?);
+                Ok((names.names, partial))
+            })
+            .await;
+        gathered.answer(|g| union(g.answered().cloned()).into_iter().collect())
+    }
+
+    async fn operations(
+        &self,
+        service: String,
+        kind: Option<u8>,
+        range: TimeRange,
+    ) -> Result<Answer<Vec<(String, u8)>>, Error> {
+        let request = GetOperationsRequest {
+            service,
+            span_kind: kind.map_or(0, u32::from),
+            window: Some(window(range)),
+        };
+        let gathered = self
+            .ask(|mut client| {
+                let request = request.clone();
+                async move {
+                    let (ops, partial) = with_partial(client.get_operations(request).await?);
+                    let ops: Vec<(String, u8)> = ops
+                        .operations
+                        .into_iter()
+                        .map(|o| (o.name, u8::try_from(o.span_kind).unwrap_or(0)))
+                        .collect();
+                    Ok((ops, partial))
+                }
+            })
+            .await;
+        gathered.answer(|g| union(g.answered().cloned()).into_iter().collect())
+    }
+
+    async fn span_names(&self, range: TimeRange) -> Result<Answer<Vec<String>>, Error> {
+        let gathered = self
+            .ask(|mut client| async move {
+                let (names, partial) = with_partial(client.get_span_names(window(range)).await?);
+                Ok((names.names, partial))
+            })
+            .await;
+        gathered.answer(|g| union(g.answered().cloned()).into_iter().collect())
+    }
+
+    async fn tag_keys(&self, range: TimeRange) -> Result<Answer<TagKeys>, Error> {
+        let gathered = self
+            .ask(|mut client| async move {
+                let (keys, partial) = with_partial(client.get_tag_keys(window(range)).await?);
+                let keys: Vec<(TagScope, String)> = keys
+                    .keys
+                    .into_iter()
+                    .filter_map(|k| {
+                        let scope = match ProtoTagScope::try_from(k.scope).ok()? {
+                            ProtoTagScope::Resource => TagScope::Resource,
+                            ProtoTagScope::Span => TagScope::Span,
+                            ProtoTagScope::Any => return None,
+                        };
+                        Some((scope, k.key))
+                    })
+                    .collect();
+                Ok((keys, partial))
+            })
+            .await;
+        gathered.answer(|g| union(g.answered().cloned()))
+    }
+
+    async fn tag_values(
+        &self,
+        scope: Option<TagScope>,
+        key: String,
+        range: TimeRange,
+    ) -> Result<Answer<BTreeSet<String>>, Error> {
+        let request = GetTagValuesRequest {
+            scope: proto_scope(scope).into(),
+            key,
+            window: Some(window(range)),
+        };
+        let gathered = self
+            .ask(|mut client| {
+                let request = request.clone();
+                async move {
+                    let (names, partial) = with_partial(client.get_tag_values(request).await?);
+                    Ok((names.names, partial))
+                }
+            })
+            .await;
+        gathered.answer(|g| union(g.answered().cloned()))
+    }
+
+    async fn dependencies(&self, range: TimeRange) -> Result<Answer<Dependencies>, Error> {
+        let gathered = self
+            .ask(|mut client| async move {
+                let (found, partial) = with_partial(client.get_dependencies(window(range)).await?);
+                Ok((found.dependencies, partial))
+            })
+            .await;
+        gathered.answer(|g| {
+            // Each group's calls are one copy's, summed over its nodes. A
+            // trace split over two nodes of a group loses the calls between
+            // its parts there, so each call is counted as the copy that saw
+            // most of it: the most per (parent, child) over the groups that
+            // answered in full (over all groups when none did).
+            let full: Vec<usize> = (0..g.groups.len()).filter(|&i| g.is_full(i)).collect();
+            let candidates: Vec<usize> = if full.is_empty() {
+                (0..g.groups.len()).collect()
+            } else {
+                full
+            };
+            let mut out: Dependencies = BTreeMap::new();
+            for group in candidates {
+                let mut calls: Dependencies = BTreeMap::new();
+                for (_, outcome) in &g.groups[group] {
+                    if let Outcome::Answered(found, _) = outcome {
+                        for d in found {
+                            *calls
+                                .entry((d.parent.clone(), d.child.clone()))
+                                .or_insert(0) += d.call_count;
+                        }
+                    }
+                }
+                for (edge, n) in calls {
+                    let best = out.entry(edge).or_insert(0);
+                    *best = (*best).max(n);
+                }
+            }
+            out
+        })
+    }
+}
+
+/// A node's search row as a hit; `None` for a row without a usable ID.
+fn hit(row: &tracedb_proto::query::v1::TraceSummary) -> Option<TraceHit> {
+    let nonempty = |s: &String| (!s.is_empty()).then(|| s.clone());
+    Some(TraceHit {
+        trace_id: TraceId::from_slice(&row.trace_id)?,
+        start_unix_nano: row.start_time_unix_nano,
+        end_unix_nano: row.start_time_unix_nano.saturating_add(row.duration_nanos),
+        span_count: row.span_count,
+        error_count: row.error_span_count,
+        root_service: nonempty(&row.root_service),
+        root_name: nonempty(&row.root_name),
+        services: row.services.clone(),
+    })
+}
+
+/// Adds `other`, another part of the same trace, to `hit`.
+fn combine(hit: &mut TraceHit, other: &TraceHit) {
+    hit.start_unix_nano = hit.start_unix_nano.min(other.start_unix_nano);
+    hit.end_unix_nano = hit.end_unix_nano.max(other.end_unix_nano);
+    hit.span_count += other.span_count;
+    hit.error_count += other.error_count;
+    if hit.root_service.is_none() {
+        hit.root_service.clone_from(&other.root_service);
+        hit.root_name.clone_from(&other.root_name);
+    }
+    let services: BTreeSet<String> = hit
+        .services
+        .drain(..)
+        .chain(other.services.iter().cloned())
+        .collect();
+    hit.services = services.into_iter().collect();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: u8, start: u64, spans: u64, root: &str) -> TraceHit {
+        TraceHit {
+            trace_id: TraceId([id; 16]),
+            start_unix_nano: start,
+            end_unix_nano: start + 10,
+            span_count: spans,
+            error_count: 1,
+            root_service: (!root.is_empty()).then(|| root.to_owned()),
+            root_name: (!root.is_empty()).then(|| "GET /".to_owned()),
+            services: vec![format!("svc-{id}")],
+        }
+    }
+
+    #[test]
+    fn parts_of_a_trace_combine_into_one_row() {
+        let mut a = row(1, 100, 3, "");
+        let mut b = row(1, 90, 2, "front");
+        b.services = vec!["back".into()];
+        combine(&mut a, &b);
+        assert_eq!((a.start_unix_nano, a.end_unix_nano), (90, 110));
+        assert_eq!((a.span_count, a.error_count), (5, 2));
+        assert_eq!(a.root_service.as_deref(), Some("front"));
+        assert_eq!(a.services, ["back", "svc-1"]);
+    }
+}

@@ -1,0 +1,162 @@
+//! The query tier's reads over replica groups of real `tracedb` nodes
+//! (`tracedb_query::fanout::NodeReads`): a trace split over two nodes of a
+//! group comes back whole and is listed once; a node killed leaves every
+//! trace whole from the other group, not marked partial; a node stopped
+//! (SIGSTOP: it holds its connections and never answers) makes each answer
+//! partial, naming it, or UNAVAILABLE, within the node timeout, and never
+//! NOT_FOUND for a stored trace.
+
+use std::time::{Duration, Instant};
+
+use tracedb_lsm::{index::SearchQuery, TimeRange, TraceId};
+use tracedb_query::{
+    fanout::NodeReads,
+    read::{Answer, Reads},
+    Error,
+};
+
+use crate::harness::{request, rich_span, Server};
+
+const SPLIT: u128 = 0xa1;
+const ONE_NODE: u128 = 0xa2;
+const ABSENT: u128 = 0xa3;
+
+fn id(t: u128) -> TraceId {
+    TraceId(t.to_be_bytes())
+}
+
+fn reads(groups: &[&[&Server]], timeout: Duration) -> NodeReads {
+    let groups = groups
+        .iter()
+        .map(|nodes| nodes.iter().map(|s| s.addr.to_string()).collect())
+        .collect();
+    NodeReads::new(groups, timeout).expect("node clients")
+}
+
+async fn export(server: &Server, service: &str, spans: Vec<tracedb_proto::trace::v1::Span>) {
+    let mut request = request(service, &[], 0);
+    request.resource_spans[0].scope_spans[0].spans = spans;
+    server.ingest().await.export(request).await.expect("export");
+}
+
+fn search_all() -> SearchQuery {
+    SearchQuery {
+        service: String::new(),
+        operation: String::new(),
+        tags: Vec::new(),
+        start_min: 0,
+        start_max: 0,
+        duration_min: 0,
+        duration_max: 0,
+        limit: 20,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
+    let dirs: Vec<_> = (0..3)
+        .map(|_| tempfile::tempdir().expect("tempdir"))
+        .collect();
+    let a1 = Server::start(dirs[0].path());
+    let a2 = Server::start(dirs[1].path());
+    let b1 = Server::start(dirs[2].path());
+
+    // Group a holds SPLIT over two nodes (a ring change moved it), group b a
+    // whole copy; ONE_NODE lies on a1 and b1. SPLIT's root is "front",
+    // calling "back".
+    let split = |n: u64| rich_span(SPLIT, n, n.checked_sub(1));
+    export(&a1, "front", vec![split(0), split(1)]).await;
+    export(&a2, "back", vec![split(2), split(3)]).await;
+    export(&b1, "front", vec![split(0), split(1)]).await;
+    export(&b1, "back", vec![split(2), split(3)]).await;
+    let one = |n: u64| rich_span(ONE_NODE, n, n.checked_sub(1));
+    export(&a1, "front", vec![one(0), one(1)]).await;
+    export(&b1, "front", vec![one(0), one(1)]).await;
+
+    let tier = reads(&[&[&a1, &a2], &[&b1]], Duration::from_secs(1));
+    let whole = tier.trace(id(SPLIT), TimeRange::ALL).await.expect("SPLIT");
+    assert_eq!(whole.spans.len(), 4, "both parts, each span once");
+    assert!(!whole.is_partial(), "{:?}", whole.partial);
+    assert!(matches!(
+        tier.trace(id(ABSENT), TimeRange::ALL).await,
+        Err(Error::NotFound(_))
+    ));
+
+    let found = tier.search(search_all()).await.expect("search");
+    assert!(!found.is_partial());
+    let rows: Vec<(TraceId, u64)> = found
+        .value
+        .iter()
+        .map(|h| (h.trace_id, h.span_count))
+        .collect();
+    assert_eq!(rows.len(), 2, "one row per trace: {rows:?}");
+    assert!(
+        rows.contains(&(id(SPLIT), 4)),
+        "parts combined, copies not added: {rows:?}"
+    );
+    let services = tier.services(TimeRange::ALL).await.expect("services");
+    assert_eq!(
+        services,
+        Answer::whole(vec!["back".to_string(), "front".to_string()])
+    );
+    let calls = tier
+        .dependencies(TimeRange::ALL)
+        .await
+        .expect("dependencies");
+    assert_eq!(
+        calls.value.get(&("front".to_string(), "back".to_string())),
+        Some(&1),
+        "counted in one copy: {calls:?}"
+    );
+
+    // A node of group a killed: group b answers in full, nothing is partial.
+    a1.kill9();
+    let whole = tier
+        .trace(id(ONE_NODE), TimeRange::ALL)
+        .await
+        .expect("ONE_NODE");
+    assert_eq!(whole.spans.len(), 2);
+    assert!(!whole.is_partial(), "{:?}", whole.partial);
+    assert!(!tier
+        .search(search_all())
+        .await
+        .expect("search")
+        .is_partial());
+
+    // And group b's node hung: what a2 holds comes back marked partial,
+    // naming both nodes; what only a1 and b1 hold is UNAVAILABLE, not
+    // NOT_FOUND; every answer within the timeout.
+    b1.pause();
+    let started = Instant::now();
+    let part = tier
+        .trace(id(SPLIT), TimeRange::ALL)
+        .await
+        .expect("a2's part");
+    assert_eq!(part.spans.len(), 2);
+    let reasons = part.partial.join("; ");
+    assert!(reasons.contains(&b1.addr.to_string()), "{reasons}");
+    assert!(reasons.contains("no answer within"), "{reasons}");
+    match tier.trace(id(ONE_NODE), TimeRange::ALL).await {
+        Err(Error::Unavailable(why)) => assert!(why.contains(&b1.addr.to_string()), "{why}"),
+        other => panic!("ONE_NODE with its nodes down: {other:?}"),
+    }
+    let listed = tier.search(search_all()).await.expect("search");
+    assert!(listed.is_partial());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "three calls bounded by the 1 s node timeout took {:?}",
+        started.elapsed()
+    );
+    let b1_stats = tier
+        .nodes()
+        .find(|n| n.addr == b1.addr.to_string())
+        .expect("b1")
+        .stats();
+    assert!(b1_stats.timeouts.load(std::sync::atomic::Ordering::Relaxed) >= 3);
+
+    // Resumed: whole again.
+    b1.resume();
+    let whole = tier.trace(id(SPLIT), TimeRange::ALL).await.expect("SPLIT");
+    assert_eq!(whole.spans.len(), 4);
+    assert!(!whole.is_partial(), "{:?}", whole.partial);
+}
