@@ -308,7 +308,7 @@ impl Engine {
             std::thread::Builder::new()
                 .name("tracedb-flush".into())
                 .spawn(move || {
-                    crate::sched::use_default_slice();
+                    tracedb_sched::use_default_slice();
                     worker.run_flusher(flush_rx)
                 })
                 .map_err(|e| Error::io(&dir, e))?,
@@ -319,7 +319,7 @@ impl Engine {
                 std::thread::Builder::new()
                     .name(format!("tracedb-compact-{i}"))
                     .spawn(move || {
-                        crate::sched::use_default_slice();
+                        tracedb_sched::use_default_slice();
                         worker.run_compactor()
                     })
                     .map_err(|e| Error::io(&dir, e))?,

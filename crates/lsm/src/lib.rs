@@ -42,7 +42,6 @@ pub mod index;
 pub mod manifest;
 pub mod memtable;
 mod mmap;
-pub mod sched;
 pub mod sort;
 pub mod span;
 pub mod table;

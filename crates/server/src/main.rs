@@ -134,7 +134,7 @@ fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .on_thread_start(move || {
-                    if let Err(e) = tracedb_lsm::sched::use_short_slice(slice) {
+                    if let Err(e) = tracedb_sched::use_short_slice(slice) {
                         if !warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
                             tracing::warn!(error = %e, "could not shorten the request threads' time slice");
                         }
