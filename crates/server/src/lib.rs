@@ -20,13 +20,18 @@
 //!   are handshaken in their own tasks and handed to tonic and axum finished.
 //!   Without them both listeners are plaintext, as before.
 //! - [`deferred`]: a gRPC service registered before its engine exists.
-//! - [`render`] prints a trace for `tracedb get`.
+//! - [`runtime`]: the tokio runtime of `tracedb serve`, whose threads ask for
+//!   short time slices, and the signals that stop the server.
+//! - [`cli`]: the command-line clients (`tracedb get`, `search`, `check`),
+//!   which talk to a server and are no part of it; `main.rs` only dispatches
+//!   to them and to [`run`].
 
+pub mod cli;
 pub mod config;
 pub mod deferred;
 pub mod memory;
 pub mod ops;
-pub mod render;
+pub mod runtime;
 pub mod tls;
 
 use std::{
