@@ -328,12 +328,8 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
 
-    fn varint(mut v: u64, out: &mut Vec<u8>) {
-        while v >= 0x80 {
-            out.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        out.push(v as u8);
+    fn varint(v: u64, out: &mut Vec<u8>) {
+        tracedb_proto::wire::put_varint(out, v);
     }
 
     fn key(field: u32, wire_type: u8, out: &mut Vec<u8>) {

@@ -163,7 +163,7 @@ struct Record {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let slice = Duration::from_micros(args.slice_us);
-    if let Err(e) = tracedb_lsm::sched::use_short_slice(slice) {
+    if let Err(e) = tracedb_sched::use_short_slice(slice) {
         eprintln!(
             "warning: could not ask for a {slice:?} time slice ({e}); the send lag may be longer"
         );
@@ -172,7 +172,7 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .on_thread_start(move || {
             // A failure was reported for the main thread above; it is the same here.
-            let _ = tracedb_lsm::sched::use_short_slice(slice);
+            let _ = tracedb_sched::use_short_slice(slice);
         })
         .build()?
         .block_on(run(args))
@@ -290,7 +290,7 @@ async fn open_loop(
     let slice = Duration::from_micros(args.slice_us);
     let schedule = move || {
         // The timetable's wake-ups are the ones lateness comes from.
-        let _ = tracedb_lsm::sched::use_short_slice(slice);
+        let _ = tracedb_sched::use_short_slice(slice);
         let mut i = 0u64;
         loop {
             let scheduled = start + interval.mul_f64(i as f64);

@@ -149,13 +149,7 @@ pub fn decode_batch(buf: &Bytes) -> Result<Vec<Span>, BatchError> {
     Ok(spans)
 }
 
-pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
+pub(crate) use tracedb_proto::wire::put_varint;
 
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     put_varint(out, b.len() as u64);

@@ -53,7 +53,7 @@ use parking_lot::{Condvar, Mutex};
 pub use options::{Clock, CrashPoint, EngineOptions, Hooks};
 use quarantine::Quarantined;
 pub use quarantine::QUARANTINE_DIR;
-pub use search::IndexSnapshot;
+pub use search::SearchSnapshot;
 pub use stats::EngineStats;
 use stats::{add, Counters};
 
@@ -191,7 +191,7 @@ struct Inner {
     /// File operations of manifest rewrites (with faults injected by tests).
     faults: Faults,
     /// Summaries of files and buffers for the search index.
-    index: search::IndexCache,
+    summary_cache: search::SummaryCache,
     /// Held for the engine's lifetime: one process per data directory.
     _lock: File,
 }
@@ -295,7 +295,7 @@ impl Engine {
             crashed: AtomicBool::new(false),
             counters: Counters::default(),
             faults,
-            index: search::IndexCache::new(opts.index_cache_bytes),
+            summary_cache: search::SummaryCache::new(opts.index_cache_bytes),
             _lock: lock,
             opts,
         });
@@ -308,7 +308,7 @@ impl Engine {
             std::thread::Builder::new()
                 .name("tracedb-flush".into())
                 .spawn(move || {
-                    crate::sched::use_default_slice();
+                    tracedb_sched::use_default_slice();
                     worker.run_flusher(flush_rx)
                 })
                 .map_err(|e| Error::io(&dir, e))?,
@@ -319,7 +319,7 @@ impl Engine {
                 std::thread::Builder::new()
                     .name(format!("tracedb-compact-{i}"))
                     .spawn(move || {
-                        crate::sched::use_default_slice();
+                        tracedb_sched::use_default_slice();
                         worker.run_compactor()
                     })
                     .map_err(|e| Error::io(&dir, e))?,
@@ -513,7 +513,7 @@ impl Engine {
             sealed_spans: snapshot.sealed.iter().map(|s| s.span_count).sum(),
             memory_bytes: self.inner.mem_bytes.load(Ordering::Relaxed),
             memory_budget_bytes: self.inner.opts.memory_budget_bytes,
-            index_cache_bytes: self.inner.index.file_bytes(),
+            index_cache_bytes: self.inner.summary_cache.file_bytes(),
             tables: levels.iter().map(|l| l.files).sum(),
             table_bytes: levels.iter().map(|l| l.bytes).sum(),
             levels,

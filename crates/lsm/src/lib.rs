@@ -8,7 +8,7 @@
 //! - [`memtable`]: sharded in-memory buffers the spans go to next; a full or old
 //!   buffer is sealed and handed to the flusher.
 //! - [`sort`]: the strict-less sort by trace ID of a sealed buffer.
-//! - [`table`]: immutable sorted files (blocks, index, bloom filter, footer), read
+//! - [`table`]: immutable sorted files (blocks, block index, bloom filter, footer), read
 //!   through `mmap`; files are written with paced writeback (`writeback`), so a
 //!   large file's bytes do not reach the disk all at once. `mmap` and
 //!   `writeback` are the only modules with `unsafe`.
@@ -42,7 +42,6 @@ pub mod index;
 pub mod manifest;
 pub mod memtable;
 mod mmap;
-pub mod sched;
 pub mod sort;
 pub mod span;
 pub mod table;
@@ -57,8 +56,11 @@ mod hostile_tests;
 mod test_util;
 
 pub use compaction::{CompactionOptions, CompactionTask};
+/// The old name of [`SearchSnapshot`], still imported by `tracedb-query`.
+#[doc(hidden)]
+pub use engine::SearchSnapshot as IndexSnapshot;
 pub use engine::{
-    Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks, IndexSnapshot, SkippedFile,
+    Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks, SearchSnapshot, SkippedFile,
     Snapshot, TraceLookup, QUARANTINE_DIR,
 };
 pub use error::{Backpressure, Error, Result};

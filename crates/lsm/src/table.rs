@@ -11,7 +11,7 @@
 //! whose ID range covers the trace, usually one.
 //!
 //! Opening a file checks everything that is read on every lookup (header,
-//! footer, index, bloom filter, and that they agree); data blocks are checked
+//! footer, block index, bloom filter, and that they agree); data blocks are checked
 //! when they are read, so opening stays cheap however large the file. Damage is
 //! reported as [`Error::ChecksumMismatch`], [`Error::Corrupt`],
 //! [`Error::CorruptBlock`] or [`Error::UnsupportedVersion`], never a panic, and
@@ -20,18 +20,18 @@
 //!
 //! - `builder`: writes a file from sorted spans.
 //! - `block`: the data block and its trailer (public for the benchmarks).
-//! - `index`: the block index.
+//! - `block_index`: the block index.
 //! - `bloom`: the bloom filter and its hash (public for the benchmarks).
 //! - `footer`: the header and the footer.
 //!
 //! The byte layout is in `docs/FORMAT-table.md` ("Sorted span file").
 
 pub mod block;
+mod block_index;
 pub mod bloom;
 mod builder;
 mod columns;
 mod footer;
-mod index;
 
 #[cfg(test)]
 pub(crate) mod hostile;
@@ -52,9 +52,9 @@ use crate::{
 };
 
 use block::decode_block;
+use block_index::{blocks_for, decode_block_index, BlockHandle};
 use bloom::Bloom;
 use footer::{check_header, u32_at, Footer, FOOTER_LEN, HEADER_LEN};
-use index::{blocks_for, decode_index, BlockHandle};
 
 /// How a [`SsTableBuilder`] lays out a file.
 #[derive(Debug, Clone)]
@@ -139,7 +139,8 @@ impl SsTable {
         // All four bounds are now at most the file length, which fits in usize.
         let index_region = &file[footer.index_offset as usize..footer.bloom_offset as usize];
         let bloom_region = &file[footer.bloom_offset as usize..footer_at as usize];
-        let blocks = decode_index(path, footer.index_offset, index_region, HEADER_LEN as u64)?;
+        let blocks =
+            decode_block_index(path, footer.index_offset, index_region, HEADER_LEN as u64)?;
         let bloom = Bloom::decode(path, footer.bloom_offset, bloom_region)?;
         check_footer_against_index(path, footer_at, &footer, &blocks)?;
 

@@ -80,7 +80,7 @@ impl Trash {
             std::thread::Builder::new()
                 .name("tracedb-trash".into())
                 .spawn(move || {
-                    crate::sched::use_default_slice();
+                    tracedb_sched::use_default_slice();
                     run(&rx, &backlog, &closed)
                 })
                 .map_err(|e| Error::io(&dir, e))?

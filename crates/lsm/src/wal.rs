@@ -126,7 +126,7 @@ pub struct WalOptions {
     /// A segment is closed once it holds this many bytes; a segment may exceed
     /// it by at most one record.
     pub segment_bytes: u64,
-    /// Scheduler time slice the sync thread asks for ([`crate::sched`]);
+    /// Scheduler time slice the sync thread asks for ([`tracedb_sched`]);
     /// every acknowledgement waits on that thread. Zero leaves it the slice
     /// it inherits from the thread that opens the log.
     pub sync_thread_slice: std::time::Duration,
@@ -457,7 +457,7 @@ impl Wal {
             std::thread::Builder::new()
                 .name("wal-sync".into())
                 .spawn(move || {
-                    if let Err(e) = crate::sched::use_short_slice(slice) {
+                    if let Err(e) = tracedb_sched::use_short_slice(slice) {
                         tracing::warn!(error = %e, "could not shorten the WAL sync thread's time slice");
                     }
                     sync::run(&for_thread, writer)

@@ -14,9 +14,14 @@
 //! - [`google::rpc`]: `google.rpc.Status` and `google.rpc.RetryInfo`, the error
 //!   model of gRPC status details and of OTLP/HTTP error bodies.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server reflection.
+//! - [`retry`]: UNAVAILABLE with a `RetryInfo` detail, the gRPC way to say
+//!   when to retry.
+//! - [`wire`]: the one varint writer, used by the storage engine's own
+//!   formats and by tests that build protobuf bytes by hand.
 
 pub mod codec;
 pub mod retry;
+pub mod wire;
 
 /// OTLP messages.
 pub mod opentelemetry {

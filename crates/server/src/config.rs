@@ -166,7 +166,7 @@ impl Config {
     }
 
     /// Scheduler time slice for the threads an export waits on (zero: the
-    /// kernel's default); see `tracedb_lsm::sched`.
+    /// kernel's default); see `tracedb_sched`.
     pub fn request_slice(&self) -> Duration {
         Duration::from_micros(self.request_slice_us)
     }
@@ -285,7 +285,7 @@ impl Config {
                 self.flush_bytes
             ),
         );
-        let (shortest, longest) = tracedb_lsm::sched::SLICE_RANGE;
+        let (shortest, longest) = tracedb_sched::SLICE_RANGE;
         let slice = self.request_slice();
         check(
             slice.is_zero() || (shortest..=longest).contains(&slice),

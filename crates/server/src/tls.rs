@@ -10,14 +10,14 @@
 //!   connections. Handshakes run in their own tasks under a timeout, so a slow
 //!   or hostile client never holds up the accept loop; tonic and axum are fed
 //!   the finished connections and serve them as they serve plain TCP.
-//! - [`connect`]: the client side, for `tracedb get`/`search` and tests.
+//! - The client side, for `tracedb get`/`search` and tests, is
+//!   [`crate::cli::connect`]; it reads its files with the checks here.
 //!
 //! One TLS stack serves both listeners on purpose: tonic's own TLS feature
 //! would cover gRPC only, and the HTTP listener would need a second
 //! handshake policy, a second set of start-up errors and a second log format.
 
 pub mod accept;
-pub mod connect;
 
 use std::{
     io,
@@ -34,7 +34,6 @@ use rustls::{
 };
 
 pub use accept::{HandshakeLog, TlsConn, TlsIncoming, HANDSHAKE_TIMEOUT};
-pub use connect::ClientTls;
 
 /// The ALPN protocol of the gRPC listener.
 pub const ALPN_H2: &[u8] = b"h2";

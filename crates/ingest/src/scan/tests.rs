@@ -18,6 +18,7 @@ use tracedb_proto::{
         span::{Event, Link},
         ResourceSpans, ScopeSpans, Span as ProtoSpan, Status, TracesData,
     },
+    wire::put_varint,
 };
 
 use super::*;
@@ -182,12 +183,8 @@ fn scan_err(body: &Bytes) -> ScanError {
     }
 }
 
-fn varint(mut v: u64, out: &mut Vec<u8>) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
+fn varint(v: u64, out: &mut Vec<u8>) {
+    put_varint(out, v);
 }
 
 fn len_field(field: u32, contents: &[u8], out: &mut Vec<u8>) {

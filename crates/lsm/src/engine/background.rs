@@ -115,7 +115,7 @@ impl Inner {
         let meta = builder.finish()?;
         let summary = Arc::new(SummarySet::from_sorted_spans(&spans));
         write_sidecar(&path, &summary)?;
-        self.index.insert_file(id, summary);
+        self.summary_cache.insert_file(id, summary);
         let entry = FileEntry {
             id,
             level: 0,
@@ -229,7 +229,7 @@ impl Inner {
         };
         self.l0_files
             .store(current.version.l0.len(), Ordering::Relaxed);
-        self.index.remove_files(&edit.removed);
+        self.summary_cache.remove_files(&edit.removed);
         if let Some(point @ CrashPoint::BeforeInputsDeleted) = crash {
             return Err(self.crash(point));
         }

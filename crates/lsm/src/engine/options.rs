@@ -17,7 +17,7 @@ pub struct EngineOptions {
     pub memtable: MemTableOptions,
     pub wal_segment_bytes: u64,
     /// Scheduler time slice for the WAL's sync thread, which every
-    /// acknowledged write waits on ([`crate::sched`]). Default zero: the
+    /// acknowledged write waits on ([`tracedb_sched`]). Default zero: the
     /// slice of the thread that opens the engine.
     pub request_thread_slice: Duration,
     /// Layout of compaction outputs, which hold the data for its lifetime:

@@ -30,7 +30,7 @@ use crate::{
 type CachedChunk = (Arc<Chunk>, Arc<SummarySet>);
 
 /// Summaries kept between queries.
-pub(crate) struct IndexCache {
+pub(crate) struct SummaryCache {
     files: Mutex<FileCache>,
     sealed: Mutex<HashMap<u64, Arc<SummarySet>>>,
     /// Keyed by the chunk's address; the entry holds the chunk, so the
@@ -38,10 +38,10 @@ pub(crate) struct IndexCache {
     chunks: Mutex<HashMap<usize, CachedChunk>>,
 }
 
-impl IndexCache {
+impl SummaryCache {
     /// A cache that keeps at most about `file_bytes` of file summaries.
     pub(crate) fn new(file_bytes: usize) -> Self {
-        IndexCache {
+        SummaryCache {
             files: Mutex::new(FileCache::new(file_bytes)),
             sealed: Mutex::default(),
             chunks: Mutex::default(),
@@ -138,13 +138,13 @@ impl FileCache {
 
 /// The summary sets of one snapshot, for [`crate::index`]'s queries.
 #[derive(Clone)]
-pub struct IndexSnapshot {
+pub struct SearchSnapshot {
     pub sets: Vec<Arc<SummarySet>>,
     /// Parts ending before this are past retention.
     pub expire_before: u64,
 }
 
-impl IndexSnapshot {
+impl SearchSnapshot {
     pub fn search(&self, q: &SearchQuery) -> Vec<TraceHit> {
         index::search(&self.sets, q, self.expire_before)
     }
@@ -189,9 +189,9 @@ impl Engine {
     /// The summary sets of the current snapshot whose spans may lie in
     /// `range` (files outside it are skipped; buffers are always included).
     /// Reads only sidecars not yet cached; blocking, like [`Engine::get_trace`].
-    pub fn index(&self, range: TimeRange) -> Result<IndexSnapshot> {
+    pub fn index(&self, range: TimeRange) -> Result<SearchSnapshot> {
         let inner = &self.inner;
-        let cache = &inner.index;
+        let cache = &inner.summary_cache;
         let mut sets = Vec::new();
 
         let (chunks, tails) = inner.memtable.chunks();
@@ -260,7 +260,7 @@ impl Engine {
             };
             sets.push(set);
         }
-        Ok(IndexSnapshot {
+        Ok(SearchSnapshot {
             sets,
             expire_before: inner.expire_before(),
         })

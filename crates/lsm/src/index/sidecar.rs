@@ -14,6 +14,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use tracedb_proto::wire::put_varint;
+
 use super::{Edge, Op, SummarySet, Tag, TagScope, TraceSummary};
 use crate::{
     error::{Error, Result},
@@ -490,14 +492,6 @@ pub fn remove_orphans(tables_dir: &Path, live: &HashSet<u64>) -> Result<usize> {
         }
     }
     Ok(removed)
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
 }
 
 #[cfg(test)]

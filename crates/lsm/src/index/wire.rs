@@ -176,15 +176,9 @@ fn any_value(buf: &[u8]) -> Option<Cow<'_, str>> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use tracedb_proto::wire::put_varint;
 
-    fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-        while v >= 0x80 {
-            out.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        out.push(v as u8);
-    }
+    use super::*;
 
     fn bytes_field(out: &mut Vec<u8>, n: u64, b: &[u8]) {
         put_varint(out, n << 3 | 2);

@@ -33,9 +33,9 @@ use crate::{
 
 use super::{
     block::{encode_block, MAX_BLOCK_BYTES},
+    block_index::{encode_block_index, BlockHandle},
     bloom::BloomBuilder,
     footer::{encode_header, Footer, FOOTER_LEN, HEADER_LEN},
-    index::{encode_index, BlockHandle},
     TableMeta, TableOptions,
 };
 
@@ -277,7 +277,7 @@ impl SsTableBuilder {
             });
         };
         self.close_block()?;
-        let index = encode_index(&self.blocks);
+        let index = encode_block_index(&self.blocks);
         let bloom = self.bloom.finish(self.opts.bloom_bits_per_key);
         let index_offset = self.offset;
         let bloom_offset = index_offset + index.len() as u64;

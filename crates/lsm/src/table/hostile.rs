@@ -12,7 +12,7 @@ use std::path::Path;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
 use super::{
-    block::decode_block, bloom::Bloom, footer::Footer, index::decode_index, SsTable,
+    block::decode_block, block_index::decode_block_index, bloom::Bloom, footer::Footer, SsTable,
     SsTableBuilder, TableOptions,
 };
 use crate::{
@@ -149,7 +149,7 @@ fn random_bytes_in_each_table_decoder_are_errors_not_panics() {
         let len = rng.random_range(0..400);
         let mut bytes: Vec<u8> = (0..len).map(|_| rng.random()).collect();
         let _ = decode_block(p, 16, &bytes);
-        let _ = decode_index(p, 16, &bytes, 16);
+        let _ = decode_block_index(p, 16, &bytes, 16);
         let _ = Bloom::decode(p, 16, &bytes);
         let _ = Footer::decode(p, &bytes);
         // The same with valid-looking checksums, so the parsers behind them run.
@@ -157,7 +157,7 @@ fn random_bytes_in_each_table_decoder_are_errors_not_panics() {
             let n = bytes.len() - 4;
             let crc = crc32c::crc32c(&bytes[..n]);
             bytes[n..].copy_from_slice(&crc.to_le_bytes());
-            let _ = decode_index(p, 16, &bytes, 16);
+            let _ = decode_block_index(p, 16, &bytes, 16);
             assert!(Bloom::decode(p, 16, &bytes).is_err() || bytes.len() >= 4 + 8 + 4);
         }
     }

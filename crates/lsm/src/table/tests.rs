@@ -537,13 +537,13 @@ fn tables_can_be_shared_between_threads() {
 fn as_version_1(path: &Path, bytes: &[u8]) -> Vec<u8> {
     use super::{
         block::{decode_block, encode_row_block},
+        block_index::{decode_block_index, encode_block_index},
         footer::HEADER_LEN,
-        index::{decode_index, encode_index},
     };
     let footer = Footer::decode(path, bytes).expect("footer");
     let index_region = &bytes[footer.index_offset as usize..][..footer.index_len as usize];
-    let handles =
-        decode_index(path, footer.index_offset, index_region, HEADER_LEN as u64).expect("index");
+    let handles = decode_block_index(path, footer.index_offset, index_region, HEADER_LEN as u64)
+        .expect("index");
     let mut out = bytes[..HEADER_LEN].to_vec();
     out[8..12].copy_from_slice(&1u32.to_le_bytes());
     let mut rewritten = Vec::new();
@@ -552,14 +552,14 @@ fn as_version_1(path: &Path, bytes: &[u8]) -> Vec<u8> {
             .expect("block");
         let offset = out.len() as u64;
         encode_row_block(&spans, 3, &mut out);
-        rewritten.push(super::index::BlockHandle {
+        rewritten.push(super::block_index::BlockHandle {
             offset,
             len: (out.len() as u64 - offset) as u32,
             ..h.clone()
         });
     }
     let index_offset = out.len() as u64;
-    out.extend_from_slice(&encode_index(&rewritten));
+    out.extend_from_slice(&encode_block_index(&rewritten));
     let bloom_offset = out.len() as u64;
     out.extend_from_slice(&bytes[footer.bloom_offset as usize..][..footer.bloom_len as usize]);
     let mut tail = Footer {

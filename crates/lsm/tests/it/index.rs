@@ -10,20 +10,13 @@ use tracedb_lsm::{
     index::{read_sidecar, SearchQuery, SummarySet},
     Engine, ScopeGroup, Span, SpanId, SsTable, TraceId,
 };
+use tracedb_proto::wire::put_varint;
 
 use crate::util::{files_on_disk, small_tree, TestClock, SEC, T0};
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
 fn field(out: &mut Vec<u8>, n: u64, b: &[u8]) {
-    varint(out, n << 3 | 2);
-    varint(out, b.len() as u64);
+    put_varint(out, n << 3 | 2);
+    put_varint(out, b.len() as u64);
     out.extend_from_slice(b);
 }
 
@@ -63,11 +56,11 @@ fn otlp_span(
         field(&mut p, 4, &parent.to_be_bytes());
     }
     field(&mut p, 5, name.as_bytes());
-    varint(&mut p, 6 << 3);
-    varint(&mut p, 2);
-    varint(&mut p, 7 << 3 | 1);
+    put_varint(&mut p, 6 << 3);
+    put_varint(&mut p, 2);
+    put_varint(&mut p, 7 << 3 | 1);
     p.extend_from_slice(&start.to_le_bytes());
-    varint(&mut p, 8 << 3 | 1);
+    put_varint(&mut p, 8 << 3 | 1);
     p.extend_from_slice(&(start + len).to_le_bytes());
     field(&mut p, 9, &kv("tenant", &format!("t{}", trace % 2)));
     Span {

@@ -106,7 +106,7 @@ fn thread_slices(pid: u32) -> Vec<(String, Option<std::time::Duration>)> {
         let task = task.expect("task");
         let tid: u32 = task.file_name().to_string_lossy().parse().expect("tid");
         let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        out.push((comm.trim().to_string(), tracedb_lsm::sched::slice_of(tid)));
+        out.push((comm.trim().to_string(), tracedb_sched::slice_of(tid)));
     }
     out
 }
@@ -115,7 +115,7 @@ fn thread_slices(pid: u32) -> Vec<(String, Option<std::time::Duration>)> {
 fn request_threads_ask_for_the_configured_time_slice() {
     // A fresh thread has the kernel's default slice; kernels before custom
     // slices (Linux 6.12) report none, and there is nothing to check.
-    let Some(default) = std::thread::spawn(tracedb_lsm::sched::current_slice)
+    let Some(default) = std::thread::spawn(tracedb_sched::current_slice)
         .join()
         .expect("thread")
     else {

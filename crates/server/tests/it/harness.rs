@@ -17,7 +17,7 @@ use tracedb_proto::{
     resource::v1::Resource,
     trace::v1::{span, ResourceSpans, ScopeSpans, Span, Status, TracesData},
 };
-use tracedb_server::tls::{ClientTls, ALPN_HTTP1};
+use tracedb_server::{cli::ClientTls, tls::ALPN_HTTP1};
 
 /// The release (or debug) binary cargo built for these tests.
 pub const TRACEDB: &str = env!("CARGO_BIN_EXE_tracedb");

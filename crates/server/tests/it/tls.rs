@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tracedb_server::tls::{ClientTls, HANDSHAKE_TIMEOUT};
+use tracedb_server::{cli::ClientTls, tls::HANDSHAKE_TIMEOUT};
 
 use crate::{
     config::serve_fails,

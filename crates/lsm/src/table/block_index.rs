@@ -65,7 +65,7 @@ impl BlockHandle {
 }
 
 /// The encoded index region for `blocks`.
-pub(crate) fn encode_index(blocks: &[BlockHandle]) -> Vec<u8> {
+pub(crate) fn encode_block_index(blocks: &[BlockHandle]) -> Vec<u8> {
     let mut out = Vec::with_capacity(blocks.len() * ENTRY_LEN + 4);
     for b in blocks {
         b.encode(&mut out);
@@ -77,7 +77,7 @@ pub(crate) fn encode_index(blocks: &[BlockHandle]) -> Vec<u8> {
 
 /// Checks and decodes the index region `region` found at `offset` in `path`.
 /// The blocks must tile `[data_start, offset)` exactly, in trace-ID order.
-pub(crate) fn decode_index(
+pub(crate) fn decode_block_index(
     path: &Path,
     offset: u64,
     region: &[u8],
@@ -186,24 +186,24 @@ mod tests {
     fn index_round_trips_and_rejects_gaps_and_disorder() {
         let path = Path::new("t");
         let blocks = vec![handle(16, 10, 1, 3), handle(26, 10, 4, 5)];
-        let region = encode_index(&blocks);
+        let region = encode_block_index(&blocks);
         assert_eq!(
-            decode_index(path, 36, &region, 16).expect("decodes"),
+            decode_block_index(path, 36, &region, 16).expect("decodes"),
             blocks
         );
         assert!(
-            decode_index(path, 37, &region, 16).is_err(),
+            decode_block_index(path, 37, &region, 16).is_err(),
             "gap before the index"
         );
         assert!(
-            decode_index(path, 36, &region, 17).is_err(),
+            decode_block_index(path, 36, &region, 17).is_err(),
             "gap after the header"
         );
-        let backwards = encode_index(&[handle(16, 10, 4, 5), handle(26, 10, 1, 3)]);
-        assert!(decode_index(path, 36, &backwards, 16).is_err());
-        let inverted = encode_index(&[handle(16, 20, 5, 4)]);
-        assert!(decode_index(path, 36, &inverted, 16).is_err());
-        let overflow = encode_index(&[handle(u64::MAX - 5, 10, 1, 1)]);
-        assert!(decode_index(path, 36, &overflow, 16).is_err());
+        let backwards = encode_block_index(&[handle(16, 10, 4, 5), handle(26, 10, 1, 3)]);
+        assert!(decode_block_index(path, 36, &backwards, 16).is_err());
+        let inverted = encode_block_index(&[handle(16, 20, 5, 4)]);
+        assert!(decode_block_index(path, 36, &inverted, 16).is_err());
+        let overflow = encode_block_index(&[handle(u64::MAX - 5, 10, 1, 1)]);
+        assert!(decode_block_index(path, 36, &overflow, 16).is_err());
     }
 }

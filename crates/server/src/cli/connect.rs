@@ -1,5 +1,6 @@
-//! The client side: gRPC channels to a TLS server, for `tracedb get` and
-//! `tracedb search` (and the tests).
+//! The client side of TLS: gRPC channels to a TLS server, for `tracedb get`
+//! and `tracedb search` (and the tests). The files are read and checked with
+//! the server's own helpers in [`crate::tls`].
 //!
 //! The channel is tonic's, with a connector of ours that dials TCP and does
 //! the handshake with tokio-rustls, so tonic's TLS feature (a second copy of
@@ -22,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::{client::TlsStream, TlsConnector};
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use super::{check_pair, provider, read_certs, read_key, read_roots, TlsError, ALPN_H2};
+use crate::tls::{check_pair, provider, read_certs, read_key, read_roots, TlsError, ALPN_H2};
 
 /// A client's TLS settings: the CA it trusts and, for servers that want one,
 /// its own certificate.

@@ -439,7 +439,7 @@ mod tests {
 
     #[test]
     fn waterfall_matches_the_golden_file() {
-        let golden = include_str!("../tests/golden/waterfall.txt");
+        let golden = include_str!("../../tests/golden/waterfall.txt");
         let text = render_trace(&TraceId([1; 16]), &[golden_trace()], false);
         assert_eq!(text, golden, "rendered:\n{text}");
         let with_attributes = render_trace(&TraceId([1; 16]), &[golden_trace()], true);

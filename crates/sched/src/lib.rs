@@ -1,4 +1,6 @@
-//! Short scheduler time slices for the threads a client waits on.
+//! Short scheduler time slices for the threads a client waits on: a crate of
+//! its own (libc only) so the server, the engine and the load generator share
+//! it without depending on one another.
 //!
 //! On two cores, an export that has just been fsynced competes for a core with
 //! the flush and compaction threads, which run for as long as the kernel lets
@@ -18,7 +20,8 @@
 //! without custom slices the value is ignored; on other systems the call does
 //! nothing. Measured in `docs/BENCHMARKS.md`, "Short slices for the
 //! threads an export waits on".
-#![allow(unsafe_code)]
+//!
+//! The `imp` module, two system calls, is the crate's only `unsafe` code.
 
 use std::time::Duration;
 
@@ -63,6 +66,7 @@ pub fn slice_of(tid: u32) -> Option<Duration> {
 }
 
 #[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
 mod imp {
     /// `struct sched_attr`, first version (56 bytes), from `sched(7)`.
     #[repr(C)]
@@ -198,6 +202,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(unsafe_code)]
     fn the_nice_value_is_kept() {
         let nice_after = on_new_thread(|| {
             // SAFETY: plain system calls on the calling thread.

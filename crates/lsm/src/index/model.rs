@@ -1,0 +1,164 @@
+//! The summary model: a [`SummarySet`] per source, one [`TraceSummary`] per
+//! trace part in it, and the string table its summaries point into.
+
+use std::{borrow::Borrow, collections::BTreeSet};
+
+use super::{HashMap, SummaryBuilder};
+use crate::span::{Span, TraceId};
+
+/// At most this many distinct (scope, key, value) tags are kept per trace part.
+pub const MAX_TAGS_PER_TRACE: usize = 256;
+
+/// Where an indexed attribute came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TagScope {
+    Resource = 0,
+    Span = 1,
+}
+
+/// One operation of a trace part: (service, span name, OTLP span kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Op {
+    pub service: u32,
+    pub name: u32,
+    pub kind: u8,
+}
+
+/// One indexed attribute: (scope, key, value), strings by index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Tag {
+    pub scope: TagScope,
+    pub key: u32,
+    pub value: u32,
+}
+
+/// Calls from a span of `parent` to a child span of another service, counted
+/// where both spans are in the same part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Edge {
+    pub parent: u32,
+    pub child: u32,
+    pub calls: u32,
+}
+
+/// What the index knows about one trace's spans in one source. Strings are
+/// indices into the set's string table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceSummary {
+    pub trace_id: TraceId,
+    /// Earliest span start.
+    pub start_unix_nano: u64,
+    /// Latest span end.
+    pub end_unix_nano: u64,
+    pub span_count: u32,
+    pub error_count: u32,
+    /// The root span's (service, name), if the root is in this part.
+    pub root: Option<(u32, u32)>,
+    /// Distinct operations, sorted.
+    pub ops: Vec<Op>,
+    /// Distinct tags, sorted; at most [`MAX_TAGS_PER_TRACE`].
+    pub tags: Vec<Tag>,
+    pub edges: Vec<Edge>,
+    /// (parent span ID, service) of spans whose parent is not in this part.
+    pub orphans: Vec<([u8; 8], u32)>,
+}
+
+/// The summaries of one source; see the module docs.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SummarySet {
+    pub strings: Vec<String>,
+    /// Sorted by trace ID.
+    pub traces: Vec<TraceSummary>,
+    /// Smallest part start and largest part end (0, 0 when empty).
+    pub min_time_unix_nano: u64,
+    pub max_time_unix_nano: u64,
+    lookup: HashMap<String, u32>,
+    /// Distinct operations of all parts, sorted (services first).
+    pub(super) operations: Vec<Op>,
+}
+
+impl SummarySet {
+    /// A set from its parts (as decoded from a sidecar); builds the lookup table.
+    pub fn new(strings: Vec<String>, mut traces: Vec<TraceSummary>) -> SummarySet {
+        traces.sort_by_key(|t| t.trace_id);
+        let lookup = strings
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.clone(), i as u32))
+            .collect();
+        let min = traces.iter().map(|t| t.start_unix_nano).min().unwrap_or(0);
+        let max = traces.iter().map(|t| t.end_unix_nano).max().unwrap_or(0);
+        let operations: BTreeSet<Op> = traces.iter().flat_map(|t| t.ops.iter().copied()).collect();
+        SummarySet {
+            strings,
+            traces,
+            min_time_unix_nano: min,
+            max_time_unix_nano: max,
+            lookup,
+            operations: operations.into_iter().collect(),
+        }
+    }
+
+    /// About how many heap bytes the set holds (capacities, not lengths),
+    /// for the bounded cache of file summaries.
+    pub fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        // A string is stored twice (table and lookup key); a map entry also
+        // costs its index and a control byte.
+        let strings: usize = self
+            .strings
+            .iter()
+            .map(|s| 2 * (s.capacity() + size_of::<String>()) + 8)
+            .sum();
+        let traces: usize = self
+            .traces
+            .iter()
+            .map(|t| {
+                t.ops.capacity() * size_of::<Op>()
+                    + t.tags.capacity() * size_of::<Tag>()
+                    + t.edges.capacity() * size_of::<Edge>()
+                    + t.orphans.capacity() * size_of::<([u8; 8], u32)>()
+            })
+            .sum();
+        size_of::<SummarySet>()
+            + strings
+            + self.traces.capacity() * size_of::<TraceSummary>()
+            + traces
+            + self.operations.capacity() * size_of::<Op>()
+    }
+
+    /// Summarizes `spans` (any order).
+    pub fn from_spans<'a>(spans: impl IntoIterator<Item = &'a Span>) -> SummarySet {
+        let mut b = SummaryBuilder::default();
+        for span in spans {
+            b.add(span);
+        }
+        b.finish()
+    }
+
+    /// Summarizes `spans` sorted (or at least grouped) by trace ID, one trace
+    /// at a time; see [`SummaryBuilder::add_trace`].
+    pub fn from_sorted_spans<S: Borrow<Span>>(spans: &[S]) -> SummarySet {
+        let mut b = SummaryBuilder::default();
+        for trace in spans.chunk_by(|a, b| a.borrow().trace_id == b.borrow().trace_id) {
+            b.add_trace(trace);
+        }
+        b.finish()
+    }
+
+    /// The index of `s` in the string table, if the set has it.
+    pub fn id(&self, s: &str) -> Option<u32> {
+        self.lookup.get(s).copied()
+    }
+
+    pub fn str(&self, id: u32) -> &str {
+        self.strings.get(id as usize).map_or("", String::as_str)
+    }
+
+    /// Whether any part may lie in `[start, end]` (0 = unbounded).
+    pub fn overlaps(&self, start: u64, end: u64) -> bool {
+        !self.traces.is_empty()
+            && (start == 0 || self.max_time_unix_nano >= start)
+            && (end == 0 || self.min_time_unix_nano <= end)
+    }
+}

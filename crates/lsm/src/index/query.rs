@@ -1,0 +1,376 @@
+//! The queries over the summary sets of one snapshot: pure functions, each
+//! merging the parts a trace has in several sets where it needs to.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
+
+use super::{service_name, HashMap, SummarySet, TagScope, TraceSummary};
+use crate::span::{Span, TraceId};
+
+/// What to look for. Empty strings and zeros mean "any".
+#[derive(Debug, Clone, Default)]
+pub struct SearchQuery {
+    pub service: String,
+    /// A span name (of `service`, when one is given).
+    pub operation: String,
+    /// (key, value) pairs, each on some span or resource of the trace.
+    pub tags: Vec<(String, String)>,
+    /// The trace's start lies in `[start_min, start_max]` (Unix ns).
+    pub start_min: u64,
+    pub start_max: u64,
+    /// The trace's duration lies in `[duration_min, duration_max]` (ns).
+    pub duration_min: u64,
+    pub duration_max: u64,
+    /// Most traces returned, newest first; 0 means 20.
+    pub limit: usize,
+}
+
+/// One trace found by [`search`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceHit {
+    pub trace_id: TraceId,
+    pub start_unix_nano: u64,
+    pub end_unix_nano: u64,
+    pub span_count: u64,
+    pub error_count: u64,
+    /// Service and name of the root span, if the trace has one.
+    pub root_service: Option<String>,
+    pub root_name: Option<String>,
+    /// Services of the trace, sorted.
+    pub services: Vec<String>,
+}
+
+impl TraceHit {
+    pub fn duration_nanos(&self) -> u64 {
+        self.end_unix_nano.saturating_sub(self.start_unix_nano)
+    }
+}
+
+/// The parts of one trace: (set index, trace index in the set).
+type Parts = Vec<(usize, usize)>;
+
+/// A query's strings resolved in one set's string table, once per query.
+struct Resolved {
+    /// `None`: the set lacks the string (so none of its parts has it).
+    service: Option<u32>,
+    operation: Option<u32>,
+    tags: Vec<Option<(u32, u32)>>,
+}
+
+fn resolve(set: &SummarySet, q: &SearchQuery) -> Resolved {
+    Resolved {
+        service: set.id(&q.service),
+        operation: set.id(&q.operation),
+        tags: q
+            .tags
+            .iter()
+            .map(|(k, v)| Some((set.id(k)?, set.id(v)?)))
+            .collect(),
+    }
+}
+
+/// Traces matching `q` in `sets` (the sources of one snapshot), newest first.
+/// `expire_before`: parts ending before it are past retention and ignored.
+pub fn search(sets: &[Arc<SummarySet>], q: &SearchQuery, expire_before: u64) -> Vec<TraceHit> {
+    let limit = if q.limit == 0 { 20 } else { q.limit };
+    // A part never starts before its trace, but may start after start_max.
+    let in_play: Vec<bool> = sets
+        .iter()
+        .map(|set| set.overlaps(q.start_min.max(expire_before), 0))
+        .collect();
+    let resolved: Vec<Resolved> = sets.iter().map(|set| resolve(set, q)).collect();
+    // Whether a part has a span of the service (always true without one).
+    let has_service = |si: usize, t: &TraceSummary| -> bool {
+        q.service.is_empty()
+            || resolved[si]
+                .service
+                .is_some_and(|s| t.ops.iter().any(|o| o.service == s))
+    };
+    // Pass 1: parts that have the service. Sets are sorted by trace ID, so
+    // the rest is sorting and merging, no hashing.
+    let mut found: Vec<(TraceId, usize, usize)> = Vec::new();
+    for (si, set) in sets.iter().enumerate() {
+        if !in_play[si] || (!q.service.is_empty() && resolved[si].service.is_none()) {
+            continue;
+        }
+        for (ti, t) in set.traces.iter().enumerate() {
+            if t.end_unix_nano >= expire_before
+                && (q.start_max == 0 || t.start_unix_nano <= q.start_max)
+                && has_service(si, t)
+            {
+                found.push((t.trace_id, si, ti));
+            }
+        }
+    }
+    found.sort_unstable();
+    // Pass 2: the candidates' other parts, which pass 1 skipped.
+    if !q.service.is_empty() && !found.is_empty() {
+        let mut ids: Vec<TraceId> = found.iter().map(|f| f.0).collect();
+        ids.dedup();
+        let mut more = Vec::new();
+        for (si, set) in sets.iter().enumerate() {
+            if !in_play[si] {
+                continue;
+            }
+            let mut i = 0;
+            for (ti, t) in set.traces.iter().enumerate() {
+                while i < ids.len() && ids[i] < t.trace_id {
+                    i += 1;
+                }
+                if i == ids.len() {
+                    break;
+                }
+                if ids[i] != t.trace_id || t.end_unix_nano < expire_before {
+                    continue;
+                }
+                let in_pass_1 = has_service(si, t)
+                    && (q.start_max == 0 || t.start_unix_nano <= q.start_max)
+                    && (q.service.is_empty() || resolved[si].service.is_some());
+                if !in_pass_1 {
+                    more.push((t.trace_id, si, ti));
+                }
+            }
+        }
+        if !more.is_empty() {
+            found.extend(more);
+            found.sort_unstable();
+        }
+    }
+
+    let mut matches: Vec<(u64, TraceId, Parts)> = Vec::new();
+    for group in found.chunk_by(|a, b| a.0 == b.0) {
+        let trace_id = group[0].0;
+        let parts: Parts = group.iter().map(|&(_, si, ti)| (si, ti)).collect();
+        let part = |&(si, ti): &(usize, usize)| &sets[si].traces[ti];
+        let start = parts
+            .iter()
+            .map(|p| part(p).start_unix_nano)
+            .min()
+            .unwrap_or(0);
+        let end = parts
+            .iter()
+            .map(|p| part(p).end_unix_nano)
+            .max()
+            .unwrap_or(0);
+        let duration = end.saturating_sub(start);
+        if (q.start_min != 0 && start < q.start_min)
+            || (q.start_max != 0 && start > q.start_max)
+            || (q.duration_min != 0 && duration < q.duration_min)
+            || (q.duration_max != 0 && duration > q.duration_max)
+        {
+            continue;
+        }
+        if !q.operation.is_empty() {
+            let found = parts.iter().any(|&(si, ti)| {
+                let r = &resolved[si];
+                let Some(name) = r.operation else {
+                    return false;
+                };
+                sets[si].traces[ti].ops.iter().any(|o| {
+                    o.name == name && (q.service.is_empty() || Some(o.service) == r.service)
+                })
+            });
+            if !found {
+                continue;
+            }
+        }
+        let tags_found = (0..q.tags.len()).all(|i| {
+            parts.iter().any(|&(si, ti)| {
+                let Some((k, v)) = resolved[si].tags[i] else {
+                    return false;
+                };
+                sets[si].traces[ti]
+                    .tags
+                    .iter()
+                    .any(|tag| tag.key == k && tag.value == v)
+            })
+        });
+        if tags_found {
+            matches.push((start, trace_id, parts));
+        }
+    }
+    let newest_first =
+        |a: &(u64, TraceId, Parts), b: &(u64, TraceId, Parts)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+    if matches.len() > limit {
+        matches.select_nth_unstable_by(limit - 1, newest_first);
+        matches.truncate(limit);
+    }
+    matches.sort_by(newest_first);
+    matches
+        .into_iter()
+        .map(|(_, trace_id, parts)| hit(sets, trace_id, &parts))
+        .collect()
+}
+
+/// Merges the parts of one trace into a [`TraceHit`].
+fn hit(sets: &[Arc<SummarySet>], trace_id: TraceId, parts: &[(usize, usize)]) -> TraceHit {
+    let mut h = TraceHit {
+        trace_id,
+        start_unix_nano: u64::MAX,
+        end_unix_nano: 0,
+        span_count: 0,
+        error_count: 0,
+        root_service: None,
+        root_name: None,
+        services: Vec::new(),
+    };
+    let mut services = BTreeSet::new();
+    let mut root_start = u64::MAX;
+    for &(si, ti) in parts {
+        let set = &sets[si];
+        let t = &set.traces[ti];
+        h.start_unix_nano = h.start_unix_nano.min(t.start_unix_nano);
+        h.end_unix_nano = h.end_unix_nano.max(t.end_unix_nano);
+        h.span_count += u64::from(t.span_count);
+        h.error_count += u64::from(t.error_count);
+        services.extend(t.ops.iter().map(|o| set.str(o.service).to_owned()));
+        if let Some((s, n)) = t.root {
+            if t.start_unix_nano < root_start {
+                root_start = t.start_unix_nano;
+                h.root_service = Some(set.str(s).to_owned());
+                h.root_name = Some(set.str(n).to_owned());
+            }
+        }
+    }
+    h.services = services.into_iter().collect();
+    h
+}
+
+/// Every service name, sorted.
+pub fn services(sets: &[Arc<SummarySet>]) -> Vec<String> {
+    let mut out = BTreeSet::new();
+    for set in sets {
+        let ids: BTreeSet<u32> = set.operations.iter().map(|o| o.service).collect();
+        out.extend(ids.into_iter().map(|i| set.str(i).to_owned()));
+    }
+    out.into_iter().collect()
+}
+
+/// The (span name, OTLP kind) pairs of `service`, sorted; only of `kind` if given.
+pub fn operations(sets: &[Arc<SummarySet>], service: &str, kind: Option<u8>) -> Vec<(String, u8)> {
+    let mut out = BTreeSet::new();
+    for set in sets {
+        let Some(s) = set.id(service) else { continue };
+        let ids: BTreeSet<(u32, u8)> = set
+            .operations
+            .iter()
+            .filter(|o| o.service == s && kind.is_none_or(|k| o.kind == k))
+            .map(|o| (o.name, o.kind))
+            .collect();
+        out.extend(ids.into_iter().map(|(n, k)| (set.str(n).to_owned(), k)));
+    }
+    out.into_iter().collect()
+}
+
+/// Calls between services, (parent, child) -> count, over parts overlapping
+/// `[start, end]` (0 = unbounded). A call is a span whose parent span is of
+/// another service. Calls within a part are counted in its summary; a span
+/// whose parent is in another part of the trace (another file or buffer) is
+/// resolved from the trace's spans, which `read_trace` returns: once per such
+/// trace, and only for those (they are few once compaction has merged the
+/// parts of a trace).
+pub fn dependencies<E>(
+    sets: &[Arc<SummarySet>],
+    start: u64,
+    end: u64,
+    mut read_trace: impl FnMut(&TraceId) -> Result<Vec<Span>, E>,
+) -> Result<BTreeMap<(String, String), u64>, E> {
+    let in_window = |t: &TraceSummary| {
+        (start == 0 || t.end_unix_nano >= start) && (end == 0 || t.start_unix_nano <= end)
+    };
+    let mut out = BTreeMap::new();
+    let mut pending: BTreeMap<TraceId, Parts> = BTreeMap::new();
+    for (si, set) in sets.iter().enumerate() {
+        if !set.overlaps(start, end) {
+            continue;
+        }
+        for (ti, t) in set.traces.iter().enumerate() {
+            if !in_window(t) {
+                continue;
+            }
+            for e in &t.edges {
+                let key = (set.str(e.parent).to_owned(), set.str(e.child).to_owned());
+                *out.entry(key).or_default() += u64::from(e.calls);
+            }
+            if !t.orphans.is_empty() {
+                pending.entry(t.trace_id).or_default().push((si, ti));
+            }
+        }
+    }
+    let mut services: HashMap<Vec<u8>, String> = HashMap::default();
+    for (trace_id, parts) in pending {
+        let spans = read_trace(&trace_id)?;
+        for span in &spans {
+            let resource = span.group.resource.as_deref().unwrap_or_default();
+            if !services.contains_key(resource) {
+                services.insert(resource.to_vec(), service_name(&span.group));
+            }
+        }
+        let service_of: HashMap<[u8; 8], &str> = spans
+            .iter()
+            .map(|span| {
+                let resource = span.group.resource.as_deref().unwrap_or_default();
+                (span.span_id.0, services[resource].as_str())
+            })
+            .collect();
+        for (si, ti) in parts {
+            let set = &sets[si];
+            for (parent_id, child) in &set.traces[ti].orphans {
+                let child = set.str(*child);
+                match service_of.get(parent_id) {
+                    Some(&parent) if parent != child => {
+                        *out.entry((parent.to_owned(), child.to_owned()))
+                            .or_default() += 1;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Distinct tag keys per scope over parts overlapping `[start, end]`.
+pub fn tag_keys(sets: &[Arc<SummarySet>], start: u64, end: u64) -> BTreeSet<(TagScope, String)> {
+    let mut out = BTreeSet::new();
+    for set in sets {
+        if !set.overlaps(start, end) {
+            continue;
+        }
+        let ids: BTreeSet<(TagScope, u32)> = set
+            .traces
+            .iter()
+            .flat_map(|t| t.tags.iter().map(|g| (g.scope, g.key)))
+            .collect();
+        out.extend(ids.into_iter().map(|(s, k)| (s, set.str(k).to_owned())));
+    }
+    out
+}
+
+/// Distinct values of `key` (in `scope`, or either) over parts overlapping `[start, end]`.
+pub fn tag_values(
+    sets: &[Arc<SummarySet>],
+    scope: Option<TagScope>,
+    key: &str,
+    start: u64,
+    end: u64,
+) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for set in sets {
+        let Some(k) = set.id(key) else { continue };
+        if !set.overlaps(start, end) {
+            continue;
+        }
+        let ids: BTreeSet<u32> = set
+            .traces
+            .iter()
+            .flat_map(|t| t.tags.iter())
+            .filter(|g| g.key == k && scope.is_none_or(|s| g.scope == s))
+            .map(|g| g.value)
+            .collect();
+        out.extend(ids.into_iter().map(|v| set.str(v).to_owned()));
+    }
+    out
+}

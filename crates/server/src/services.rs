@@ -1,0 +1,148 @@
+//! What the two listeners serve: the gRPC services (OTLP ingest, the query
+//! API, Jaeger remote storage, health, reflection) and the HTTP routes
+//! (OTLP/HTTP, `/metrics` and `/ready`, the Tempo API). The query services
+//! are registered before the engine exists and answer once it is open.
+
+use std::{
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
+
+use tonic::codec::CompressionEncoding;
+use tracedb_ingest::{GrpcAdmission, Ingest, OtlpSizeStatus, OtlpTraceService};
+use tracedb_lsm::Engine;
+use tracedb_proto::{
+    dependency_reader_server::DependencyReaderServer, query_service_server::QueryServiceServer,
+    trace_reader_server::TraceReaderServer, trace_service_server::TraceServiceServer,
+};
+use tracedb_query::{
+    read::{LocalReads, Reads},
+    tempo::ReadsCell,
+    JaegerStorage, QueryApi,
+};
+
+use crate::{config::Config, deferred::Deferred, memory, ops, tls::HandshakeLog};
+
+type IngestServer = TraceServiceServer<OtlpTraceService>;
+type QueryServer = QueryServiceServer<QueryApi>;
+type JaegerTraceServer = TraceReaderServer<JaegerStorage>;
+type JaegerDependencyServer = DependencyReaderServer<JaegerStorage>;
+
+/// The read services, registered before the store they read exists: the
+/// gRPC ones and the Tempo API's cell.
+#[derive(Clone, Default)]
+pub(crate) struct QueryServices {
+    query: Deferred<QueryServer>,
+    jaeger_traces: Deferred<JaegerTraceServer>,
+    jaeger_dependencies: Deferred<JaegerDependencyServer>,
+    /// What the Tempo API reads, once set.
+    pub(crate) tempo: ReadsCell,
+}
+
+impl QueryServices {
+    /// Switches the read services on, reading `engine` through the one read
+    /// interface every front-end calls.
+    pub(crate) fn start(&self, engine: &Arc<Engine>) {
+        self.start_with(Arc::new(LocalReads::new(engine.clone())));
+    }
+
+    /// Switches the read services on, reading `reads`.
+    pub(crate) fn start_with(&self, reads: Arc<dyn Reads>) {
+        let _ = self.tempo.set(reads.clone());
+        self.query.set(
+            QueryServiceServer::new(QueryApi::new(reads.clone()))
+                .accept_compressed(CompressionEncoding::Gzip)
+                .send_compressed(CompressionEncoding::Gzip),
+        );
+        let jaeger = JaegerStorage::new(reads);
+        self.jaeger_traces.set(
+            TraceReaderServer::new(jaeger.clone())
+                .accept_compressed(CompressionEncoding::Gzip)
+                .send_compressed(CompressionEncoding::Gzip),
+        );
+        self.jaeger_dependencies
+            .set(DependencyReaderServer::new(jaeger));
+    }
+}
+
+/// Every service's health (and the server's, `""`) set to `status`.
+pub(crate) async fn set_health(
+    health: &tonic_health::server::HealthReporter,
+    status: tonic_health::ServingStatus,
+) {
+    health.set_service_status("", status).await;
+    health
+        .set_service_status(<IngestServer as tonic::server::NamedService>::NAME, status)
+        .await;
+    health
+        .set_service_status(<QueryServer as tonic::server::NamedService>::NAME, status)
+        .await;
+    health
+        .set_service_status(
+            <JaegerTraceServer as tonic::server::NamedService>::NAME,
+            status,
+        )
+        .await;
+    health
+        .set_service_status(
+            <JaegerDependencyServer as tonic::server::NamedService>::NAME,
+            status,
+        )
+        .await;
+}
+
+/// The gRPC server's services; the query services answer once started.
+pub(crate) fn grpc_router(
+    config: &Config,
+    ingest: Arc<Ingest>,
+    query: QueryServices,
+    health_service: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+) -> anyhow::Result<tonic::transport::server::Router> {
+    let export = GrpcAdmission::new(
+        OtlpSizeStatus::new(
+            TraceServiceServer::new(OtlpTraceService::new(ingest.clone()))
+                .accept_compressed(CompressionEncoding::Gzip)
+                .send_compressed(CompressionEncoding::Gzip)
+                .max_decoding_message_size(config.max_message_bytes.as_usize()),
+        ),
+        ingest,
+    );
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(tracedb_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(tracedb_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+    Ok(tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(export)
+        .add_service(query.query)
+        .add_service(query.jaeger_traces)
+        .add_service(query.jaeger_dependencies))
+}
+
+/// The HTTP server's routes: OTLP/HTTP, `/metrics` and `/ready`, and the Tempo
+/// API, which answers once `tempo` is set.
+pub(crate) fn http_router(
+    ingest: &Arc<Ingest>,
+    engine: &Arc<OnceLock<Arc<Engine>>>,
+    tempo: &ReadsCell,
+    memory: &Arc<memory::Governor>,
+    tls_handshakes: Vec<Arc<HandshakeLog>>,
+) -> axum::Router {
+    tracedb_ingest::http::router(ingest.clone())
+        .merge(ops::router(ops::Ops {
+            ingest: ingest.clone(),
+            engine: engine.clone(),
+            memory: memory.clone(),
+            tls_handshakes,
+        }))
+        .merge(tracedb_query::tempo::router(tempo.clone()))
+}
