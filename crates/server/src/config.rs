@@ -28,6 +28,7 @@ use tracedb_lsm::{EngineOptions, MemTableOptions};
 
 use crate::tls::{ServerTls, TlsFiles};
 
+
 /// Default OTLP gRPC address.
 pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:4317";
 /// Default OTLP HTTP address.
@@ -328,39 +329,13 @@ impl Config {
                 self.grpc_addr
             ),
         );
-        match (&self.tls_cert, &self.tls_key) {
-            (Some(_), Some(_)) | (None, None) => {}
-            (Some(_), None) => problems.push(
-                "tls_cert is set but tls_key is not: give both (--tls-key PATH, the certificate's \
-                 private key) to serve TLS, or neither for plaintext"
-                    .to_string(),
-            ),
-            (None, Some(_)) => problems.push(
-                "tls_key is set but tls_cert is not: give both (--tls-cert PATH, the certificate \
-                 chain) to serve TLS, or neither for plaintext"
-                    .to_string(),
-            ),
-        }
-        if self.tls_client_ca.is_some() && self.tls_cert.is_none() && self.tls_key.is_none() {
-            problems.push(
-                "tls_client_ca is set without tls_cert and tls_key: client certificates are \
-                 asked for on TLS listeners only; give all three, or leave tls_client_ca out"
-                    .to_string(),
-            );
-        }
-        // The files themselves: read and checked now, so a server never
-        // starts with a listener it cannot serve. `serve` reads them again.
-        if let Some(files) = self.tls_files() {
-            if let Err(errors) = ServerTls::load(files) {
-                problems.extend(errors.iter().map(ToString::to_string));
-            }
-        }
-        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
-            problems.push(format!(
-                "log_level {:?} is not a log filter ({e}): use error, warn, info, debug or trace",
-                self.log_level
-            ));
-        }
+        check_listener(
+            self.tls_cert.as_deref(),
+            self.tls_key.as_deref(),
+            self.tls_client_ca.as_deref(),
+            &self.log_level,
+            &mut problems,
+        );
         if problems.is_empty() {
             Ok(())
         } else {
@@ -386,7 +361,11 @@ pub enum ConfigError {
 
 /// Merges `cli` (what clap resolved from flags, environment and defaults, with
 /// `matches` telling which) with the TOML file at `file`, and validates.
-pub fn load(cli: Config, matches: &ArgMatches, file: Option<&Path>) -> Result<Config, ConfigError> {
+pub fn load<T: Options>(
+    cli: T,
+    matches: &ArgMatches,
+    file: Option<&Path>,
+) -> Result<T, ConfigError> {
     let config = match file {
         None => cli,
         Some(path) => {
@@ -400,14 +379,77 @@ pub fn load(cli: Config, matches: &ArgMatches, file: Option<&Path>) -> Result<Co
             })?
         }
     };
-    config.validate()?;
+    config.check()?;
     Ok(config)
 }
 
-fn merge_file(cli: Config, matches: &ArgMatches, text: &str) -> Result<Config, String> {
+/// The options of one command (`tracedb serve`, `tracedb query`): flags,
+/// environment variables and the keys of its TOML file, checked as a whole.
+pub trait Options: clap::Args + Serialize + serde::de::DeserializeOwned {
+    /// The subcommand, for messages (`serve`).
+    const COMMAND: &'static str;
+    /// Every problem with the settings, or none.
+    fn check(&self) -> Result<(), ConfigError>;
+}
+
+impl Options for Config {
+    const COMMAND: &'static str = "serve";
+    fn check(&self) -> Result<(), ConfigError> {
+        self.validate()
+    }
+}
+
+/// The problems with the listeners' TLS files and the log filter, settings
+/// `tracedb serve` and `tracedb query` share.
+fn check_listener(
+    cert: Option<&Path>,
+    key: Option<&Path>,
+    client_ca: Option<&Path>,
+    log_level: &str,
+    problems: &mut Vec<String>,
+) {
+    match (cert, key) {
+        (Some(_), Some(_)) | (None, None) => {}
+        (Some(_), None) => problems.push(
+            "tls_cert is set but tls_key is not: give both (--tls-key PATH, the certificate's \
+             private key) to serve TLS, or neither for plaintext"
+                .to_string(),
+        ),
+        (None, Some(_)) => problems.push(
+            "tls_key is set but tls_cert is not: give both (--tls-cert PATH, the certificate \
+             chain) to serve TLS, or neither for plaintext"
+                .to_string(),
+        ),
+    }
+    if client_ca.is_some() && cert.is_none() && key.is_none() {
+        problems.push(
+            "tls_client_ca is set without tls_cert and tls_key: client certificates are \
+             asked for on TLS listeners only; give all three, or leave tls_client_ca out"
+                .to_string(),
+        );
+    }
+    // The files themselves: read and checked now, so a server never starts
+    // with a listener it cannot serve. It reads them again to serve.
+    if let (Some(cert), Some(key)) = (cert, key) {
+        if let Err(errors) = ServerTls::load(TlsFiles {
+            cert,
+            key,
+            client_ca,
+        }) {
+            problems.extend(errors.iter().map(ToString::to_string));
+        }
+    }
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(log_level) {
+        problems.push(format!(
+            "log_level {log_level:?} is not a log filter ({e}): use error, warn, info, debug or trace"
+        ));
+    }
+}
+
+fn merge_file<T: Options>(cli: T, matches: &ArgMatches, text: &str) -> Result<T, String> {
     let file: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
     let mut merged = toml::Table::try_from(&cli).map_err(|e| e.to_string())?;
-    let options = <Config as clap::Args>::augment_args(clap::Command::new("tracedb"));
+    let options = <T as clap::Args>::augment_args(clap::Command::new("tracedb"));
     let known: Vec<&str> = options
         .get_arguments()
         .map(|a| a.get_id().as_str())
@@ -417,8 +459,9 @@ fn merge_file(cli: Config, matches: &ArgMatches, text: &str) -> Result<Config, S
             let mut names = known.clone();
             names.sort_unstable();
             return Err(format!(
-                "unknown key `{key}`; the keys are {} (see tracedb serve --help)",
-                names.join(", ")
+                "unknown key `{key}`; the keys are {} (see tracedb {} --help)",
+                names.join(", "),
+                T::COMMAND
             ));
         }
         let explicit = matches

@@ -94,7 +94,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let grpc_addr = listeners.grpc.local_addr()?;
     let http_addr = listeners.http.local_addr()?;
-    let tls = Tls::load(&config)?;
+    let tls = Tls::load(config.tls_files())?;
     let tls_mode = Tls::mode(tls.as_ref());
 
     // Poll the signal from the start, so SIGTERM during start-up is a clean stop.

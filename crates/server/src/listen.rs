@@ -9,8 +9,8 @@ use rustls::ServerConfig;
 use tokio::{net::TcpListener, task::JoinHandle};
 
 use crate::{
-    config::{Config, ConfigError},
-    tls::{HandshakeLog, ServerTls, TlsIncoming},
+    config::ConfigError,
+    tls::{HandshakeLog, ServerTls, TlsFiles, TlsIncoming},
 };
 
 /// The two listeners, bound before [`crate::serve`] is called.
@@ -30,8 +30,8 @@ pub(crate) struct Tls {
 impl Tls {
     /// `None` without `--tls-cert` and `--tls-key`; otherwise the files,
     /// checked, or every problem found with them.
-    pub(crate) fn load(config: &Config) -> Result<Option<Tls>, ConfigError> {
-        let Some(files) = config.tls_files() else {
+    pub(crate) fn load(files: Option<TlsFiles<'_>>) -> Result<Option<Tls>, ConfigError> {
+        let Some(files) = files else {
             return Ok(None);
         };
         let tls = ServerTls::load(files).map_err(|problems| {

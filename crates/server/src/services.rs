@@ -46,6 +46,17 @@ impl QueryServices {
         self.start_with(Arc::new(LocalReads::new(engine.clone())));
     }
 
+    /// Adds the read services to a gRPC server's routes.
+    pub(crate) fn add_to(
+        self,
+        router: tonic::transport::server::Router,
+    ) -> tonic::transport::server::Router {
+        router
+            .add_service(self.query)
+            .add_service(self.jaeger_traces)
+            .add_service(self.jaeger_dependencies)
+    }
+
     /// Switches the read services on, reading `reads`.
     pub(crate) fn start_with(&self, reads: Arc<dyn Reads>) {
         let _ = self.tempo.set(reads.clone());
@@ -109,6 +120,16 @@ pub(crate) fn grpc_router(
         ),
         ingest,
     );
+    let router = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .add_routes(reflection()?)
+        .add_service(health_service)
+        .add_service(export);
+    Ok(query.add_to(router))
+}
+
+/// gRPC server reflection, v1 and v1alpha, over tracedb's services and health.
+pub(crate) fn reflection() -> anyhow::Result<tonic::service::Routes> {
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(tracedb_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -117,15 +138,7 @@ pub(crate) fn grpc_router(
         .register_encoded_file_descriptor_set(tracedb_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
-    Ok(tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(export)
-        .add_service(query.query)
-        .add_service(query.jaeger_traces)
-        .add_service(query.jaeger_dependencies))
+    Ok(tonic::service::Routes::new(reflection_v1).add_service(reflection_v1alpha))
 }
 
 /// The HTTP server's routes: OTLP/HTTP, `/metrics` and `/ready`, and the Tempo
