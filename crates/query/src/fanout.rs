@@ -70,6 +70,7 @@ pub struct Node {
     pub addr: String,
     /// Index of its replica group.
     pub group: usize,
+    channel: Channel,
     client: QueryServiceClient<Channel>,
     stats: NodeStats,
 }
@@ -88,6 +89,11 @@ pub struct NodeStats {
 impl Node {
     pub fn stats(&self) -> &NodeStats {
         &self.stats
+    }
+
+    /// The connection to the node, for other services (health checks).
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
     }
 }
 
@@ -206,9 +212,11 @@ impl NodeReads {
                             .map_err(|e| Error::Internal(format!("node address {addr:?}: {e}")))?
                             .connect_timeout(timeout)
                             .tcp_nodelay(true);
+                        let channel = endpoint.connect_lazy();
                         Ok(Arc::new(Node {
-                            client: QueryServiceClient::new(endpoint.connect_lazy())
+                            client: QueryServiceClient::new(channel.clone())
                                 .max_decoding_message_size(MAX_NODE_MESSAGE),
+                            channel,
                             addr,
                             group,
                             stats: NodeStats::default(),
@@ -223,6 +231,15 @@ impl NodeReads {
     /// Every node, group by group.
     pub fn nodes(&self) -> impl Iterator<Item = &Arc<Node>> {
         self.groups.iter().flatten()
+    }
+
+    /// The replica groups' nodes.
+    pub fn groups(&self) -> &[Vec<Arc<Node>>] {
+        &self.groups
+    }
+
+    pub fn node_timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Asks every node at once; `call` makes one node's request and reads

@@ -93,8 +93,13 @@ fn reads(cell: &ReadsCell) -> ApiResult<Arc<dyn Reads>> {
     })
 }
 
-/// An error of the store as an answer: 500, with the reason.
+/// An error of the store as an answer, with the reason: 503 when no node of
+/// a query tier answered (retry later), else 500.
 fn failed(e: Error) -> ApiError {
+    if let Error::Unavailable(_) = e {
+        tracing::warn!(error = %e, "no node answered");
+        return ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
+    }
     tracing::error!(error = %e, "reading storage");
     ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }

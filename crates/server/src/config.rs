@@ -28,6 +28,8 @@ use tracedb_lsm::{EngineOptions, MemTableOptions};
 
 use crate::tls::{ServerTls, TlsFiles};
 
+mod tier;
+pub use tier::TierConfig;
 
 /// Default OTLP gRPC address.
 pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:4317";

@@ -28,6 +28,8 @@
 //!   listeners are plaintext.
 //! - [`runtime`]: the tokio runtime of `tracedb serve`, whose threads ask for
 //!   short time slices, and the signals that stop the server.
+//! - [`tier`]: `tracedb query`, the read tier over many storage nodes: the
+//!   same read services over `tracedb_query::fanout` instead of an engine.
 //! - [`cli`]: the command-line clients (`tracedb get`, `search`, `check`),
 //!   which talk to a server and are no part of it; `main.rs` only dispatches
 //!   to them and to [`run`].
@@ -41,6 +43,7 @@ pub mod ops;
 pub mod runtime;
 mod sampler;
 mod services;
+pub mod tier;
 pub mod tls;
 
 use std::{
@@ -55,7 +58,8 @@ use tracedb_ingest::Ingest;
 use tracedb_lsm::Engine;
 
 pub use config::{
-    ByteSize, Config, ConfigError, DEFAULT_DATA_DIR, DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR,
+    ByteSize, Config, ConfigError, TierConfig, DEFAULT_DATA_DIR, DEFAULT_GRPC_ADDR,
+    DEFAULT_HTTP_ADDR,
 };
 pub use listen::Listeners;
 

@@ -1,4 +1,5 @@
-//! The `tracedb` command: `serve` runs the server, `get` prints a stored
+//! The `tracedb` command: `serve` runs the server, `query` the read tier over
+//! many servers, `get` prints a stored
 //! trace, `search` lists traces of a service, `check` verifies a data directory
 //! offline. This file parses the command line, starts logging and calls into
 //! the library: [`tracedb_server::run`] for `serve`, [`tracedb_server::cli`]
@@ -35,6 +36,18 @@ enum Command {
         #[command(flatten)]
         settings: Config,
     },
+    /// Run the read tier over many storage nodes: every read API of `serve`
+    /// (QueryService, Jaeger, Tempo, health, reflection, metrics) answered by
+    /// asking every node and merging. It stores nothing; the OpenTelemetry
+    /// Collector's load_balancing exporter routes spans to the nodes.
+    Query {
+        /// A TOML file of options: the long flag names in snake_case, such as
+        /// `nodes = ["10.0.0.1:4317,10.0.0.2:4317", "10.0.1.1:4317"]`.
+        #[arg(long, env = "TRACEDB_CONFIG")]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        settings: tracedb_server::TierConfig,
+    },
     /// Print a stored trace as a waterfall: the span tree with bars on a
     /// common time axis, error spans marked `!`, spans whose parent is missing
     /// under a marker.
@@ -63,6 +76,16 @@ fn main() -> ExitCode {
     }
 }
 
+/// Logs to stderr through `filter`.
+fn start_logging(filter: &str) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(filter)?)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    Ok(())
+}
+
 fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
     let client_runtime = || {
         tokio::runtime::Builder::new_multi_thread()
@@ -75,13 +98,20 @@ fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
                 .subcommand_matches("serve")
                 .context("clap gave no matches for serve")?;
             let config = tracedb_server::config::load(settings, serve_matches, config.as_deref())?;
-            tracing_subscriber::fmt()
-                .with_env_filter(tracing_subscriber::EnvFilter::try_new(&config.log_level)?)
-                .with_writer(std::io::stderr)
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .init();
+            start_logging(&config.log_level)?;
             runtime::request_runtime(config.request_slice())?
                 .block_on(tracedb_server::run(config, runtime::shutdown_signal()))
+        }
+        Command::Query { config, settings } => {
+            let query_matches = matches
+                .subcommand_matches("query")
+                .context("clap gave no matches for query")?;
+            let config = tracedb_server::config::load(settings, query_matches, config.as_deref())?;
+            start_logging(&config.log_level)?;
+            client_runtime()?.block_on(tracedb_server::tier::run(
+                config,
+                runtime::shutdown_signal(),
+            ))
         }
         Command::Get(args) => client_runtime()?.block_on(cli::get(args)),
         Command::Search(args) => client_runtime()?.block_on(cli::search(args)),

@@ -160,3 +160,134 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
     assert_eq!(whole.spans.len(), 4);
     assert!(!whole.is_partial(), "{:?}", whole.partial);
 }
+
+/// `tracedb query` as a user runs it: two groups of one node each (copies),
+/// every read API through the tier's own listeners, exports refused naming
+/// the Collector, per-node metrics, and a hung node marked on gRPC and Tempo.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tracedb_query_serves_every_read_api_for_its_nodes() {
+    use prost::Message as _;
+    use tracedb_proto::jaeger::storage::v2::{
+        trace_reader_client::TraceReaderClient, GetServicesRequest,
+    };
+
+    use crate::harness::{get_trace, health, http_request, metric, spans_of};
+
+    let dirs: Vec<_> = (0..2)
+        .map(|_| tempfile::tempdir().expect("tempdir"))
+        .collect();
+    let a = Server::start(dirs[0].path());
+    let b = Server::start(dirs[1].path());
+    for node in [&a, &b] {
+        node.ingest()
+            .await
+            .export(request("front", &[0xb1], 3))
+            .await
+            .expect("export");
+    }
+    let tier = Server::start_tier(&[&[&a], &[&b]], &["--node-timeout-ms", "500"]);
+    let until = Instant::now() + Duration::from_secs(20);
+    while health(&tier).await != 1 {
+        assert!(Instant::now() < until, "the tier never said SERVING");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        tier.http_call("GET", "/ready", &[], b"")
+            .expect("ready")
+            .status,
+        200
+    );
+
+    // GetTrace, Jaeger and Tempo through the tier: each span once.
+    let mut query = tier.query().await;
+    let spans = spans_of(&get_trace(&mut query, 0xb1).await.expect("GetTrace"));
+    assert_eq!(spans.len(), 3);
+    assert_eq!(
+        get_trace(&mut query, 0xdead)
+            .await
+            .expect_err("absent")
+            .code(),
+        tonic::Code::NotFound
+    );
+    let mut jaeger = TraceReaderClient::new(tier.channel().await);
+    let services = jaeger
+        .get_services(GetServicesRequest {})
+        .await
+        .expect("GetServices")
+        .into_inner()
+        .services;
+    assert_eq!(services, ["front"]);
+    let tempo = |path: &str| {
+        http_request(
+            tier.http,
+            "GET",
+            path,
+            &[("Accept", "application/protobuf")],
+            b"",
+        )
+        .expect("Tempo")
+    };
+    let trace = tempo(&format!("/api/v2/traces/{:032x}", 0xb1));
+    assert_eq!(trace.status, 200);
+    let decoded =
+        crate::tempo::TraceByIdResponse::decode(trace.body.as_slice()).expect("TraceByIDResponse");
+    assert_eq!(spans_of(&[decoded.trace.expect("trace")]).len(), 3);
+    assert_eq!(trace.header("tracedb-partial"), None);
+
+    // Exports are refused, naming the Collector.
+    let refused = tier
+        .ingest()
+        .await
+        .export(request("front", &[0xb2], 1))
+        .await
+        .expect_err("the tier stores nothing");
+    assert_eq!(refused.code(), tonic::Code::Unimplemented);
+    assert!(
+        refused.message().contains("Collector"),
+        "{}",
+        refused.message()
+    );
+    let posted = tier
+        .http_call(
+            "POST",
+            "/v1/traces",
+            &[("Content-Type", "application/json")],
+            b"{}",
+        )
+        .expect("POST");
+    assert_eq!(posted.status, 404);
+    assert!(String::from_utf8_lossy(&posted.body).contains("Collector"));
+    let calls = format!(
+        "tracedb_node_calls_total{{node=\"{}\",group=\"1\"}}",
+        b.addr
+    );
+    assert!(metric(&tier, &calls) >= 3.0, "{calls}");
+
+    // A node hung: the other group's copy is whole, so nothing is marked;
+    // hang that one too and un-hang the first: answers come from it alone,
+    // whole again. With both hung, UNAVAILABLE within the timeout.
+    a.pause();
+    let spans = spans_of(&get_trace(&mut query, 0xb1).await.expect("from b"));
+    assert_eq!(spans.len(), 3);
+    b.pause();
+    let started = Instant::now();
+    let status = get_trace(&mut query, 0xb1)
+        .await
+        .expect_err("no node answers");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(tempo(&format!("/api/v2/traces/{:032x}", 0xb1)).status, 503);
+    a.resume();
+    b.resume();
+    let spans = spans_of(&get_trace(&mut query, 0xb1).await.expect("whole again"));
+    assert_eq!(spans.len(), 3);
+    let timeouts = format!(
+        "tracedb_node_timeouts_total{{node=\"{}\",group=\"0\"}}",
+        a.addr
+    );
+    assert!(metric(&tier, &timeouts) >= 1.0, "{timeouts}");
+}

@@ -49,17 +49,51 @@ impl Server {
     /// "tracedb listening" once it serves, "tracedb starting" as soon as its
     /// ports are bound (storage may still be opening).
     pub fn start_until(data_dir: &Path, extra: &[&str], marker: &'static str) -> Server {
+        let mut args = vec![
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--data-dir",
+        ];
+        let data_dir = data_dir.to_str().expect("UTF-8 temporary path");
+        args.push(data_dir);
+        args.extend_from_slice(extra);
+        Self::spawn(&args, marker)
+    }
+
+    /// `tracedb query` over `groups` of running nodes (one `--nodes` per
+    /// group), on free ports; returns once it listens.
+    pub fn start_tier(groups: &[&[&Server]], extra: &[&str]) -> Server {
+        let groups: Vec<String> = groups
+            .iter()
+            .map(|nodes| {
+                nodes
+                    .iter()
+                    .map(|n| n.addr.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect();
+        let mut args = vec![
+            "query",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+        ];
+        for group in &groups {
+            args.extend(["--nodes", group.as_str()]);
+        }
+        args.extend_from_slice(extra);
+        Self::spawn(&args, "tracedb query listening")
+    }
+
+    /// Runs `tracedb ARGS` and returns once it logs `marker` with its addresses.
+    fn spawn(args: &[&str], marker: &'static str) -> Server {
         let mut child = Command::new(TRACEDB)
-            .args([
-                "serve",
-                "--grpc-addr",
-                "127.0.0.1:0",
-                "--http-addr",
-                "127.0.0.1:0",
-                "--data-dir",
-            ])
-            .arg(data_dir)
-            .args(extra)
+            .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

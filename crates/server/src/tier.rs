@@ -1,0 +1,301 @@
+//! `tracedb query`: the stateless read tier that answers for many storage
+//! nodes. It stores nothing and routes nothing: the OpenTelemetry
+//! Collector's `load_balancing` exporter puts each trace on one node of each
+//! replica group, and this tier asks every node and merges
+//! ([`tracedb_query::fanout`]).
+//!
+//! It serves every read API a node serves, the same way (the same front-ends
+//! over [`tracedb_query::read::Reads`]): on the gRPC address
+//! `tracedb.query.v1.QueryService`, Jaeger's `TraceReader` and
+//! `DependencyReader`, health and reflection; on the HTTP address the Tempo
+//! API, `GET /metrics` and `GET /ready`. An export sent to it is refused with
+//! a message naming the Collector (UNIMPLEMENTED on gRPC, 404 on HTTP), never
+//! dropped.
+//!
+//! Health is SERVING while some replica group answers in full: every node
+//! of it says SERVING to a health check (one every [`PROBE_INTERVAL`], each
+//! bounded by the node timeout). `/ready` says the same.
+
+use std::{
+    fmt::Write as _,
+    future::Future,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::Context;
+use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get, Router};
+use tokio::{net::TcpListener, sync::watch};
+use tonic::{Request, Response, Status};
+use tonic_health::{pb::health_client::HealthClient, ServingStatus};
+use tracedb_ingest::Exposition;
+use tracedb_proto::{
+    codec::RawRequest, collector::trace::v1::ExportTraceServiceResponse,
+    trace_service_server::TraceServiceServer,
+};
+use tracedb_query::{
+    fanout::NodeReads,
+    read::{self, Reads},
+};
+
+use crate::{
+    config::TierConfig,
+    listen::{Incoming, Listeners, Tls},
+    services::{reflection, set_health, QueryServices},
+    stopped,
+};
+
+/// How often the tier asks each node whether it serves.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// What an export to the tier is told.
+pub const NO_INGEST: &str = "tracedb query is the read tier and stores nothing: send spans to the \
+OpenTelemetry Collector that routes them to the storage nodes (its load_balancing exporter with \
+routing_key: traceID), or to a node's OTLP port";
+
+/// Binds both addresses and runs the tier until `shutdown` resolves.
+pub async fn run(
+    config: TierConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let grpc = TcpListener::bind(config.grpc_addr).await.with_context(|| {
+        format!(
+            "binding the gRPC address {} (--grpc-addr)",
+            config.grpc_addr
+        )
+    })?;
+    let http = TcpListener::bind(config.http_addr).await.with_context(|| {
+        format!(
+            "binding the HTTP address {} (--http-addr)",
+            config.http_addr
+        )
+    })?;
+    serve(config, Listeners { grpc, http }, shutdown).await
+}
+
+/// [`run`] on listeners that are already bound.
+pub async fn serve(
+    config: TierConfig,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let grpc_addr = listeners.grpc.local_addr()?;
+    let http_addr = listeners.http.local_addr()?;
+    let tls = Tls::load(config.tls_files())?;
+    let nodes = Arc::new(NodeReads::new(config.groups(), config.node_timeout())?);
+    let (stop_tx, stop_rx) = watch::channel(false);
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    set_health(&health, ServingStatus::NotServing).await;
+    let query = QueryServices::default();
+    query.start_with(nodes.clone() as Arc<dyn Reads>);
+    let grpc_router = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .add_routes(reflection()?)
+        .add_service(health_service)
+        .add_service(TraceServiceServer::new(NoIngest));
+    let grpc_task = Incoming::grpc(listeners.grpc, tls.as_ref())?
+        .serve_grpc(query.clone().add_to(grpc_router), stopped(stop_rx.clone()));
+
+    let serving = Arc::new(AtomicBool::new(false));
+    let http_router = tracedb_query::tempo::router(query.tempo.clone()).merge(
+        Router::new()
+            .route("/metrics", get(metrics))
+            .route("/ready", get(ready))
+            .route(
+                "/v1/traces",
+                axum::routing::post(|| async { (StatusCode::NOT_FOUND, NO_INGEST) }),
+            )
+            .with_state(TierState {
+                nodes: nodes.clone(),
+                serving: serving.clone(),
+            }),
+    );
+    let http_task = Incoming::http(listeners.http, tls.as_ref())?
+        .serve_http(http_router, stopped(stop_rx.clone()));
+    let prober = tokio::spawn(probe(
+        nodes.clone(),
+        health.clone(),
+        serving.clone(),
+        stop_rx,
+    ));
+    tracing::info!(
+        grpc = %grpc_addr,
+        http = %http_addr,
+        tls = %Tls::mode(tls.as_ref()),
+        groups = ?config.groups(),
+        node_timeout_ms = config.node_timeout_ms,
+        "tracedb query listening (grpc: QueryService, Jaeger TraceReader and DependencyReader, health, reflection; http: Tempo /api, GET /metrics, GET /ready)"
+    );
+
+    shutdown.await;
+    let deadline = Instant::now() + config.shutdown_timeout();
+    tracing::info!("shutting down: finishing in-flight reads");
+    set_health(&health, ServingStatus::NotServing).await;
+    let _ = stop_tx.send(true);
+    let _ = prober.await;
+    match tokio::time::timeout_at(deadline.into(), async {
+        tokio::join!(grpc_task, http_task)
+    })
+    .await
+    {
+        Ok((grpc, http)) => {
+            grpc?.context("serving gRPC")?;
+            http?.context("serving HTTP")?;
+        }
+        Err(_) => tracing::warn!("in-flight reads did not finish within the shutdown timeout"),
+    }
+    tracing::info!("shut down cleanly");
+    Ok(())
+}
+
+/// The OTLP `TraceService` of a tier: every export refused, saying where to send it.
+struct NoIngest;
+
+#[tonic::async_trait]
+impl tracedb_proto::trace_service_server::TraceService for NoIngest {
+    async fn export(
+        &self,
+        _request: Request<RawRequest>,
+    ) -> Result<Response<ExportTraceServiceResponse>, Status> {
+        Err(Status::unimplemented(NO_INGEST))
+    }
+}
+
+/// Health checks every node each [`PROBE_INTERVAL`]; SERVING while some
+/// group's nodes all serve.
+async fn probe(
+    nodes: Arc<NodeReads>,
+    health: tonic_health::server::HealthReporter,
+    serving: Arc<AtomicBool>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let timeout = nodes.node_timeout();
+    loop {
+        let mut groups_up = Vec::new();
+        for group in nodes.groups() {
+            let mut checks = tokio::task::JoinSet::new();
+            for node in group {
+                let mut client = HealthClient::new(node.channel());
+                checks.spawn(async move {
+                    let check = client.check(tonic_health::pb::HealthCheckRequest {
+                        service: String::new(),
+                    });
+                    matches!(
+                        tokio::time::timeout(timeout, check).await,
+                        Ok(Ok(r)) if r.get_ref().status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+                    )
+                });
+            }
+            let mut all = true;
+            while let Some(up) = checks.join_next().await {
+                all &= up.unwrap_or(false);
+            }
+            groups_up.push(all);
+        }
+        let up = groups_up.iter().any(|&g| g);
+        if serving.swap(up, Ordering::AcqRel) != up {
+            tracing::info!(groups_up = ?groups_up, serving = up, "node groups answering changed");
+            let status = if up {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            set_health(&health, status).await;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(PROBE_INTERVAL) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+#[derive(Clone)]
+struct TierState {
+    nodes: Arc<NodeReads>,
+    serving: Arc<AtomicBool>,
+}
+
+async fn ready(State(state): State<TierState>) -> impl IntoResponse {
+    if state.serving.load(Ordering::Acquire) {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no replica group has every node answering\n",
+        )
+    }
+}
+
+async fn metrics(State(state): State<TierState>) -> impl IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        render(&state),
+    )
+}
+
+/// The tier's `/metrics`: per node calls, errors, timeouts and time, and
+/// the partial answers per API.
+fn render(state: &TierState) -> String {
+    let mut out = Exposition::default();
+    out.single(
+        "tracedb_query_serving",
+        "gauge",
+        "1 while some replica group has every node answering health checks.",
+        u64::from(state.serving.load(Ordering::Acquire)),
+    );
+    type Stat = fn(&tracedb_query::fanout::NodeStats) -> u64;
+    let series: [(&str, &str, &str, Stat); 4] = [
+        (
+            "tracedb_node_calls_total",
+            "counter",
+            "Calls to each storage node.",
+            |s| s.calls.load(Ordering::Relaxed),
+        ),
+        (
+            "tracedb_node_errors_total",
+            "counter",
+            "Calls to each node that failed or timed out (NOT_FOUND is an answer).",
+            |s| s.errors.load(Ordering::Relaxed),
+        ),
+        (
+            "tracedb_node_timeouts_total",
+            "counter",
+            "Calls to each node not answered within --node-timeout-ms.",
+            |s| s.timeouts.load(Ordering::Relaxed),
+        ),
+        (
+            "tracedb_node_call_microseconds_total",
+            "counter",
+            "Time each node took to answer, summed (divide by calls for the mean).",
+            |s| s.micros.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, kind, help, stat) in series {
+        out.header(name, kind, help);
+        for node in state.nodes.nodes() {
+            let mut labels = String::new();
+            let _ = write!(labels, "node=\"{}\",group=\"{}\"", node.addr, node.group);
+            out.sample(name, &labels, stat(node.stats()));
+        }
+    }
+    out.header(
+        "tracedb_partial_answers_total",
+        "counter",
+        "Answers sent without some source (a node that did not answer, a damaged file), by read API.",
+    );
+    for api in read::Api::ALL {
+        out.sample(
+            "tracedb_partial_answers_total",
+            &format!("api=\"{}\"", api.label()),
+            read::partial_answers(api),
+        );
+    }
+    out.finish()
+}
