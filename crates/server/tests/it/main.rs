@@ -6,6 +6,7 @@
 mod api;
 mod check;
 mod cluster;
+mod collector;
 mod config;
 mod crash;
 mod harness;

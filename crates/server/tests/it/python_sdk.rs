@@ -18,7 +18,7 @@ use tracedb_proto::{
 use crate::harness::{get_trace, metric, Server};
 
 /// The virtualenv's Python, made by the README's test command (`scripts/test`).
-fn python() -> PathBuf {
+pub fn python() -> PathBuf {
     if let Ok(p) = std::env::var("TRACEDB_TEST_PYTHON") {
         return PathBuf::from(p);
     }
@@ -31,10 +31,11 @@ fn python() -> PathBuf {
     venv
 }
 
-type Expected = BTreeMap<Vec<u8>, (Option<Resource>, Option<InstrumentationScope>, String, Span)>;
+pub type Expected =
+    BTreeMap<Vec<u8>, (Option<Resource>, Option<InstrumentationScope>, String, Span)>;
 
 /// Every span of a request, by span ID, with its resource, scope and scope schema URL.
-fn by_span_id(requests: &[ExportTraceServiceRequest]) -> Expected {
+pub fn by_span_id(requests: &[ExportTraceServiceRequest]) -> Expected {
     let mut out = BTreeMap::new();
     for req in requests {
         for rs in &req.resource_spans {

@@ -1,6 +1,8 @@
 """Exports traces to tracedb with the OpenTelemetry Python SDK's OTLP exporters.
 
-Usage: export_traces.py grpc|http HOST:PORT|https://HOST:PORT OUT_FILE
+Usage: export_traces.py grpc|http HOST:PORT|https://HOST:PORT OUT_FILE [TRACES]
+
+TRACES (default 5) traces of three spans each are sent.
 
 `grpc` uses the OTLP/gRPC exporter, `http` the OTLP/HTTP protobuf exporter (the
 SDKs' default protocol, to http://HOST:PORT/v1/traces); both send gzip.
@@ -34,6 +36,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 def main() -> None:
     protocol, endpoint, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
+    traces = int(sys.argv[4]) if len(sys.argv) > 4 else 5
     memory = InMemorySpanExporter()
     provider = TracerProvider(
         resource=Resource.create({"service.name": "checkout", "deployment.environment": "e2e"})
@@ -58,7 +61,7 @@ def main() -> None:
     )
 
     previous = None
-    for i in range(5):
+    for i in range(traces):
         attributes = {
             "http.method": "GET",
             "http.status_code": 200 + i,

@@ -1,0 +1,420 @@
+//! A tracedb cluster as users deploy it, with real components: the Python
+//! SDK exports to an OpenTelemetry Collector (built by `scripts/collector/build`)
+//! whose two `load_balancing` exporters (`routing_key: traceID`) feed two
+//! replica groups of tracedb nodes (3 + 2), and a third exporter a reference
+//! node that gets everything; `tracedb query` answers for the five nodes.
+//!
+//! Checked: every trace is on exactly one node of each group and every node
+//! has a share; every trace comes back field for field through the tier's
+//! GetTrace, Jaeger GetTraces and the Tempo API; search through the tier
+//! lists what the reference node lists, one row per trace. A node killed:
+//! every trace whole from the other group, not marked partial. A node of the
+//! other group stopped too: every answer within the node timeout, marked
+//! partial (a trace some live node holds) or UNAVAILABLE (one only the dead
+//! and the stopped node hold), never NOT_FOUND. Both back: whole again.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use prost::Message as _;
+use tonic::transport::Channel;
+use tracedb_proto::{
+    collector::trace::v1::ExportTraceServiceRequest,
+    jaeger::storage::v2::{
+        trace_reader_client::TraceReaderClient, GetTraceParams, GetTracesRequest,
+    },
+    query::v1::{query_service_client::QueryServiceClient, GetTraceRequest, SearchTracesRequest},
+};
+
+use crate::{
+    harness::{http_request, Server},
+    python_sdk::{by_span_id, python, Expected},
+};
+
+const TRACES: usize = 300;
+
+/// The Collector `scripts/test` built.
+fn otelcol() -> PathBuf {
+    if let Ok(p) = std::env::var("TRACEDB_TEST_OTELCOL") {
+        return PathBuf::from(p);
+    }
+    let built =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.ci-cache/bin/otelcol-tracedb");
+    assert!(
+        built.exists(),
+        "no OpenTelemetry Collector at {}: run scripts/test (it runs scripts/collector/build) or set TRACEDB_TEST_OTELCOL",
+        built.display()
+    );
+    built
+}
+
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
+/// A Collector process, killed when dropped.
+struct Collector(Child);
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_collector(
+    dir: &std::path::Path,
+    otlp: SocketAddr,
+    groups: &[&[&Server]],
+    reference: &Server,
+) -> Collector {
+    let list = |nodes: &[&Server]| {
+        nodes
+            .iter()
+            .map(|n| format!("\"{}\"", n.addr))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut exporters = String::new();
+    let mut names = Vec::new();
+    for (i, nodes) in groups.iter().enumerate() {
+        let name = format!("load_balancing/group{i}");
+        exporters.push_str(&format!(
+            "  {name}:\n    routing_key: traceID\n    protocol:\n      otlp:\n        tls: {{insecure: true}}\n    resolver:\n      static:\n        hostnames: [{}]\n",
+            list(nodes)
+        ));
+        names.push(name);
+    }
+    exporters.push_str(&format!(
+        "  otlp_grpc/reference:\n    endpoint: \"{}\"\n    tls: {{insecure: true}}\n",
+        reference.addr
+    ));
+    names.push("otlp_grpc/reference".into());
+    let config = format!(
+        "receivers:\n  otlp:\n    protocols:\n      grpc: {{endpoint: \"{otlp}\"}}\nexporters:\n{exporters}service:\n  telemetry:\n    metrics: {{level: none}}\n  pipelines:\n    traces: {{receivers: [otlp], exporters: [{}]}}\n",
+        names.join(", ")
+    );
+    let path = dir.join("collector.yaml");
+    std::fs::write(&path, config).expect("write the Collector's configuration");
+    let log = std::fs::File::create(dir.join("collector.log")).expect("log file");
+    let child = Command::new(otelcol())
+        .arg("--config")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("start the Collector");
+    let collector = Collector(child);
+    let until = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(otlp).is_err() {
+        assert!(
+            Instant::now() < until,
+            "the Collector did not listen on {otlp}:\n{}",
+            std::fs::read_to_string(dir.join("collector.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    collector
+}
+
+/// GetTrace: its spans by span ID, whether it was marked partial, or the code.
+async fn read(
+    client: &mut QueryServiceClient<Channel>,
+    trace: &[u8],
+) -> Result<(Expected, bool), tonic::Code> {
+    let response = client
+        .get_trace(GetTraceRequest {
+            trace_id: trace.to_vec().into(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|s| s.code())?;
+    let partial = response.metadata().get("tracedb-partial").is_some();
+    let mut stream = response.into_inner();
+    let mut resource_spans = Vec::new();
+    while let Some(m) = stream.message().await.map_err(|s| s.code())? {
+        resource_spans.extend(m.resource_spans);
+    }
+    Ok((
+        by_span_id(&[ExportTraceServiceRequest { resource_spans }]),
+        partial,
+    ))
+}
+
+/// The spans of one trace in `expected`.
+fn of_trace(expected: &Expected, trace: &[u8]) -> Expected {
+    expected
+        .iter()
+        .filter(|(_, v)| v.3.trace_id[..] == *trace)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_routes_two_replica_groups_and_the_tier_answers_for_all() {
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let dirs: Vec<_> = (0..6)
+        .map(|_| tempfile::tempdir().expect("tempdir"))
+        .collect();
+    let nodes: Vec<Server> = dirs.iter().map(|d| Server::start(d.path())).collect();
+    let (a, b, reference) = (&nodes[0..3], &nodes[3..5], &nodes[5]);
+    let group_a: Vec<&Server> = a.iter().collect();
+    let group_b: Vec<&Server> = b.iter().collect();
+    let otlp = free_port();
+    let _collector = start_collector(scratch.path(), otlp, &[&group_a, &group_b], reference);
+    let tier = Server::start_tier(&[&group_a, &group_b], &["--node-timeout-ms", "500"]);
+
+    // The SDK exports through the Collector.
+    let sent_file = scratch.path().join("sent.pb");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/export_traces.py");
+    let out = Command::new(python())
+        .arg(&script)
+        .args(["grpc", &otlp.to_string()])
+        .arg(&sent_file)
+        .arg(TRACES.to_string())
+        .output()
+        .expect("run the Python exporter");
+    assert!(
+        out.status.success(),
+        "python failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sent = ExportTraceServiceRequest::decode(&std::fs::read(&sent_file).expect("sent")[..])
+        .expect("the SDK's encoding");
+    let expected = by_span_id(&[sent]);
+    let traces: BTreeSet<Vec<u8>> = expected.values().map(|v| v.3.trace_id.to_vec()).collect();
+    assert_eq!(traces.len(), TRACES);
+
+    // The Collector forwards asynchronously: wait until the reference node
+    // has every span.
+    let mut ref_client = reference.query().await;
+    let until = Instant::now() + Duration::from_secs(60);
+    for trace in &traces {
+        loop {
+            match read(&mut ref_client, trace).await {
+                Ok((spans, _)) if spans.len() == 3 => break,
+                _ => {
+                    assert!(
+                        Instant::now() < until,
+                        "the reference node never got every span"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    // Every trace on exactly one node of each group, every node a share.
+    let mut clients = Vec::new();
+    for node in a.iter().chain(b) {
+        clients.push(node.query().await);
+    }
+    let mut shares = vec![0usize; clients.len()];
+    let mut held_by: HashMap<&Vec<u8>, Vec<usize>> = HashMap::new();
+    for trace in &traces {
+        let mut holders = Vec::new();
+        for (i, client) in clients.iter_mut().enumerate() {
+            match read(client, trace).await {
+                Ok((spans, _)) => {
+                    assert_eq!(spans.len(), 3, "a trace is never split by the Collector");
+                    holders.push(i);
+                    shares[i] += 1;
+                }
+                Err(code) => assert_eq!(code, tonic::Code::NotFound),
+            }
+        }
+        assert_eq!(
+            holders.iter().filter(|&&i| i < 3).count(),
+            1,
+            "group a: {holders:?}"
+        );
+        assert_eq!(
+            holders.iter().filter(|&&i| i >= 3).count(),
+            1,
+            "group b: {holders:?}"
+        );
+        held_by.insert(trace, holders);
+    }
+    assert!(
+        shares.iter().all(|&n| n > 0),
+        "every node has a share: {shares:?}"
+    );
+
+    // Field for field through the tier: GetTrace, Jaeger and Tempo.
+    let mut tier_query = tier.query().await;
+    let mut jaeger = TraceReaderClient::new(tier.channel().await);
+    for (n, trace) in traces.iter().enumerate() {
+        let (spans, partial) = read(&mut tier_query, trace)
+            .await
+            .expect("through the tier");
+        assert!(!partial);
+        assert_eq!(
+            spans,
+            of_trace(&expected, trace),
+            "GetTrace through the tier"
+        );
+        if n % 10 == 0 {
+            let path = format!("/api/v2/traces/{}", hex(trace));
+            let r = http_request(
+                tier.http,
+                "GET",
+                &path,
+                &[("Accept", "application/protobuf")],
+                b"",
+            )
+            .expect("Tempo");
+            assert_eq!(r.status, 200);
+            let trace_data = crate::tempo::TraceByIdResponse::decode(r.body.as_slice())
+                .expect("TraceByIDResponse")
+                .trace
+                .expect("trace");
+            let got = by_span_id(&[ExportTraceServiceRequest {
+                resource_spans: trace_data.resource_spans,
+            }]);
+            assert_eq!(got, of_trace(&expected, trace), "Tempo through the tier");
+        }
+    }
+    let all: Vec<&Vec<u8>> = traces.iter().collect();
+    for batch in all.chunks(50) {
+        let mut stream = jaeger
+            .get_traces(GetTracesRequest {
+                query: batch
+                    .iter()
+                    .map(|t| GetTraceParams {
+                        trace_id: t.to_vec().into(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            })
+            .await
+            .expect("Jaeger GetTraces")
+            .into_inner();
+        let mut resource_spans = Vec::new();
+        while let Some(m) = stream.message().await.expect("stream") {
+            resource_spans.extend(m.resource_spans);
+        }
+        let got = by_span_id(&[ExportTraceServiceRequest { resource_spans }]);
+        let want: Expected = batch.iter().flat_map(|t| of_trace(&expected, t)).collect();
+        assert_eq!(got, want, "Jaeger through the tier");
+    }
+
+    // Search through the tier lists what the reference node lists.
+    let search = SearchTracesRequest {
+        service: "checkout".into(),
+        limit: 1_000,
+        ..Default::default()
+    };
+    let rows =
+        |r: tracedb_proto::query::v1::SearchTracesResponse| -> Vec<(Vec<u8>, u64, u64, u64)> {
+            r.traces
+                .into_iter()
+                .map(|t| {
+                    (
+                        t.trace_id.to_vec(),
+                        t.start_time_unix_nano,
+                        t.duration_nanos,
+                        t.span_count,
+                    )
+                })
+                .collect()
+        };
+    let by_tier = rows(
+        tier_query
+            .search_traces(search.clone())
+            .await
+            .expect("search")
+            .into_inner(),
+    );
+    let by_reference = rows(
+        ref_client
+            .search_traces(search.clone())
+            .await
+            .expect("search")
+            .into_inner(),
+    );
+    assert_eq!(by_tier.len(), TRACES, "one row per trace");
+    assert_eq!(by_tier, by_reference);
+
+    // A node of group a killed: group b answers in full; nothing partial.
+    let mut nodes = nodes;
+    let killed = nodes.remove(0);
+    let killed_addr = killed.addr;
+    killed.kill9();
+    for trace in &traces {
+        let (spans, partial) = read(&mut tier_query, trace)
+            .await
+            .expect("whole from group b");
+        assert_eq!(spans.len(), 3);
+        assert!(!partial, "group b answered in full");
+    }
+    // And a node of group b stopped (SIGSTOP): no group answers in full.
+    // Nodes 0..3 are group a, 3..5 group b; node 0 is killed, node 3 stopped.
+    let stopped = &nodes[2];
+    stopped.pause();
+    let pick = |both_down: bool| -> Vec<&Vec<u8>> {
+        traces
+            .iter()
+            .filter(|t| (held_by[t] == [0, 3]) == both_down)
+            .take(5)
+            .collect()
+    };
+    let (unreachable, reachable) = (pick(true), pick(false));
+    assert!(
+        !unreachable.is_empty(),
+        "some trace lies on nodes 0 and 3: {shares:?}"
+    );
+    for (traces, reachable) in [(&reachable, true), (&unreachable, false)] {
+        for trace in traces.iter() {
+            let call = Instant::now();
+            match read(&mut tier_query, trace).await {
+                Ok((spans, partial)) if reachable => {
+                    assert!(
+                        partial,
+                        "no group answered in full, so the answer is marked"
+                    );
+                    assert_eq!(spans, of_trace(&expected, trace));
+                }
+                Err(code) if !reachable => {
+                    assert_eq!(
+                        code,
+                        tonic::Code::Unavailable,
+                        "never NOT_FOUND for a stored trace"
+                    );
+                }
+                other => panic!(
+                    "trace {} held by {:?}: {other:?}",
+                    hex(trace),
+                    held_by[trace]
+                ),
+            }
+            assert!(
+                call.elapsed() < Duration::from_secs(2),
+                "within the node timeout"
+            );
+        }
+    }
+    eprintln!(
+        "with {killed_addr} killed and {} stopped: {} traces partial, {} unavailable",
+        stopped.addr,
+        reachable.len(),
+        unreachable.len()
+    );
+    stopped.resume();
+    for trace in unreachable.iter().chain(&reachable) {
+        let (spans, partial) = read(&mut tier_query, trace).await.expect("whole again");
+        assert_eq!(spans.len(), 3);
+        assert!(!partial);
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
