@@ -5,6 +5,10 @@
 //! reader's own hosts and files (TLS) and are not run; each must name one of
 //! those placeholders, so a runnable example cannot hide among them.
 //!
+//! `scripts/cluster` starts a cluster that the README's next blocks use; the
+//! single server is stopped first (the cluster's Collector takes its ports)
+//! and the cluster is stopped with SIGTERM at the end.
+//!
 //! Two commands of the set-up block are not run as written: `cargo run
 //! --release --bin tracedb -- serve` is the binary cargo built for this test,
 //! started directly, and `scripts/test` is what runs this test. `grpcurl`
@@ -26,6 +30,15 @@ const README: &str = include_str!("../../../../README.md");
 /// What a block must print, found by a piece of its text: pieces of its
 /// output, or with a leading `=`, the whole of it (trimmed).
 const EXPECTED: &[(&str, &[&str])] = &[
+    // Through the cluster: the Collector, then tracedb query.
+    (
+        "tracedb get 6c9f0a0a42e5c1d1a2b3c4d5e6f70819 --addr 127.0.0.1:4417",
+        &[
+            "trace 6c9f0a0a42e5c1d1a2b3c4d5e6f70819: 1 span, 1 service, 100.00ms",
+            "\"traceID\":\"6c9f0a0a42e5c1d1a2b3c4d5e6f70819\"",
+            "\"rootServiceName\":\"cart\"",
+        ],
+    ),
     // Every span stored: no partial success.
     ("http://127.0.0.1:4318/v1/traces", &["={}"]),
     (
@@ -118,10 +131,19 @@ fn every_readme_example_runs_as_written() {
         setup.text
     );
     let mut server = KillOnDrop(Some(start_as_documented(work.path())));
+    // `scripts/cluster`, once its block is reached.
+    let mut cluster = StopGroupOnDrop(None);
 
     let grpcurl = std::env::var_os("TRACEDB_TEST_GRPCURL");
     let mut ran = 0;
     for block in &blocks[1..] {
+        if block.text.contains("scripts/cluster") {
+            // It takes the OTLP ports the single server holds.
+            stop_as_documented(&mut server, work.path());
+            cluster.0 = Some(start_cluster(work.path()));
+            ran += 1;
+            continue;
+        }
         if block.template {
             assert!(
                 PLACEHOLDERS.iter().any(|p| block.text.contains(p)),
@@ -186,19 +208,106 @@ fn every_readme_example_runs_as_written() {
     }
     assert!(ran >= 4, "only {ran} README blocks ran");
 
-    // "runs until ctrl-c or SIGTERM, when it flushes everything to disk and exits 0"
-    let mut server = server.0.take().expect("server");
+    stop_as_documented(&mut server, work.path());
+    if let Some(mut cluster) = cluster.0.take() {
+        terminate(&cluster);
+        let status = cluster.wait().expect("wait");
+        assert!(status.success(), "scripts/cluster exited with {status}");
+    }
+}
+
+/// `scripts/cluster` and the processes it started (its process group),
+/// stopped with SIGTERM if the test fails first.
+struct StopGroupOnDrop(Option<std::process::Child>);
+
+impl Drop for StopGroupOnDrop {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = Command::new("kill")
+                .args(["-TERM", "--", &format!("-{}", child.id())])
+                .status();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn terminate(child: &std::process::Child) {
     let status = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
+        .args(["-TERM", &child.id().to_string()])
         .status()
         .expect("kill");
     assert!(status.success());
+}
+
+/// "runs until ctrl-c or SIGTERM, when it flushes everything to disk and
+/// exits 0"; nothing if it was stopped already.
+fn stop_as_documented(server: &mut KillOnDrop, dir: &Path) {
+    let Some(mut server) = server.0.take() else {
+        return;
+    };
+    terminate(&server);
     let status = server.wait().expect("wait");
     assert!(status.success(), "tracedb serve exited with {status}");
     assert!(
-        work.path().join("tracedb-data/tables").is_dir(),
+        dir.join("tracedb-data/tables").is_dir(),
         "the default data directory ./tracedb-data"
     );
+}
+
+/// `scripts/cluster` as the README runs it, with this test's tracedb and
+/// the Collector `scripts/test` built; returns once it says it is ready.
+fn start_cluster(dir: &Path) -> std::process::Child {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let otelcol = std::env::var_os("TRACEDB_TEST_OTELCOL")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo.join(".ci-cache/bin/otelcol-tracedb"));
+    assert!(
+        otelcol.exists(),
+        "no OpenTelemetry Collector at {}: run scripts/test (it builds one) or set TRACEDB_TEST_OTELCOL",
+        otelcol.display()
+    );
+    let mut child = Command::new(repo.join("scripts/cluster"));
+    std::os::unix::process::CommandExt::process_group(&mut child, 0);
+    let mut child = child
+        .env("TRACEDB_BIN", TRACEDB)
+        .env("OTELCOL", &otelcol)
+        .env("TRACEDB_CLUSTER_DIR", dir.join("cluster"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run scripts/cluster");
+    let stdout = child.stdout.take().expect("stdout");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.starts_with("tracedb cluster ready") {
+                let _ = tx.send(line);
+            }
+        }
+    });
+    let errors = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<_>>()
+            .join("\n")
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(line) => {
+            assert!(line.contains("5 nodes in two replica groups"), "{line}");
+            child
+        }
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "scripts/cluster did not say it was ready:\n{}",
+                errors.join().unwrap_or_default()
+            )
+        }
+    }
 }
 
 /// A server the test stops itself; killed if the test fails first (it holds
