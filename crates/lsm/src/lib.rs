@@ -56,9 +56,6 @@ mod hostile_tests;
 mod test_util;
 
 pub use compaction::{CompactionOptions, CompactionTask};
-/// The old name of [`SearchSnapshot`], still imported by `tracedb-query`.
-#[doc(hidden)]
-pub use engine::SearchSnapshot as IndexSnapshot;
 pub use engine::{
     Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks, SearchSnapshot, SkippedFile,
     Snapshot, TraceLookup, QUARANTINE_DIR,

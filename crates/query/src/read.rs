@@ -28,7 +28,7 @@ use std::{
 
 use tracedb_lsm::{
     index::{SearchQuery, TagScope, TraceHit},
-    Engine, IndexSnapshot, SkippedFile, Span, TimeRange, TraceId,
+    Engine, SearchSnapshot, SkippedFile, Span, TimeRange, TraceId,
 };
 
 use crate::error::Error;
@@ -105,7 +105,7 @@ impl LocalReads {
     async fn index<T: Send + 'static>(
         &self,
         range: TimeRange,
-        f: impl FnOnce(&IndexSnapshot) -> T + Send + 'static,
+        f: impl FnOnce(&SearchSnapshot) -> T + Send + 'static,
     ) -> Result<Answer<T>, Error> {
         self.blocking(move |engine| Ok(Answer::whole(f(&engine.index(range)?))))
             .await
