@@ -36,6 +36,7 @@ use std::{fmt::Write as _, ops::Range, sync::Arc};
 
 use bytes::{Bytes, BytesMut};
 use tracedb_lsm::{ScopeGroup, Span, SpanId, TraceId};
+use tracedb_proto::time::Utc;
 
 use crate::{
     error::{Malformed, MalformedKind, ScanError},
@@ -328,13 +329,13 @@ impl Scanner<'_> {
             Problem::Expired { end } => write!(
                 message,
                 "ended at {}, before the retention window began at {} (the server's --retention); a longer retention keeps older spans",
-                Rfc3339(end),
-                Rfc3339(self.rules.expire_before)
+                Utc::from_unix_nanos(end),
+                Utc::from_unix_nanos(self.rules.expire_before)
             ),
             Problem::Future { end } => write!(
                 message,
                 "ends at {}, more than 1h ahead of the server's clock",
-                Rfc3339(end)
+                Utc::from_unix_nanos(end)
             ),
         };
     }
@@ -364,35 +365,6 @@ enum Problem {
     Future {
         end: u64,
     },
-}
-
-/// Unix nanoseconds as an RFC 3339 UTC time with milliseconds.
-struct Rfc3339(u64);
-
-impl std::fmt::Display for Rfc3339 {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let secs = self.0 / 1_000_000_000;
-        let millis = self.0 / 1_000_000 % 1_000;
-        let (days, rem) = (secs / 86_400, secs % 86_400);
-        // Days since 1970-01-01 to a civil date (proleptic Gregorian), by
-        // 400-year eras of 146,097 days that start on March 1st.
-        let z = days + 719_468;
-        let era = z / 146_097;
-        let doe = z % 146_097;
-        let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + u64::from(month <= 2);
-        write!(
-            f,
-            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-            rem / 3_600,
-            rem / 60 % 60,
-            rem % 60
-        )
-    }
 }
 
 /// What `ResourceSpans` and `ScopeSpans` share: a context message in field 1

@@ -16,11 +16,13 @@
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server reflection.
 //! - [`retry`]: UNAVAILABLE with a `RetryInfo` detail, the gRPC way to say
 //!   when to retry.
+//! - [`time`]: Unix nanoseconds as a UTC calendar time, for people.
 //! - [`wire`]: the one varint writer, used by the storage engine's own
 //!   formats and by tests that build protobuf bytes by hand.
 
 pub mod codec;
 pub mod retry;
+pub mod time;
 pub mod wire;
 
 /// OTLP messages.

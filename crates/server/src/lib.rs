@@ -53,7 +53,7 @@ use std::{
 };
 
 use anyhow::Context;
-use tokio::{net::TcpListener, sync::watch};
+use tokio::sync::watch;
 use tracedb_ingest::Ingest;
 use tracedb_lsm::Engine;
 
@@ -74,19 +74,8 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let grpc = TcpListener::bind(config.grpc_addr).await.with_context(|| {
-        format!(
-            "binding the gRPC address {} (--grpc-addr)",
-            config.grpc_addr
-        )
-    })?;
-    let http = TcpListener::bind(config.http_addr).await.with_context(|| {
-        format!(
-            "binding the HTTP address {} (--http-addr)",
-            config.http_addr
-        )
-    })?;
-    serve(config, Listeners { grpc, http }, shutdown).await
+    let listeners = Listeners::bind(config.grpc_addr, config.http_addr).await?;
+    serve(config, listeners, shutdown).await
 }
 
 /// [`run`] on listeners that are already bound: the steps of the module

@@ -3,7 +3,7 @@
 //! [`Incoming::http`]; each protocol's server then serves whichever kind of
 //! connection it is given.
 
-use std::{future::Future, io, sync::Arc};
+use std::{future::Future, io, net::SocketAddr, sync::Arc};
 
 use rustls::ServerConfig;
 use tokio::{net::TcpListener, task::JoinHandle};
@@ -17,6 +17,21 @@ use crate::{
 pub struct Listeners {
     pub grpc: TcpListener,
     pub http: TcpListener,
+}
+
+impl Listeners {
+    /// Binds `--grpc-addr` and `--http-addr`, saying which one failed.
+    pub async fn bind(grpc: SocketAddr, http: SocketAddr) -> anyhow::Result<Listeners> {
+        use anyhow::Context as _;
+        Ok(Listeners {
+            grpc: TcpListener::bind(grpc)
+                .await
+                .with_context(|| format!("binding the gRPC address {grpc} (--grpc-addr)"))?,
+            http: TcpListener::bind(http)
+                .await
+                .with_context(|| format!("binding the HTTP address {http} (--http-addr)"))?,
+        })
+    }
 }
 
 /// TLS as configured: the checked configuration and each listener's

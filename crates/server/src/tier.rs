@@ -28,7 +28,7 @@ use std::{
 
 use anyhow::Context;
 use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get, Router};
-use tokio::{net::TcpListener, sync::watch};
+use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 use tonic_health::{pb::health_client::HealthClient, ServingStatus};
 use tracedb_ingest::Exposition;
@@ -61,19 +61,8 @@ pub async fn run(
     config: TierConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let grpc = TcpListener::bind(config.grpc_addr).await.with_context(|| {
-        format!(
-            "binding the gRPC address {} (--grpc-addr)",
-            config.grpc_addr
-        )
-    })?;
-    let http = TcpListener::bind(config.http_addr).await.with_context(|| {
-        format!(
-            "binding the HTTP address {} (--http-addr)",
-            config.http_addr
-        )
-    })?;
-    serve(config, Listeners { grpc, http }, shutdown).await
+    let listeners = Listeners::bind(config.grpc_addr, config.http_addr).await?;
+    serve(config, listeners, shutdown).await
 }
 
 /// [`run`] on listeners that are already bound.

@@ -236,24 +236,10 @@ pub fn render_search(traces: &[tracedb_proto::query::v1::TraceSummary]) -> Strin
 
 /// Unix nanoseconds as `YYYY-MM-DD HH:MM:SS.mmm`.
 fn utc(nanos: u64) -> String {
-    let secs = nanos / 1_000_000_000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let t = tracedb_proto::time::Utc::from_unix_nanos(nanos);
     format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{:03}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        nanos % 1_000_000_000 / 1_000_000
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}",
+        t.year, t.month, t.day, t.hour, t.minute, t.second, t.millis
     )
 }
 
