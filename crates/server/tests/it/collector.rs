@@ -12,6 +12,10 @@
 //! other group stopped too: every answer within the node timeout, marked
 //! partial (a trace some live node holds) or UNAVAILABLE (one only the dead
 //! and the stopped node hold), never NOT_FOUND. Both back: whole again.
+//!
+//! And a ring change mid-stream (a node added to a group's resolver, the
+//! Collector restarted): traces split over two nodes come back whole and are
+//! listed once by search.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -417,4 +421,117 @@ async fn a_collector_routes_two_replica_groups_and_the_tier_answers_for_all() {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A ring change mid-stream: the first span of each trace goes through a
+/// Collector whose group a has two nodes, the second after a third node is
+/// added to its resolver and the Collector restarted. Traces whose ID moved
+/// now lie on two nodes of group a: through the tier every one is whole and
+/// search lists it once, with both spans counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ring_change_splits_traces_and_the_tier_joins_them() {
+    use tracedb_proto::collector::trace::v1::trace_service_client::TraceServiceClient;
+
+    use crate::harness::{request, rich_span};
+
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let dirs: Vec<_> = (0..4)
+        .map(|_| tempfile::tempdir().expect("tempdir"))
+        .collect();
+    let nodes: Vec<Server> = dirs.iter().map(|d| Server::start(d.path())).collect();
+    let (a, b) = (&nodes[0..3], &nodes[3]);
+    let traces: Vec<u128> = (0..200u128)
+        .map(|i| (i + 1) * 0x9e37_79b9_7f4a_7c15)
+        .collect();
+    let send = |otlp: SocketAddr, span_no: u64| {
+        let traces = traces.clone();
+        async move {
+            let mut client = TraceServiceClient::connect(format!("http://{otlp}"))
+                .await
+                .expect("connect to the Collector");
+            let mut export = request("split", &[], 0);
+            export.resource_spans[0].scope_spans[0].spans = traces
+                .iter()
+                .map(|&t| rich_span(t, span_no, span_no.checked_sub(1)))
+                .collect();
+            client.export(export).await.expect("export");
+        }
+    };
+    // Group a alone behind the tier (group b only proves delivery).
+    let group_a: Vec<&Server> = a.iter().collect();
+    let tier = Server::start_tier(&[&group_a], &[]);
+    let otlp = free_port();
+    {
+        let _collector = start_collector(scratch.path(), otlp, &[&[&a[0], &a[1]], &[b]], b);
+        send(otlp, 0).await;
+        // Dropping the Collector kills it: wait until its queues are delivered.
+        wait_for_spans(&tier, &traces, 1).await;
+        wait_for_spans(b, &traces, 1).await;
+    }
+    let _collector = start_collector(scratch.path(), otlp, &[&[&a[0], &a[1], &a[2]], &[b]], b);
+    send(otlp, 1).await;
+    wait_for_spans(&tier, &traces, 2).await;
+
+    // Some traces now have a span on two nodes of group a.
+    let mut split = 0;
+    for &t in &traces {
+        let mut holders = 0;
+        for node in a {
+            let mut q = node.query().await;
+            if read(&mut q, &t.to_be_bytes()).await.is_ok() {
+                holders += 1;
+            }
+        }
+        split += usize::from(holders == 2);
+    }
+    assert!(split > 0, "the new node took some trace IDs");
+
+    // Through the tier: each trace whole from its parts.
+    let mut q = tier.query().await;
+    for &t in &traces {
+        let (spans, partial) = read(&mut q, &t.to_be_bytes())
+            .await
+            .expect("through the tier");
+        assert_eq!(spans.len(), 2, "both spans of {t:x}");
+        assert!(!partial);
+    }
+    let rows = q
+        .search_traces(SearchTracesRequest {
+            service: "split".into(),
+            limit: 1_000,
+            ..Default::default()
+        })
+        .await
+        .expect("search")
+        .into_inner()
+        .traces;
+    assert_eq!(
+        rows.len(),
+        traces.len(),
+        "one row per trace ({split} split)"
+    );
+    assert!(rows.iter().all(|r| r.span_count == 2), "both parts counted");
+    eprintln!(
+        "ring change: {split} of {} traces split over two nodes",
+        traces.len()
+    );
+}
+
+/// Waits until `node` (a node or a tier) answers `spans` spans of every
+/// trace: the Collector forwards asynchronously. Here b is both group b and
+/// the reference exporter's node: it gets each span twice and keeps it once.
+async fn wait_for_spans(node: &Server, traces: &[u128], spans: usize) {
+    let mut q = node.query().await;
+    let until = Instant::now() + Duration::from_secs(60);
+    for t in traces {
+        loop {
+            match read(&mut q, &t.to_be_bytes()).await {
+                Ok((got, _)) if got.len() >= spans => break,
+                _ => {
+                    assert!(Instant::now() < until, "spans never reached {}", node.addr);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
 }
