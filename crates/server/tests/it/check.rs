@@ -231,6 +231,41 @@ async fn check_finds_damage_and_the_server_serves_the_rest_marking_partial_trace
         let sample = format!("tracedb_partial_answers_total{{api=\"{api}\"}}");
         assert_eq!(metric(&server, &sample), 1.0, "{sample}");
     }
+
+    // Through a query tier in front of the node: the same marker on its
+    // gRPC and Tempo answers, the reason naming the node and the file.
+    let tier = Server::start_tier(&[&[&server]], &[]);
+    let through = get(&tier, 1)
+        .await
+        .expect("a partial trace through the tier");
+    let tier_reason = through
+        .metadata()
+        .get("tracedb-partial-reason")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        tier_reason.contains(&server.addr.to_string()) && tier_reason.contains(&name),
+        "{tier_reason}"
+    );
+    let mut stream = through.into_inner();
+    let mut messages = Vec::new();
+    while let Some(m) = stream.message().await.expect("stream") {
+        messages.push(m);
+    }
+    assert_eq!(spans_of(&messages).len(), 4);
+    let tier_tempo = http_request(
+        tier.http,
+        "GET",
+        &format!("/api/v2/traces/{:032x}", 1),
+        &[("Accept", "application/json")],
+        b"",
+    )
+    .expect("GET through the tier");
+    assert_eq!(tier_tempo.status, 200);
+    assert_eq!(tier_tempo.header("tracedb-partial"), Some("true"));
+    let whole = get(&tier, 20).await.expect("trace 20 through the tier");
+    assert!(whole.metadata().get("tracedb-partial").is_none());
     assert!(
         server.log_text().contains("quarantined"),
         "{}",
