@@ -201,6 +201,22 @@ impl NodeReads {
     /// connections are made on first use, so a node that is down at start
     /// only fails its own calls.
     pub fn new(groups: Vec<Vec<String>>, timeout: Duration) -> Result<Self, Error> {
+        Self::with_channels(groups, timeout, |addr| {
+            Ok(Channel::from_shared(format!("http://{addr}"))
+                .map_err(|e| format!("{e}"))?
+                .connect_timeout(timeout)
+                .tcp_nodelay(true)
+                .connect_lazy())
+        })
+    }
+
+    /// [`NodeReads::new`] with the channels `channel` makes from each
+    /// address (TLS, for one); each should connect lazily.
+    pub fn with_channels(
+        groups: Vec<Vec<String>>,
+        timeout: Duration,
+        channel: impl Fn(&str) -> Result<Channel, String>,
+    ) -> Result<Self, Error> {
         let groups = groups
             .into_iter()
             .enumerate()
@@ -208,11 +224,8 @@ impl NodeReads {
                 addrs
                     .into_iter()
                     .map(|addr| {
-                        let endpoint = Channel::from_shared(format!("http://{addr}"))
-                            .map_err(|e| Error::Internal(format!("node address {addr:?}: {e}")))?
-                            .connect_timeout(timeout)
-                            .tcp_nodelay(true);
-                        let channel = endpoint.connect_lazy();
+                        let channel = channel(&addr)
+                            .map_err(|e| Error::Internal(format!("node address {addr:?}: {e}")))?;
                         Ok(Arc::new(Node {
                             client: QueryServiceClient::new(channel.clone())
                                 .max_decoding_message_size(MAX_NODE_MESSAGE),

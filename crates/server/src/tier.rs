@@ -74,7 +74,14 @@ pub async fn serve(
     let grpc_addr = listeners.grpc.local_addr()?;
     let http_addr = listeners.http.local_addr()?;
     let tls = Tls::load(config.tls_files())?;
-    let nodes = Arc::new(NodeReads::new(config.groups(), config.node_timeout())?);
+    let timeout = config.node_timeout();
+    let nodes = Arc::new(match config.node_tls()? {
+        None => NodeReads::new(config.groups(), timeout)?,
+        Some(tls) => NodeReads::with_channels(config.groups(), timeout, |addr| {
+            tls.lazy_channel(&format!("https://{addr}"), timeout)
+                .map_err(|e| e.to_string())
+        })?,
+    });
     let (stop_tx, stop_rx) = watch::channel(false);
 
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -115,6 +122,7 @@ pub async fn serve(
         grpc = %grpc_addr,
         http = %http_addr,
         tls = %Tls::mode(tls.as_ref()),
+        node_tls = config.node_tls_ca.is_some(),
         groups = ?config.groups(),
         node_timeout_ms = config.node_timeout_ms,
         "tracedb query listening (grpc: QueryService, Jaeger TraceReader and DependencyReader, health, reflection; http: Tempo /api, GET /metrics, GET /ready)"

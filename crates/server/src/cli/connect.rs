@@ -37,19 +37,27 @@ impl ClientTls {
     /// chain, PEM key) if given. Errors name the options `--tls-ca`,
     /// `--tls-cert` and `--tls-key`.
     pub fn load(ca: &Path, identity: Option<(&Path, &Path)>) -> Result<ClientTls, TlsError> {
-        let roots = read_roots("--tls-ca", ca)?;
+        Self::load_as(["--tls-ca", "--tls-cert", "--tls-key"], ca, identity)
+    }
+
+    /// [`ClientTls::load`] for options of other names (errors name `flags`:
+    /// the CA, certificate and key options).
+    pub fn load_as(
+        flags: [&'static str; 3],
+        ca: &Path,
+        identity: Option<(&Path, &Path)>,
+    ) -> Result<ClientTls, TlsError> {
+        let [ca_flag, cert_flag, key_flag] = flags;
+        let roots = read_roots(ca_flag, ca)?;
         let builder = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
             .with_root_certificates(roots);
         let config = match identity {
             None => builder.with_no_client_auth(),
             Some((cert_path, key_path)) => {
-                let certs = read_certs("--tls-cert", cert_path)?;
-                let key = read_key("--tls-key", key_path)?;
-                check_pair(
-                    ("--tls-cert", cert_path, &certs),
-                    ("--tls-key", key_path, &key),
-                )?;
+                let certs = read_certs(cert_flag, cert_path)?;
+                let key = read_key(key_flag, key_path)?;
+                check_pair((cert_flag, cert_path, &certs), (key_flag, key_path, &key))?;
                 builder.with_client_auth_cert(certs, key)?
             }
         };
@@ -69,10 +77,27 @@ impl ClientTls {
     /// A gRPC channel to `uri` (`https://HOST:PORT`), connected.
     pub async fn channel(&self, uri: &str) -> Result<Channel, tonic::transport::Error> {
         Endpoint::from_shared(uri.to_string())?
-            .connect_with_connector(Connector {
-                tls: TlsConnector::from(self.config(ALPN_H2)),
-            })
+            .connect_with_connector(self.connector())
             .await
+    }
+
+    /// A gRPC channel to `uri` that connects on first use, each attempt
+    /// bounded by `timeout`.
+    pub fn lazy_channel(
+        &self,
+        uri: &str,
+        timeout: std::time::Duration,
+    ) -> Result<Channel, tonic::transport::Error> {
+        Ok(Endpoint::from_shared(uri.to_string())?
+            .connect_timeout(timeout)
+            .tcp_nodelay(true)
+            .connect_with_connector_lazy(self.connector()))
+    }
+
+    fn connector(&self) -> Connector {
+        Connector {
+            tls: TlsConnector::from(self.config(ALPN_H2)),
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::{net::SocketAddr, path::PathBuf, time::Duration};
 use serde::{Deserialize, Serialize};
 
 use super::{check_listener, ConfigError, Options, DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR};
-use crate::tls::TlsFiles;
+use crate::{cli::ClientTls, tls::TlsFiles};
 
 /// Everything `tracedb query` can be told.
 #[derive(Debug, Clone, PartialEq, clap::Args, Serialize, Deserialize)]
@@ -24,6 +24,24 @@ pub struct TierConfig {
     /// node that takes longer counts as not answering.
     #[arg(long, env = "TRACEDB_NODE_TIMEOUT_MS", default_value_t = 3_000)]
     pub node_timeout_ms: u64,
+
+    /// PEM CA certificates that sign the nodes' certificates: with it, the
+    /// tier connects to the nodes over TLS (nodes run with --tls-cert)
+    /// [default: none: plaintext].
+    #[arg(long, env = "TRACEDB_NODE_TLS_CA", value_name = "PATH")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_tls_ca: Option<PathBuf>,
+
+    /// PEM certificate chain the tier presents to nodes that require client
+    /// certificates (mutual TLS); with --node-tls-key [default: none].
+    #[arg(long, env = "TRACEDB_NODE_TLS_CERT", value_name = "PATH")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --node-tls-cert [default: none].
+    #[arg(long, env = "TRACEDB_NODE_TLS_KEY", value_name = "PATH")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_tls_key: Option<PathBuf>,
 
     /// gRPC address: tracedb.query.v1.QueryService, Jaeger's TraceReader and
     /// DependencyReader, health, reflection.
@@ -84,6 +102,23 @@ impl TierConfig {
         Duration::from_secs(self.shutdown_timeout_secs)
     }
 
+    /// TLS to the nodes, if `--node-tls-ca` is set: the files, read and checked.
+    pub fn node_tls(&self) -> Result<Option<ClientTls>, crate::tls::TlsError> {
+        let Some(ca) = &self.node_tls_ca else {
+            return Ok(None);
+        };
+        let identity = self
+            .node_tls_cert
+            .as_deref()
+            .zip(self.node_tls_key.as_deref());
+        ClientTls::load_as(
+            ["--node-tls-ca", "--node-tls-cert", "--node-tls-key"],
+            ca,
+            identity,
+        )
+        .map(Some)
+    }
+
     /// The TLS files, if both a certificate and a key are set.
     pub fn tls_files(&self) -> Option<TlsFiles<'_>> {
         Some(TlsFiles {
@@ -126,6 +161,23 @@ impl Options for TierConfig {
         }
         if self.shutdown_timeout_secs == 0 {
             problems.push("shutdown_timeout_secs is 0: it must be at least 1 second".to_string());
+        }
+        match (&self.node_tls_ca, &self.node_tls_cert, &self.node_tls_key) {
+            (_, Some(_), None) | (_, None, Some(_)) => problems.push(
+                "node_tls_cert and node_tls_key go together: give both for mutual TLS to the \
+                 nodes, or neither"
+                    .to_string(),
+            ),
+            (None, Some(_), Some(_)) => problems.push(
+                "node_tls_cert is set without node_tls_ca: the tier speaks TLS to the nodes \
+                 only with the CA that signs their certificates"
+                    .to_string(),
+            ),
+            _ => {
+                if let Err(e) = self.node_tls() {
+                    problems.push(e.to_string());
+                }
+            }
         }
         check_listener(
             self.tls_cert.as_deref(),

@@ -618,3 +618,78 @@ fn broken_tls_settings_are_refused_at_start_up() {
     assert!(err.contains("tls_cert") && err.contains("tls_key"), "{err}");
     assert!(!err.contains("tracedb listening"), "{err}");
 }
+
+/// `tracedb query` to nodes that serve mutual TLS: with `--node-tls-ca` and a
+/// client certificate it reads through them; without them the node does not
+/// answer and the tier says UNAVAILABLE, never NOT_FOUND.
+#[tokio::test]
+async fn the_query_tier_reads_from_nodes_over_mutual_tls() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::new(dir.path());
+    let ca = pki.ca("ca");
+    pki.ca("clients");
+    let (cert, key) = pki.leaf("server", "ca", KeyKind::Pkcs8, true);
+    let (tier_cert, tier_key) = pki.leaf("tier", "clients", KeyKind::Pkcs8, false);
+    let clients_ca = pki.path("clients.pem");
+    let node = Server::start_tls(
+        &dir.path().join("data"),
+        &[
+            "--tls-cert",
+            s(&cert),
+            "--tls-key",
+            s(&key),
+            "--tls-client-ca",
+            s(&clients_ca),
+        ],
+        ClientTls::load(&ca, Some((&tier_cert, &tier_key))).expect("client TLS"),
+    );
+    node.ingest()
+        .await
+        .export(request("secure", &[0x77], 2))
+        .await
+        .expect("export over mutual TLS");
+
+    let tier = Server::start_tier(
+        &[&[&node]],
+        &[
+            "--node-tls-ca",
+            s(&ca),
+            "--node-tls-cert",
+            s(&tier_cert),
+            "--node-tls-key",
+            s(&tier_key),
+        ],
+    );
+    let mut query = tier.query().await;
+    let spans = spans_of(&get_trace(&mut query, 0x77).await.expect("through the tier"));
+    assert_eq!(spans.len(), 2);
+    let until = Instant::now() + Duration::from_secs(20);
+    while health(&tier).await != 1 {
+        assert!(
+            Instant::now() < until,
+            "the tier never saw its node serve over TLS"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let plain = Server::start_tier(&[&[&node]], &["--node-timeout-ms", "1000"]);
+    let refused = get_trace(&mut plain.query().await, 0x77)
+        .await
+        .expect_err("a plaintext tier gets no answer from a TLS node");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
+
+    let (ok, _, err) = tracedb(&[
+        "query",
+        "--nodes",
+        "127.0.0.1:1",
+        "--node-tls-cert",
+        s(&tier_cert),
+        "--node-tls-ca",
+        s(&ca),
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("node_tls_cert and node_tls_key go together"),
+        "{err}"
+    );
+}
