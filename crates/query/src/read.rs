@@ -115,7 +115,21 @@ impl LocalReads {
 #[tonic::async_trait]
 impl Reads for LocalReads {
     async fn trace(&self, trace_id: TraceId, range: TimeRange) -> Result<FoundTrace, Error> {
-        trace(&self.engine, trace_id, range).await
+        let found = self
+            .blocking(move |engine| engine.lookup_trace(&trace_id, range))
+            .await?;
+        match (found.spans.is_empty(), found.is_partial()) {
+            (true, true) => Err(Error::Unreadable {
+                trace: trace_id,
+                skipped: found.skipped,
+            }),
+            (true, false) => Err(Error::NotFound(trace_id)),
+            (false, _) => Ok(FoundTrace {
+                trace_id,
+                spans: found.spans,
+                partial: found.skipped.iter().map(file_reason).collect(),
+            }),
+        }
     }
 
     async fn search(&self, query: SearchQuery) -> Result<Answer<Vec<TraceHit>>, Error> {
@@ -228,30 +242,6 @@ pub fn describe(reasons: &[String]) -> String {
 /// A skipped file as a partial reason.
 pub fn file_reason(file: &SkippedFile) -> String {
     format!("{}: {}", file.path.display(), file.reason)
-}
-
-/// Reads the trace off the runtime threads (file reads can block on the disk).
-pub async fn trace(
-    engine: &Arc<Engine>,
-    trace_id: TraceId,
-    range: TimeRange,
-) -> Result<FoundTrace, Error> {
-    let engine = engine.clone();
-    let found = tokio::task::spawn_blocking(move || engine.lookup_trace(&trace_id, range))
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))??;
-    match (found.spans.is_empty(), found.is_partial()) {
-        (true, true) => Err(Error::Unreadable {
-            trace: trace_id,
-            skipped: found.skipped,
-        }),
-        (true, false) => Err(Error::NotFound(trace_id)),
-        (false, _) => Ok(FoundTrace {
-            trace_id,
-            spans: found.spans,
-            partial: found.skipped.iter().map(file_reason).collect(),
-        }),
-    }
 }
 
 /// The read APIs, for `tracedb_partial_answers_total{api}`.

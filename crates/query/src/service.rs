@@ -64,22 +64,8 @@ impl QueryApi {
         QueryApi { reads }
     }
 
-    /// The trace's spans as `TracesData` messages under the gRPC size limit.
-    pub async fn trace_messages(&self, trace_id: &[u8]) -> Result<Vec<bytes::Bytes>, Error> {
-        self.trace_messages_in(trace_id, TimeRange::ALL).await
-    }
-
-    /// [`QueryApi::trace_messages`] with the request's time hints (0 = unset):
-    /// files whose spans all lie outside `range` are not read.
-    pub async fn trace_messages_in(
-        &self,
-        trace_id: &[u8],
-        range: TimeRange,
-    ) -> Result<Vec<bytes::Bytes>, Error> {
-        self.trace(trace_id, range).await.map(|t| t.messages)
-    }
-
-    /// [`QueryApi::trace_messages_in`], and whether the trace may be incomplete.
+    /// The trace as `TracesData` messages under the gRPC size limit, and
+    /// whether it may be incomplete; `range` holds the request's time hints.
     pub async fn trace(&self, trace_id: &[u8], range: TimeRange) -> Result<TraceMessages, Error> {
         let id = TraceId::from_slice(trace_id).ok_or(Error::TraceIdLength(trace_id.len()))?;
         let (start, end) = (range.start_unix_nano, range.end_unix_nano);

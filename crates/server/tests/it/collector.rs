@@ -37,7 +37,7 @@ use tracedb_proto::{
 
 use crate::{
     harness::{http_request, Server},
-    python_sdk::{by_span_id, python, Expected},
+    python_sdk::{by_span_id, export_with_python, Expected},
 };
 
 const TRACES: usize = 300;
@@ -178,21 +178,7 @@ async fn a_collector_routes_two_replica_groups_and_the_tier_answers_for_all() {
 
     // The SDK exports through the Collector.
     let sent_file = scratch.path().join("sent.pb");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/export_traces.py");
-    let out = Command::new(python())
-        .arg(&script)
-        .args(["grpc", &otlp.to_string()])
-        .arg(&sent_file)
-        .arg(TRACES.to_string())
-        .output()
-        .expect("run the Python exporter");
-    assert!(
-        out.status.success(),
-        "python failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let sent = ExportTraceServiceRequest::decode(&std::fs::read(&sent_file).expect("sent")[..])
-        .expect("the SDK's encoding");
+    let (sent, _) = export_with_python("grpc", &otlp.to_string(), &sent_file, TRACES, &[]);
     let expected = by_span_id(&[sent]);
     let traces: BTreeSet<Vec<u8>> = expected.values().map(|v| v.3.trace_id.to_vec()).collect();
     assert_eq!(traces.len(), TRACES);

@@ -71,30 +71,23 @@ async fn python_sdk_http_protobuf_traces_come_back_field_for_field() {
     python_sdk_round_trip(&server, "http", &[], dir.path()).await;
 }
 
-/// Exports 5 traces of 3 spans to `server` with the Python SDK over `grpc` or
-/// `http`, with `env` set for the exporter (its TLS settings), and checks
-/// that GetTrace returns them field for field. Returns the trace IDs.
-pub async fn python_sdk_round_trip(
-    server: &Server,
+/// Runs `tests/python/export_traces.py`: `traces` traces of 3 spans to
+/// `endpoint` over `protocol` with the Python SDK, `env` set for the
+/// exporter. Returns what the SDK sent (also left in `sent_file`) and what
+/// it logged.
+pub fn export_with_python(
     protocol: &str,
+    endpoint: &str,
+    sent_file: &Path,
+    traces: usize,
     env: &[(&str, &Path)],
-    scratch: &Path,
-) -> Vec<u128> {
-    let sent_file = scratch.join(format!("sent-{protocol}.pb"));
+) -> (ExportTraceServiceRequest, String) {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/export_traces.py");
-    let addr = match protocol {
-        "grpc" => server.addr,
-        _ => server.http,
-    };
-    let endpoint = match server.tls {
-        None => addr.to_string(),
-        Some(_) => format!("https://{addr}"),
-    };
     let out = Command::new(python())
         .arg(&script)
-        .arg(protocol)
-        .arg(endpoint)
-        .arg(&sent_file)
+        .args([protocol, endpoint])
+        .arg(sent_file)
+        .arg(traces.to_string())
         .envs(env.iter().copied())
         // requests lets these override the exporter's own CA file
         // (OTEL_EXPORTER_OTLP_CERTIFICATE): a machine's setting, not the SDK's.
@@ -107,10 +100,31 @@ pub async fn python_sdk_round_trip(
         "python failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-
     let sent =
-        ExportTraceServiceRequest::decode(&std::fs::read(&sent_file).expect("sent spans")[..])
+        ExportTraceServiceRequest::decode(&std::fs::read(sent_file).expect("sent spans")[..])
             .expect("the SDK's encoding");
+    (sent, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Exports 5 traces of 3 spans to `server` with the Python SDK over `grpc` or
+/// `http`, with `env` set for the exporter (its TLS settings), and checks
+/// that GetTrace returns them field for field. Returns the trace IDs.
+pub async fn python_sdk_round_trip(
+    server: &Server,
+    protocol: &str,
+    env: &[(&str, &Path)],
+    scratch: &Path,
+) -> Vec<u128> {
+    let sent_file = scratch.join(format!("sent-{protocol}.pb"));
+    let addr = match protocol {
+        "grpc" => server.addr,
+        _ => server.http,
+    };
+    let endpoint = match server.tls {
+        None => addr.to_string(),
+        Some(_) => format!("https://{addr}"),
+    };
+    let (sent, stderr) = export_with_python(protocol, &endpoint, &sent_file, 5, env);
     let expected = by_span_id(&[sent]);
     assert_eq!(expected.len(), 15, "5 traces of 3 spans");
     let trace_ids: std::collections::BTreeSet<Vec<u8>> = expected
@@ -123,7 +137,6 @@ pub async fn python_sdk_round_trip(
         _ => "tracedb_spans_accepted_total{protocol=\"http_protobuf\"}",
     };
     assert_eq!(metric(server, counter), 15.0, "{counter}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !stderr.contains("Failed to export"),
         "the SDK reported failed exports:\n{stderr}"
