@@ -26,6 +26,11 @@
 //!
 //! Lists and searches are partial on the same rule as traces, and
 //! UNAVAILABLE when no node answered at all.
+//!
+//! Who the nodes are is the `members` module's business: fixed addresses, and
+//! `dns:///` names resolved again and again. A group known to lack a node
+//! (a name resolving to fewer addresses than it did lately) never answers
+//! in full, and a trace is NOT_FOUND only when no group lacks one.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -52,6 +57,13 @@ use tracedb_proto::{
     trace::v1::TracesData,
 };
 
+mod members;
+
+use members::Members;
+pub use members::{
+    Connect, Dial, Group, Membership, Source, DEFAULT_DNS_FORGET, DEFAULT_DNS_REFRESH,
+};
+
 use crate::{
     error::Error,
     read::{Answer, Dependencies, FoundTrace, Reads, TagKeys},
@@ -66,7 +78,8 @@ const MAX_NODE_MESSAGE: usize = 8 << 20;
 
 /// One storage node and what the tier counts of it.
 pub struct Node {
-    /// As given in `--nodes` (`host:port`).
+    /// `host:port`: as given in `--nodes`, or an address a `dns:///` name
+    /// resolved to.
     pub addr: String,
     /// Index of its replica group.
     pub group: usize,
@@ -112,6 +125,8 @@ type NodeOutcome<T> = (Arc<Node>, Outcome<T>);
 /// Every node's outcome, by group.
 struct Gathered<T> {
     groups: Vec<Vec<NodeOutcome<T>>>,
+    /// Per group, why it is known to lack nodes ([`Group::missing`]).
+    missing: Vec<Vec<String>>,
 }
 
 impl<T> Gathered<T> {
@@ -125,13 +140,15 @@ impl<T> Gathered<T> {
         (0..self.groups.len()).find(|&i| self.is_full(i))
     }
 
-    /// Whether every node of group `i` answered (or said not found), none partial.
+    /// Whether group `i` lacks no node and every node of it answered (or
+    /// said not found), none partial.
     fn is_full(&self, i: usize) -> bool {
-        self.groups[i].iter().all(|(_, o)| match o {
-            Outcome::Answered(_, partial) => partial.is_none(),
-            Outcome::NotFound => true,
-            Outcome::Failed(_) => false,
-        })
+        self.missing[i].is_empty()
+            && self.groups[i].iter().all(|(_, o)| match o {
+                Outcome::Answered(_, partial) => partial.is_none(),
+                Outcome::NotFound => true,
+                Outcome::Failed(_) => false,
+            })
     }
 
     /// Why the answer may be incomplete: empty if some group answered in full.
@@ -139,15 +156,33 @@ impl<T> Gathered<T> {
         if self.has_full_group() {
             return Vec::new();
         }
-        self.groups
+        self.missing
             .iter()
             .flatten()
-            .filter_map(|(node, o)| match o {
-                Outcome::Failed(why) => Some(format!("node {}: {why}", node.addr)),
-                Outcome::Answered(_, Some(why)) => Some(format!("node {}: {why}", node.addr)),
-                _ => None,
-            })
+            .cloned()
+            .chain(
+                self.groups
+                    .iter()
+                    .flatten()
+                    .filter_map(|(node, o)| match o {
+                        Outcome::Failed(why) => Some(format!("node {}: {why}", node.addr)),
+                        Outcome::Answered(_, Some(why)) => {
+                            Some(format!("node {}: {why}", node.addr))
+                        }
+                        _ => None,
+                    }),
+            )
             .collect()
+    }
+
+    /// Whether every node said NOT_FOUND and no group lacks a node.
+    fn all_not_found(&self) -> bool {
+        self.missing.iter().all(Vec::is_empty)
+            && self
+                .groups
+                .iter()
+                .flatten()
+                .all(|(_, o)| matches!(o, Outcome::NotFound))
     }
 
     fn answered(&self) -> impl Iterator<Item = &T> {
@@ -167,13 +202,19 @@ impl<T> Gathered<T> {
     /// The reasons every node failed, for [`Error::Unavailable`].
     fn unavailable(&self) -> Error {
         let reasons: Vec<String> = self
-            .groups
+            .missing
             .iter()
             .flatten()
-            .filter_map(|(node, o)| match o {
-                Outcome::Failed(why) => Some(format!("node {}: {why}", node.addr)),
-                _ => None,
-            })
+            .cloned()
+            .chain(
+                self.groups
+                    .iter()
+                    .flatten()
+                    .filter_map(|(node, o)| match o {
+                        Outcome::Failed(why) => Some(format!("node {}: {why}", node.addr)),
+                        _ => None,
+                    }),
+            )
             .collect();
         Error::Unavailable(crate::read::describe(&reasons))
     }
@@ -192,17 +233,43 @@ impl<T> Gathered<T> {
 
 /// [`Reads`] over replica groups of storage nodes.
 pub struct NodeReads {
-    groups: Vec<Vec<Arc<Node>>>,
-    timeout: Duration,
+    members: Members,
+    options: Options,
+}
+
+/// How the tier treats its nodes.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// The bound on one node's answer to one call.
+    pub node_timeout: Duration,
+    /// How often `dns:///` names are resolved again.
+    pub dns_refresh: Duration,
+    /// How long a `dns:///` name's larger answer is remembered: until then,
+    /// fewer addresses leave its group missing nodes.
+    pub dns_forget: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            node_timeout: DEFAULT_NODE_TIMEOUT,
+            dns_refresh: DEFAULT_DNS_REFRESH,
+            dns_forget: DEFAULT_DNS_FORGET,
+        }
+    }
 }
 
 impl NodeReads {
-    /// Clients for `groups` of node addresses (`host:port`, plaintext). The
-    /// connections are made on first use, so a node that is down at start
-    /// only fails its own calls.
+    /// Clients for `groups` of node entries (`host:port` or
+    /// `dns:///HOST:PORT`, plaintext). The connections are made on first
+    /// use, so a node that is down at start only fails its own calls.
     pub fn new(groups: Vec<Vec<String>>, timeout: Duration) -> Result<Self, Error> {
-        Self::with_channels(groups, timeout, |addr| {
-            Ok(Channel::from_shared(format!("http://{addr}"))
+        let options = Options {
+            node_timeout: timeout,
+            ..Options::default()
+        };
+        Self::with_channels(groups, options, move |dial| {
+            Ok(Channel::from_shared(format!("http://{}", dial.addr))
                 .map_err(|e| format!("{e}"))?
                 .connect_timeout(timeout)
                 .tcp_nodelay(true)
@@ -210,49 +277,56 @@ impl NodeReads {
         })
     }
 
-    /// [`NodeReads::new`] with the channels `channel` makes from each
-    /// address (TLS, for one); each should connect lazily.
+    /// [`NodeReads::new`] with the channels `connect` makes for each node
+    /// (TLS, for one); each should connect lazily. `dns:///` names are not
+    /// resolved until [`NodeReads::resolve`].
     pub fn with_channels(
         groups: Vec<Vec<String>>,
-        timeout: Duration,
-        channel: impl Fn(&str) -> Result<Channel, String>,
+        options: Options,
+        connect: impl Fn(Dial<'_>) -> Result<Channel, String> + Send + Sync + 'static,
     ) -> Result<Self, Error> {
-        let groups = groups
-            .into_iter()
-            .enumerate()
-            .map(|(group, addrs)| {
-                addrs
-                    .into_iter()
-                    .map(|addr| {
-                        let channel = channel(&addr)
-                            .map_err(|e| Error::Internal(format!("node address {addr:?}: {e}")))?;
-                        Ok(Arc::new(Node {
-                            client: QueryServiceClient::new(channel.clone())
-                                .max_decoding_message_size(MAX_NODE_MESSAGE),
-                            channel,
-                            addr,
-                            group,
-                            stats: NodeStats::default(),
-                        }))
-                    })
-                    .collect::<Result<Vec<_>, Error>>()
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
-        Ok(NodeReads { groups, timeout })
+        Ok(NodeReads {
+            members: Members::new(groups, options.dns_forget, Box::new(connect))?,
+            options,
+        })
     }
 
-    /// Every node, group by group.
-    pub fn nodes(&self) -> impl Iterator<Item = &Arc<Node>> {
-        self.groups.iter().flatten()
+    /// The replica groups as they are now.
+    pub fn groups(&self) -> Arc<Membership> {
+        self.members.current()
     }
 
-    /// The replica groups' nodes.
-    pub fn groups(&self) -> &[Vec<Arc<Node>>] {
-        &self.groups
+    /// Every node now, group by group.
+    pub fn nodes(&self) -> Vec<Arc<Node>> {
+        self.groups()
+            .groups
+            .iter()
+            .flat_map(|g| g.nodes.iter().cloned())
+            .collect()
     }
 
     pub fn node_timeout(&self) -> Duration {
-        self.timeout
+        self.options.node_timeout
+    }
+
+    /// Resolves the `dns:///` names once.
+    pub async fn resolve(&self) {
+        self.members.resolve(self.options.node_timeout).await;
+    }
+
+    /// Resolves the `dns:///` names every refresh interval until `stop`
+    /// resolves; returns at once if there are none.
+    pub async fn keep_resolving(&self, stop: impl Future<Output = ()>) {
+        if !self.members.has_names() {
+            return;
+        }
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(self.options.dns_refresh) => self.resolve().await,
+                _ = &mut stop => return,
+            }
+        }
     }
 
     /// Asks every node at once; `call` makes one node's request and reads
@@ -263,11 +337,12 @@ impl NodeReads {
         F: Fn(QueryServiceClient<Channel>) -> Fut,
         Fut: Future<Output = Result<(T, Option<String>), Status>> + Send + 'static,
     {
+        let membership = self.members.current();
         let mut tasks = tokio::task::JoinSet::new();
-        for (g, nodes) in self.groups.iter().enumerate() {
-            for (n, node) in nodes.iter().enumerate() {
+        for (g, group) in membership.groups.iter().enumerate() {
+            for (n, node) in group.nodes.iter().enumerate() {
                 let answer = call(node.client.clone());
-                let (node, timeout) = (node.clone(), self.timeout);
+                let (node, timeout) = (node.clone(), self.options.node_timeout);
                 tasks.spawn(async move {
                     let started = Instant::now();
                     let outcome = match tokio::time::timeout(timeout, answer).await {
@@ -292,10 +367,10 @@ impl NodeReads {
                 });
             }
         }
-        let mut groups: Vec<Vec<Option<NodeOutcome<T>>>> = self
+        let mut groups: Vec<Vec<Option<NodeOutcome<T>>>> = membership
             .groups
             .iter()
-            .map(|nodes| nodes.iter().map(|_| None).collect())
+            .map(|group| group.nodes.iter().map(|_| None).collect())
             .collect();
         while let Some(done) = tasks.join_next().await {
             // A task panics only if the runtime is shutting down.
@@ -304,13 +379,18 @@ impl NodeReads {
             }
         }
         Gathered {
+            missing: membership
+                .groups
+                .iter()
+                .map(|g| g.missing.clone())
+                .collect(),
             groups: groups
                 .into_iter()
-                .zip(&self.groups)
-                .map(|(answers, nodes)| {
+                .zip(&membership.groups)
+                .map(|(answers, group)| {
                     answers
                         .into_iter()
-                        .zip(nodes)
+                        .zip(&group.nodes)
                         .map(|(a, node)| {
                             a.unwrap_or_else(|| {
                                 (node.clone(), Outcome::Failed("call abandoned".into()))
@@ -413,12 +493,7 @@ impl Reads for NodeReads {
             spans_of(messages, &mut spans)?;
         }
         if spans.is_empty() {
-            let all_not_found = gathered
-                .groups
-                .iter()
-                .flatten()
-                .all(|(_, o)| matches!(o, Outcome::NotFound));
-            return Err(if all_not_found {
+            return Err(if gathered.all_not_found() {
                 Error::NotFound(trace_id)
             } else {
                 let reasons = gathered.partial();

@@ -12,7 +12,8 @@
 //! a message naming the Collector (UNIMPLEMENTED on gRPC, 404 on HTTP), never
 //! dropped.
 //!
-//! Health is SERVING while some replica group answers in full: every node
+//! Health is SERVING while some replica group answers in full: it lacks no
+//! node (see [`tracedb_query::fanout::Group::missing`]) and every node
 //! of it says SERVING to a health check (one every [`PROBE_INTERVAL`], each
 //! bounded by the node timeout). `/ready` says the same.
 
@@ -29,7 +30,7 @@ use std::{
 use anyhow::Context;
 use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::get, Router};
 use tokio::sync::watch;
-use tonic::{Request, Response, Status};
+use tonic::{transport::Channel, Request, Response, Status};
 use tonic_health::{pb::health_client::HealthClient, ServingStatus};
 use tracedb_ingest::Exposition;
 use tracedb_proto::{
@@ -74,14 +75,25 @@ pub async fn serve(
     let grpc_addr = listeners.grpc.local_addr()?;
     let http_addr = listeners.http.local_addr()?;
     let tls = Tls::load(config.tls_files())?;
-    let timeout = config.node_timeout();
-    let nodes = Arc::new(match config.node_tls()? {
-        None => NodeReads::new(config.groups(), timeout)?,
-        Some(tls) => NodeReads::with_channels(config.groups(), timeout, |addr| {
-            tls.lazy_channel(&format!("https://{addr}"), timeout)
-                .map_err(|e| e.to_string())
-        })?,
-    });
+    let options = config.fanout();
+    let timeout = options.node_timeout;
+    let node_tls = config.node_tls()?;
+    let nodes = Arc::new(NodeReads::with_channels(
+        config.groups(),
+        options,
+        move |dial| match &node_tls {
+            None => Ok(Channel::from_shared(format!("http://{}", dial.addr))
+                .map_err(|e| e.to_string())?
+                .connect_timeout(timeout)
+                .tcp_nodelay(true)
+                .connect_lazy()),
+            Some(tls) => tls
+                .lazy_channel(&format!("https://{}", dial.addr), dial.name, timeout)
+                .map_err(|e| e.to_string()),
+        },
+    )?);
+    // The names are resolved before the first answer, then kept fresh.
+    nodes.resolve().await;
     let (stop_tx, stop_rx) = watch::channel(false);
 
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -112,6 +124,10 @@ pub async fn serve(
     );
     let http_task = Incoming::http(listeners.http, tls.as_ref())?
         .serve_http(http_router, stopped(stop_rx.clone()));
+    let resolver = tokio::spawn({
+        let (nodes, stop) = (nodes.clone(), stopped(stop_rx.clone()));
+        async move { nodes.keep_resolving(stop).await }
+    });
     let prober = tokio::spawn(probe(
         nodes.clone(),
         health.clone(),
@@ -134,6 +150,7 @@ pub async fn serve(
     set_health(&health, ServingStatus::NotServing).await;
     let _ = stop_tx.send(true);
     let _ = prober.await;
+    let _ = resolver.await;
     match tokio::time::timeout_at(deadline.into(), async {
         tokio::join!(grpc_task, http_task)
     })
@@ -173,9 +190,9 @@ async fn probe(
     let timeout = nodes.node_timeout();
     loop {
         let mut groups_up = Vec::new();
-        for group in nodes.groups() {
+        for group in &nodes.groups().groups {
             let mut checks = tokio::task::JoinSet::new();
-            for node in group {
+            for node in &group.nodes {
                 let mut client = HealthClient::new(node.channel());
                 checks.spawn(async move {
                     let check = client.check(tonic_health::pb::HealthCheckRequest {
@@ -187,7 +204,7 @@ async fn probe(
                     )
                 });
             }
-            let mut all = true;
+            let mut all = !group.is_missing_nodes();
             while let Some(up) = checks.join_next().await {
                 all &= up.unwrap_or(false);
             }
@@ -276,7 +293,7 @@ fn render(state: &TierState) -> String {
     ];
     for (name, kind, help, stat) in series {
         out.header(name, kind, help);
-        for node in state.nodes.nodes() {
+        for node in &state.nodes.nodes() {
             let mut labels = String::new();
             let _ = write!(labels, "node=\"{}\",group=\"{}\"", node.addr, node.group);
             out.sample(name, &labels, stat(node.stats()));

@@ -82,21 +82,27 @@ impl ClientTls {
     }
 
     /// A gRPC channel to `uri` that connects on first use, each attempt
-    /// bounded by `timeout`.
+    /// bounded by `timeout`. The server's certificate is checked against
+    /// `name`, or against the URI's host when `name` is `None` (a node found
+    /// by resolving a name is dialled by address but certified by name).
     pub fn lazy_channel(
         &self,
         uri: &str,
+        name: Option<&str>,
         timeout: std::time::Duration,
     ) -> Result<Channel, tonic::transport::Error> {
+        let mut connector = self.connector();
+        connector.name = name.map(str::to_owned);
         Ok(Endpoint::from_shared(uri.to_string())?
             .connect_timeout(timeout)
             .tcp_nodelay(true)
-            .connect_with_connector_lazy(self.connector()))
+            .connect_with_connector_lazy(connector))
     }
 
     fn connector(&self) -> Connector {
         Connector {
             tls: TlsConnector::from(self.config(ALPN_H2)),
+            name: None,
         }
     }
 }
@@ -105,6 +111,8 @@ impl ClientTls {
 #[derive(Clone)]
 struct Connector {
     tls: TlsConnector,
+    /// The name to check the certificate against, if not the URI's host.
+    name: Option<String>,
 }
 
 type Connecting = Pin<Box<dyn Future<Output = io::Result<TokioIo<TlsStream<TcpStream>>>> + Send>>;
@@ -120,6 +128,7 @@ impl tower_service::Service<Uri> for Connector {
 
     fn call(&mut self, uri: Uri) -> Connecting {
         let tls = self.tls.clone();
+        let name = self.name.clone();
         Box::pin(async move {
             let invalid =
                 |what: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{uri}: {what}"));
@@ -130,7 +139,7 @@ impl tower_service::Service<Uri> for Connector {
                 .trim_end_matches(']')
                 .to_string();
             let port = uri.port_u16().unwrap_or(443);
-            let name = ServerName::try_from(host.clone())
+            let name = ServerName::try_from(name.unwrap_or_else(|| host.clone()))
                 .map_err(|_| invalid("the host is neither an IP address nor a DNS name"))?;
             let tcp = TcpStream::connect((host.as_str(), port)).await?;
             tcp.set_nodelay(true)?;

@@ -13,10 +13,12 @@ use crate::{cli::ClientTls, tls::TlsFiles};
 #[derive(Debug, Clone, PartialEq, clap::Args, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TierConfig {
-    /// The gRPC addresses (host:port) of one replica group of storage nodes,
-    /// comma-separated; give the flag once per group (each group a full copy
-    /// of the data, fed by its own load_balancing exporter). In the
-    /// environment, groups are separated by semicolons.
+    /// One replica group of storage nodes, comma-separated: gRPC addresses
+    /// (host:port), or dns:///HOST:PORT for every address HOST resolves to
+    /// (a Kubernetes headless Service), resolved again every
+    /// --node-dns-refresh-ms. Give the flag once per group (each group a
+    /// full copy of the data, fed by its own load_balancing exporter). In
+    /// the environment, groups are separated by semicolons.
     #[arg(long, env = "TRACEDB_NODES", value_delimiter = ';')]
     pub nodes: Vec<String>,
 
@@ -24,6 +26,18 @@ pub struct TierConfig {
     /// node that takes longer counts as not answering.
     #[arg(long, env = "TRACEDB_NODE_TIMEOUT_MS", default_value_t = 3_000)]
     pub node_timeout_ms: u64,
+
+    /// How often each dns:///HOST:PORT entry is resolved again, in
+    /// milliseconds.
+    #[arg(long, env = "TRACEDB_NODE_DNS_REFRESH_MS", default_value_t = 10_000)]
+    pub node_dns_refresh_ms: u64,
+
+    /// How long a dns:/// name that resolves to fewer addresses than before
+    /// leaves its group short, in milliseconds: until then answers that
+    /// needed the group whole are marked partial (a node that left may hold
+    /// data). Once passed, the smaller group is taken as whole.
+    #[arg(long, env = "TRACEDB_NODE_DNS_FORGET_MS", default_value_t = 600_000)]
+    pub node_dns_forget_ms: u64,
 
     /// PEM CA certificates that sign the nodes' certificates: with it, the
     /// tier connects to the nodes over TLS (nodes run with --tls-cert)
@@ -98,6 +112,15 @@ impl TierConfig {
         Duration::from_millis(self.node_timeout_ms)
     }
 
+    /// How the fan-out treats the nodes.
+    pub fn fanout(&self) -> tracedb_query::fanout::Options {
+        tracedb_query::fanout::Options {
+            node_timeout: self.node_timeout(),
+            dns_refresh: Duration::from_millis(self.node_dns_refresh_ms),
+            dns_forget: Duration::from_millis(self.node_dns_forget_ms),
+        }
+    }
+
     pub fn shutdown_timeout(&self) -> Duration {
         Duration::from_secs(self.shutdown_timeout_secs)
     }
@@ -143,15 +166,15 @@ impl Options for TierConfig {
             );
         }
         for node in groups.iter().flatten() {
-            if node.starts_with("dns:") {
-                problems.push(format!(
-                    "nodes: {node}: DNS discovery is not supported yet; list the nodes' addresses"
-                ));
-            } else if node.contains("://") || !node.contains(':') {
-                problems.push(format!(
-                    "nodes: {node:?} is not host:port (a node's gRPC address, such as 10.0.0.5:4317)"
-                ));
+            if let Err(why) = tracedb_query::fanout::Source::parse(node) {
+                problems.push(format!("nodes: {why}"));
             }
+        }
+        if !(100..=3_600_000).contains(&self.node_dns_refresh_ms) {
+            problems.push(format!(
+                "node_dns_refresh_ms is {}: give 100 to 3600000",
+                self.node_dns_refresh_ms
+            ));
         }
         if !(10..=600_000).contains(&self.node_timeout_ms) {
             problems.push(format!(
@@ -253,8 +276,10 @@ mod tests {
     fn bad_node_lists_are_refused_with_what_to_write() {
         let missing = parse(&[], "").expect_err("nodes are required");
         assert!(missing.contains("--nodes"), "{missing}");
-        let dns = parse(&["--nodes", "dns:///tracedb.ns.svc:4317"], "").expect_err("dns");
-        assert!(dns.contains("DNS discovery is not supported yet"), "{dns}");
+        let dns = parse(&["--nodes", "dns:///tracedb.ns.svc:4317,a:1"], "").expect("dns");
+        assert_eq!(dns.groups(), [vec!["dns:///tracedb.ns.svc:4317", "a:1"]]);
+        let authority = parse(&["--nodes", "dns://10.0.0.2/tracedb:4317"], "").expect_err("dns");
+        assert!(authority.contains("three slashes"), "{authority}");
         let url = parse(&["--nodes", "http://a:4317"], "").expect_err("a URL");
         assert!(url.contains("is not host:port"), "{url}");
         let empty = parse(&["--nodes", " , "], "").expect_err("empty group");

@@ -147,12 +147,18 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
         "three calls bounded by the 1 s node timeout took {:?}",
         started.elapsed()
     );
-    let b1_stats = tier
+    let b1_node = tier
         .nodes()
+        .into_iter()
         .find(|n| n.addr == b1.addr.to_string())
-        .expect("b1")
-        .stats();
-    assert!(b1_stats.timeouts.load(std::sync::atomic::Ordering::Relaxed) >= 3);
+        .expect("b1");
+    assert!(
+        b1_node
+            .stats()
+            .timeouts
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 3
+    );
 
     // Resumed: whole again.
     b1.resume();
@@ -290,4 +296,186 @@ async fn tracedb_query_serves_every_read_api_for_its_nodes() {
         a.addr
     );
     assert!(metric(&tier, &timeouts) >= 1.0, "{timeouts}");
+}
+
+/// The system resolver of the tier's process reads names from a hosts file
+/// of the test's (nss_wrapper, the resolver-testing library of the Samba
+/// project, preloaded), so one name can resolve to three loopback
+/// addresses and change while the tier runs.
+fn nss_wrapper() -> String {
+    let path = std::env::var("TRACEDB_TEST_NSS_WRAPPER")
+        .unwrap_or_else(|_| "/usr/lib/x86_64-linux-gnu/libnss_wrapper.so".into());
+    assert!(
+        std::path::Path::new(&path).exists(),
+        "no nss_wrapper at {path}: apt-get install libnss-wrapper (scripts/test finds it) or set \
+         TRACEDB_TEST_NSS_WRAPPER"
+    );
+    path
+}
+
+/// Points `name` at `addrs` in the hosts file, atomically.
+fn resolve_to(hosts: &std::path::Path, name: &str, addrs: &[std::net::IpAddr]) {
+    let mut text = String::from("127.0.0.9 unrelated.tracedb.test\n");
+    for addr in addrs {
+        text.push_str(&format!("{addr} {name}\n"));
+    }
+    let next = hosts.with_extension("next");
+    std::fs::write(&next, text).expect("write hosts");
+    std::fs::rename(&next, hosts).expect("replace hosts");
+}
+
+/// GetTrace through the tier: the span count and the partial reason, or
+/// the status.
+async fn read_through(
+    client: &mut tracedb_proto::query::v1::query_service_client::QueryServiceClient<
+        tonic::transport::Channel,
+    >,
+    trace: u128,
+) -> Result<(usize, Option<String>), tonic::Status> {
+    let response = client
+        .get_trace(tracedb_proto::query::v1::GetTraceRequest {
+            trace_id: trace.to_be_bytes().to_vec().into(),
+            ..Default::default()
+        })
+        .await?;
+    let partial = response
+        .metadata()
+        .get("tracedb-partial-reason")
+        .map(|v| v.to_str().unwrap_or("not text").to_owned());
+    let mut stream = response.into_inner();
+    let mut messages = Vec::new();
+    while let Some(m) = stream.message().await? {
+        messages.push(m);
+    }
+    Ok((crate::harness::spans_of(&messages).len(), partial))
+}
+
+/// Polls `check` every 50 ms until it holds; fails after `within`.
+async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < until, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `--nodes dns:///HOST:PORT`, as for a Kubernetes headless Service: the
+/// tier asks every address the name resolves to and follows the name as it
+/// changes. Not resolvable: UNAVAILABLE naming it. A node that leaves the
+/// name: answers partial naming the name, its trace UNAVAILABLE, never
+/// NOT_FOUND, until the forget window passes. A node that comes back is
+/// asked again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tracedb_query_follows_a_dns_name() {
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+    const NAME: &str = "nodes.tracedb.test";
+    let nss = nss_wrapper();
+    let port = std::net::TcpListener::bind("127.0.0.2:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let ips: Vec<IpAddr> = (2..=4)
+        .map(|o| IpAddr::V4(Ipv4Addr::new(127, 0, 0, o)))
+        .collect();
+    let dirs: Vec<_> = (0..3)
+        .map(|_| tempfile::tempdir().expect("tempdir"))
+        .collect();
+    let nodes: Vec<Server> = ips
+        .iter()
+        .zip(&dirs)
+        .map(|(ip, dir)| Server::start_at(dir.path(), SocketAddr::new(*ip, port)))
+        .collect();
+    // Trace 0xd0 + i lies on node i only.
+    for (i, node) in nodes.iter().enumerate() {
+        node.ingest()
+            .await
+            .export(request("front", &[0xd0 + i as u128], 2))
+            .await
+            .expect("export");
+    }
+
+    let etc = tempfile::tempdir().expect("tempdir");
+    let hosts = etc.path().join("hosts");
+    resolve_to(&hosts, NAME, &[]);
+    let hosts_path = hosts.to_str().expect("UTF-8 path");
+    let tier = Server::start_query(
+        &[format!("dns:///{NAME}:{port}")],
+        &[
+            "--node-dns-refresh-ms",
+            "100",
+            "--node-dns-forget-ms",
+            "4000",
+            "--node-timeout-ms",
+            "1000",
+        ],
+        &[("LD_PRELOAD", &nss), ("NSS_WRAPPER_HOSTS", hosts_path)],
+    );
+    let mut query = tier.query().await;
+
+    // Not resolvable yet: UNAVAILABLE, naming the name.
+    let status = read_through(&mut query, 0xd0)
+        .await
+        .expect_err("no node known");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status}");
+    assert!(
+        status.message().contains(&format!("dns:///{NAME}:{port}")),
+        "{status}"
+    );
+    assert_eq!(crate::harness::health(&tier).await, 2, "NOT_SERVING");
+
+    // Three addresses: every trace whole, unmarked; SERVING.
+    resolve_to(&hosts, NAME, &ips);
+    eventually("the third node's trace", Duration::from_secs(10), || {
+        let mut q = query.clone();
+        async move { read_through(&mut q, 0xd2).await.is_ok() }
+    })
+    .await;
+    for i in 0..3 {
+        let (spans, partial) = read_through(&mut query, 0xd0 + i).await.expect("whole");
+        assert_eq!((spans, partial), (2, None), "trace {i}");
+    }
+    let tier_ref = &tier;
+    eventually("SERVING", Duration::from_secs(10), move || async move {
+        crate::harness::health(tier_ref).await == 1
+    })
+    .await;
+
+    // The third leaves the name: what it held may be missing, so answers
+    // are marked and its trace is UNAVAILABLE, never NOT_FOUND.
+    resolve_to(&hosts, NAME, &ips[..2]);
+    eventually("a partial mark", Duration::from_secs(3), || {
+        let mut q = query.clone();
+        async move { matches!(read_through(&mut q, 0xd0).await, Ok((2, Some(_)))) }
+    })
+    .await;
+    let (_, why) = read_through(&mut query, 0xd0).await.expect("partial");
+    let why = why.expect("a reason");
+    assert!(why.contains("resolves to 2 nodes, 3 within"), "{why}");
+    let status = read_through(&mut query, 0xd2)
+        .await
+        .expect_err("its node left");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status}");
+
+    // The forget window passes: two nodes are the whole group now.
+    eventually("whole again", Duration::from_secs(10), || {
+        let mut q = query.clone();
+        async move { matches!(read_through(&mut q, 0xd0).await, Ok((2, None))) }
+    })
+    .await;
+    let status = read_through(&mut query, 0xd2)
+        .await
+        .expect_err("its node left for good");
+    assert_eq!(status.code(), tonic::Code::NotFound, "{status}");
+
+    // It comes back: asked again.
+    resolve_to(&hosts, NAME, &ips);
+    eventually("the third node back", Duration::from_secs(5), || {
+        let mut q = query.clone();
+        async move { matches!(read_through(&mut q, 0xd2).await, Ok((2, None))) }
+    })
+    .await;
 }

@@ -60,7 +60,23 @@ impl Server {
         let data_dir = data_dir.to_str().expect("UTF-8 temporary path");
         args.push(data_dir);
         args.extend_from_slice(extra);
-        Self::spawn(&args, marker)
+        Self::spawn(&args, &[], marker)
+    }
+
+    /// Starts a server whose gRPC address is `grpc` (HTTP on a free port).
+    pub fn start_at(data_dir: &Path, grpc: SocketAddr) -> Server {
+        let grpc = grpc.to_string();
+        let data_dir = data_dir.to_str().expect("UTF-8 temporary path");
+        let args = [
+            "serve",
+            "--grpc-addr",
+            &grpc,
+            "--http-addr",
+            "127.0.0.1:0",
+            "--data-dir",
+            data_dir,
+        ];
+        Self::spawn(&args, &[], "tracedb listening")
     }
 
     /// `tracedb query` over `groups` of running nodes (one `--nodes` per
@@ -76,6 +92,12 @@ impl Server {
                     .join(",")
             })
             .collect();
+        Self::start_query(&groups, extra, &[])
+    }
+
+    /// `tracedb query` with one `--nodes` per entry of `groups`, `extra`
+    /// options and `env` in its environment, on free ports.
+    pub fn start_query(groups: &[String], extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut args = vec![
             "query",
             "--grpc-addr",
@@ -83,17 +105,19 @@ impl Server {
             "--http-addr",
             "127.0.0.1:0",
         ];
-        for group in &groups {
+        for group in groups {
             args.extend(["--nodes", group.as_str()]);
         }
         args.extend_from_slice(extra);
-        Self::spawn(&args, "tracedb query listening")
+        Self::spawn(&args, env, "tracedb query listening")
     }
 
-    /// Runs `tracedb ARGS` and returns once it logs `marker` with its addresses.
-    fn spawn(args: &[&str], marker: &'static str) -> Server {
+    /// Runs `tracedb ARGS` with `env` and returns once it logs `marker`
+    /// with its addresses.
+    fn spawn(args: &[&str], env: &[(&str, &str)], marker: &'static str) -> Server {
         let mut child = Command::new(TRACEDB)
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

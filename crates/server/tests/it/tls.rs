@@ -93,6 +93,22 @@ impl Pki {
     /// 127.0.0.1 and localhost, or a client certificate. Returns the
     /// certificate and key files.
     fn leaf(&self, name: &str, ca: &str, kind: KeyKind, server: bool) -> (PathBuf, PathBuf) {
+        let extensions = if server {
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"
+        } else {
+            "extendedKeyUsage=clientAuth\n"
+        };
+        self.leaf_with(name, ca, kind, extensions)
+    }
+
+    /// A certificate with the given X.509 v3 `extensions` lines.
+    fn leaf_with(
+        &self,
+        name: &str,
+        ca: &str,
+        kind: KeyKind,
+        extensions: &str,
+    ) -> (PathBuf, PathBuf) {
         let (key, csr, ext, pem) = (
             format!("{name}.key"),
             format!("{name}.csr"),
@@ -144,11 +160,6 @@ impl Pki {
             "-out",
             &csr,
         ]);
-        let extensions = if server {
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"
-        } else {
-            "extendedKeyUsage=clientAuth\n"
-        };
         std::fs::write(
             self.path(&ext),
             format!("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n{extensions}"),
@@ -671,6 +682,45 @@ async fn the_query_tier_reads_from_nodes_over_mutual_tls() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+
+    // Found by name, a node is certified by the name: a certificate for
+    // localhost alone (no IP address in it) passes.
+    let (named_cert, named_key) = pki.leaf_with(
+        "named",
+        "ca",
+        KeyKind::Pkcs8,
+        "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n",
+    );
+    let named = Server::start_tls(
+        &dir.path().join("named"),
+        &["--tls-cert", s(&named_cert), "--tls-key", s(&named_key)],
+        ClientTls::load(&ca, None).expect("client TLS"),
+    );
+    let to_named = ClientTls::load(&ca, None)
+        .expect("client TLS")
+        .channel(&format!("https://localhost:{}", named.addr.port()))
+        .await
+        .expect("connect by name");
+    tracedb_proto::collector::trace::v1::trace_service_client::TraceServiceClient::new(to_named)
+        .export(request("secure", &[0x78], 2))
+        .await
+        .expect("export over TLS");
+    let by_name = Server::start_query(
+        &[format!("dns:///localhost:{}", named.addr.port())],
+        &["--node-tls-ca", s(&ca)],
+        &[],
+    );
+    let spans = spans_of(
+        &get_trace(&mut by_name.query().await, 0x78)
+            .await
+            .expect("through a node found by name"),
+    );
+    assert_eq!(spans.len(), 2);
+    let by_addr = Server::start_tier(&[&[&named]], &["--node-tls-ca", s(&ca)]);
+    let refused = get_trace(&mut by_addr.query().await, 0x78)
+        .await
+        .expect_err("its certificate names no address");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused}");
 
     let plain = Server::start_tier(&[&[&node]], &["--node-timeout-ms", "1000"]);
     let refused = get_trace(&mut plain.query().await, 0x77)
