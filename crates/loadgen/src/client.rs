@@ -175,3 +175,27 @@ pub async fn get_trace(
     }
     Ok(Some(spans))
 }
+
+/// SearchTraces for `service`'s traces starting within [start, end]: the
+/// rows answered.
+pub async fn search(
+    client: &mut QueryServiceClient<Channel>,
+    service: &str,
+    start_unix_nano: u64,
+    end_unix_nano: u64,
+    limit: u32,
+) -> anyhow::Result<usize> {
+    let request = tracedb_proto::query::v1::SearchTracesRequest {
+        service: service.to_owned(),
+        start_time_unix_nano: start_unix_nano,
+        end_time_unix_nano: end_unix_nano,
+        limit,
+        ..Default::default()
+    };
+    Ok(client
+        .search_traces(request)
+        .await?
+        .into_inner()
+        .traces
+        .len())
+}

@@ -11,6 +11,9 @@
 //! - After either, `--query-samples N` fetches N traces that were fully
 //!   acknowledged (and N absent IDs) with GetTrace, checks every span came back,
 //!   and reports query latency.
+//! - `--query-searches N` adds N SearchTraces after the GetTraces, each for
+//!   one of the workload's services over the last hour, limit 20, and
+//!   reports their latency and rows.
 //! - `--mode query --query-passes P` sends nothing: it queries a store loaded
 //!   earlier by a run with the same workload options (`--seed`,
 //!   `--batch-size`, `--pool-spans`, `--services`) whose first P passes over
@@ -104,6 +107,10 @@ struct Args {
     /// Traces to fetch and verify with GetTrace after the load (and as many absent IDs).
     #[arg(long, default_value_t = 0)]
     query_samples: usize,
+    /// SearchTraces to send after the GetTraces: each for one service (in
+    /// turn) over the last hour, limit 20.
+    #[arg(long, default_value_t = 0)]
+    query_searches: usize,
     /// tracedb's gRPC address for GetTrace [default: --endpoint when it is gRPC].
     #[arg(long)]
     query_endpoint: Option<String>,
@@ -510,5 +517,21 @@ async fn query_phase(
     }
     result.present_latency = Some(Latency::from_histogram(&present));
     result.absent_latency = Some(Latency::from_histogram(&absent));
+    if args.query_searches > 0 {
+        let mut searches = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+        let hour = 3_600_000_000_000u64;
+        for i in 0..args.query_searches {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_nanos() as u64;
+            let service = format!("service-{}", i % args.services.max(1));
+            let t = Instant::now();
+            let rows = client::search(&mut client, &service, now - hour, now, 20).await?;
+            searches.saturating_record(t.elapsed().as_micros() as u64);
+            result.search_rows += rows as u64;
+            result.searches += 1;
+        }
+        result.search_latency = Some(Latency::from_histogram(&searches));
+    }
     Ok(result)
 }

@@ -59,6 +59,10 @@ pub struct QueryResult {
     pub absent_not_found: u64,
     pub present_latency: Option<Latency>,
     pub absent_latency: Option<Latency>,
+    /// SearchTraces sent, the rows they answered in all, and their latency.
+    pub searches: u64,
+    pub search_rows: u64,
+    pub search_latency: Option<Latency>,
 }
 
 #[derive(Debug, Clone)]
@@ -215,6 +219,15 @@ impl Summary {
             "traces complete/incomplete/missing  {} / {} / {}; absent IDs not found {}",
             q.complete, q.incomplete, q.missing, q.absent_not_found
         );
+        if let Some(l) = &q.search_latency {
+            l.row("SearchTraces", out);
+            let _ = writeln!(
+                out,
+                "searches {}, rows per search {:.1}",
+                q.searches,
+                q.search_rows as f64 / q.searches.max(1) as f64
+            );
+        }
     }
 
     pub fn json(&self) -> Value {
@@ -244,6 +257,8 @@ impl Summary {
                 "absent_not_found": q.absent_not_found,
                 "present_latency": q.present_latency.map(|l| l.json()),
                 "absent_latency": q.absent_latency.map(|l| l.json()),
+                "searches": q.searches, "search_rows": q.search_rows,
+                "search_latency": q.search_latency.map(|l| l.json()),
             })),
         })
     }
