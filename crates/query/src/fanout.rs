@@ -43,18 +43,18 @@ use std::{
 };
 
 use bytes::Bytes;
-use prost::Message;
-use tonic::{transport::Channel, Code, Response, Status};
+use tonic::{codegen::http::uri::PathAndQuery, transport::Channel, Code, Response, Status};
+use tracedb_ingest::{scan_export_request, TimeRules};
 use tracedb_lsm::{
     index::{SearchQuery, TagScope, TraceHit},
-    ScopeGroup, Span, SpanId, TimeRange, TraceId,
+    Span, TimeRange, TraceId,
 };
 use tracedb_proto::{
+    codec::{RawCodec, RawRequest},
     query::v1::{
         query_service_client::QueryServiceClient, GetOperationsRequest, GetTagValuesRequest,
         GetTraceRequest, SearchTracesRequest, Tag, TagScope as ProtoTagScope, TimeWindow,
     },
-    trace::v1::TracesData,
 };
 
 mod members;
@@ -75,6 +75,8 @@ use crate::{
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Largest message accepted from a node (nodes send under 4 MiB).
 const MAX_NODE_MESSAGE: usize = 8 << 20;
+/// QueryService's GetTrace, called with the raw codec.
+const GET_TRACE_PATH: &str = "/tracedb.query.v1.QueryService/GetTrace";
 
 /// One storage node and what the tier counts of it.
 pub struct Node {
@@ -329,19 +331,29 @@ impl NodeReads {
         }
     }
 
-    /// Asks every node at once; `call` makes one node's request and reads
-    /// its whole answer.
+    /// [`NodeReads::ask_nodes`] with each node's QueryService client.
     async fn ask<T, F, Fut>(&self, call: F) -> Gathered<T>
     where
         T: Send + 'static,
         F: Fn(QueryServiceClient<Channel>) -> Fut,
         Fut: Future<Output = Result<(T, Option<String>), Status>> + Send + 'static,
     {
+        self.ask_nodes(|node| call(node.client.clone())).await
+    }
+
+    /// Asks every node at once; `call` makes one node's request and reads
+    /// its whole answer.
+    async fn ask_nodes<T, F, Fut>(&self, call: F) -> Gathered<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Node) -> Fut,
+        Fut: Future<Output = Result<(T, Option<String>), Status>> + Send + 'static,
+    {
         let membership = self.members.current();
         let mut tasks = tokio::task::JoinSet::new();
         for (g, group) in membership.groups.iter().enumerate() {
             for (n, node) in group.nodes.iter().enumerate() {
-                let answer = call(node.client.clone());
+                let answer = call(node);
                 let (node, timeout) = (node.clone(), self.options.node_timeout);
                 tasks.spawn(async move {
                     let started = Instant::now();
@@ -426,38 +438,40 @@ fn window(range: TimeRange) -> TimeWindow {
     }
 }
 
-/// The spans of `TracesData` messages, each as the engine would store it.
+/// GetTrace from one node, each `TracesData` message as the bytes it came
+/// in: the spans are cut out of them without decoding ([`spans_of`]).
+async fn raw_trace(
+    channel: Channel,
+    request: GetTraceRequest,
+) -> Result<(Vec<Bytes>, Option<String>), Status> {
+    let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_NODE_MESSAGE);
+    grpc.ready()
+        .await
+        .map_err(|e| Status::unavailable(format!("connecting: {e}")))?;
+    let response = grpc
+        .server_streaming(
+            tonic::Request::new(request),
+            PathAndQuery::from_static(GET_TRACE_PATH),
+            RawCodec::<GetTraceRequest, RawRequest>::default(),
+        )
+        .await?;
+    let (mut stream, partial) = with_partial(response);
+    let mut messages = Vec::new();
+    while let Some(RawRequest(bytes)) = stream.message().await? {
+        messages.push(bytes);
+    }
+    Ok((messages, partial))
+}
+
+/// The spans of encoded `TracesData` messages, each as the engine would
+/// store it: cut out of the bytes by the ingest's scanner (`TracesData` and
+/// an export request share their wire shape: resource spans are field 1),
+/// so a span's payload is a slice of the message, never decoded and
+/// encoded again.
 fn spans_of(messages: &[Bytes], out: &mut Vec<Span>) -> Result<(), Error> {
     for bytes in messages {
-        let data = TracesData::decode(bytes.clone())
+        scan_export_request(bytes, out, TimeRules::ANY)
             .map_err(|e| Error::Internal(format!("a node sent a malformed trace: {e}")))?;
-        for rs in data.resource_spans {
-            let resource = rs.resource.map(|r| Bytes::from(r.encode_to_vec()));
-            for ss in rs.scope_spans {
-                let group = Arc::new(ScopeGroup {
-                    resource: resource.clone(),
-                    resource_schema_url: Bytes::from(rs.schema_url.clone().into_bytes()),
-                    scope: ss.scope.map(|s| Bytes::from(s.encode_to_vec())),
-                    scope_schema_url: Bytes::from(ss.schema_url.into_bytes()),
-                });
-                for span in ss.spans {
-                    let (Some(trace_id), Some(span_id)) = (
-                        TraceId::from_slice(&span.trace_id),
-                        SpanId::from_slice(&span.span_id),
-                    ) else {
-                        return Err(Error::Internal("a node sent a span without IDs".into()));
-                    };
-                    out.push(Span {
-                        trace_id,
-                        span_id,
-                        start_unix_nano: span.start_time_unix_nano,
-                        end_unix_nano: span.end_time_unix_nano.max(span.start_time_unix_nano),
-                        group: group.clone(),
-                        payload: Bytes::from(span.encode_to_vec()),
-                    });
-                }
-            }
-        }
     }
     Ok(())
 }
@@ -476,17 +490,7 @@ impl Reads for NodeReads {
             end_time_unix_nano: range.end_unix_nano,
         };
         let gathered = self
-            .ask(|mut client| {
-                let request = request.clone();
-                async move {
-                    let (mut stream, partial) = with_partial(client.get_trace(request).await?);
-                    let mut messages = Vec::new();
-                    while let Some(m) = stream.message().await? {
-                        messages.push(Bytes::from(m.encode_to_vec()));
-                    }
-                    Ok((messages, partial))
-                }
-            })
+            .ask_nodes(|node| raw_trace(node.channel(), request.clone()))
             .await;
         let mut spans = Vec::new();
         for messages in gathered.answered() {
