@@ -67,6 +67,7 @@ use stats::{add, Counters};
 
 use crate::{
     batch::{decode_batch, encode_batch},
+    budget::{MemoryBudget, Reservation},
     compaction::RateLimiter,
     error::{Backpressure, Error, Result},
     fault::Faults,
@@ -140,9 +141,10 @@ struct Inner {
     next_file_id: AtomicU64,
     /// Level-0 files in the current version, for admission without a lock.
     l0_files: AtomicUsize,
-    /// Bytes counted against the memory budget: reserved at admission,
-    /// released when the sealed buffer holding them is in a file.
-    mem_bytes: AtomicUsize,
+    /// The memory budget this engine's buffered spans count against (shared
+    /// with the ingest layer in a server): admission asks it, flushes give
+    /// back to it.
+    budget: Arc<MemoryBudget>,
     /// Which files running compactions hold; pause and stop.
     scheduler: CompactionScheduler,
     /// The retention period and when spans are past it.
@@ -504,8 +506,8 @@ impl Engine {
             memtable_bytes,
             sealed_buffers: snapshot.sealed.len(),
             sealed_spans: snapshot.sealed.iter().map(|s| s.span_count).sum(),
-            memory_bytes: self.inner.mem_bytes.load(Ordering::Relaxed),
-            memory_budget_bytes: self.inner.opts.memory_budget_bytes,
+            memory_bytes: self.inner.budget.buffered(),
+            memory_budget_bytes: self.inner.budget.limit(),
             index_cache_bytes: self.inner.summary_cache.file_bytes(),
             tables: levels.iter().map(|l| l.files).sum(),
             table_bytes: levels.iter().map(|l| l.bytes).sum(),
@@ -626,28 +628,6 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Bytes admitted against the memory budget; given back on drop unless the
-/// spans reached the memtable ([`Reservation::keep`]), where the flush of
-/// their buffer gives them back.
-struct Reservation<'a> {
-    inner: &'a Inner,
-    bytes: usize,
-}
-
-impl Reservation<'_> {
-    fn keep(mut self) {
-        self.bytes = 0;
-    }
-}
-
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        if self.bytes > 0 {
-            self.inner.mem_bytes.fetch_sub(self.bytes, Ordering::AcqRel);
-        }
-    }
-}
-
 impl Inner {
     /// Step 4 of [`Engine::open`]: the shared state over the recovered tree
     /// and the replayed memtable, with the buffers the replay sealed already
@@ -659,6 +639,11 @@ impl Inner {
         replayed: Replayed,
     ) -> (Arc<Inner>, Receiver<Task>) {
         let (flush, flush_rx) = FlushQueue::new();
+        let budget = opts
+            .memory_budget
+            .clone()
+            .unwrap_or_else(|| MemoryBudget::new(opts.memory_budget_bytes));
+        budget.hold(replayed.bytes);
         let version = dir.recovered.version;
         let inner = Arc::new(Inner {
             tables_dir: dir.tables_dir,
@@ -671,7 +656,7 @@ impl Inner {
             quarantined: Mutex::new(dir.quarantined),
             next_file_id: AtomicU64::new(dir.recovered.next_file_id),
             l0_files: AtomicUsize::new(level_files(&version)[0]),
-            mem_bytes: AtomicUsize::new(replayed.bytes),
+            budget,
             state: Mutex::new(Arc::new(SuperVersion {
                 sealed: replayed.sealed.clone(),
                 version: Arc::new(version),
@@ -715,26 +700,21 @@ impl Inner {
         Ok(())
     }
 
-    /// Decides whether a write is taken; see [`Error::Backpressure`]. A write
-    /// into an empty budget is always taken, however large, so no request is
-    /// refused forever.
+    /// Asks the memory budget to take a write (see [`crate::budget`]), after
+    /// the level-0 check; a refusal is [`Error::Backpressure`].
     fn admit(&self, spans: &[Span]) -> Result<Reservation<'_>> {
         self.l0_pressure()?;
         let bytes: usize = spans.iter().map(Span::memory_size).sum();
-        let budget = self.opts.memory_budget_bytes;
-        let before = self.mem_bytes.fetch_add(bytes, Ordering::AcqRel);
-        if before > 0 && before + bytes > budget {
-            self.mem_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        self.budget.reserve(bytes).map_err(|refused| {
             add(&self.counters.backpressure_rejections, 1);
-            return Err(Error::Backpressure {
+            Error::Backpressure {
                 reason: Backpressure::MemoryBudget {
-                    used: before,
-                    budget,
+                    used: refused.in_use,
+                    budget: refused.limit,
                 },
                 retry_after: RETRY_MEMORY,
-            });
-        }
-        Ok(Reservation { inner: self, bytes })
+            }
+        })
     }
 
     /// Appends the WAL record of `spans`. The in-flight registration is taken

@@ -27,8 +27,12 @@
 //! - [`index`]: the search index: a summary per trace per file, written
 //!   beside each file by flush and compaction (a sidecar), and the searches
 //!   over it (services, operations, traces, dependencies, tags).
+//! - [`budget`]: the memory budget, the one owner of the count of bytes in
+//!   memory: request bodies in flight (the ingest layer's [`Permit`]s) and
+//!   spans the engine buffers (reserved at a write's admission, released by
+//!   its flush); it alone decides whether a request or a write fits.
 //! - [`engine`]: ties them together. `engine.rs` holds the write path with
-//!   admission (back-pressure), the lookups, `Engine::open` (its steps) and
+//!   admission (back-pressure: the level-0 count, and the [`budget`]), the lookups, `Engine::open` (its steps) and
 //!   shutdown; the rest is one file per concern under `engine/`:
 //!   `flush` (the flush queue and the flusher thread), `scheduler` (which
 //!   files running compactions hold, pause and stop: the choice of the next
@@ -40,6 +44,7 @@
 //!   `options`.
 
 pub mod batch;
+pub mod budget;
 pub mod check;
 pub mod compaction;
 pub mod engine;
@@ -63,6 +68,7 @@ mod hostile_tests;
 #[cfg(test)]
 mod test_util;
 
+pub use budget::{MemoryBudget, Permit};
 pub use compaction::{CompactionOptions, CompactionTask};
 pub use engine::{
     Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks, SearchSnapshot, SkippedFile,

@@ -11,8 +11,10 @@
 //!    `/api/traces`, `/api/v2/traces`, `/api/search`, tags). `services` builds
 //!    both; the query services are [`deferred`] until the engine exists.
 //! 2. The storage engine opened (WAL replayed).
-//! 3. Ingest and queries switched on, health SERVING; the `sampler` keeps the
-//!    memory budget ([`memory`]) current and flushes early when buffers fill.
+//! 3. Ingest and queries switched on, health SERVING; the `sampler` hands the
+//!    memory budget (`tracedb_lsm::budget`, which ingest and the engine share)
+//!    the process's memory as [`memory`] measures it, and flushes early when
+//!    the budget asks.
 //! 4. On shutdown: ingest refuses new exports and health says NOT_SERVING;
 //!    both listeners stop accepting; in-flight requests finish; every buffer is
 //!    flushed to files and the WAL closed — all within
@@ -122,7 +124,9 @@ pub async fn serve(
     tracing::info!(grpc = %grpc_addr, http = %http_addr, tls = %tls_mode, "tracedb starting: opening storage");
 
     // 2. The engine opens (the WAL is replayed).
-    let engine_opts = config.engine_options();
+    // The engine counts its buffered spans in the budget ingest admits against.
+    let mut engine_opts = config.engine_options();
+    engine_opts.memory_budget = Some(ingest.budget().clone());
     let opened = tokio::task::spawn_blocking(move || Engine::open(engine_opts))
         .await?
         .with_context(|| format!("opening the data directory {}", config.data_dir.display()));
@@ -140,7 +144,7 @@ pub async fn serve(
     query.start(&engine);
     ingest.start(engine.clone());
     set_health(&health, tonic_health::ServingStatus::Serving).await;
-    let sampler = Sampler::spawn(ingest.clone(), engine.clone(), governor.clone());
+    let sampler = Sampler::spawn(ingest.budget().clone(), engine.clone(), governor.clone());
     tracing::info!(
         grpc = %grpc_addr,
         http = %http_addr,

@@ -264,7 +264,7 @@ pub fn render(ops: &Ops) -> String {
     out.single(
         "tracedb_memory_buffered_bytes",
         "gauge",
-        "Bytes of acknowledged spans not yet in sorted files, as last sampled.",
+        "Bytes of spans the storage engine holds in memory, not yet in sorted files (writes being stored included).",
         budget.buffered(),
     );
     if !ops.tls_handshakes.is_empty() {

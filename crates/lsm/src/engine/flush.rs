@@ -2,7 +2,7 @@
 //! seeing its spans) and queued; the flusher thread sorts it, writes a
 //! level-0 file and its index sidecar, installs the file (the edit in the
 //! manifest, then a super-version with the file and without the buffer),
-//! gives its bytes back to the memory budget, and deletes the WAL segments
+//! gives its bytes back to the memory budget ([`crate::budget`]), and deletes the WAL segments
 //! nothing unflushed needs any more.
 //!
 //! [`FlushQueue`] owns the flush state: the queue of sealed buffers (FIFO,
@@ -186,7 +186,7 @@ impl Inner {
             self.discard_uninstalled(&[path]);
             return Err(e);
         }
-        self.mem_bytes.fetch_sub(sealed.bytes, Ordering::AcqRel);
+        self.budget.release(sealed.bytes);
         self.flush.notify_flushed();
         self.scheduler.flushed();
         add(&self.counters.flushes, 1);
