@@ -70,6 +70,12 @@ pub enum Error {
     ShuttingDown,
 }
 
+impl From<tracedb_proto::start::Starting> for Error {
+    fn from(_: tracedb_proto::start::Starting) -> Self {
+        Error::Starting
+    }
+}
+
 impl From<tracedb_lsm::budget::Overloaded> for Error {
     fn from(o: tracedb_lsm::budget::Overloaded) -> Self {
         Error::Overloaded {

@@ -17,7 +17,7 @@
 use std::{
     sync::{
         atomic::{AtomicU8, Ordering},
-        Arc, OnceLock,
+        Arc,
     },
     time::Instant,
 };
@@ -27,6 +27,7 @@ use tracedb_lsm::{
     budget::{MemoryBudget, Permit},
     Engine,
 };
+use tracedb_proto::start::StartCell;
 
 use crate::{
     error::Error,
@@ -75,7 +76,7 @@ pub struct Ingest {
     options: IngestOptions,
     phase: AtomicU8,
     /// Set once, when the engine has opened; `Starting` until then.
-    engine: OnceLock<Arc<Engine>>,
+    engine: StartCell<Arc<Engine>>,
     budget: Arc<MemoryBudget>,
     metrics: IngestMetrics,
 }
@@ -91,14 +92,14 @@ impl Ingest {
             ),
             options,
             phase: AtomicU8::new(Phase::Starting as u8),
-            engine: OnceLock::new(),
+            engine: StartCell::new(),
             metrics: IngestMetrics::default(),
         })
     }
 
     /// Starts taking exports into `engine`.
     pub fn start(&self, engine: Arc<Engine>) {
-        if self.engine.set(engine).is_ok() {
+        if self.engine.set(engine) {
             let _ = self.phase.compare_exchange(
                 Phase::Starting as u8,
                 Phase::Serving as u8,
@@ -157,7 +158,7 @@ impl Ingest {
         match self.phase() {
             Phase::Starting => Err(Error::Starting),
             Phase::ShuttingDown => Err(Error::ShuttingDown),
-            Phase::Serving => self.engine.get().ok_or(Error::Starting),
+            Phase::Serving => Ok(self.engine.get()?),
         }
     }
 

@@ -9,7 +9,9 @@
 //!    address: OTLP/HTTP `POST /v1/traces`, [`ops`]' `GET /metrics` and
 //!    `GET /ready`, and the Grafana Tempo API (`tracedb_query::tempo`:
 //!    `/api/traces`, `/api/v2/traces`, `/api/search`, tags). `services` builds
-//!    both; the query services are [`deferred`] until the engine exists.
+//!    both; the query services are [`deferred`] until the engine exists
+//!    (like everything that waits for the engine: the Tempo API, `/metrics`'
+//!    engine counters and ingest, through `tracedb_proto::start::StartCell`).
 //! 2. The storage engine opened (WAL replayed).
 //! 3. Ingest and queries switched on, health SERVING; the `sampler` hands the
 //!    memory budget (`tracedb_lsm::budget`, which ingest and the engine share)
@@ -48,16 +50,13 @@ mod services;
 pub mod tier;
 pub mod tls;
 
-use std::{
-    future::Future,
-    sync::{Arc, OnceLock},
-    time::Instant,
-};
+use std::{future::Future, sync::Arc, time::Instant};
 
 use anyhow::Context;
 use tokio::sync::watch;
 use tracedb_ingest::Ingest;
 use tracedb_lsm::Engine;
+use tracedb_proto::start::StartCell;
 
 pub use config::{
     ByteSize, Config, ConfigError, TierConfig, DEFAULT_DATA_DIR, DEFAULT_GRPC_ADDR,
@@ -106,7 +105,7 @@ pub async fn serve(
     }
     let ingest = Ingest::new(config.ingest_options());
     let governor = Arc::new(memory::Governor::new(config.max_memory.as_usize()));
-    let engine_cell: Arc<OnceLock<Arc<Engine>>> = Arc::new(OnceLock::new());
+    let engine_cell: StartCell<Arc<Engine>> = StartCell::new();
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, tonic_health::ServingStatus::NotServing).await;
 
@@ -140,7 +139,7 @@ pub async fn serve(
     };
 
     // 3. Ingest and queries switched on, health SERVING.
-    let _ = engine_cell.set(engine.clone());
+    engine_cell.set(engine.clone());
     query.start(&engine);
     ingest.start(engine.clone());
     set_health(&health, tonic_health::ServingStatus::Serving).await;
