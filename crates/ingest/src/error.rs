@@ -45,7 +45,8 @@ pub enum Error {
     #[error("unsupported content encoding {0:?}: send gzip or no encoding")]
     UnsupportedEncoding(String),
 
-    /// The memory budget cannot hold the request now; retrying later will work.
+    /// The memory budget ([`tracedb_lsm::budget`]) cannot hold the request
+    /// now; retrying later will work.
     #[error(
         "server overloaded: {needed} more bytes do not fit in the memory budget of {limit} bytes \
          ({in_use} in use); retry later"
@@ -67,6 +68,22 @@ pub enum Error {
     /// The server is shutting down and takes no new exports.
     #[error("server is shutting down; retry later")]
     ShuttingDown,
+}
+
+impl From<tracedb_proto::start::Starting> for Error {
+    fn from(_: tracedb_proto::start::Starting) -> Self {
+        Error::Starting
+    }
+}
+
+impl From<tracedb_lsm::budget::Overloaded> for Error {
+    fn from(o: tracedb_lsm::budget::Overloaded) -> Self {
+        Error::Overloaded {
+            needed: o.needed,
+            in_use: o.in_use,
+            limit: o.limit,
+        }
+    }
 }
 
 /// `Result` with this crate's [`Error`] as the default error type.

@@ -2,8 +2,10 @@
 //!
 //! [`Ingest`] is what the gRPC handler ([`crate::service`]) and the HTTP handler
 //! ([`crate::http`]) call once they hold a protobuf request body. It knows the
-//! server's phase (starting, serving, shutting down), owns the
-//! [`MemoryBudget`] and the [`IngestMetrics`], and runs
+//! server's phase (starting, serving, shutting down), makes the server's
+//! [`MemoryBudget`] (the storage engine counts its buffered spans in the same
+//! one: [`Ingest::budget`]) and asks it to admit each request, owns the
+//! [`IngestMetrics`], and runs
 //! [`scan_export_request`] and [`Engine::write`] in the same way for every
 //! request, so a request gets the same answer whichever way it came.
 //!
@@ -15,16 +17,19 @@
 use std::{
     sync::{
         atomic::{AtomicU8, Ordering},
-        Arc, OnceLock,
+        Arc,
     },
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use bytes::Bytes;
-use tracedb_lsm::Engine;
+use tracedb_lsm::{
+    budget::{MemoryBudget, Permit},
+    Engine,
+};
+use tracedb_proto::start::StartCell;
 
 use crate::{
-    budget::{MemoryBudget, Permit},
     error::Error,
     metrics::{IngestMetrics, Protocol},
     scan::{scan_export_request, ScanOutcome, TimeRules},
@@ -32,9 +37,6 @@ use crate::{
 
 /// Typical encoded size of a span, to size the output vector in one allocation.
 const TYPICAL_SPAN_BYTES: usize = 128;
-
-/// How often the buffered-bytes figure is refreshed from the engine.
-pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Where the server is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +52,8 @@ pub enum Phase {
 pub struct IngestOptions {
     /// Largest request body, compressed or not, in bytes.
     pub max_message_bytes: usize,
-    /// Budget for in-flight request bodies plus buffered spans, in bytes.
+    /// Budget for in-flight request bodies plus buffered spans, in bytes
+    /// ([`MemoryBudget`]).
     pub max_memory: usize,
     /// The whole process's memory limit, which the budget narrows to keep
     /// the sampled resident memory within; 0 for none (see
@@ -73,7 +76,7 @@ pub struct Ingest {
     options: IngestOptions,
     phase: AtomicU8,
     /// Set once, when the engine has opened; `Starting` until then.
-    engine: OnceLock<Arc<Engine>>,
+    engine: StartCell<Arc<Engine>>,
     budget: Arc<MemoryBudget>,
     metrics: IngestMetrics,
 }
@@ -89,14 +92,14 @@ impl Ingest {
             ),
             options,
             phase: AtomicU8::new(Phase::Starting as u8),
-            engine: OnceLock::new(),
+            engine: StartCell::new(),
             metrics: IngestMetrics::default(),
         })
     }
 
     /// Starts taking exports into `engine`.
     pub fn start(&self, engine: Arc<Engine>) {
-        if self.engine.set(engine).is_ok() {
+        if self.engine.set(engine) {
             let _ = self.phase.compare_exchange(
                 Phase::Starting as u8,
                 Phase::Serving as u8,
@@ -124,6 +127,9 @@ impl Ingest {
         &self.options
     }
 
+    /// The memory budget requests are admitted against; give the storage
+    /// engine the same one (`EngineOptions::memory_budget`), so its buffered
+    /// spans are the budget's buffered bytes.
     pub fn budget(&self) -> &Arc<MemoryBudget> {
         &self.budget
     }
@@ -133,8 +139,8 @@ impl Ingest {
     }
 
     /// Admits a request of `bytes` (0 when its size is not known yet): checks
-    /// the phase and the storage engine's back-pressure, and takes the bytes
-    /// from the memory budget.
+    /// the phase and the storage engine's back-pressure, and asks the memory
+    /// budget for the bytes.
     pub fn admit(&self, bytes: usize) -> Result<Permit, Error> {
         // Storage pushing back refuses the request before its body is read.
         self.serving_engine()?
@@ -145,14 +151,14 @@ impl Ingest {
                 limit: self.options.max_message_bytes,
             });
         }
-        self.budget.acquire(bytes)
+        Ok(self.budget.acquire(bytes)?)
     }
 
     fn serving_engine(&self) -> Result<&Arc<Engine>, Error> {
         match self.phase() {
             Phase::Starting => Err(Error::Starting),
             Phase::ShuttingDown => Err(Error::ShuttingDown),
-            Phase::Serving => self.engine.get().ok_or(Error::Starting),
+            Phase::Serving => Ok(self.engine.get()?),
         }
     }
 
@@ -164,7 +170,6 @@ impl Ingest {
         let rules = TimeRules::at(engine.now_unix_nano(), engine.expire_before());
         let outcome = scan_export_request(&body, &mut spans, rules)?;
         let started = Instant::now();
-        let stored_bytes = body.len();
         if let Err(e) = engine.write(spans).await {
             if let tracedb_lsm::Error::Backpressure { .. } = e {
                 // Flushing or compaction is behind: the client retries later.
@@ -176,11 +181,8 @@ impl Ingest {
             return Err(Error::Storage(e));
         }
         self.metrics.record_storage_write(started.elapsed());
-        // The spans now live in the memtable and keep the body alive: count it
-        // as buffered before giving back the in-flight bytes.
-        if outcome.accepted > 0 {
-            self.budget.add_buffered(stored_bytes);
-        }
+        // The spans now live in the memtable, counted as buffered by the
+        // engine's reservation: the body's in-flight bytes go back.
         drop(permit);
         Ok(outcome)
     }
@@ -211,23 +213,5 @@ impl Ingest {
             }
             Err(e) => tracing::info!(protocol = protocol.label(), error = %e, "export refused"),
         }
-    }
-
-    /// Refreshes the budget's view of buffered spans from the engine, and when
-    /// they hold more than half the budget, seals and flushes them early so
-    /// the budget frees up without waiting for `--flush-bytes` or
-    /// `--flush-age-secs`. `resident` is the process's resident memory, when
-    /// known, which narrows the budget (see [`MemoryBudget::set_resident`]).
-    /// Called every [`SAMPLE_INTERVAL`] until shutdown; returns whether a
-    /// flush is needed, which the caller runs off the runtime.
-    pub fn sample(&self, engine: &Engine, resident: Option<usize>) -> bool {
-        let stats = engine.stats();
-        let sealed: usize = engine.snapshot().sealed.iter().map(|s| s.bytes).sum();
-        let buffered = stats.memtable_bytes + sealed;
-        self.budget.set_buffered(buffered);
-        if let Some(resident) = resident {
-            self.budget.set_resident(resident);
-        }
-        stats.memtable_bytes > self.budget.admit_limit() / 2
     }
 }

@@ -30,10 +30,11 @@ use axum::{
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use prost::Message as _;
+use tracedb_lsm::budget::Permit;
 
 use crate::{
-    budget::Permit, error::Error, export::Ingest, json::json_to_protobuf, metrics::Protocol,
-    scan::ScanOutcome, service::export_response, status,
+    error::Error, export::Ingest, json::json_to_protobuf, metrics::Protocol, scan::ScanOutcome,
+    service::export_response, status,
 };
 
 /// The path OTLP/HTTP exporters send traces to.
@@ -175,7 +176,7 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, Error> {
 fn resize(permit: &mut Permit, bytes: usize) -> Result<(), Error> {
     let held = permit.bytes();
     if bytes > held {
-        permit.grow(bytes - held)
+        Ok(permit.grow(bytes - held)?)
     } else {
         permit.shrink(held - bytes);
         Ok(())

@@ -8,7 +8,8 @@
 //!   request into an encoded `ExportTraceServiceRequest`; [`json`] converts
 //!   OTLP/JSON to that encoding first.
 //! - [`export`] is the path both share: [`Ingest`] checks the server's phase,
-//!   takes the body's bytes from the [`budget`], scans it and hands the spans to
+//!   asks the memory budget ([`tracedb_lsm::budget`], shared with the storage
+//!   engine) for the body's bytes, scans it and hands the spans to
 //!   the storage engine, answering only once they are durable, and counts the
 //!   outcome in [`metrics`].
 //! - [`scan`] walks the encoded request by its schema with the [`wire`] cursor,
@@ -24,7 +25,6 @@
 
 #![deny(unsafe_code)]
 
-pub mod budget;
 pub mod error;
 pub mod export;
 pub mod http;
@@ -36,7 +36,6 @@ pub mod service;
 pub mod status;
 pub mod wire;
 
-pub use budget::{MemoryBudget, Permit};
 pub use error::{Error, FieldPath, Malformed, MalformedKind, PathSegment, Result, ScanError};
 pub use export::{Ingest, IngestOptions, Phase};
 pub use json::{json_to_protobuf, JsonError};

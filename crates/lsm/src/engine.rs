@@ -9,15 +9,16 @@
 //! until an fsync covers it, then appends the spans to a memtable shard. Only
 //! then is it acknowledged, so an acknowledged span is on disk and visible.
 //!
-//! Flush: a sealed buffer is published in the [`SuperVersion`] (so readers
+//! Flush (`flush`): a sealed buffer is published in the [`SuperVersion`] (so readers
 //! keep seeing its spans) and sent to the flusher thread. The flusher sorts it,
 //! writes a level-0 file, appends the edit to the manifest (fsync), and swaps
 //! in a super-version that has the file and not the buffer.
 //!
-//! Compaction and retention run on their own threads (`background`); they
-//! too end in "manifest edit, then pointer swap". That swap, under the state
-//! lock, is all a reader or writer can ever wait for: sorting, merging and
-//! writing files happen outside every lock readers or writers take.
+//! Compaction and retention run on their own threads (`compact`, scheduled
+//! by `scheduler`, retention's rule in `retention`); they too end in
+//! "manifest edit, then pointer swap" (`install`). That swap, under the
+//! state lock, is all a reader or writer can ever wait for: sorting, merging
+//! and writing files happen outside every lock readers or writers take.
 //!
 //! Read: spans move memtable -> sealed buffer -> file, each move atomic with
 //! respect to the next stage, and a reader looks in that same order. A span
@@ -28,10 +29,14 @@
 //! removes its outputs), join the threads, then discard the WAL if every
 //! acknowledged span is in a file.
 
-mod background;
+mod compact;
+mod flush;
+mod install;
 mod options;
 mod quarantine;
 mod recovery;
+mod retention;
+mod scheduler;
 mod search;
 mod stats;
 
@@ -44,21 +49,25 @@ use std::{
         Arc,
     },
     thread::JoinHandle,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use crossbeam_channel::Sender;
-use parking_lot::{Condvar, Mutex};
+use crossbeam_channel::Receiver;
+use parking_lot::Mutex;
 
+use flush::{FlushQueue, Task, FLUSH_RETRY};
 pub use options::{Clock, CrashPoint, EngineOptions, Hooks};
 use quarantine::Quarantined;
 pub use quarantine::QUARANTINE_DIR;
+use retention::Retention;
+use scheduler::CompactionScheduler;
 pub use search::SearchSnapshot;
 pub use stats::EngineStats;
 use stats::{add, Counters};
 
 use crate::{
     batch::{decode_batch, encode_batch},
+    budget::{MemoryBudget, Reservation},
     compaction::RateLimiter,
     error::{Backpressure, Error, Result},
     fault::Faults,
@@ -66,8 +75,8 @@ use crate::{
     memtable::{MemTable, Sealed},
     span::{Span, TraceId},
     trash::Trash,
-    version::{Janitor, SuperVersion, TimeRange},
-    wal::{Wal, WalOptions},
+    version::{Janitor, SuperVersion, TimeRange, Version},
+    wal::{ReplayStats, Wal, WalOptions},
 };
 
 /// What [`Engine::lookup_trace`] found.
@@ -101,50 +110,14 @@ pub struct SkippedFile {
 /// The snapshot readers take; the name the vertical slice used.
 pub type Snapshot = SuperVersion;
 
-/// How long the flusher waits before retrying a failed flush.
-const FLUSH_RETRY: Duration = Duration::from_secs(1);
 /// Retry hints returned with [`Error::Backpressure`].
 const RETRY_MEMORY: Duration = Duration::from_millis(200);
 const RETRY_L0: Duration = Duration::from_secs(1);
 
-enum Task {
-    Flush(Arc<Sealed>),
-    Stop,
-}
-
-/// Compaction scheduling, under [`Inner::sched`].
-struct Sched {
-    /// Files inputs of running tasks (compaction or retention).
-    busy: HashSet<u64>,
-    /// Running tasks whose inputs are in levels 1 and deeper.
-    deeper_running: usize,
-    paused: bool,
-    stopping: bool,
-    /// When the last flush was installed (or the engine opened): level 0
-    /// is merged below its trigger once this is `l0_quiet` ago.
-    last_flush: Instant,
-}
-
-impl Sched {
-    fn new() -> Self {
-        Sched {
-            busy: HashSet::new(),
-            deeper_running: 0,
-            paused: false,
-            stopping: false,
-            last_flush: Instant::now(),
-        }
-    }
-
-    /// Marks a picked task's inputs busy until `finish_task`.
-    fn claim(&mut self, task: &crate::CompactionTask) {
-        self.busy.extend(task.inputs.iter().map(|f| f.id));
-        if task.input_level > 0 {
-            self.deeper_running += 1;
-        }
-    }
-}
-
+/// The state every engine thread shares. Flush, compaction scheduling and
+/// retention each have an owner holding their own state ([`FlushQueue`],
+/// [`CompactionScheduler`], [`Retention`]); the rest is the tree itself and
+/// the write path's.
 struct Inner {
     opts: EngineOptions,
     tables_dir: PathBuf,
@@ -152,9 +125,8 @@ struct Inner {
     memtable: MemTable,
     /// The current super-version. Locked only to clone or swap the `Arc`.
     state: Mutex<Arc<SuperVersion>>,
-    /// Signalled whenever a flush installs a new super-version.
-    flushed: Condvar,
-    flush_tx: Sender<Task>,
+    /// The flush queue and its "flushed" signal.
+    flush: FlushQueue,
     /// Requests between WAL append and memtable append, by the lowest WAL
     /// segment they can be in: their segments must not be deleted yet.
     in_flight: Mutex<BTreeMap<u64, usize>>,
@@ -169,16 +141,15 @@ struct Inner {
     next_file_id: AtomicU64,
     /// Level-0 files in the current version, for admission without a lock.
     l0_files: AtomicUsize,
-    /// Bytes counted against the memory budget: reserved at admission,
-    /// released when the sealed buffer holding them is in a file.
-    mem_bytes: AtomicUsize,
-    sched: Mutex<Sched>,
-    /// Signalled on new work for compaction, pause/resume, stop, and when a
-    /// task finishes.
-    sched_cv: Condvar,
-    /// Mirrors of `Sched::{paused, stopping}` a merge checks per trace.
-    compaction_paused: AtomicBool,
-    compaction_stopping: AtomicBool,
+    /// The memory budget this engine's buffered spans count against (shared
+    /// with the ingest layer in a server): admission asks it, flushes give
+    /// back to it.
+    budget: Arc<MemoryBudget>,
+    /// Which files running compactions hold; pause and stop.
+    scheduler: CompactionScheduler,
+    /// The retention period and when spans are past it.
+    retention: Retention,
+    /// Caps the bytes compaction writes per second.
     limiter: RateLimiter,
     janitor: Arc<Janitor>,
     /// Frees deleted files a step at a time (WAL segments and, through the
@@ -208,100 +179,10 @@ struct Threads {
     compactors: Vec<JoinHandle<()>>,
 }
 
-impl Engine {
-    /// Opens (or creates) the data directory: recovers the files the manifest
-    /// names, replays the WAL into the memtable, and starts the flusher and
-    /// the compaction threads.
-    pub fn open(mut opts: EngineOptions) -> Result<Engine> {
-        let faults = Faults::new(opts.hooks.faults.clone());
-        opts.table.faults = faults.clone();
-        let dir = opts.data_dir.clone();
-        let tables_dir = dir.join("tables");
-        fs::create_dir_all(&tables_dir).map_err(|e| Error::io(&tables_dir, e))?;
-        let lock = lock_data_dir(&dir)?;
-        let trash = Trash::open(&dir)?;
-        let janitor = Arc::new(Janitor {
-            enabled: AtomicBool::new(true),
-            trash: Some(trash.clone()),
-        });
-        let recovered =
-            recovery::recover(&dir, &tables_dir, opts.compaction.levels, &janitor, &faults)?;
-        let live = recovered.version.files().map(|f| f.id).collect();
-        crate::index::remove_orphans(&tables_dir, &live)?;
-
-        let quarantined = quarantine::list_quarantined(&dir)?;
-        if !quarantined.is_empty() {
-            tracing::warn!(
-                files = quarantined.len(),
-                dir = %dir.join(QUARANTINE_DIR).display(),
-                "damaged sorted files are in quarantine; lookups they may have answered are reported incomplete until they are removed"
-            );
-        }
-        let memtable = MemTable::new(opts.memtable.clone());
-        let mut replayed_sealed = Vec::new();
-        let mut replayed_bytes = 0usize;
-        let wal_opts = WalOptions {
-            dir: dir.join("wal"),
-            segment_bytes: opts.wal_segment_bytes,
-            sync_thread_slice: opts.request_thread_slice,
-            faults: faults.clone(),
-        };
-        let (wal, replay) = Wal::open(wal_opts, |segment, record| {
-            let spans = decode_batch(&record)?;
-            replayed_bytes += spans.iter().map(Span::memory_size).sum::<usize>();
-            memtable.append(spans, segment, |s| replayed_sealed.push(Arc::new(s)));
-            Ok(())
-        })?;
-        let level_files: Vec<usize> = recovered
-            .version
-            .level_stats()
-            .iter()
-            .map(|l| l.files)
-            .collect();
-        tracing::info!(
-            files_per_level = ?level_files,
-            wal_segments = replay.segments,
-            wal_records = replay.records,
-            torn_tails = replay.torn_tails,
-            "storage opened"
-        );
-
-        let (flush_tx, flush_rx) = crossbeam_channel::unbounded();
-        let inner = Arc::new(Inner {
-            tables_dir,
-            wal,
-            memtable,
-            state: Mutex::new(Arc::new(SuperVersion {
-                sealed: replayed_sealed.clone(),
-                version: Arc::new(recovered.version),
-            })),
-            flushed: Condvar::new(),
-            flush_tx,
-            in_flight: Mutex::new(BTreeMap::new()),
-            manifest: Mutex::new(recovered.manifest),
-            orphans: Mutex::new(Vec::new()),
-            quarantined: Mutex::new(quarantined),
-            next_file_id: AtomicU64::new(recovered.next_file_id),
-            l0_files: AtomicUsize::new(level_files[0]),
-            mem_bytes: AtomicUsize::new(replayed_bytes),
-            sched: Mutex::new(Sched::new()),
-            sched_cv: Condvar::new(),
-            compaction_paused: AtomicBool::new(false),
-            compaction_stopping: AtomicBool::new(false),
-            limiter: RateLimiter::new(opts.compaction_bytes_per_sec),
-            janitor,
-            trash,
-            closed: AtomicBool::new(false),
-            crashed: AtomicBool::new(false),
-            counters: Counters::default(),
-            faults,
-            summary_cache: search::SummaryCache::new(opts.index_cache_bytes),
-            _lock: lock,
-            opts,
-        });
-        for sealed in replayed_sealed {
-            inner.send(Task::Flush(sealed));
-        }
+impl Threads {
+    /// Starts the flusher (reading `flush_rx`) and the compaction threads.
+    fn spawn(inner: &Arc<Inner>, flush_rx: Receiver<Task>) -> Result<Threads> {
+        let dir = &inner.opts.data_dir;
         let mut threads = Threads::default();
         let worker = inner.clone();
         threads.flusher = Some(
@@ -311,7 +192,7 @@ impl Engine {
                     tracedb_sched::use_default_slice();
                     worker.run_flusher(flush_rx)
                 })
-                .map_err(|e| Error::io(&dir, e))?,
+                .map_err(|e| Error::io(dir, e))?,
         );
         for i in 0..inner.opts.compaction_threads {
             let worker = inner.clone();
@@ -322,9 +203,123 @@ impl Engine {
                         tracedb_sched::use_default_slice();
                         worker.run_compactor()
                     })
-                    .map_err(|e| Error::io(&dir, e))?,
+                    .map_err(|e| Error::io(dir, e))?,
             );
         }
+        Ok(threads)
+    }
+}
+
+/// Step 1 of [`Engine::open`]: the data directory locked, its sorted files
+/// recovered (see `recovery`), and the files in quarantine listed.
+struct DataDir {
+    tables_dir: PathBuf,
+    lock: File,
+    trash: Arc<Trash>,
+    janitor: Arc<Janitor>,
+    recovered: recovery::Recovered,
+    quarantined: Vec<Quarantined>,
+}
+
+impl DataDir {
+    fn open(opts: &EngineOptions, faults: &Faults) -> Result<DataDir> {
+        let dir = &opts.data_dir;
+        let tables_dir = dir.join("tables");
+        fs::create_dir_all(&tables_dir).map_err(|e| Error::io(&tables_dir, e))?;
+        let lock = lock_data_dir(dir)?;
+        let trash = Trash::open(dir)?;
+        let janitor = Arc::new(Janitor {
+            enabled: AtomicBool::new(true),
+            trash: Some(trash.clone()),
+        });
+        let recovered =
+            recovery::recover(dir, &tables_dir, opts.compaction.levels, &janitor, faults)?;
+        let live = recovered.version.files().map(|f| f.id).collect();
+        crate::index::remove_orphans(&tables_dir, &live)?;
+        let quarantined = quarantine::list_quarantined(dir)?;
+        if !quarantined.is_empty() {
+            tracing::warn!(
+                files = quarantined.len(),
+                dir = %dir.join(QUARANTINE_DIR).display(),
+                "damaged sorted files are in quarantine; lookups they may have answered are reported incomplete until they are removed"
+            );
+        }
+        Ok(DataDir {
+            tables_dir,
+            lock,
+            trash,
+            janitor,
+            recovered,
+            quarantined,
+        })
+    }
+}
+
+/// Step 2 of [`Engine::open`]: the WAL replayed into a new memtable.
+struct Replayed {
+    wal: Wal,
+    memtable: MemTable,
+    /// Buffers the replay filled: published at once and queued for flushing.
+    sealed: Vec<Arc<Sealed>>,
+    /// Bytes of the replayed spans, counted against the memory budget.
+    bytes: usize,
+    stats: ReplayStats,
+}
+
+impl Replayed {
+    fn from_wal(opts: &EngineOptions, faults: &Faults) -> Result<Replayed> {
+        let memtable = MemTable::new(opts.memtable.clone());
+        let mut sealed = Vec::new();
+        let mut bytes = 0usize;
+        let wal_opts = WalOptions {
+            dir: opts.data_dir.join("wal"),
+            segment_bytes: opts.wal_segment_bytes,
+            sync_thread_slice: opts.request_thread_slice,
+            faults: faults.clone(),
+        };
+        let (wal, stats) = Wal::open(wal_opts, |segment, record| {
+            let spans = decode_batch(&record)?;
+            bytes += spans.iter().map(Span::memory_size).sum::<usize>();
+            memtable.append(spans, segment, |s| sealed.push(Arc::new(s)));
+            Ok(())
+        })?;
+        Ok(Replayed {
+            wal,
+            memtable,
+            sealed,
+            bytes,
+            stats,
+        })
+    }
+}
+
+/// Step 3 of [`Engine::open`]: what was found, for the operator.
+fn log_opened(dir: &DataDir, replayed: &Replayed) {
+    tracing::info!(
+        files_per_level = ?level_files(&dir.recovered.version),
+        wal_segments = replayed.stats.segments,
+        wal_records = replayed.stats.records,
+        torn_tails = replayed.stats.torn_tails,
+        "storage opened"
+    );
+}
+
+fn level_files(version: &Version) -> Vec<usize> {
+    version.level_stats().iter().map(|l| l.files).collect()
+}
+
+impl Engine {
+    /// Opens (or creates) the data directory: recovers the files the manifest
+    /// names, replays the WAL into the memtable, and starts the flusher and
+    /// the compaction threads.
+    pub fn open(mut opts: EngineOptions) -> Result<Engine> {
+        let faults = Faults::new(opts.hooks.faults.clone());
+        opts.table.faults = faults.clone();
+        let dir = DataDir::open(&opts, &faults)?;
+        let replayed = Replayed::from_wal(&opts, &faults)?;
+        log_opened(&dir, &replayed);
+        let (inner, flush_rx) = Inner::new(opts, faults, dir, replayed);
+        let threads = Threads::spawn(&inner, flush_rx)?;
         Ok(Engine {
             inner,
             threads: Mutex::new(threads),
@@ -431,7 +426,7 @@ impl Engine {
                 });
             }
         }
-        let expire_before = self.inner.expire_before();
+        let expire_before = self.inner.retention.expire_before();
         let mut seen = HashSet::with_capacity(spans.len());
         spans.retain(|s| s.end_unix_nano >= expire_before && seen.insert(s.span_id));
         spans.sort_by_key(|s| (s.start_unix_nano, s.span_id));
@@ -441,7 +436,7 @@ impl Engine {
     /// Spans that end before this (Unix nanoseconds) are past retention: no
     /// read returns them and retention drops their files. 0 with retention off.
     pub fn expire_before(&self) -> u64 {
-        self.inner.expire_before()
+        self.inner.retention.expire_before()
     }
 
     /// The engine's clock (the system clock unless a test set another).
@@ -467,7 +462,7 @@ impl Engine {
             {
                 return Err(Error::Closed);
             }
-            self.inner.flushed.wait_for(&mut state, FLUSH_RETRY);
+            self.inner.flush.wait(&mut state, FLUSH_RETRY);
         }
         Ok(())
     }
@@ -486,11 +481,11 @@ impl Engine {
 
     /// Pauses background compaction: a running merge waits at its next trace.
     pub fn pause_compaction(&self) {
-        self.inner.set_paused(true);
+        self.inner.scheduler.set_paused(true);
     }
 
     pub fn resume_compaction(&self) {
-        self.inner.set_paused(false);
+        self.inner.scheduler.set_paused(false);
     }
 
     /// `Err(Error::Backpressure)` while compaction is so far behind that writes
@@ -511,8 +506,8 @@ impl Engine {
             memtable_bytes,
             sealed_buffers: snapshot.sealed.len(),
             sealed_spans: snapshot.sealed.iter().map(|s| s.span_count).sum(),
-            memory_bytes: self.inner.mem_bytes.load(Ordering::Relaxed),
-            memory_budget_bytes: self.inner.opts.memory_budget_bytes,
+            memory_bytes: self.inner.budget.buffered(),
+            memory_budget_bytes: self.inner.budget.limit(),
             index_cache_bytes: self.inner.summary_cache.file_bytes(),
             tables: levels.iter().map(|l| l.files).sum(),
             table_bytes: levels.iter().map(|l| l.bytes).sum(),
@@ -573,14 +568,14 @@ impl Engine {
         if !crashed {
             inner.memtable.seal_where(true, |s| inner.publish(s));
         }
-        inner.send(Task::Stop);
+        inner.flush.stop();
         let threads = std::mem::take(&mut *self.threads.lock());
         if let Some(handle) = threads.flusher {
             if handle.join().is_err() {
                 tracing::error!("flusher thread panicked");
             }
         }
-        inner.stop_compaction();
+        inner.scheduler.stop();
         for handle in threads.compactors {
             if handle.join().is_err() {
                 tracing::error!("compaction thread panicked");
@@ -633,29 +628,63 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Bytes admitted against the memory budget; given back on drop unless the
-/// spans reached the memtable ([`Reservation::keep`]), where the flush of
-/// their buffer gives them back.
-struct Reservation<'a> {
-    inner: &'a Inner,
-    bytes: usize,
-}
-
-impl Reservation<'_> {
-    fn keep(mut self) {
-        self.bytes = 0;
-    }
-}
-
-impl Drop for Reservation<'_> {
-    fn drop(&mut self) {
-        if self.bytes > 0 {
-            self.inner.mem_bytes.fetch_sub(self.bytes, Ordering::AcqRel);
-        }
-    }
-}
-
 impl Inner {
+    /// Step 4 of [`Engine::open`]: the shared state over the recovered tree
+    /// and the replayed memtable, with the buffers the replay sealed already
+    /// queued for the flusher (whose end of the queue is returned).
+    fn new(
+        opts: EngineOptions,
+        faults: Faults,
+        dir: DataDir,
+        replayed: Replayed,
+    ) -> (Arc<Inner>, Receiver<Task>) {
+        let (flush, flush_rx) = FlushQueue::new();
+        let budget = opts
+            .memory_budget
+            .clone()
+            .unwrap_or_else(|| MemoryBudget::new(opts.memory_budget_bytes));
+        budget.hold(replayed.bytes);
+        let version = dir.recovered.version;
+        let inner = Arc::new(Inner {
+            tables_dir: dir.tables_dir,
+            wal: replayed.wal,
+            memtable: replayed.memtable,
+            flush,
+            in_flight: Mutex::new(BTreeMap::new()),
+            manifest: Mutex::new(dir.recovered.manifest),
+            orphans: Mutex::new(Vec::new()),
+            quarantined: Mutex::new(dir.quarantined),
+            next_file_id: AtomicU64::new(dir.recovered.next_file_id),
+            l0_files: AtomicUsize::new(level_files(&version)[0]),
+            budget,
+            state: Mutex::new(Arc::new(SuperVersion {
+                sealed: replayed.sealed.clone(),
+                version: Arc::new(version),
+            })),
+            scheduler: CompactionScheduler::new(opts.compaction.clone(), opts.compaction_threads),
+            retention: Retention::new(opts.retention, opts.retention_interval, opts.clock.clone()),
+            limiter: RateLimiter::new(opts.compaction_bytes_per_sec),
+            janitor: dir.janitor,
+            trash: dir.trash,
+            closed: AtomicBool::new(false),
+            crashed: AtomicBool::new(false),
+            counters: Counters::default(),
+            faults,
+            summary_cache: search::SummaryCache::new(opts.index_cache_bytes),
+            _lock: dir.lock,
+            opts,
+        });
+        for sealed in replayed.sealed {
+            inner.flush.push(sealed);
+        }
+        (inner, flush_rx)
+    }
+
+    /// The next file ID not yet given out, as edits record it.
+    fn next_file_id(&self) -> u64 {
+        self.next_file_id.load(Ordering::Relaxed)
+    }
+
     /// Refuses writes while level 0 holds `l0_stop_files` files: compaction is
     /// behind, and more flushes would only make every lookup slower.
     fn l0_pressure(&self) -> Result<()> {
@@ -671,26 +700,21 @@ impl Inner {
         Ok(())
     }
 
-    /// Decides whether a write is taken; see [`Error::Backpressure`]. A write
-    /// into an empty budget is always taken, however large, so no request is
-    /// refused forever.
+    /// Asks the memory budget to take a write (see [`crate::budget`]), after
+    /// the level-0 check; a refusal is [`Error::Backpressure`].
     fn admit(&self, spans: &[Span]) -> Result<Reservation<'_>> {
         self.l0_pressure()?;
         let bytes: usize = spans.iter().map(Span::memory_size).sum();
-        let budget = self.opts.memory_budget_bytes;
-        let before = self.mem_bytes.fetch_add(bytes, Ordering::AcqRel);
-        if before > 0 && before + bytes > budget {
-            self.mem_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        self.budget.reserve(bytes).map_err(|refused| {
             add(&self.counters.backpressure_rejections, 1);
-            return Err(Error::Backpressure {
+            Error::Backpressure {
                 reason: Backpressure::MemoryBudget {
-                    used: before,
-                    budget,
+                    used: refused.in_use,
+                    budget: refused.limit,
                 },
                 retry_after: RETRY_MEMORY,
-            });
-        }
-        Ok(Reservation { inner: self, bytes })
+            }
+        })
     }
 
     /// Appends the WAL record of `spans`. The in-flight registration is taken
@@ -715,18 +739,6 @@ impl Inner {
         };
         let ticket = self.wal.append(&record)?;
         Ok((ticket, guard))
-    }
-
-    /// Spans ending before this are past retention (0 when retention is off).
-    fn expire_before(&self) -> u64 {
-        match self.opts.retention {
-            Some(r) => self
-                .opts
-                .clock
-                .now_unix_nano()
-                .saturating_sub(r.as_nanos() as u64),
-            None => 0,
-        }
     }
 }
 

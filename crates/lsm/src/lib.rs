@@ -27,11 +27,24 @@
 //! - [`index`]: the search index: a summary per trace per file, written
 //!   beside each file by flush and compaction (a sidecar), and the searches
 //!   over it (services, operations, traces, dependencies, tags).
-//! - [`engine`]: ties them together: the write path with admission
-//!   (back-pressure), the flusher and compaction threads, retention, the
-//!   lookups, recovery at start-up, shutdown.
+//! - [`budget`]: the memory budget, the one owner of the count of bytes in
+//!   memory: request bodies in flight (the ingest layer's [`Permit`]s) and
+//!   spans the engine buffers (reserved at a write's admission, released by
+//!   its flush); it alone decides whether a request or a write fits.
+//! - [`engine`]: ties them together. `engine.rs` holds the write path with
+//!   admission (back-pressure: the level-0 count, and the [`budget`]), the lookups, `Engine::open` (its steps) and
+//!   shutdown; the rest is one file per concern under `engine/`:
+//!   `flush` (the flush queue and the flusher thread), `scheduler` (which
+//!   files running compactions hold, pause and stop: the choice of the next
+//!   task), `compact` (the compaction threads, which run those tasks),
+//!   `retention` (the retention rule and the dropping of expired files),
+//!   `install` (the one way the tree changes: manifest edit, then version
+//!   swap), `recovery` (start-up), `quarantine` (damaged files), `search`
+//!   (the search index's view of a snapshot and its cache), `stats` and
+//!   `options`.
 
 pub mod batch;
+pub mod budget;
 pub mod check;
 pub mod compaction;
 pub mod engine;
@@ -55,6 +68,7 @@ mod hostile_tests;
 #[cfg(test)]
 mod test_util;
 
+pub use budget::{MemoryBudget, Permit};
 pub use compaction::{CompactionOptions, CompactionTask};
 pub use engine::{
     Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks, SearchSnapshot, SkippedFile,

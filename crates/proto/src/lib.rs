@@ -16,12 +16,15 @@
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server reflection.
 //! - [`retry`]: UNAVAILABLE with a `RetryInfo` detail, the gRPC way to say
 //!   when to retry.
+//! - [`start`]: [`start::StartCell`], the one way anything waits for the
+//!   storage engine to open, and [`start::Starting`], what it says meanwhile.
 //! - [`time`]: Unix nanoseconds as a UTC calendar time, for people.
 //! - [`wire`]: the one varint writer, used by the storage engine's own
 //!   formats and by tests that build protobuf bytes by hand.
 
 pub mod codec;
 pub mod retry;
+pub mod start;
 pub mod time;
 pub mod wire;
 

@@ -151,10 +151,10 @@ fn search_query(p: &TraceQueryParameters) -> Result<SearchQuery, Status> {
             Some(any_value::Value::IntValue(i)) => i.to_string(),
             Some(any_value::Value::DoubleValue(d)) => d.to_string(),
             _ => {
-                return Err(Status::invalid_argument(format!(
+                return Err(Status::from(Error::InvalidArgument(format!(
                     "attribute {:?}: only string, bool, int and double values can be searched",
                     kv.key
-                )))
+                ))))
             }
         };
         tags.push((kv.key.clone(), value));
@@ -236,13 +236,14 @@ impl TraceReader for JaegerStorage {
         request: Request<GetOperationsRequest>,
     ) -> Result<Response<GetOperationsResponse>, Status> {
         let req = request.into_inner();
-        let kind =
-            match req.span_kind.as_str() {
-                "" => None,
-                name => Some(kind_number(name).ok_or_else(|| {
-                    Status::invalid_argument(format!("unknown span_kind {name:?}"))
-                })?),
-            };
+        let kind = match req.span_kind.as_str() {
+            "" => None,
+            name => Some(kind_number(name).ok_or_else(|| {
+                Status::from(Error::InvalidArgument(format!(
+                    "unknown span_kind {name:?}"
+                )))
+            })?),
+        };
         let operations = self
             .reads
             .operations(req.service, kind, TimeRange::ALL)

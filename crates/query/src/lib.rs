@@ -15,7 +15,8 @@
 //! - [`otlp_json`]: OTLP/JSON encoding of `TracesData`.
 //! - [`traces_data`]: turns stored spans (encoded OTLP bytes plus their resource
 //!   and scope) into `TracesData` messages without decoding them.
-//! - [`error`]: query errors and their gRPC status codes.
+//! - [`error`]: query errors, and the one place they become gRPC status
+//!   codes (the gRPC front-ends) and HTTP status codes (the Tempo API).
 
 pub mod error;
 pub mod fanout;

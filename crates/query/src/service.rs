@@ -160,9 +160,9 @@ impl QueryService for QueryApi {
             0 => None,
             k @ 1..=5 => Some(k as u8),
             k => {
-                return Err(Status::invalid_argument(format!(
+                return Err(Status::from(Error::InvalidArgument(format!(
                     "span_kind {k} is not 0 to 5"
-                )))
+                ))))
             }
         };
         let operations = self
@@ -222,10 +222,10 @@ impl QueryService for QueryApi {
             Ok(ProtoTagScope::Resource) => Some(TagScope::Resource),
             Ok(ProtoTagScope::Span) => Some(TagScope::Span),
             Err(_) => {
-                return Err(Status::invalid_argument(format!(
+                return Err(Status::from(Error::InvalidArgument(format!(
                     "unknown scope {}",
                     r.scope
-                )))
+                ))))
             }
         };
         let values = self

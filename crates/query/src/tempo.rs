@@ -19,14 +19,11 @@
 //! only the search index. Of TraceQL (`q`), the subset Grafana's search
 //! builder writes is understood ([`apply_traceql`]); anything else is 400.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, OnceLock},
-};
+use std::{collections::HashMap, sync::Arc};
 
 use axum::{
     extract::{Path, Query, State},
-    http::{header, HeaderMap, StatusCode},
+    http::{header, HeaderMap},
     response::{IntoResponse, Response},
     routing::get,
     Router,
@@ -38,10 +35,10 @@ use tracedb_lsm::{
     index::{SearchQuery, TagScope},
     TimeRange, TraceId,
 };
-use tracedb_proto::trace::v1::TracesData;
+use tracedb_proto::{start::StartCell, trace::v1::TracesData};
 
 use crate::{
-    error::Error,
+    error::{Error, Result},
     otlp_json,
     read::{self, Answer, Reads, TagKeys},
     service::{header_value, PARTIAL_HEADER, PARTIAL_REASON_HEADER},
@@ -49,8 +46,8 @@ use crate::{
 };
 
 /// The store's reads, once they can be answered (the router is mounted
-/// before storage is open).
-pub type ReadsCell = Arc<OnceLock<Arc<dyn Reads>>>;
+/// before storage is open; until then every route but `/api/echo` is 503).
+pub type ReadsCell = StartCell<Arc<dyn Reads>>;
 
 const PROTOBUF: &str = "application/protobuf";
 const SEC: u64 = 1_000_000_000;
@@ -69,39 +66,14 @@ pub fn router(reads: ReadsCell) -> Router {
         .with_state(reads)
 }
 
-/// An error answer: status and a plain-text reason.
-struct ApiError(StatusCode, String);
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.0, self.1).into_response()
-    }
+/// A request the API cannot take: 400 with the reason
+/// ([`Error::http_status`] is the one mapping of errors to statuses).
+fn bad(msg: impl Into<String>) -> Error {
+    Error::InvalidArgument(msg.into())
 }
 
-type ApiResult<T> = Result<T, ApiError>;
-
-fn bad(msg: impl Into<String>) -> ApiError {
-    ApiError(StatusCode::BAD_REQUEST, msg.into())
-}
-
-fn reads(cell: &ReadsCell) -> ApiResult<Arc<dyn Reads>> {
-    cell.get().cloned().ok_or_else(|| {
-        ApiError(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "tracedb is starting up; retry later".into(),
-        )
-    })
-}
-
-/// An error of the store as an answer, with the reason: 503 when no node of
-/// a query tier answered (retry later), else 500.
-fn failed(e: Error) -> ApiError {
-    if let Error::Unavailable(_) = e {
-        tracing::warn!(error = %e, "no node answered");
-        return ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string());
-    }
-    tracing::error!(error = %e, "reading storage");
-    ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+fn reads(cell: &ReadsCell) -> Result<Arc<dyn Reads>> {
+    Ok(cell.get()?.clone())
 }
 
 /// A Tempo trace ID: 1 to 32 hex digits, left-padded.
@@ -113,8 +85,8 @@ pub fn parse_trace_id(s: &str) -> Option<TraceId> {
 }
 
 /// `start`/`end` in Unix seconds (0 or absent = unbounded).
-fn time_range(params: &HashMap<String, String>) -> ApiResult<TimeRange> {
-    let secs = |name: &str| -> ApiResult<u64> {
+fn time_range(params: &HashMap<String, String>) -> Result<TimeRange> {
+    let secs = |name: &str| -> Result<u64> {
         match params.get(name).map(String::as_str) {
             None | Some("") => Ok(0),
             Some(v) => v
@@ -179,15 +151,11 @@ async fn load_trace(
     cell: &ReadsCell,
     id: &str,
     params: &HashMap<String, String>,
-) -> ApiResult<LoadedTrace> {
+) -> Result<LoadedTrace> {
     let trace_id = parse_trace_id(id)
         .ok_or_else(|| bad(format!("trace ID must be 1 to 32 hex digits, got {id:?}")))?;
     let range = time_range(params)?;
-    let found = match reads(cell)?.trace(trace_id, range).await {
-        Ok(found) => found,
-        Err(e @ Error::NotFound(_)) => return Err(ApiError(StatusCode::NOT_FOUND, e.to_string())),
-        Err(e) => return Err(failed(e)),
-    };
+    let found = reads(cell)?.trace(trace_id, range).await?;
     if found.is_partial() {
         read::note_partial(read::Api::Tempo, &found.trace_id, &found.partial);
     }
@@ -201,9 +169,8 @@ async fn load_trace(
     })
 }
 
-fn decode(bytes: &Bytes) -> ApiResult<TracesData> {
-    TracesData::decode(bytes.clone())
-        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+fn decode(bytes: &Bytes) -> Result<TracesData> {
+    TracesData::decode(bytes.clone()).map_err(|e| Error::Internal(e.to_string()))
 }
 
 fn protobuf(body: Bytes) -> Response {
@@ -220,7 +187,7 @@ async fn trace_v2(
     Path(id): Path<String>,
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
-) -> ApiResult<Response> {
+) -> Result<Response> {
     let trace = load_trace(&cell, &id, &params).await?;
     if wants_protobuf(&headers) {
         // TraceByIDResponse { Trace trace = 1; }: Trace is wire-identical to TracesData.
@@ -242,7 +209,7 @@ async fn trace_v1(
     Path(id): Path<String>,
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
-) -> ApiResult<Response> {
+) -> Result<Response> {
     let trace = load_trace(&cell, &id, &params).await?;
     if wants_protobuf(&headers) {
         return Ok(trace.marked(protobuf(trace.data.clone())));
@@ -305,9 +272,9 @@ pub fn parse_logfmt(s: &str) -> Option<Vec<(String, String)>> {
 /// `{resource.service.name="cart" && name="GET /" && duration>100ms}`.
 /// Supported: `=` on attributes (`resource.`, `span.` or `.` prefixed),
 /// `name` and service; `>`, `>=`, `<`, `<=` on `duration`/`traceDuration`.
-pub fn apply_traceql(text: &str, q: &mut SearchQuery) -> Result<(), String> {
+pub fn apply_traceql(text: &str, q: &mut SearchQuery) -> Result<()> {
     let unsupported = || {
-        format!("unsupported TraceQL {text:?}: tracedb takes {{cond && cond ...}} with = on attributes, name and service, and comparisons on duration")
+        bad(format!("unsupported TraceQL {text:?}: tracedb takes {{cond && cond ...}} with = on attributes, name and service, and comparisons on duration"))
     };
     let body = text.trim();
     let body = body
@@ -360,7 +327,7 @@ pub fn apply_traceql(text: &str, q: &mut SearchQuery) -> Result<(), String> {
 async fn search(
     State(cell): State<ReadsCell>,
     Query(params): Query<HashMap<String, String>>,
-) -> ApiResult<Response> {
+) -> Result<Response> {
     if params
         .get("q")
         .is_some_and(|q| !q.trim().is_empty() && q.trim() != "{}")
@@ -389,7 +356,7 @@ async fn search(
     if let Some(s) = params.get("spanName").filter(|s| !s.is_empty()) {
         q.operation = s.clone();
     }
-    let duration = |name: &str| -> ApiResult<u64> {
+    let duration = |name: &str| -> Result<u64> {
         match params.get(name).map(String::as_str) {
             None | Some("") => Ok(0),
             Some(v) => parse_duration(v).ok_or_else(|| bad(format!("{name}: bad duration {v:?}"))),
@@ -404,7 +371,7 @@ async fn search(
             .map_err(|_| bad(format!("limit must be a number, got {v:?}")))?
             .clamp(1, crate::jaeger::MAX_SEARCH_DEPTH),
     };
-    let (hits, partial) = noted(reads(&cell)?.search(q).await.map_err(failed)?, "search");
+    let (hits, partial) = noted(reads(&cell)?.search(q).await?, "search");
     let traces: Vec<Value> = hits
         .iter()
         .map(|h| {
@@ -426,11 +393,8 @@ async fn search(
     ))
 }
 
-async fn tag_keys(cell: &ReadsCell, range: TimeRange) -> ApiResult<(TagKeys, Vec<String>)> {
-    Ok(noted(
-        reads(cell)?.tag_keys(range).await.map_err(failed)?,
-        "tag names",
-    ))
+async fn tag_keys(cell: &ReadsCell, range: TimeRange) -> Result<(TagKeys, Vec<String>)> {
+    Ok(noted(reads(cell)?.tag_keys(range).await?, "tag names"))
 }
 
 /// Intrinsics tracedb can list values of.
@@ -439,7 +403,7 @@ const INTRINSICS: &[&str] = &["duration", "kind", "name", "status"];
 async fn tags_v2(
     State(cell): State<ReadsCell>,
     Query(params): Query<HashMap<String, String>>,
-) -> ApiResult<Response> {
+) -> Result<Response> {
     let range = time_range(&params)?;
     let (keys, partial) = tag_keys(&cell, range).await?;
     let of = |scope: TagScope| -> Vec<&str> {
@@ -463,7 +427,7 @@ async fn tags_v2(
 async fn tags_v1(
     State(cell): State<ReadsCell>,
     Query(params): Query<HashMap<String, String>>,
-) -> ApiResult<Response> {
+) -> Result<Response> {
     let range = time_range(&params)?;
     let (keys, partial) = tag_keys(&cell, range).await?;
     let mut names: Vec<&str> = keys.iter().map(|(_, k)| k.as_str()).collect();
@@ -480,13 +444,10 @@ async fn values(
     cell: &ReadsCell,
     tag: &str,
     range: TimeRange,
-) -> ApiResult<(Vec<String>, Vec<String>)> {
+) -> Result<(Vec<String>, Vec<String>)> {
     let reads = reads(cell)?;
     if tag == "name" || tag == "span:name" {
-        return Ok(noted(
-            reads.span_names(range).await.map_err(failed)?,
-            "span names",
-        ));
+        return Ok(noted(reads.span_names(range).await?, "span names"));
     }
     let (scope, key) = if let Some(k) = tag.strip_prefix("resource.") {
         (Some(TagScope::Resource), k)
@@ -499,10 +460,7 @@ async fn values(
         return Err(bad("empty tag name"));
     }
     let (values, partial) = noted(
-        reads
-            .tag_values(scope, key.to_owned(), range)
-            .await
-            .map_err(failed)?,
+        reads.tag_values(scope, key.to_owned(), range).await?,
         "tag values",
     );
     Ok((values.into_iter().collect(), partial))
@@ -512,7 +470,7 @@ async fn tag_values_v2(
     State(cell): State<ReadsCell>,
     Path(tag): Path<String>,
     Query(params): Query<HashMap<String, String>>,
-) -> ApiResult<Response> {
+) -> Result<Response> {
     let range = time_range(&params)?;
     let (values, partial) = values(&cell, &tag, range).await?;
     let values: Vec<Value> = values
@@ -529,7 +487,7 @@ async fn tag_values_v1(
     State(cell): State<ReadsCell>,
     Path(tag): Path<String>,
     Query(params): Query<HashMap<String, String>>,
-) -> ApiResult<Response> {
+) -> Result<Response> {
     let range = time_range(&params)?;
     let (values, partial) = values(&cell, &tag, range).await?;
     Ok(marked(

@@ -159,10 +159,11 @@ impl Config {
         opts.compaction_threads = self.compaction_threads;
         opts.compaction_bytes_per_sec = self.compaction_rate.0;
         opts.request_thread_slice = self.request_slice();
-        // The ingest layer admits requests against the data budget, counting
-        // buffered spans too; the engine's own budget is the backstop for the
-        // same figure. An eighth of max_memory bounds the search-index cache;
-        // the last eighth is left for flush and compaction working memory.
+        // The data budget: `serve` gives the engine the ingest layer's
+        // budget, of this limit, to count its buffered spans in (the engine's
+        // own admission is the backstop for writes). An eighth of max_memory
+        // bounds the search-index cache; the last eighth is left for flush
+        // and compaction working memory.
         opts.memory_budget_bytes = self.data_budget();
         opts.index_cache_bytes = self.max_memory.as_usize() / 8;
         opts

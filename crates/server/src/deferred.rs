@@ -3,12 +3,13 @@
 //! The gRPC listener is up (so health checks answer NOT_SERVING) while the
 //! storage engine is still opening and replaying its WAL. The query service
 //! needs the engine, so it is registered as a [`Deferred`] that answers
-//! UNAVAILABLE until [`Deferred::set`] gives it the real service.
+//! UNAVAILABLE until [`Deferred::set`] gives it the real service: the
+//! service waits in a [`StartCell`], the one way anything waits for the
+//! engine, and [`Starting`] becomes the status.
 
 use std::{
     future::Future,
     pin::Pin,
-    sync::{Arc, OnceLock},
     task::{Context, Poll},
 };
 
@@ -19,22 +20,23 @@ use tonic::{
     Status,
 };
 use tower_service::Service;
+use tracedb_proto::start::{StartCell, Starting};
 
 /// A service set once, after the server started listening.
 pub struct Deferred<S> {
-    inner: Arc<OnceLock<S>>,
+    inner: StartCell<S>,
 }
 
 impl<S> Deferred<S> {
     pub fn new() -> Self {
         Deferred {
-            inner: Arc::new(OnceLock::new()),
+            inner: StartCell::new(),
         }
     }
 
     /// Starts serving with `service`; later calls are ignored.
     pub fn set(&self, service: S) {
-        let _ = self.inner.set(service);
+        self.inner.set(service);
     }
 }
 
@@ -47,7 +49,7 @@ impl<S> Default for Deferred<S> {
 impl<S> Clone for Deferred<S> {
     fn clone(&self) -> Self {
         Deferred {
-            inner: Arc::clone(&self.inner),
+            inner: self.inner.clone(),
         }
     }
 }
@@ -73,9 +75,9 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         match self.inner.get() {
-            Some(service) => Box::pin(service.clone().call(request)),
-            None => {
-                let status = Status::unavailable("tracedb is starting up; retry later");
+            Ok(service) => Box::pin(service.clone().call(request)),
+            Err(starting @ Starting) => {
+                let status = Status::from(starting);
                 Box::pin(std::future::ready(Ok(status.into_http())))
             }
         }

@@ -9,10 +9,14 @@
 //!    address: OTLP/HTTP `POST /v1/traces`, [`ops`]' `GET /metrics` and
 //!    `GET /ready`, and the Grafana Tempo API (`tracedb_query::tempo`:
 //!    `/api/traces`, `/api/v2/traces`, `/api/search`, tags). `services` builds
-//!    both; the query services are [`deferred`] until the engine exists.
+//!    both; the query services are [`deferred`] until the engine exists
+//!    (like everything that waits for the engine: the Tempo API, `/metrics`'
+//!    engine counters and ingest, through `tracedb_proto::start::StartCell`).
 //! 2. The storage engine opened (WAL replayed).
-//! 3. Ingest and queries switched on, health SERVING; the `sampler` keeps the
-//!    memory budget ([`memory`]) current and flushes early when buffers fill.
+//! 3. Ingest and queries switched on, health SERVING; the `sampler` hands the
+//!    memory budget (`tracedb_lsm::budget`, which ingest and the engine share)
+//!    the process's memory as [`memory`] measures it, and flushes early when
+//!    the budget asks.
 //! 4. On shutdown: ingest refuses new exports and health says NOT_SERVING;
 //!    both listeners stop accepting; in-flight requests finish; every buffer is
 //!    flushed to files and the WAL closed — all within
@@ -46,16 +50,13 @@ mod services;
 pub mod tier;
 pub mod tls;
 
-use std::{
-    future::Future,
-    sync::{Arc, OnceLock},
-    time::Instant,
-};
+use std::{future::Future, sync::Arc, time::Instant};
 
 use anyhow::Context;
 use tokio::sync::watch;
 use tracedb_ingest::Ingest;
 use tracedb_lsm::Engine;
+use tracedb_proto::start::StartCell;
 
 pub use config::{
     ByteSize, Config, ConfigError, TierConfig, DEFAULT_DATA_DIR, DEFAULT_GRPC_ADDR,
@@ -104,7 +105,7 @@ pub async fn serve(
     }
     let ingest = Ingest::new(config.ingest_options());
     let governor = Arc::new(memory::Governor::new(config.max_memory.as_usize()));
-    let engine_cell: Arc<OnceLock<Arc<Engine>>> = Arc::new(OnceLock::new());
+    let engine_cell: StartCell<Arc<Engine>> = StartCell::new();
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, tonic_health::ServingStatus::NotServing).await;
 
@@ -122,7 +123,9 @@ pub async fn serve(
     tracing::info!(grpc = %grpc_addr, http = %http_addr, tls = %tls_mode, "tracedb starting: opening storage");
 
     // 2. The engine opens (the WAL is replayed).
-    let engine_opts = config.engine_options();
+    // The engine counts its buffered spans in the budget ingest admits against.
+    let mut engine_opts = config.engine_options();
+    engine_opts.memory_budget = Some(ingest.budget().clone());
     let opened = tokio::task::spawn_blocking(move || Engine::open(engine_opts))
         .await?
         .with_context(|| format!("opening the data directory {}", config.data_dir.display()));
@@ -136,11 +139,11 @@ pub async fn serve(
     };
 
     // 3. Ingest and queries switched on, health SERVING.
-    let _ = engine_cell.set(engine.clone());
+    engine_cell.set(engine.clone());
     query.start(&engine);
     ingest.start(engine.clone());
     set_health(&health, tonic_health::ServingStatus::Serving).await;
-    let sampler = Sampler::spawn(ingest.clone(), engine.clone(), governor.clone());
+    let sampler = Sampler::spawn(ingest.budget().clone(), engine.clone(), governor.clone());
     tracing::info!(
         grpc = %grpc_addr,
         http = %http_addr,

@@ -1,12 +1,14 @@
 //! The process's memory against `--max-memory`.
 //!
-//! The ingest budget counts request bodies and buffered spans; everything
-//! else the process holds (flush and compaction working memory, cached index
-//! summaries, thread stacks, the allocator's free pages it has not given back)
-//! it learns from here: [`Governor::sample`] reads the resident anonymous
-//! memory (`RssAnon` in `/proc/self/status`; file pages of mapped sorted files
-//! are page cache the kernel can drop, and are not counted), and the sampler
-//! hands it to the budget, which narrows admission to what the limit leaves.
+//! The memory budget (`tracedb_lsm::budget`) counts request bodies and
+//! buffered spans and decides admission; everything else the process holds
+//! (flush and compaction working memory, cached index summaries, thread
+//! stacks, the allocator's free pages it has not given back) it learns from
+//! here: [`Governor::sample`] reads the resident anonymous memory (`RssAnon`
+//! in `/proc/self/status`; file pages of mapped sorted files are page cache
+//! the kernel can drop, and are not counted), and the sampler hands it to the
+//! budget, which narrows admission to what the limit leaves. The governor
+//! measures and trims; it admits nothing.
 //!
 //! glibc keeps freed memory in its heaps for reuse and returns little of it:
 //! request bodies of a few hundred KiB, freed by the thousand after each

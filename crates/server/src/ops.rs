@@ -6,7 +6,7 @@
 //! `/ready` is 200 while the server takes exports and 503 while it starts up or
 //! shuts down, for load balancers and orchestrators.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use axum::{
     extract::State,
@@ -17,6 +17,7 @@ use axum::{
 };
 use tracedb_ingest::{Exposition, Ingest, Phase};
 use tracedb_lsm::Engine;
+use tracedb_proto::start::StartCell;
 
 use crate::{memory::Governor, tls::HandshakeLog};
 
@@ -24,8 +25,9 @@ use crate::{memory::Governor, tls::HandshakeLog};
 #[derive(Clone)]
 pub struct Ops {
     pub ingest: Arc<Ingest>,
-    /// Set once the engine has opened.
-    pub engine: Arc<OnceLock<Arc<Engine>>>,
+    /// Set once the engine has opened: until then `/metrics` has no engine
+    /// counters.
+    pub engine: StartCell<Arc<Engine>>,
     /// The process's memory against `--max-memory`.
     pub memory: Arc<Governor>,
     /// The listeners' failed TLS handshakes; empty without TLS.
@@ -264,7 +266,7 @@ pub fn render(ops: &Ops) -> String {
     out.single(
         "tracedb_memory_buffered_bytes",
         "gauge",
-        "Bytes of acknowledged spans not yet in sorted files, as last sampled.",
+        "Bytes of spans the storage engine holds in memory, not yet in sorted files (writes being stored included).",
         budget.buffered(),
     );
     if !ops.tls_handshakes.is_empty() {
@@ -282,7 +284,7 @@ pub fn render(ops: &Ops) -> String {
         }
     }
 
-    if let Some(engine) = ops.engine.get() {
+    if let Ok(engine) = ops.engine.get() {
         let s = engine.stats();
         let sealed_bytes: usize = engine.snapshot().sealed.iter().map(|b| b.bytes).sum();
         let gauges: [(&str, &str, u64); 7] = [

@@ -1,24 +1,28 @@
-//! The sampler: keeps the memory budget's view of buffered spans and of the
-//! process's memory current, and starts an early flush when buffered spans
-//! fill half of what the budget admits.
+//! The sampler: hands the memory budget ([`tracedb_lsm::budget`]) a sample
+//! of the process's resident memory a few times a second (measured by the
+//! [`memory::Governor`]), and starts an early flush when the budget says
+//! the memtable is worth flushing. It decides nothing itself: the budget
+//! counts buffered spans as the engine takes and flushes them, and alone
+//! decides what is admitted.
 
 use std::{
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
     },
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use tokio::task::JoinHandle;
-use tracedb_ingest::Ingest;
-use tracedb_lsm::Engine;
+use tracedb_lsm::{Engine, MemoryBudget};
 
 use crate::memory;
 
-/// Keeps the memory budget's view of buffered spans and of the process's
-/// memory current, and flushes early when buffered spans fill half of what
-/// the budget admits.
+/// How often the process's memory is sampled.
+const SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Keeps the memory budget's view of the process's memory current, and
+/// flushes early when the budget asks for it.
 pub(crate) struct Sampler {
     task: JoinHandle<()>,
     stop: Arc<AtomicBool>,
@@ -27,7 +31,7 @@ pub(crate) struct Sampler {
 
 impl Sampler {
     pub(crate) fn spawn(
-        ingest: Arc<Ingest>,
+        budget: Arc<MemoryBudget>,
         engine: Arc<Engine>,
         governor: Arc<memory::Governor>,
     ) -> Sampler {
@@ -35,18 +39,18 @@ impl Sampler {
         let flush: Arc<tokio::sync::Mutex<Option<JoinHandle<()>>>> = Arc::default();
         let (task_stop, task_flush) = (stop.clone(), flush.clone());
         let task = tokio::spawn(async move {
-            let mut tick = tokio::time::interval(tracedb_ingest::export::SAMPLE_INTERVAL);
+            let mut tick = tokio::time::interval(SAMPLE_INTERVAL);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             while !task_stop.load(Ordering::Acquire) {
                 tick.tick().await;
                 let sampled = {
-                    let (ingest, engine, governor) =
-                        (ingest.clone(), engine.clone(), governor.clone());
+                    let (budget, engine, governor) =
+                        (budget.clone(), engine.clone(), governor.clone());
                     tokio::task::spawn_blocking(move || {
-                        // The budget takes the part of resident memory it
-                        // does not count once its buffered figure is fresh.
-                        let resident = governor.sample();
-                        ingest.sample(&engine, resident)
+                        if let Some(resident) = governor.sample() {
+                            budget.set_resident(resident);
+                        }
+                        budget.wants_early_flush(engine.stats().memtable_bytes)
                     })
                     .await
                 };
@@ -54,7 +58,7 @@ impl Sampler {
                 let mut running = task_flush.lock().await;
                 let idle = running.as_ref().is_none_or(|h| h.is_finished());
                 if needs_flush && idle && !task_stop.load(Ordering::Acquire) {
-                    tracing::debug!("buffered spans fill half the memory budget: flushing early");
+                    tracing::debug!("the memtable fills half the memory budget: flushing early");
                     let engine = engine.clone();
                     *running = Some(tokio::task::spawn_blocking(move || {
                         if let Err(e) = engine.flush() {

@@ -3,17 +3,15 @@
 //! (OTLP/HTTP, `/metrics` and `/ready`, the Tempo API). The query services
 //! are registered before the engine exists and answer once it is open.
 
-use std::{
-    sync::{Arc, OnceLock},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use tonic::codec::CompressionEncoding;
 use tracedb_ingest::{GrpcAdmission, Ingest, OtlpSizeStatus, OtlpTraceService};
 use tracedb_lsm::Engine;
 use tracedb_proto::{
     dependency_reader_server::DependencyReaderServer, query_service_server::QueryServiceServer,
-    trace_reader_server::TraceReaderServer, trace_service_server::TraceServiceServer,
+    start::StartCell, trace_reader_server::TraceReaderServer,
+    trace_service_server::TraceServiceServer,
 };
 use tracedb_query::{
     read::{LocalReads, Reads},
@@ -59,7 +57,7 @@ impl QueryServices {
 
     /// Switches the read services on, reading `reads`.
     pub(crate) fn start_with(&self, reads: Arc<dyn Reads>) {
-        let _ = self.tempo.set(reads.clone());
+        self.tempo.set(reads.clone());
         self.query.set(
             QueryServiceServer::new(QueryApi::new(reads.clone()))
                 .accept_compressed(CompressionEncoding::Gzip)
@@ -145,7 +143,7 @@ pub(crate) fn reflection() -> anyhow::Result<tonic::service::Routes> {
 /// API, which answers once `tempo` is set.
 pub(crate) fn http_router(
     ingest: &Arc<Ingest>,
-    engine: &Arc<OnceLock<Arc<Engine>>>,
+    engine: &StartCell<Arc<Engine>>,
     tempo: &ReadsCell,
     memory: &Arc<memory::Governor>,
     tls_handshakes: Vec<Arc<HandshakeLog>>,

@@ -8,7 +8,10 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use crate::{compaction::CompactionOptions, memtable::MemTableOptions, table::TableOptions};
+use crate::{
+    budget::MemoryBudget, compaction::CompactionOptions, memtable::MemTableOptions,
+    table::TableOptions,
+};
 
 /// Engine configuration. Every field has a default ([`EngineOptions::new`]).
 #[derive(Debug, Clone)]
@@ -42,7 +45,13 @@ pub struct EngineOptions {
     pub retention_interval: Duration,
     /// Most bytes of spans held in memtables and sealed buffers together;
     /// past it a write gets [`crate::Error::Backpressure`]. Default 512 MiB.
+    /// The limit of the budget the engine makes for itself when
+    /// `memory_budget` is `None`.
     pub memory_budget_bytes: usize,
+    /// The memory budget to count buffered spans against, when it is shared
+    /// (a server's ingest layer admits requests against the same one; see
+    /// [`crate::budget`]); its limit is then the engine's. Default `None`.
+    pub memory_budget: Option<Arc<MemoryBudget>>,
     /// Most bytes of search-index summaries of sorted files kept in memory
     /// (least recently used out; the rest is read from the sidecars when a
     /// query needs it). Default 64 MiB.
@@ -72,6 +81,7 @@ impl EngineOptions {
             retention: Some(Duration::from_secs(7 * 24 * 3600)),
             retention_interval: Duration::from_secs(60),
             memory_budget_bytes: 512 << 20,
+            memory_budget: None,
             index_cache_bytes: 64 << 20,
             l0_stop_files: 64,
             clock: Clock::system(),

@@ -161,7 +161,7 @@ impl Inner {
             "damaged sorted file quarantined; the rest of the data is served, lookups it may have answered are reported incomplete"
         );
         let edit = Edit {
-            next_file_id: self.next_file_id.load(Ordering::Relaxed),
+            next_file_id: self.next_file_id(),
             removed: vec![id],
             added: Vec::new(),
         };

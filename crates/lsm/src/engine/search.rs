@@ -262,7 +262,7 @@ impl Engine {
         }
         Ok(SearchSnapshot {
             sets,
-            expire_before: inner.expire_before(),
+            expire_before: inner.retention.expire_before(),
         })
     }
 

@@ -1,28 +1,41 @@
-//! The memory budget that admits export requests.
+//! The memory budget: the one count of the bytes a server holds for the data
+//! passing through it, and the one place that decides whether more may come.
 //!
-//! Two kinds of memory count against one limit (`--max-memory`):
-//! - *in flight*: bodies of requests being read, decompressed, converted,
-//!   scanned or written. Each request holds a [`Permit`] for its bytes, taken
-//!   with one compare-and-swap before the work and given back when it drops.
-//! - *buffered*: spans acknowledged but not yet in a sorted file (memtable and
-//!   sealed buffers). Their payloads are slices of the request bodies, so they
-//!   keep those bodies alive. The engine knows this number; a sampler copies it
-//!   here a few times a second ([`MemoryBudget::set_buffered`]), and each stored
-//!   request adds its size at once ([`MemoryBudget::add_buffered`]) so a burst
-//!   between two samples is not admitted twice.
+//! [`MemoryBudget`] owns two counters, of different bytes, against one limit
+//! (`--max-memory`'s data share in the server):
+//! - *in flight*: bodies of export requests being read, decompressed,
+//!   converted, scanned or written. Each request holds a [`Permit`] for its
+//!   bytes, taken with one compare-and-swap before the work
+//!   ([`MemoryBudget::acquire`]) and given back when it drops. The ingest layer
+//!   asks for these.
+//! - *buffered*: spans the storage engine holds in memory (memtable and sealed
+//!   buffers, and writes admitted but not yet buffered). Their payloads are
+//!   slices of the request bodies, so they keep those bodies alive. The
+//!   engine reserves a write's bytes here before logging it
+//!   ([`MemoryBudget::reserve`]) and gives a sealed buffer's bytes back once
+//!   the buffer is in a file ([`MemoryBudget::release`]). This is the only
+//!   count of those bytes: the ingest layer reads it, it keeps no copy.
 //!
-//! A request that does not fit gets [`Error::Overloaded`], a retryable status,
-//! and nothing is read or stored. Admission is one atomic add per request and
-//! never waits: a full budget answers at once instead of queueing, which keeps
-//! memory bounded however many clients send.
+//! Two questions are asked of it, both answered here and at once (nothing
+//! queues: a full budget answers at once instead of waiting, which keeps
+//! memory bounded however many clients send):
+//! - may a request of `n` bytes be read? Yes while in flight plus buffered
+//!   plus `n` fits [`MemoryBudget::admit_limit`]; otherwise [`Overloaded`],
+//!   which the ingest layer answers with a retryable status.
+//! - may the engine take a write of `n` bytes? Yes while buffered plus `n`
+//!   fits the configured limit, or nothing is buffered (so no write is refused
+//!   forever); otherwise [`Overloaded`], which the engine reports as
+//!   [`crate::Error::Backpressure`]. This is the backstop for writes that do
+//!   not come through the ingest layer.
 //!
-//! The budget counts request bytes, not what the process holds: flush and
-//! compaction working memory, cached index summaries, the allocator's free
-//! but unreturned pages and each allocation's rounding are outside it. Given
-//! the whole process's limit ([`MemoryBudget::with_process_limit`]), the
-//! budget also narrows to what that limit leaves: each sample of the
-//! process's resident memory ([`MemoryBudget::set_resident`]) takes the part
-//! the budget does not count, and requests are admitted up to the process
+//! The budget counts request and span bytes, not what the process holds:
+//! flush and compaction working memory, cached index summaries, the
+//! allocator's free but unreturned pages and each allocation's rounding are
+//! outside it. Given the whole process's limit
+//! ([`MemoryBudget::with_process_limit`]), requests are also admitted only up
+//! to what that limit leaves: each sample of the process's resident memory
+//! ([`MemoryBudget::set_resident`], from the server's sampler) takes the part
+//! the budget does not count, and [`MemoryBudget::admit_limit`] is the process
 //! limit minus that part. A floor keeps ingest going (and a largest request
 //! admissible) however much the rest holds.
 
@@ -30,8 +43,6 @@ use std::sync::{
     atomic::{AtomicUsize, Ordering},
     Arc,
 };
-
-use crate::error::Error;
 
 /// The byte budget for in-flight requests plus buffered spans.
 #[derive(Debug)]
@@ -43,13 +54,22 @@ pub struct MemoryBudget {
     floor: usize,
     /// Bytes held by live [`Permit`]s.
     in_flight: AtomicUsize,
-    /// Bytes of acknowledged spans not yet flushed, as last sampled plus what
-    /// was stored since.
+    /// Bytes of spans the engine holds in memory: reserved when a write is
+    /// admitted, released when the sealed buffer holding them is in a file.
     buffered: AtomicUsize,
     /// The process's resident memory, as last sampled.
     resident: AtomicUsize,
     /// The part of it the budget does not count, as last sampled.
     uncounted: AtomicUsize,
+}
+
+/// Why the budget refused: `needed` more bytes do not fit in `limit` with
+/// `in_use` already counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overloaded {
+    pub needed: usize,
+    pub in_use: usize,
+    pub limit: usize,
 }
 
 impl MemoryBudget {
@@ -95,9 +115,9 @@ impl MemoryBudget {
         self.resident.load(Ordering::Relaxed)
     }
 
-    /// Takes a sample of the process's resident memory, taken after the
-    /// buffered figure was refreshed: what the budget does not count of it
-    /// narrows [`MemoryBudget::admit_limit`] until the next sample.
+    /// Takes a sample of the process's resident memory: what the budget does
+    /// not count of it narrows [`MemoryBudget::admit_limit`] until the next
+    /// sample.
     pub fn set_resident(&self, bytes: usize) {
         self.resident.store(bytes, Ordering::Relaxed);
         self.uncounted
@@ -108,6 +128,7 @@ impl MemoryBudget {
         self.in_flight.load(Ordering::Relaxed)
     }
 
+    /// Bytes of spans the engine holds in memory (see the module docs).
     pub fn buffered(&self) -> usize {
         self.buffered.load(Ordering::Relaxed)
     }
@@ -123,18 +144,15 @@ impl MemoryBudget {
         self.in_use() < self.admit_limit()
     }
 
-    /// Replaces the buffered figure with the engine's own count.
-    pub fn set_buffered(&self, bytes: usize) {
-        self.buffered.store(bytes, Ordering::Relaxed);
+    /// Whether the spans in the memtable (`memtable_bytes`) fill more than
+    /// half of what is admitted: then they are worth flushing early, so the
+    /// budget frees up without waiting for a buffer to fill or age.
+    pub fn wants_early_flush(&self, memtable_bytes: usize) -> bool {
+        memtable_bytes > self.admit_limit() / 2
     }
 
-    /// Counts a stored request until the next sample replaces the figure.
-    pub fn add_buffered(&self, bytes: usize) {
-        self.buffered.fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    /// Takes `bytes` from the budget, or says why not.
-    pub fn acquire(self: &Arc<Self>, bytes: usize) -> Result<Permit, Error> {
+    /// Takes `bytes` of a request from the budget, or says why not.
+    pub fn acquire(self: &Arc<Self>, bytes: usize) -> Result<Permit, Overloaded> {
         let mut permit = Permit {
             budget: Arc::clone(self),
             bytes: 0,
@@ -143,14 +161,14 @@ impl MemoryBudget {
         Ok(permit)
     }
 
-    fn try_add(&self, bytes: usize) -> Result<(), Error> {
+    fn try_add(&self, bytes: usize) -> Result<(), Overloaded> {
         let buffered = self.buffered();
         let limit = self.admit_limit();
         let mut current = self.in_flight.load(Ordering::Relaxed);
         loop {
             let in_use = current.saturating_add(buffered);
             if in_use.saturating_add(bytes) > limit {
-                return Err(Error::Overloaded {
+                return Err(Overloaded {
                     needed: bytes,
                     in_use,
                     limit,
@@ -166,6 +184,36 @@ impl MemoryBudget {
                 Err(actual) => current = actual,
             }
         }
+    }
+
+    /// Reserves `bytes` of spans the engine is about to take, or says why
+    /// not (`in_use` is then what was buffered). A write into an empty budget
+    /// is always taken, however large, so no write is refused forever.
+    pub fn reserve(&self, bytes: usize) -> Result<Reservation<'_>, Overloaded> {
+        let before = self.buffered.fetch_add(bytes, Ordering::AcqRel);
+        if before > 0 && before + bytes > self.limit {
+            self.buffered.fetch_sub(bytes, Ordering::AcqRel);
+            return Err(Overloaded {
+                needed: bytes,
+                in_use: before,
+                limit: self.limit,
+            });
+        }
+        Ok(Reservation {
+            budget: self,
+            bytes,
+        })
+    }
+
+    /// Counts spans the engine holds without a reservation: those it
+    /// replayed from the WAL at start-up.
+    pub fn hold(&self, bytes: usize) {
+        self.buffered.fetch_add(bytes, Ordering::AcqRel);
+    }
+
+    /// Gives back the bytes of spans that are now in a file.
+    pub fn release(&self, bytes: usize) {
+        self.buffered.fetch_sub(bytes, Ordering::AcqRel);
     }
 }
 
@@ -184,7 +232,7 @@ impl Permit {
 
     /// Takes `more` bytes for the same request (a body read in full, a
     /// decompressed copy), or says the budget cannot hold them.
-    pub fn grow(&mut self, more: usize) -> Result<(), Error> {
+    pub fn grow(&mut self, more: usize) -> Result<(), Overloaded> {
         self.budget.try_add(more)?;
         self.bytes += more;
         Ok(())
@@ -207,6 +255,30 @@ impl Drop for Permit {
     }
 }
 
+/// Bytes of a write reserved as buffered; given back on drop unless the
+/// spans reached the memtable ([`Reservation::keep`]), where the flush of
+/// their buffer gives them back ([`MemoryBudget::release`]).
+#[derive(Debug)]
+pub struct Reservation<'a> {
+    budget: &'a MemoryBudget,
+    bytes: usize,
+}
+
+impl Reservation<'_> {
+    /// The spans are buffered: their bytes stay counted until their flush.
+    pub fn keep(mut self) {
+        self.bytes = 0;
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.budget.release(self.bytes);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,14 +288,14 @@ mod tests {
         let budget = MemoryBudget::new(100);
         let a = budget.acquire(60).expect("fits");
         let err = budget.acquire(50).expect_err("over budget");
-        assert!(matches!(
+        assert_eq!(
             err,
-            Error::Overloaded {
+            Overloaded {
                 needed: 50,
                 in_use: 60,
                 limit: 100
             }
-        ));
+        );
         let mut b = budget.acquire(40).expect("fits exactly");
         assert_eq!(budget.in_flight(), 100);
         assert!(!budget.has_room());
@@ -238,15 +310,42 @@ mod tests {
     #[test]
     fn buffered_spans_count_against_the_limit() {
         let budget = MemoryBudget::new(100);
-        budget.set_buffered(90);
+        budget.hold(90);
         assert!(budget.acquire(20).is_err());
         let mut p = budget.acquire(10).expect("fits");
         assert!(p.grow(1).is_err(), "a failed grow takes nothing");
         assert_eq!(p.bytes(), 10);
-        budget.add_buffered(5);
+        budget.hold(5);
         assert_eq!(budget.in_use(), 105);
-        budget.set_buffered(0);
+        budget.release(95);
         assert!(p.grow(50).is_ok());
+    }
+
+    #[test]
+    fn the_engine_reserves_up_to_the_limit_and_an_empty_budget_takes_anything() {
+        let budget = MemoryBudget::new(100);
+        let big = budget
+            .reserve(150)
+            .expect("an empty budget takes any write");
+        assert_eq!(
+            budget.reserve(1).expect_err("full"),
+            Overloaded {
+                needed: 1,
+                in_use: 150,
+                limit: 100
+            }
+        );
+        drop(big);
+        assert_eq!(budget.buffered(), 0, "a dropped reservation gives back");
+        budget.reserve(60).expect("fits").keep();
+        let _in_flight = budget.acquire(40).expect("requests count apart");
+        budget.reserve(40).expect("fits exactly").keep();
+        assert!(budget.reserve(1).is_err());
+        assert_eq!(budget.buffered(), 100, "kept until released");
+        budget.release(100);
+        assert_eq!(budget.buffered(), 0);
+        assert!(!budget.wants_early_flush(50));
+        assert!(budget.wants_early_flush(51));
     }
 
     #[test]
@@ -262,16 +361,13 @@ mod tests {
         let err = budget
             .acquire(41)
             .expect_err("over what the process leaves");
-        assert!(
-            matches!(
-                err,
-                Error::Overloaded {
-                    needed: 41,
-                    in_use: 30,
-                    limit: 70
-                }
-            ),
-            "{err}"
+        assert_eq!(
+            err,
+            Overloaded {
+                needed: 41,
+                in_use: 30,
+                limit: 70
+            }
         );
         let b = budget.acquire(40).expect("fits the narrowed limit exactly");
         assert!(!budget.has_room());

@@ -1,0 +1,250 @@
+//! The compaction threads: each asks the
+//! [`CompactionScheduler`](super::scheduler::CompactionScheduler) for the
+//! next task, runs it (a trivial move, or a merge that writes new files and
+//! installs them in place of its inputs), and applies retention when it is
+//! due. [`crate::Engine::compact`] runs the same tasks on the caller's thread.
+//!
+//! A merge of deeper levels can take minutes: between its traces it lets due
+//! merges of the levels above run first ([`Inner::upper_inside_deeper_merge`]),
+//! so level 0 does not fill up behind it and stop ingest.
+
+use std::{
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use super::{add, scheduler::Next, CrashPoint, Inner};
+use crate::{
+    compaction::{merge, CompactionTask, MergeContext, TaskKind},
+    error::{Error, Result},
+    manifest::Edit,
+    table::SsTable,
+    version::{TableFile, Version},
+};
+
+/// Pause after a failed compaction before the next try.
+const COMPACTION_RETRY: Duration = Duration::from_secs(1);
+/// How often a merge of deeper levels looks for a due merge above it.
+const UPPER_CHECK: Duration = Duration::from_millis(100);
+
+impl Inner {
+    fn current_version(&self) -> Arc<Version> {
+        self.state.lock().version.clone()
+    }
+
+    /// Body of a compaction thread: pick, run, repeat; apply retention every
+    /// `retention_interval`.
+    pub(super) fn run_compactor(&self) {
+        let mut last_retention = Instant::now();
+        loop {
+            let due = self.retention.next_due(last_retention);
+            let task = match self
+                .scheduler
+                .next(|| self.current_version(), &self.crashed, due)
+            {
+                Next::Task(task) => task,
+                Next::Retention => {
+                    last_retention = Instant::now();
+                    if let Err(e) = self.apply_retention() {
+                        tracing::error!(error = %e, "retention failed");
+                    }
+                    continue;
+                }
+                Next::Stop => return,
+            };
+            let result = self.run_task(&task);
+            self.scheduler.finish(&task);
+            if let Err(e) = result {
+                if self.crashed.load(Ordering::Acquire) {
+                    return;
+                }
+                add(&self.counters.compaction_errors, 1);
+                tracing::error!(error = %e, "compaction failed; retrying later");
+                std::thread::sleep(self.opts.hooks.retry_delay.unwrap_or(COMPACTION_RETRY));
+            }
+        }
+    }
+
+    /// Runs compaction in the calling thread until nothing is left to pick.
+    pub(super) fn compact_until_idle(&self) -> Result<usize> {
+        let mut done = 0;
+        loop {
+            let closed =
+                || self.closed.load(Ordering::Acquire) || self.crashed.load(Ordering::Acquire);
+            let task = match self.scheduler.next_now(|| self.current_version(), closed) {
+                Ok(Some(task)) => task,
+                Ok(None) => return Ok(done),
+                Err(()) => return Err(Error::Closed),
+            };
+            let result = self.run_task(&task);
+            self.scheduler.finish(&task);
+            result?;
+            done += 1;
+        }
+    }
+
+    /// Called between traces of a merge whose inputs are at `level` (1 or
+    /// deeper): runs a task of a level above it that is due
+    /// ([`crate::compaction::pick_above`]), on this thread, before the merge goes
+    /// on; a task so run may in turn let one above it go first. A level
+    /// stops taking merged runs from above once a partition of it holds
+    /// [`crate::compaction::run_cap`] runs no task holds: when every level is
+    /// there, writes meet back-pressure as level 0 fills.
+    fn upper_inside_deeper_merge(&self, level: usize) {
+        let Some(task) =
+            self.scheduler
+                .claim_above(|| self.current_version(), &self.crashed, level)
+        else {
+            return;
+        };
+        add(&self.counters.merges_run_first, 1);
+        let result = self.run_task(&task);
+        self.scheduler.finish(&task);
+        if let Err(e) = result {
+            add(&self.counters.compaction_errors, 1);
+            tracing::error!(
+                error = %e,
+                level = task.input_level,
+                "compaction inside a deeper merge failed"
+            );
+        }
+    }
+
+    /// Runs one task to its install.
+    fn run_task(&self, task: &CompactionTask) -> Result<()> {
+        let started = Instant::now();
+        if task.kind == TaskKind::Move {
+            let moved: Vec<Arc<TableFile>> = task
+                .inputs
+                .iter()
+                .map(|f| Arc::new(f.moved_to(task.output_level as u32)))
+                .collect();
+            self.install(
+                Edit {
+                    next_file_id: self.next_file_id(),
+                    removed: task.inputs.iter().map(|f| f.id).collect(),
+                    added: moved.iter().map(|f| f.entry()).collect(),
+                },
+                moved,
+                None,
+                None,
+            )?;
+            add(&self.counters.compaction_moves, task.inputs.len() as u64);
+            tracing::debug!(
+                files = task.inputs.len(),
+                to_level = task.output_level,
+                "moved a sorted run down"
+            );
+            return Ok(());
+        }
+        tracing::info!(
+            from_level = task.input_level,
+            to_level = task.output_level,
+            inputs = task.inputs.len(),
+            input_bytes = task.input_bytes(),
+            "compaction started"
+        );
+        // A merge of deeper runs can take minutes; level 0 must not fill up
+        // behind it (that stops ingest), so between traces it lets due
+        // merges of the levels above run first, checking every UPPER_CHECK.
+        let deeper = task.input_level > 0;
+        let next_check_ms = AtomicU64::new(0);
+        let stop = || {
+            if deeper {
+                if let Some(hook) = &self.opts.hooks.between_deeper_traces {
+                    hook();
+                }
+                let now_ms = started.elapsed().as_millis() as u64;
+                if now_ms >= next_check_ms.load(Ordering::Relaxed) {
+                    next_check_ms.store(now_ms + UPPER_CHECK.as_millis() as u64, Ordering::Relaxed);
+                    self.upper_inside_deeper_merge(task.input_level);
+                }
+            }
+            self.scheduler.merge_should_stop(&self.crashed)
+        };
+        let ctx = MergeContext {
+            opts: &self.opts.compaction,
+            table_opts: &self.opts.table,
+            tables_dir: &self.tables_dir,
+            next_file_id: &self.next_file_id,
+            limiter: &self.limiter,
+            expire_before: self.retention.expire_before(),
+            should_stop: &stop,
+            after_first_trace: self.opts.hooks.after_first_trace.as_deref(),
+        };
+        let merged = merge(task, &ctx).inspect_err(|e| {
+            // A damaged input would fail every retry: take it out of the tree.
+            if let Some((path, _)) = e.location().filter(|_| e.is_corruption()) {
+                if let Some(input) = task.inputs.iter().find(|f| f.path() == path) {
+                    self.quarantine(input.id, e);
+                }
+            }
+        })?;
+        let Some(out) = merged else {
+            tracing::info!("compaction stopped before it finished; outputs removed");
+            return Ok(());
+        };
+        let crash = self.opts.hooks.crash_at;
+        if let Some(point @ CrashPoint::BeforeOutputsSynced) = crash {
+            for (entry, path) in &out.files {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| Error::io(path, e))?;
+                f.set_len(entry.file_size / 2)
+                    .map_err(|e| Error::io(path, e))?;
+            }
+            return Err(self.crash(point));
+        }
+        let mut added = Vec::with_capacity(out.files.len());
+        for (entry, path) in &out.files {
+            match SsTable::open(path) {
+                Ok(table) => added.push(Arc::new(TableFile::new(
+                    *entry,
+                    table,
+                    self.janitor.clone(),
+                ))),
+                Err(e) => {
+                    let paths: Vec<_> = out.files.iter().map(|(_, p)| p.clone()).collect();
+                    self.discard_uninstalled(&paths);
+                    return Err(e);
+                }
+            }
+        }
+        let edit = Edit {
+            next_file_id: self.next_file_id(),
+            removed: task.inputs.iter().map(|f| f.id).collect(),
+            added: out.files.iter().map(|(e, _)| *e).collect(),
+        };
+        if let Err(e) = self.install(edit, added, None, crash) {
+            let paths: Vec<_> = out.files.iter().map(|(_, p)| p.clone()).collect();
+            self.discard_uninstalled(&paths);
+            return Err(e);
+        }
+        let c = &self.counters;
+        add(&c.compactions, 1);
+        add(&c.compaction_bytes_read, out.bytes_read);
+        add(&c.compaction_bytes_written, out.bytes_written);
+        add(&c.compaction_duplicates, out.duplicates);
+        add(&c.compaction_index_parts_reused, out.parts_reused);
+        add(&c.expired_spans_dropped, out.expired);
+        tracing::info!(
+            from_level = task.input_level,
+            to_level = task.output_level,
+            inputs = task.inputs.len(),
+            outputs = out.files.len(),
+            bytes_read = out.bytes_read,
+            bytes_written = out.bytes_written,
+            spans = out.spans_out,
+            duplicates = out.duplicates,
+            expired = out.expired,
+            index_parts_reused = out.parts_reused,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "compaction done"
+        );
+        Ok(())
+    }
+}
