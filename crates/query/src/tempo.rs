@@ -328,14 +328,6 @@ async fn search(
     State(cell): State<ReadsCell>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response> {
-    if params
-        .get("q")
-        .is_some_and(|q| !q.trim().is_empty() && q.trim() != "{}")
-    {
-        return Err(bad(
-            "TraceQL (q) is not supported; search with tags, minDuration, maxDuration, start, end, limit",
-        ));
-    }
     let range = time_range(&params)?;
     let mut q = SearchQuery {
         start_min: range.start_unix_nano,
@@ -364,6 +356,9 @@ async fn search(
     };
     q.duration_min = duration("minDuration")?;
     q.duration_max = duration("maxDuration")?;
+    if let Some(text) = params.get("q").filter(|t| !t.trim().is_empty()) {
+        apply_traceql(text, &mut q)?;
+    }
     q.limit = match params.get("limit").map(String::as_str) {
         None | Some("") => 20,
         Some(v) => v

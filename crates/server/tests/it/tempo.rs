@@ -130,9 +130,16 @@ async fn tempo_api_serves_traces_search_and_tags() {
         get(&server, "/api/search?minDuration=fast", "*/*").status,
         400
     );
-    assert_eq!(
-        get(&server, "/api/search?q=%7B.x%3D1%7D", "*/*").status,
-        400
+    let unsupported = get(
+        &server,
+        "/api/search?q=%7Bstatus%3Derror%7D%20%7C%20count()",
+        "*/*",
+    );
+    assert_eq!(unsupported.status, 400);
+    assert!(
+        String::from_utf8_lossy(&unsupported.body).contains("unsupported TraceQL"),
+        "{:?}",
+        String::from_utf8_lossy(&unsupported.body)
     );
 
     // Search.
@@ -167,6 +174,22 @@ async fn tempo_api_serves_traces_search_and_tags() {
         "*/*",
     ));
     assert_eq!(v["traces"].as_array().map(Vec::len), Some(0), "{v}");
+    // TraceQL as Grafana's search builder writes it.
+    let v = json(&get(
+        &server,
+        "/api/search?q=%7Bresource.service.name%3D%22checkout%22%20%26%26%20name%3D%22op-3%22%20%26%26%20.http.route%3D%22%2Fcart%22%7D",
+        "*/*",
+    ));
+    let traces = v["traces"].as_array().expect("traces");
+    assert_eq!(traces.len(), 1, "{v}");
+    assert_eq!(traces[0]["traceID"], HEX);
+    for q in [
+        "%7Bname%3D%22op-3%22%20%26%26%20duration%3E10s%7D",
+        "%7Bresource.service.name%3D%22nobody%22%7D",
+    ] {
+        let v = json(&get(&server, &format!("/api/search?q={q}"), "*/*"));
+        assert_eq!(v["traces"].as_array().map(Vec::len), Some(0), "{q}: {v}");
+    }
 
     // Tags for the query editor.
     let v = json(&get(&server, "/api/v2/search/tags", "*/*"));
