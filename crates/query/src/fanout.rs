@@ -158,22 +158,28 @@ impl<T> Gathered<T> {
         if self.has_full_group() {
             return Vec::new();
         }
+        self.reasons(true)
+    }
+
+    /// Every group's missing nodes, then every node that failed (and, with
+    /// `partials`, that answered partial), each with why.
+    fn reasons(&self, partials: bool) -> Vec<String> {
+        let nodes = self
+            .groups
+            .iter()
+            .flatten()
+            .filter_map(|(node, o)| match o {
+                Outcome::Failed(why) => Some(format!("node {}: {why}", node.addr)),
+                Outcome::Answered(_, Some(why)) if partials => {
+                    Some(format!("node {}: {why}", node.addr))
+                }
+                _ => None,
+            });
         self.missing
             .iter()
             .flatten()
             .cloned()
-            .chain(
-                self.groups
-                    .iter()
-                    .flatten()
-                    .filter_map(|(node, o)| match o {
-                        Outcome::Failed(why) => Some(format!("node {}: {why}", node.addr)),
-                        Outcome::Answered(_, Some(why)) => {
-                            Some(format!("node {}: {why}", node.addr))
-                        }
-                        _ => None,
-                    }),
-            )
+            .chain(nodes)
             .collect()
     }
 
@@ -203,22 +209,7 @@ impl<T> Gathered<T> {
 
     /// The reasons every node failed, for [`Error::Unavailable`].
     fn unavailable(&self) -> Error {
-        let reasons: Vec<String> = self
-            .missing
-            .iter()
-            .flatten()
-            .cloned()
-            .chain(
-                self.groups
-                    .iter()
-                    .flatten()
-                    .filter_map(|(node, o)| match o {
-                        Outcome::Failed(why) => Some(format!("node {}: {why}", node.addr)),
-                        _ => None,
-                    }),
-            )
-            .collect();
-        Error::Unavailable(crate::read::describe(&reasons))
+        Error::Unavailable(crate::read::describe(&self.reasons(false)))
     }
 
     /// A union-style answer: UNAVAILABLE when no node answered at all.
