@@ -6,7 +6,10 @@
 //! changed.
 //!
 //! Every read asks every node at once over `tracedb.query.v1.QueryService`,
-//! each call bounded by the node timeout, and merges:
+//! each call bounded by the node timeout, and merges what they answer. It
+//! stops waiting as soon as one group has answered in full with something
+//! found (a full copy: a hung node of another group costs nothing then);
+//! otherwise it waits for every node or its timeout. It merges:
 //!
 //! - a trace: the union of the nodes' spans, each (trace ID, span ID) once.
 //!   It is whole when some group answered in full (every node of it
@@ -341,12 +344,18 @@ impl NodeReads {
         Fut: Future<Output = Result<(T, Option<String>), Status>> + Send + 'static,
     {
         let membership = self.members.current();
-        let mut tasks = tokio::task::JoinSet::new();
+        // Each call is a task of its own that runs to its end even when the
+        // answer no longer waits for it, so a hung node's timeouts are
+        // counted however soon another group answered.
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut calls = 0;
         for (g, group) in membership.groups.iter().enumerate() {
             for (n, node) in group.nodes.iter().enumerate() {
                 let answer = call(node);
                 let (node, timeout) = (node.clone(), self.options.node_timeout);
-                tasks.spawn(async move {
+                let done = done_tx.clone();
+                calls += 1;
+                tokio::spawn(async move {
                     let started = Instant::now();
                     let outcome = match tokio::time::timeout(timeout, answer).await {
                         Ok(Ok((value, partial))) => Outcome::Answered(value, partial),
@@ -366,7 +375,8 @@ impl NodeReads {
                     stats
                         .micros
                         .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-                    (g, n, node, outcome)
+                    // The receiver is gone once the answer was whole without it.
+                    let _ = done.send((g, n, node, outcome));
                 });
             }
         }
@@ -375,10 +385,17 @@ impl NodeReads {
             .iter()
             .map(|group| group.nodes.iter().map(|_| None).collect())
             .collect();
-        while let Some(done) = tasks.join_next().await {
-            // A task panics only if the runtime is shutting down.
-            if let Ok((g, n, node, outcome)) = done {
-                groups[g][n] = Some((node, outcome));
+        drop(done_tx);
+        for _ in 0..calls {
+            // None only if a call's task panicked (the runtime is shutting down).
+            let Some((g, n, node, outcome)) = done_rx.recv().await else {
+                break;
+            };
+            groups[g][n] = Some((node, outcome));
+            if membership.groups[g].missing.is_empty() && found_in_full(&groups[g]) {
+                // A group holds a full copy: the answer is whole without the
+                // other groups, however slow they are.
+                break;
             }
         }
         Gathered {
@@ -396,7 +413,12 @@ impl NodeReads {
                         .zip(&group.nodes)
                         .map(|(a, node)| {
                             a.unwrap_or_else(|| {
-                                (node.clone(), Outcome::Failed("call abandoned".into()))
+                                (
+                                    node.clone(),
+                                    Outcome::Failed(
+                                        "not waited for: another group answered in full".into(),
+                                    ),
+                                )
                             })
                         })
                         .collect()
@@ -404,6 +426,22 @@ impl NodeReads {
                 .collect(),
         }
     }
+}
+
+/// Whether every node of a group has answered, none partial and none
+/// failed, and some found something: the group's answer is whole. A group
+/// where every node said NOT_FOUND does not end the wait: NOT_FOUND is
+/// answered only when every node of every group said so.
+fn found_in_full<T>(group: &[Option<NodeOutcome<T>>]) -> bool {
+    let mut found = false;
+    for outcome in group {
+        match outcome {
+            Some((_, Outcome::Answered(_, None))) => found = true,
+            Some((_, Outcome::NotFound)) => {}
+            _ => return false,
+        }
+    }
+    found
 }
 
 /// A node response's value and its partial reason, if it marked one.

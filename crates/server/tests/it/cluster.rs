@@ -1,6 +1,7 @@
 //! The query tier's reads over replica groups of real `tracedb` nodes
 //! (`tracedb_query::fanout::NodeReads`): a trace split over two nodes of a
-//! group comes back whole and is listed once; a node killed leaves every
+//! group comes back whole and is listed once; a group that answers in full
+//! answers at once, whatever another group's hung node does; a node killed leaves every
 //! trace whole from the other group, not marked partial; a node stopped
 //! (SIGSTOP: it holds its connections and never answers) makes each answer
 //! partial, naming it, or UNAVAILABLE, within the node timeout, and never
@@ -108,6 +109,27 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
         Some(&1),
         "counted in one copy: {calls:?}"
     );
+
+    // Group b's node hung while group a answers in full: whole at once, not
+    // after the node timeout (20 s here).
+    let patient = reads(&[&[&a1, &a2], &[&b1]], Duration::from_secs(20));
+    b1.pause();
+    let started = Instant::now();
+    let whole = patient
+        .trace(id(SPLIT), TimeRange::ALL)
+        .await
+        .expect("from group a");
+    assert_eq!(whole.spans.len(), 4);
+    assert!(!whole.is_partial(), "{:?}", whole.partial);
+    let found = patient.search(search_all()).await.expect("search");
+    assert!(!found.is_partial(), "{:?}", found.partial);
+    assert_eq!(found.value.len(), 2);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "waited for the hung node: {:?}",
+        started.elapsed()
+    );
+    b1.resume();
 
     // A node of group a killed: group b answers in full, nothing is partial.
     a1.kill9();
