@@ -496,13 +496,21 @@ async fn raw_trace(
 /// store it: cut out of the bytes by the ingest's scanner (`TracesData` and
 /// an export request share their wire shape: resource spans are field 1),
 /// so a span's payload is a slice of the message, never decoded and
-/// encoded again.
-fn spans_of(messages: &[Bytes], out: &mut Vec<Span>) -> Result<(), Error> {
+/// encoded again. Returns why spans the scanner refused (none a node would
+/// have stored) were left out, for the answer's partial mark.
+fn spans_of(messages: &[Bytes], out: &mut Vec<Span>) -> Result<Vec<String>, Error> {
+    let mut left_out = Vec::new();
     for bytes in messages {
-        scan_export_request(bytes, out, TimeRules::ANY)
+        let scanned = scan_export_request(bytes, out, TimeRules::ANY)
             .map_err(|e| Error::Internal(format!("a node sent a malformed trace: {e}")))?;
+        if scanned.rejected > 0 {
+            left_out.push(format!(
+                "{} spans from a node could not be read: {}",
+                scanned.rejected, scanned.rejection_message
+            ));
+        }
     }
-    Ok(())
+    Ok(left_out)
 }
 
 /// Sorted union of the nodes' lists.
@@ -522,8 +530,9 @@ impl Reads for NodeReads {
             .ask_nodes(|node| raw_trace(node.channel(), request.clone()))
             .await;
         let mut spans = Vec::new();
+        let mut unreadable = Vec::new();
         for messages in gathered.answered() {
-            spans_of(messages, &mut spans)?;
+            unreadable.extend(spans_of(messages, &mut spans)?);
         }
         if spans.is_empty() {
             return Err(if gathered.all_not_found() {
@@ -543,10 +552,12 @@ impl Reads for NodeReads {
         let mut seen = std::collections::HashSet::with_capacity(spans.len());
         spans.retain(|s| seen.insert(s.span_id));
         spans.sort_by_key(|s| (s.start_unix_nano, s.span_id));
+        let mut partial = gathered.partial();
+        partial.extend(unreadable);
         Ok(FoundTrace {
             trace_id,
             spans,
-            partial: gathered.partial(),
+            partial,
         })
     }
 
@@ -786,6 +797,7 @@ fn combine(hit: &mut TraceHit, other: &TraceHit) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tracedb_lsm::SpanId;
 
     fn row(id: u8, start: u64, spans: u64, root: &str) -> TraceHit {
         TraceHit {
@@ -798,6 +810,40 @@ mod tests {
             root_name: (!root.is_empty()).then(|| "GET /".to_owned()),
             services: vec![format!("svc-{id}")],
         }
+    }
+
+    #[test]
+    fn node_answers_are_cut_into_spans_and_unreadable_ones_are_named() {
+        use prost::Message;
+        use tracedb_proto::trace::v1::{ResourceSpans, ScopeSpans, Span as OtlpSpan, TracesData};
+        let span = |id: u8| OtlpSpan {
+            trace_id: vec![7; 16].into(),
+            span_id: vec![id; 8].into(),
+            name: format!("op-{id}"),
+            start_time_unix_nano: 1_000,
+            end_time_unix_nano: 2_000,
+            ..Default::default()
+        };
+        let data = TracesData {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans {
+                    spans: vec![span(1), span(0)],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let mut out = Vec::new();
+        let left_out = spans_of(&[Bytes::from(data.encode_to_vec())], &mut out).expect("scan");
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].span_id, SpanId([1; 8]));
+        assert_eq!(out[0].payload, Bytes::from(span(1).encode_to_vec()));
+        assert_eq!(left_out.len(), 1, "{left_out:?}");
+        assert!(
+            left_out[0].starts_with("1 spans from a node"),
+            "{left_out:?}"
+        );
+        assert!(spans_of(&[Bytes::from_static(&[0x0a, 0x05, 1])], &mut out).is_err());
     }
 
     #[test]
