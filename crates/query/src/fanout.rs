@@ -9,7 +9,8 @@
 //! each call bounded by the node timeout, and merges what they answer. It
 //! stops waiting as soon as one group has answered in full with something
 //! found (a full copy: a hung node of another group costs nothing then);
-//! otherwise it waits for every node or its timeout. It merges:
+//! otherwise, and always for dependencies, it waits for every node or its
+//! timeout. It merges:
 //!
 //! - a trace: the union of the nodes' spans, each (trace ID, span ID) once.
 //!   It is whole when some group answered in full (every node of it
@@ -325,19 +326,21 @@ impl NodeReads {
         }
     }
 
-    /// [`NodeReads::ask_nodes`] with each node's QueryService client.
+    /// [`NodeReads::ask_nodes`] with each node's QueryService client, done
+    /// once one group answered in full.
     async fn ask<T, F, Fut>(&self, call: F) -> Gathered<T>
     where
         T: Send + 'static,
         F: Fn(QueryServiceClient<Channel>) -> Fut,
         Fut: Future<Output = Result<(T, Option<String>), Status>> + Send + 'static,
     {
-        self.ask_nodes(|node| call(node.client.clone())).await
+        self.ask_nodes(Wait::FirstFullGroup, |node| call(node.client.clone()))
+            .await
     }
 
     /// Asks every node at once; `call` makes one node's request and reads
-    /// its whole answer.
-    async fn ask_nodes<T, F, Fut>(&self, call: F) -> Gathered<T>
+    /// its whole answer. `wait` says when the answer is complete.
+    async fn ask_nodes<T, F, Fut>(&self, wait: Wait, call: F) -> Gathered<T>
     where
         T: Send + 'static,
         F: Fn(&Node) -> Fut,
@@ -392,7 +395,10 @@ impl NodeReads {
                 break;
             };
             groups[g][n] = Some((node, outcome));
-            if membership.groups[g].missing.is_empty() && found_in_full(&groups[g]) {
+            if wait == Wait::FirstFullGroup
+                && membership.groups[g].missing.is_empty()
+                && found_in_full(&groups[g])
+            {
                 // A group holds a full copy: the answer is whole without the
                 // other groups, however slow they are.
                 break;
@@ -426,6 +432,18 @@ impl NodeReads {
                 .collect(),
         }
     }
+}
+
+/// When a fan-out has its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Once one group has answered in full with something found (a full
+    /// copy), or else once every node has answered or timed out.
+    FirstFullGroup,
+    /// Once every node has answered or timed out: for dependencies, where a
+    /// group holding a trace split over two of its nodes misses the calls
+    /// between the parts, and another group may have them.
+    Every,
 }
 
 /// Whether every node of a group has answered, none partial and none
@@ -527,7 +545,9 @@ impl Reads for NodeReads {
             end_time_unix_nano: range.end_unix_nano,
         };
         let gathered = self
-            .ask_nodes(|node| raw_trace(node.channel(), request.clone()))
+            .ask_nodes(Wait::FirstFullGroup, |node| {
+                raw_trace(node.channel(), request.clone())
+            })
             .await;
         let mut spans = Vec::new();
         let mut unreadable = Vec::new();
@@ -722,9 +742,13 @@ impl Reads for NodeReads {
 
     async fn dependencies(&self, range: TimeRange) -> Result<Answer<Dependencies>, Error> {
         let gathered = self
-            .ask(|mut client| async move {
-                let (found, partial) = with_partial(client.get_dependencies(window(range)).await?);
-                Ok((found.dependencies, partial))
+            .ask_nodes(Wait::Every, |node| {
+                let mut client = node.client.clone();
+                async move {
+                    let (found, partial) =
+                        with_partial(client.get_dependencies(window(range)).await?);
+                    Ok((found.dependencies, partial))
+                }
             })
             .await;
         gathered.answer(|g| {
