@@ -750,9 +750,23 @@ fn lock_data_dir(dir: &Path) -> Result<File> {
         .write(true)
         .open(&path)
         .map_err(|e| Error::io(&path, e))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(fs::TryLockError::WouldBlock) => Err(Error::Locked(dir.to_path_buf())),
-        Err(fs::TryLockError::Error(e)) => Err(Error::io(&path, e)),
+    // A lock just released can still be held for a moment: a child process
+    // forked by another thread of this process shares the released file's
+    // description until it execs. So a held lock is tried again for a while
+    // before the directory counts as another process's.
+    let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(fs::TryLockError::WouldBlock) => return Err(Error::Locked(dir.to_path_buf())),
+            Err(fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
+        }
     }
 }
+
+/// How long a held data-directory lock is tried again before the directory
+/// counts as another process's.
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
