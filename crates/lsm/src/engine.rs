@@ -56,6 +56,7 @@ use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
 use flush::{FlushQueue, Task, FLUSH_RETRY};
+pub use flush::write_sorted_buffer;
 pub use options::{Clock, CrashPoint, EngineOptions, Hooks};
 use quarantine::Quarantined;
 pub use quarantine::QUARANTINE_DIR;

@@ -10,6 +10,8 @@
 //! that a flush was installed, which [`crate::Engine::flush`] waits on.
 
 use std::{
+    borrow::Borrow,
+    path::Path,
     sync::{atomic::Ordering, Arc},
     time::{Duration, Instant},
 };
@@ -25,7 +27,8 @@ use crate::{
     manifest::{Edit, FileEntry, NO_PARTITION},
     memtable::Sealed,
     sort::sorted_by_trace_id,
-    table::{SsTable, SsTableBuilder, TableOptions},
+    span::Span,
+    table::{SsTable, SsTableBuilder, TableMeta, TableOptions},
     version::{SuperVersion, TableFile},
 };
 
@@ -155,12 +158,8 @@ impl Inner {
             zstd_level: self.opts.flush_zstd_level,
             ..self.opts.table.clone()
         };
-        let mut builder = SsTableBuilder::create(&path, table)?;
-        for span in &spans {
-            builder.add(span)?;
-        }
-        let meta = builder.finish()?;
-        let summary = Arc::new(SummarySet::from_sorted_spans(&spans));
+        let (meta, summary) = write_sorted_buffer(&path, table, &spans)?;
+        let summary = Arc::new(summary);
         write_sidecar(&path, &summary)?;
         self.summary_cache.insert_file(id, summary);
         let entry = FileEntry {
@@ -224,6 +223,22 @@ impl Inner {
             Err(e) => tracing::warn!(error = %e, "deleting wal segments"),
         }
     }
+}
+
+/// Writes `spans`, sorted by trace ID, as the sorted file at `path`, and
+/// returns the file's metadata and the search-index summary of its traces
+/// (which the caller writes as the file's sidecar).
+pub fn write_sorted_buffer<S: Borrow<Span>>(
+    path: &Path,
+    table: TableOptions,
+    spans: &[S],
+) -> Result<(TableMeta, SummarySet)> {
+    let mut builder = SsTableBuilder::create(path, table)?;
+    for span in spans {
+        builder.add(span.borrow())?;
+    }
+    let meta = builder.finish()?;
+    Ok((meta, SummarySet::from_sorted_spans(spans)))
 }
 
 #[cfg(test)]
