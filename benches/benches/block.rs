@@ -1,5 +1,5 @@
 //! One data block: encode (batch encoding + zstd) and decode (checksum, zstd,
-//! batch decoding) of the spans a 64 KiB block holds, at zstd 1 and 3, as
+//! batch decoding) of the spans a 64 KiB block holds, at zstd -3, -1, 1 and 3, as
 //! columnar batches (what this build writes) and as row batches (format
 //! version 1, still read).
 //!
@@ -27,7 +27,7 @@ fn bench_block(c: &mut Criterion) {
     type Encode = fn(&[Span], i32, &mut Vec<u8>) -> usize;
     let formats: [(&str, Encode); 2] = [("columns", encode_block), ("rows", encode_row_block)];
     for (format, encode_fn) in formats {
-        for level in [1, 3] {
+        for level in [-3, -1, 1, 3] {
             let mut out = Vec::new();
             let raw = encode_fn(&spans, level, &mut out);
             println!(
