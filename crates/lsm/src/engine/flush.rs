@@ -23,7 +23,7 @@ use super::{add, Inner};
 use crate::{
     compaction::table_path,
     error::{Error, Result},
-    index::{write_sidecar, SummarySet},
+    index::{write_sidecar, SummaryBuilder, SummarySet},
     manifest::{Edit, FileEntry, NO_PARTITION},
     memtable::Sealed,
     sort::sorted_by_trace_id,
@@ -228,17 +228,27 @@ impl Inner {
 /// Writes `spans`, sorted by trace ID, as the sorted file at `path`, and
 /// returns the file's metadata and the search-index summary of its traces
 /// (which the caller writes as the file's sidecar).
+///
+/// One pass, a trace at a time: a buffer's payloads are tens of megabytes
+/// in the order requests brought them, so a second pass in trace-ID order
+/// would fetch every payload from memory again. Summarized just before its
+/// spans go to the builder, a trace's payloads are still in the cache when
+/// its block is encoded.
 pub fn write_sorted_buffer<S: Borrow<Span>>(
     path: &Path,
     table: TableOptions,
     spans: &[S],
 ) -> Result<(TableMeta, SummarySet)> {
     let mut builder = SsTableBuilder::create(path, table)?;
-    for span in spans {
-        builder.add(span.borrow())?;
+    let mut summary = SummaryBuilder::default();
+    for trace in spans.chunk_by(|a, b| a.borrow().trace_id == b.borrow().trace_id) {
+        summary.add_trace(trace);
+        for span in trace {
+            builder.add(span.borrow())?;
+        }
     }
     let meta = builder.finish()?;
-    Ok((meta, SummarySet::from_sorted_spans(spans)))
+    Ok((meta, summary.finish()))
 }
 
 #[cfg(test)]
