@@ -55,8 +55,8 @@ use std::{
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
-use flush::{FlushQueue, Task, FLUSH_RETRY};
 pub use flush::write_sorted_buffer;
+use flush::{FlushQueue, Task, FLUSH_RETRY};
 pub use options::{Clock, CrashPoint, EngineOptions, Hooks};
 use quarantine::Quarantined;
 pub use quarantine::QUARANTINE_DIR;
