@@ -289,6 +289,33 @@ mod tests {
     }
 
     #[test]
+    fn a_sorted_buffer_is_written_whole_with_the_summary_of_each_trace() {
+        use crate::test_util::{group, span};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (group("a"), group("b"));
+        let mut spans = vec![
+            span(&a, 7, 1, 100),
+            span(&b, 3, 1, 50),
+            span(&a, 3, 2, 60),
+            span(&b, 7, 2, 120),
+            span(&a, 9, 1, 10),
+        ];
+        crate::sort::sort_by_trace_id(&mut spans);
+        let path = dir.path().join("buffer.sst");
+
+        let (meta, summary) =
+            write_sorted_buffer(&path, TableOptions::default(), &spans).expect("written");
+
+        assert_eq!((meta.span_count, meta.trace_count), (5, 3));
+        // What a separate pass over the buffer would have summarized.
+        assert_eq!(summary, SummarySet::from_sorted_spans(&spans));
+        let counts: Vec<u32> = summary.traces.iter().map(|t| t.span_count).collect();
+        assert_eq!(counts, [2, 2, 1]);
+        let table = SsTable::open(&path).expect("opens");
+        assert_eq!(table.get(&spans[0].trace_id).expect("reads").len(), 2);
+    }
+
+    #[test]
     fn a_waiter_wakes_when_a_flush_is_installed() {
         let (queue, _rx) = FlushQueue::new();
         let queue = Arc::new(queue);
