@@ -187,24 +187,22 @@ impl Threads {
         let mut threads = Threads::default();
         let worker = inner.clone();
         threads.flusher = Some(
-            std::thread::Builder::new()
-                .name("tracedb-flush".into())
-                .spawn(move || {
-                    tracedb_sched::use_default_slice();
-                    worker.run_flusher(flush_rx)
-                })
-                .map_err(|e| Error::io(dir, e))?,
+            tracedb_sched::spawn(
+                std::thread::Builder::new().name("tracedb-flush".into()),
+                tracedb_sched::Slice::Default,
+                move || worker.run_flusher(flush_rx),
+            )
+            .map_err(|e| Error::io(dir, e))?,
         );
         for i in 0..inner.opts.compaction_threads {
             let worker = inner.clone();
             threads.compactors.push(
-                std::thread::Builder::new()
-                    .name(format!("tracedb-compact-{i}"))
-                    .spawn(move || {
-                        tracedb_sched::use_default_slice();
-                        worker.run_compactor()
-                    })
-                    .map_err(|e| Error::io(dir, e))?,
+                tracedb_sched::spawn(
+                    std::thread::Builder::new().name(format!("tracedb-compact-{i}")),
+                    tracedb_sched::Slice::Default,
+                    move || worker.run_compactor(),
+                )
+                .map_err(|e| Error::io(dir, e))?,
             );
         }
         Ok(threads)

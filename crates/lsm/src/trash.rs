@@ -77,13 +77,12 @@ impl Trash {
         let closed = Arc::new(AtomicBool::new(false));
         let thread = {
             let (backlog, closed) = (backlog.clone(), closed.clone());
-            std::thread::Builder::new()
-                .name("tracedb-trash".into())
-                .spawn(move || {
-                    tracedb_sched::use_default_slice();
-                    run(&rx, &backlog, &closed)
-                })
-                .map_err(|e| Error::io(&dir, e))?
+            tracedb_sched::spawn(
+                std::thread::Builder::new().name("tracedb-trash".into()),
+                tracedb_sched::Slice::Default,
+                move || run(&rx, &backlog, &closed),
+            )
+            .map_err(|e| Error::io(&dir, e))?
         };
         let trash = Arc::new(Trash {
             dir,

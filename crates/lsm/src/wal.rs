@@ -453,16 +453,12 @@ impl Wal {
         });
         let thread = {
             let for_thread = shared.clone();
-            let slice = opts.sync_thread_slice;
-            std::thread::Builder::new()
-                .name("wal-sync".into())
-                .spawn(move || {
-                    if let Err(e) = tracedb_sched::use_short_slice(slice) {
-                        tracing::warn!(error = %e, "could not shorten the WAL sync thread's time slice");
-                    }
-                    sync::run(&for_thread, writer)
-                })
-                .map_err(|e| Error::io(&shared.dir, e))?
+            tracedb_sched::spawn(
+                std::thread::Builder::new().name("wal-sync".into()),
+                tracedb_sched::Slice::Short(opts.sync_thread_slice),
+                move || sync::run(&for_thread, writer),
+            )
+            .map_err(|e| Error::io(&shared.dir, e))?
         };
         let wal = Wal {
             shared,

@@ -16,7 +16,8 @@
 //! server applies it to its runtime's threads (gRPC and HTTP handlers) and to
 //! the WAL's sync thread. Threads inherit their creator's slice, and the
 //! engine opens on a request thread, so the flush, compaction and trash
-//! threads go back to the default ([`use_default_slice`]). On a kernel
+//! threads go back to the default ([`use_default_slice`]); [`spawn`] starts
+//! a thread that way and returns once the thread has its slice. On a kernel
 //! without custom slices the value is ignored; on other systems the call does
 //! nothing. Measured in `docs/BENCHMARKS.md`, "Short slices for the
 //! threads an export waits on".
@@ -48,6 +49,53 @@ pub fn use_default_slice() {
     if let Err(e) = imp::set_runtime(0) {
         tracing::debug!(error = %e, "could not reset the thread's time slice");
     }
+}
+
+/// The slice a thread started by [`spawn`] takes before it runs its work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slice {
+    /// The kernel's default, whatever the creating thread had.
+    Default,
+    /// A short slice, as [`use_short_slice`] asks for (zero: the inherited one).
+    Short(Duration),
+}
+
+/// Starts a thread that takes `slice` first and then runs `f`, and returns
+/// only once the thread has taken it. Without the wait, whoever looks at the
+/// thread's slice right after the spawn (a test reading `/proc`, an operator)
+/// may see its creator's, and so may the first moments of its work when the
+/// cores are busy.
+pub fn spawn<F, T>(
+    builder: std::thread::Builder,
+    slice: Slice,
+    f: F,
+) -> std::io::Result<std::thread::JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let (taken_tx, taken_rx) = std::sync::mpsc::sync_channel::<()>(1);
+    let handle = builder.spawn(move || {
+        match slice {
+            Slice::Default => use_default_slice(),
+            Slice::Short(slice) => {
+                if let Err(e) = use_short_slice(slice) {
+                    let thread = std::thread::current();
+                    tracing::warn!(
+                        thread = thread.name().unwrap_or("unnamed"),
+                        error = %e,
+                        "could not shorten the thread's time slice"
+                    );
+                }
+            }
+        }
+        // The receiver waits below; a send fails only if it is gone.
+        let _ = taken_tx.send(());
+        f()
+    })?;
+    // Fails only if the thread ended before sending, and then it ran nothing.
+    let _ = taken_rx.recv();
+    Ok(handle)
 }
 
 /// The calling thread's slice as the kernel reports it, if it reports one
@@ -198,6 +246,56 @@ mod tests {
         if default.is_some() {
             assert_eq!(inherited, Some(Duration::from_micros(200)), "inherited");
             assert_eq!(reset, default);
+        }
+    }
+
+    /// The slice of the thread of this process named `name`.
+    fn slice_of_named(name: &str) -> Option<Duration> {
+        for task in std::fs::read_dir("/proc/self/task").expect("/proc") {
+            let task = task.expect("task");
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if comm.trim() == name {
+                let tid = task.file_name().to_string_lossy().parse().expect("tid");
+                return slice_of(tid);
+            }
+        }
+        panic!("no thread named {name}");
+    }
+
+    #[test]
+    fn spawn_returns_once_the_new_thread_has_its_slice() {
+        let (default, short, started_default) = on_new_thread(|| {
+            let default = current_slice();
+            use_short_slice(Duration::from_micros(200)).expect("sched_setattr");
+            // Each thread holds its work until the checks are done, so the
+            // slice read is the one taken before the work.
+            let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+            let (go_tx2, go_rx2) = std::sync::mpsc::channel::<()>();
+            let a = spawn(
+                std::thread::Builder::new().name("slice-default".into()),
+                Slice::Default,
+                move || go_rx.recv().ok(),
+            )
+            .expect("spawn");
+            let b = spawn(
+                std::thread::Builder::new().name("slice-short".into()),
+                Slice::Short(Duration::from_micros(400)),
+                move || go_rx2.recv().ok(),
+            )
+            .expect("spawn");
+            let got = (
+                default,
+                slice_of_named("slice-short"),
+                slice_of_named("slice-default"),
+            );
+            drop((go_tx, go_tx2));
+            a.join().expect("thread");
+            b.join().expect("thread");
+            got
+        });
+        if default.is_some() {
+            assert_eq!(started_default, default, "default");
+            assert_eq!(short, Some(Duration::from_micros(400)), "short");
         }
     }
 
