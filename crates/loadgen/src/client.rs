@@ -150,11 +150,20 @@ fn rejected(response: &ExportTraceServiceResponse) -> u64 {
         .map_or(0, |p| u64::try_from(p.rejected_spans).unwrap_or(0))
 }
 
+/// What GetTrace returned of a trace: its spans, and when they ran.
+#[derive(Debug, Clone, Copy)]
+pub struct Fetched {
+    pub spans: usize,
+    /// Earliest span start and latest span end (Unix ns).
+    pub start_unix_nano: u64,
+    pub end_unix_nano: u64,
+}
+
 /// Fetches a trace with tracedb's GetTrace; `Ok(None)` for NOT_FOUND.
 pub async fn get_trace(
     client: &mut QueryServiceClient<Channel>,
     trace_id: u128,
-) -> anyhow::Result<Option<usize>> {
+) -> anyhow::Result<Option<Fetched>> {
     let request = GetTraceRequest {
         trace_id: trace_id.to_be_bytes().to_vec().into(),
         ..Default::default()
@@ -164,16 +173,24 @@ pub async fn get_trace(
         Err(s) if s.code() == Code::NotFound => return Ok(None),
         Err(s) => return Err(s.into()),
     };
-    let mut spans = 0;
+    let mut got = Fetched {
+        spans: 0,
+        start_unix_nano: u64::MAX,
+        end_unix_nano: 0,
+    };
     while let Some(m) = stream.message().await? {
-        spans += m
+        for span in m
             .resource_spans
             .iter()
             .flat_map(|rs| &rs.scope_spans)
-            .map(|ss| ss.spans.len())
-            .sum::<usize>();
+            .flat_map(|ss| &ss.spans)
+        {
+            got.spans += 1;
+            got.start_unix_nano = got.start_unix_nano.min(span.start_time_unix_nano);
+            got.end_unix_nano = got.end_unix_nano.max(span.end_time_unix_nano);
+        }
     }
-    Ok(Some(spans))
+    Ok(Some(got))
 }
 
 /// SearchTraces for `service`'s traces starting within [start, end]: the

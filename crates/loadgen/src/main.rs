@@ -12,8 +12,9 @@
 //!   acknowledged (and N absent IDs) with GetTrace, checks every span came back,
 //!   and reports query latency.
 //! - `--query-searches N` adds N SearchTraces after the GetTraces, each for
-//!   one of the workload's services over the last hour, limit 20, and
-//!   reports their latency and rows.
+//!   one of the workload's services, limit 20, over the time the traces
+//!   read back ran in (the last hour without `--query-samples`), and
+//!   reports their latency, rows, and how many answered none.
 //! - `--mode query --query-passes P` sends nothing: it queries a store loaded
 //!   earlier by a run with the same workload options (`--seed`,
 //!   `--batch-size`, `--pool-spans`, `--services`) whose first P passes over
@@ -108,8 +109,9 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     query_samples: usize,
     /// SearchTraces to send after the GetTraces: each for one service (in
-    /// turn) over the last hour, limit 20 (after one uncounted search per
-    /// service).
+    /// turn), limit 20, from the earliest start to the latest end of the
+    /// traces the GetTraces read (the last hour if they read none), after
+    /// one uncounted search per service.
     #[arg(long, default_value_t = 0)]
     query_searches: usize,
     /// tracedb's gRPC address for GetTrace [default: --endpoint when it is gRPC].
@@ -453,6 +455,14 @@ fn summarize(args: &Args, records: &[Record], elapsed: Duration) -> anyhow::Resu
     Ok(summary)
 }
 
+/// Seconds from `unix_nano` to now.
+fn seconds_ago(unix_nano: u64) -> f64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    now.saturating_sub(unix_nano) as f64 / 1e9
+}
+
 /// GetTrace for sampled acknowledged traces (all spans must come back) and for absent IDs.
 async fn query_phase(
     args: &Args,
@@ -497,13 +507,24 @@ async fn query_phase(
     let mut present = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     let mut absent = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     let mut result = report::QueryResult::default();
+    // When the traces read back ran (earliest start, latest end).
+    let mut written: Option<(u64, u64)> = None;
     for (id, spans) in &sample {
         let t = Instant::now();
         let got = client::get_trace(&mut client, *id).await?;
         present.saturating_record(t.elapsed().as_micros() as u64);
         match got {
-            Some(n) if n == *spans as usize => result.complete += 1,
-            Some(_) => result.incomplete += 1,
+            Some(f) => {
+                if f.spans == *spans as usize {
+                    result.complete += 1;
+                } else {
+                    result.incomplete += 1;
+                }
+                if f.spans > 0 {
+                    let (start, end) = written.unwrap_or((u64::MAX, 0));
+                    written = Some((start.min(f.start_unix_nano), end.max(f.end_unix_nano)));
+                }
+            }
             None => result.missing += 1,
         }
     }
@@ -520,21 +541,35 @@ async fn query_phase(
     result.absent_latency = Some(Latency::from_histogram(&absent));
     if args.query_searches > 0 {
         let mut searches = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-        let hour = 3_600_000_000_000u64;
         let services = args.services.max(1);
+        // The window the sampled traces ran in, so a store loaded hours ago
+        // is searched where its spans are (a window without them answers
+        // nothing, fast); without samples, the last hour.
+        let (start, end) = match written {
+            Some((start, end)) => (start, end),
+            None => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)?
+                    .as_nanos() as u64;
+                (now.saturating_sub(3_600_000_000_000), now)
+            }
+        };
+        eprintln!(
+            "searching spans that started {:.0} s to {:.0} s ago",
+            seconds_ago(start),
+            seconds_ago(end)
+        );
         // One search per service first, not counted: the store's first
         // search of a service loads its summaries (warm reads are measured).
         for i in 0..services + args.query_searches {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)?
-                .as_nanos() as u64;
             let service = format!("service-{}", i % services);
             let t = Instant::now();
-            let rows = client::search(&mut client, &service, now - hour, now, 20).await?;
+            let rows = client::search(&mut client, &service, start, end, 20).await?;
             if i >= services {
                 searches.saturating_record(t.elapsed().as_micros() as u64);
                 result.search_rows += rows as u64;
                 result.searches += 1;
+                result.empty_searches += u64::from(rows == 0);
             }
         }
         result.search_latency = Some(Latency::from_histogram(&searches));

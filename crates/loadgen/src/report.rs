@@ -62,6 +62,8 @@ pub struct QueryResult {
     /// SearchTraces sent, the rows they answered in all, and their latency.
     pub searches: u64,
     pub search_rows: u64,
+    /// Searches that answered no row: a window that missed the data.
+    pub empty_searches: u64,
     pub search_latency: Option<Latency>,
 }
 
@@ -223,8 +225,9 @@ impl Summary {
             l.row("SearchTraces", out);
             let _ = writeln!(
                 out,
-                "searches {}, rows per search {:.1}",
+                "searches {} ({} answered no row), rows per search {:.1}",
                 q.searches,
+                q.empty_searches,
                 q.search_rows as f64 / q.searches.max(1) as f64
             );
         }
@@ -258,6 +261,7 @@ impl Summary {
                 "present_latency": q.present_latency.map(|l| l.json()),
                 "absent_latency": q.absent_latency.map(|l| l.json()),
                 "searches": q.searches, "search_rows": q.search_rows,
+                "empty_searches": q.empty_searches,
                 "search_latency": q.search_latency.map(|l| l.json()),
             })),
         })
