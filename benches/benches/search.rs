@@ -1,7 +1,9 @@
 //! The search index on a million spans: building the summary of a buffer
 //! (spans in any order, and sorted as a flush sees them), and through a real
-//! engine (files on disk with their sidecars): trace search by service over
-//! one hour, by service + operation + duration, services, and GetTrace by ID.
+//! engine (files on disk with their sidecars): reading and decoding the
+//! sidecars (what a search pays for every file whose summaries are not
+//! cached), trace search by service over one hour, by service + operation +
+//! duration, services, and GetTrace by ID.
 //!
 //! `cargo bench -p tracedb-benches --bench search`
 //!
@@ -15,7 +17,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use prost::Message;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use tracedb_lsm::{
-    index::{SearchQuery, SummarySet},
+    index::{read_sidecar, SearchQuery, SummarySet},
     Engine, EngineOptions, ScopeGroup, Span, SpanId, TimeRange, TraceId,
 };
 use tracedb_proto::{
@@ -157,6 +159,25 @@ fn bench(c: &mut Criterion) {
         stats.table_bytes,
         TRACES * SPANS_PER_TRACE
     );
+    let tables: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path().join("tables"))
+        .expect("tables")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sst"))
+        .collect();
+    assert!(!tables.is_empty(), "no sorted file");
+    let mut group = c.benchmark_group("index_load");
+    group
+        .sample_size(10)
+        .throughput(Throughput::Elements(TRACES * SPANS_PER_TRACE));
+    group.bench_function("decode_sidecars_1m_spans", |b| {
+        b.iter(|| {
+            for table in &tables {
+                black_box(read_sidecar(table).expect("sidecar"));
+            }
+        })
+    });
+    group.finish();
+
     // The first query loads the sidecars; the benchmarks measure warm queries.
     let _ = engine.search(&SearchQuery::default()).expect("search");
 
