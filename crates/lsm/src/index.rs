@@ -44,3 +44,5 @@ pub use sidecar::{
 /// flush or compaction summarizes: foldhash (seeded per process) instead of
 /// SipHash, which took an eighth of a compaction's CPU time.
 type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+/// The same hashing for sets.
+type HashSet<T> = std::collections::HashSet<T, foldhash::fast::RandomState>;

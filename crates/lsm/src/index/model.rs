@@ -1,9 +1,9 @@
 //! The summary model: a [`SummarySet`] per source, one [`TraceSummary`] per
 //! trace part in it, and the string table its summaries point into.
 
-use std::{borrow::Borrow, collections::BTreeSet};
+use std::{borrow::Borrow, sync::OnceLock};
 
-use super::{HashMap, SummaryBuilder};
+use super::{HashMap, HashSet, SummaryBuilder};
 use crate::span::{Span, TraceId};
 
 /// At most this many distinct (scope, key, value) tags are kept per trace part.
@@ -73,8 +73,11 @@ pub struct SummarySet {
     pub min_time_unix_nano: u64,
     pub max_time_unix_nano: u64,
     lookup: HashMap<String, u32>,
-    /// Distinct operations of all parts, sorted (services first).
-    pub(super) operations: Vec<Op>,
+    /// Distinct operations of all parts, sorted (services first): made on
+    /// the first call of [`SummarySet::operations`], as only the service and
+    /// operation lists ask for them, and a search decoding sidecars should
+    /// not pay for them.
+    operations: OnceLock<Vec<Op>>,
 }
 
 impl SummarySet {
@@ -88,14 +91,13 @@ impl SummarySet {
             .collect();
         let min = traces.iter().map(|t| t.start_unix_nano).min().unwrap_or(0);
         let max = traces.iter().map(|t| t.end_unix_nano).max().unwrap_or(0);
-        let operations: BTreeSet<Op> = traces.iter().flat_map(|t| t.ops.iter().copied()).collect();
         SummarySet {
             strings,
             traces,
             min_time_unix_nano: min,
             max_time_unix_nano: max,
             lookup,
-            operations: operations.into_iter().collect(),
+            operations: OnceLock::new(),
         }
     }
 
@@ -124,7 +126,27 @@ impl SummarySet {
             + strings
             + self.traces.capacity() * size_of::<TraceSummary>()
             + traces
-            + self.operations.capacity() * size_of::<Op>()
+            + self
+                .operations
+                .get()
+                .map_or(0, |o| o.capacity() * size_of::<Op>())
+    }
+
+    /// Distinct operations of all parts, sorted (services first).
+    pub(super) fn operations(&self) -> &[Op] {
+        self.operations.get_or_init(|| {
+            // A few hundred distinct operations among millions of (part,
+            // operation) pairs: hashing each pair costs less than sorting
+            // them all.
+            let distinct: HashSet<Op> = self
+                .traces
+                .iter()
+                .flat_map(|t| t.ops.iter().copied())
+                .collect();
+            let mut operations: Vec<Op> = distinct.into_iter().collect();
+            operations.sort_unstable();
+            operations
+        })
     }
 
     /// Summarizes `spans` (any order).

@@ -242,7 +242,7 @@ fn hit(sets: &[Arc<SummarySet>], trace_id: TraceId, parts: &[(usize, usize)]) ->
 pub fn services(sets: &[Arc<SummarySet>]) -> Vec<String> {
     let mut out = BTreeSet::new();
     for set in sets {
-        let ids: BTreeSet<u32> = set.operations.iter().map(|o| o.service).collect();
+        let ids: BTreeSet<u32> = set.operations().iter().map(|o| o.service).collect();
         out.extend(ids.into_iter().map(|i| set.str(i).to_owned()));
     }
     out.into_iter().collect()
@@ -254,7 +254,7 @@ pub fn operations(sets: &[Arc<SummarySet>], service: &str, kind: Option<u8>) -> 
     for set in sets {
         let Some(s) = set.id(service) else { continue };
         let ids: BTreeSet<(u32, u8)> = set
-            .operations
+            .operations()
             .iter()
             .filter(|o| o.service == s && kind.is_none_or(|k| o.kind == k))
             .map(|o| (o.name, o.kind))
