@@ -18,7 +18,7 @@ use std::{
 
 use parking_lot::Mutex;
 
-use super::Engine;
+use super::{Engine, SuperVersion};
 use crate::{
     error::Result,
     index::{self, SearchQuery, SummaryBuilder, SummarySet, TagScope, TraceHit},
@@ -190,6 +190,25 @@ impl Engine {
     /// `range` (files outside it are skipped; buffers are always included).
     /// Reads only sidecars not yet cached; blocking, like [`Engine::get_trace`].
     pub fn index(&self, range: TimeRange) -> Result<SearchSnapshot> {
+        let (mut sets, snapshot) = self.buffer_sets();
+        let live: HashSet<u64> = snapshot.version.files().map(|f| f.id).collect();
+        self.inner.summary_cache.files.lock().retain(&live);
+        for file in snapshot.version.files() {
+            let m = file.table().meta();
+            if range.overlaps(m.min_time_unix_nano, m.max_time_unix_nano) {
+                sets.push(self.file_set(file)?);
+            }
+        }
+        Ok(SearchSnapshot {
+            sets,
+            expire_before: self.inner.retention.expire_before(),
+        })
+    }
+
+    /// The summary sets of the memtable and the sealed buffers, and the
+    /// snapshot taken after them whose files the caller adds: a span moving
+    /// from a buffer to a file meanwhile is seen at least once.
+    fn buffer_sets(&self) -> (Vec<Arc<SummarySet>>, Arc<SuperVersion>) {
         let inner = &self.inner;
         let cache = &inner.summary_cache;
         let mut sets = Vec::new();
@@ -241,28 +260,20 @@ impl Engine {
             };
             sets.push(set);
         }
+        (sets, snapshot)
+    }
 
-        let live: HashSet<u64> = snapshot.version.files().map(|f| f.id).collect();
-        cache.files.lock().retain(&live);
-        for file in snapshot.version.files() {
-            let m = file.table().meta();
-            if !range.overlaps(m.min_time_unix_nano, m.max_time_unix_nano) {
-                continue;
+    /// A file's summary set, from the cache or its sidecar (then cached).
+    fn file_set(&self, file: &TableFile) -> Result<Arc<SummarySet>> {
+        let cache = &self.inner.summary_cache;
+        let hit = cache.files.lock().get(file.id);
+        Ok(match hit {
+            Some(set) => set,
+            None => {
+                let set = Arc::new(load_or_rebuild(file)?);
+                cache.files.lock().insert(file.id, set.clone());
+                set
             }
-            let hit = cache.files.lock().get(file.id);
-            let set = match hit {
-                Some(set) => set,
-                None => {
-                    let set = Arc::new(load_or_rebuild(file)?);
-                    cache.files.lock().insert(file.id, set.clone());
-                    set
-                }
-            };
-            sets.push(set);
-        }
-        Ok(SearchSnapshot {
-            sets,
-            expire_before: inner.retention.expire_before(),
         })
     }
 
