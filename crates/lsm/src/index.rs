@@ -33,7 +33,8 @@ pub mod wire;
 pub use build::{service_name, SidecarBuilder, SummaryBuilder};
 pub use model::{Edge, Op, SummarySet, Tag, TagScope, TraceSummary, MAX_TAGS_PER_TRACE};
 pub use query::{
-    dependencies, operations, search, services, tag_keys, tag_values, SearchQuery, TraceHit,
+    dependencies, keep_newest, operations, search, search_ids, services, tag_keys, tag_values,
+    SearchQuery, TraceHit,
 };
 pub use sidecar::{
     decode as decode_sidecar, encode as encode_sidecar, read as read_sidecar, remove_orphans,

@@ -3,6 +3,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
+    ops::{Range, RangeInclusive},
     sync::Arc,
 };
 
@@ -25,6 +26,17 @@ pub struct SearchQuery {
     pub duration_max: u64,
     /// Most traces returned, newest first; 0 means 20.
     pub limit: usize,
+}
+
+impl SearchQuery {
+    /// [`SearchQuery::limit`], with 0 read as 20.
+    pub fn limit_or_default(&self) -> usize {
+        if self.limit == 0 {
+            20
+        } else {
+            self.limit
+        }
+    }
 }
 
 /// One trace found by [`search`].
@@ -74,7 +86,34 @@ fn resolve(set: &SummarySet, q: &SearchQuery) -> Resolved {
 /// Traces matching `q` in `sets` (the sources of one snapshot), newest first.
 /// `expire_before`: parts ending before it are past retention and ignored.
 pub fn search(sets: &[Arc<SummarySet>], q: &SearchQuery, expire_before: u64) -> Vec<TraceHit> {
-    let limit = if q.limit == 0 { 20 } else { q.limit };
+    search_ids(
+        sets,
+        q,
+        expire_before,
+        TraceId([0; 16])..=TraceId([0xff; 16]),
+    )
+}
+
+/// [`search`] among the traces whose IDs lie in `id_range`: a caller that splits
+/// the ID space can search each piece with only the sets holding it, and
+/// keep the newest of the pieces' answers (a trace lies in one piece).
+pub fn search_ids(
+    sets: &[Arc<SummarySet>],
+    q: &SearchQuery,
+    expire_before: u64,
+    id_range: RangeInclusive<TraceId>,
+) -> Vec<TraceHit> {
+    let limit = q.limit_or_default();
+    // The parts of each set with IDs in `id_range` (sets are sorted by trace ID).
+    let within = |set: &SummarySet| -> Range<usize> {
+        let from = set
+            .traces
+            .partition_point(|t| t.trace_id < *id_range.start());
+        let to = set
+            .traces
+            .partition_point(|t| t.trace_id <= *id_range.end());
+        from..to.max(from)
+    };
     // A part never starts before its trace, but may start after start_max.
     let in_play: Vec<bool> = sets
         .iter()
@@ -95,7 +134,8 @@ pub fn search(sets: &[Arc<SummarySet>], q: &SearchQuery, expire_before: u64) -> 
         if !in_play[si] || (!q.service.is_empty() && resolved[si].service.is_none()) {
             continue;
         }
-        for (ti, t) in set.traces.iter().enumerate() {
+        for ti in within(set) {
+            let t = &set.traces[ti];
             if t.end_unix_nano >= expire_before
                 && (q.start_max == 0 || t.start_unix_nano <= q.start_max)
                 && has_service(si, t)
@@ -115,7 +155,8 @@ pub fn search(sets: &[Arc<SummarySet>], q: &SearchQuery, expire_before: u64) -> 
                 continue;
             }
             let mut i = 0;
-            for (ti, t) in set.traces.iter().enumerate() {
+            for ti in within(set) {
+                let t = &set.traces[ti];
                 while i < ids.len() && ids[i] < t.trace_id {
                     i += 1;
                 }
@@ -192,7 +233,7 @@ pub fn search(sets: &[Arc<SummarySet>], q: &SearchQuery, expire_before: u64) -> 
         }
     }
     let newest_first =
-        |a: &(u64, TraceId, Parts), b: &(u64, TraceId, Parts)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+        |a: &(u64, TraceId, Parts), b: &(u64, TraceId, Parts)| newest_first(a.0, &a.1, b.0, &b.1);
     if matches.len() > limit {
         matches.select_nth_unstable_by(limit - 1, newest_first);
         matches.truncate(limit);
@@ -202,6 +243,28 @@ pub fn search(sets: &[Arc<SummarySet>], q: &SearchQuery, expire_before: u64) -> 
         .into_iter()
         .map(|(_, trace_id, parts)| hit(sets, trace_id, &parts))
         .collect()
+}
+
+/// The order of search answers: newest start first, then by trace ID.
+fn newest_first(a_start: u64, a: &TraceId, b_start: u64, b: &TraceId) -> std::cmp::Ordering {
+    b_start.cmp(&a_start).then(a.cmp(b))
+}
+
+/// Keeps the `limit` first of `hits` in answer order, sorted.
+pub fn keep_newest(hits: &mut Vec<TraceHit>, limit: usize) {
+    let order = |a: &TraceHit, b: &TraceHit| {
+        newest_first(
+            a.start_unix_nano,
+            &a.trace_id,
+            b.start_unix_nano,
+            &b.trace_id,
+        )
+    };
+    if hits.len() > limit {
+        hits.select_nth_unstable_by(limit - 1, order);
+        hits.truncate(limit);
+    }
+    hits.sort_by(order);
 }
 
 /// Merges the parts of one trace into a [`TraceHit`].

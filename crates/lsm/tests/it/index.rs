@@ -8,7 +8,7 @@ use std::{collections::BTreeSet, path::Path, sync::Arc};
 use bytes::Bytes;
 use tracedb_lsm::{
     index::{read_sidecar, SearchQuery, SummarySet},
-    Engine, ScopeGroup, Span, SpanId, SsTable, TraceId,
+    Engine, ScopeGroup, Span, SpanId, SsTable, TimeRange, TraceId,
 };
 use tracedb_proto::wire::put_varint;
 
@@ -256,6 +256,85 @@ fn calls_whose_parent_is_in_another_part_are_counted_from_the_trace() {
     let calls = deps(&engine);
     assert_eq!(calls.get(&pair("front", "back")), Some(&5), "{calls:?}");
     assert_eq!(calls.len(), 1);
+}
+
+#[test]
+fn a_search_sweeping_the_files_answers_as_one_over_all_of_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let engine = Engine::open(small_tree(dir.path(), &clock)).expect("open");
+    let (front, back) = (service("front"), service("back"));
+    let ms = 1_000_000;
+    let start = T0 - 20 * SEC;
+    // Trace IDs spread over the whole ID space; starts within one partition
+    // (10 s), so a merge cuts its output into files of disjoint IDs.
+    let trace = |t: u64| -> Vec<Span> {
+        let id = u128::from(t).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
+        let at = start + (t * 7 % 5_000) * ms;
+        let back_span = if t % 3 == 0 { &front } else { &back };
+        vec![
+            otlp_span(&front, id, 1, None, "GET /", at, (t % 50 + 1) * ms),
+            otlp_span(back_span, id, 2, Some(1), "query", at + ms, ms / 2),
+        ]
+    };
+    // 600 traces merged into files, 200 in level-0 files, 50 in memory.
+    for batch in 0..6 {
+        engine
+            .write_blocking((batch * 100..batch * 100 + 100).flat_map(trace).collect())
+            .expect("write");
+        engine.flush().expect("flush");
+    }
+    engine.compact().expect("compact");
+    for first in [600, 650, 700, 750] {
+        engine
+            .write_blocking((first..first + 50).flat_map(trace).collect())
+            .expect("write");
+        engine.flush().expect("flush");
+    }
+    engine
+        .write_blocking((800..850).flat_map(trace).collect())
+        .expect("write");
+    let files = engine.stats().tables;
+
+    let queries = [
+        SearchQuery {
+            limit: 1000,
+            ..SearchQuery::default()
+        },
+        SearchQuery {
+            service: "back".into(),
+            limit: 5,
+            ..SearchQuery::default()
+        },
+        SearchQuery {
+            service: "front".into(),
+            operation: "GET /".into(),
+            duration_min: 30 * ms,
+            limit: 7,
+            ..SearchQuery::default()
+        },
+        SearchQuery {
+            tags: vec![("tenant".into(), "t1".into())],
+            start_min: start + 2 * SEC,
+            limit: 1,
+            ..SearchQuery::default()
+        },
+    ];
+    for q in &queries {
+        let (swept, most_held) = engine.search_counted(q).expect("search");
+        let whole = engine
+            .index(TimeRange::new(q.start_min, 0))
+            .expect("index")
+            .search(q);
+        assert!(!swept.is_empty(), "{q:?}");
+        assert_eq!(swept, whole, "{q:?}");
+        assert!(
+            most_held < files,
+            "{q:?}: held {most_held} of {files} files at once"
+        );
+    }
+    let (all, _) = engine.search_counted(&queries[0]).expect("search");
+    assert_eq!(all.len(), 850);
 }
 
 /// A trace part with its strings resolved: two sets agree on a trace when
