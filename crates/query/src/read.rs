@@ -101,14 +101,23 @@ impl LocalReads {
             .map_err(Error::from)
     }
 
-    /// The search index's summaries of `range`, and `f` over them.
-    async fn index<T: Send + 'static>(
+    /// The union of `f` over the search index of `range`, one summary set at
+    /// a time (see [`Engine::each_index`]).
+    async fn union<T, I>(
         &self,
         range: TimeRange,
-        f: impl FnOnce(&SearchSnapshot) -> T + Send + 'static,
-    ) -> Result<Answer<T>, Error> {
-        self.blocking(move |engine| Ok(Answer::whole(f(&engine.index(range)?))))
-            .await
+        f: impl Fn(&SearchSnapshot) -> I + Send + 'static,
+    ) -> Result<Answer<BTreeSet<T>>, Error>
+    where
+        T: Ord + Send + 'static,
+        I: IntoIterator<Item = T>,
+    {
+        self.blocking(move |engine| {
+            let mut out = BTreeSet::new();
+            engine.each_index(range, |index| out.extend(f(index)))?;
+            Ok(Answer::whole(out))
+        })
+        .await
     }
 }
 
@@ -138,7 +147,8 @@ impl Reads for LocalReads {
     }
 
     async fn services(&self, range: TimeRange) -> Result<Answer<Vec<String>>, Error> {
-        self.index(range, |index| index.services()).await
+        let set = self.union(range, |index| index.services()).await?;
+        Ok(Answer::whole(set.value.into_iter().collect()))
     }
 
     async fn operations(
@@ -147,27 +157,28 @@ impl Reads for LocalReads {
         kind: Option<u8>,
         range: TimeRange,
     ) -> Result<Answer<Vec<(String, u8)>>, Error> {
-        self.index(range, move |index| index.operations(&service, kind))
-            .await
+        let set = self
+            .union(range, move |index| index.operations(&service, kind))
+            .await?;
+        Ok(Answer::whole(set.value.into_iter().collect()))
     }
 
     async fn span_names(&self, range: TimeRange) -> Result<Answer<Vec<String>>, Error> {
-        self.index(range, |index| {
-            let mut names: Vec<String> = index
-                .services()
-                .iter()
-                .flat_map(|service| index.operations(service, None))
-                .map(|(name, _)| name)
-                .collect();
-            names.sort();
-            names.dedup();
-            names
-        })
-        .await
+        let set = self
+            .union(range, |index| {
+                index
+                    .services()
+                    .iter()
+                    .flat_map(|service| index.operations(service, None))
+                    .map(|(name, _)| name)
+                    .collect::<Vec<_>>()
+            })
+            .await?;
+        Ok(Answer::whole(set.value.into_iter().collect()))
     }
 
     async fn tag_keys(&self, range: TimeRange) -> Result<Answer<TagKeys>, Error> {
-        self.index(range, move |index| {
+        self.union(range, move |index| {
             index.tag_keys(range.start_unix_nano, range.end_unix_nano)
         })
         .await
@@ -179,7 +190,7 @@ impl Reads for LocalReads {
         key: String,
         range: TimeRange,
     ) -> Result<Answer<BTreeSet<String>>, Error> {
-        self.index(range, move |index| {
+        self.union(range, move |index| {
             index.tag_values(scope, &key, range.start_unix_nano, range.end_unix_nano)
         })
         .await

@@ -192,18 +192,54 @@ impl Engine {
     /// Reads only sidecars not yet cached; blocking, like [`Engine::get_trace`].
     pub fn index(&self, range: TimeRange) -> Result<SearchSnapshot> {
         let (mut sets, snapshot) = self.buffer_sets();
-        let live: HashSet<u64> = snapshot.version.files().map(|f| f.id).collect();
-        self.inner.summary_cache.files.lock().retain(&live);
-        for file in snapshot.version.files() {
-            let m = file.table().meta();
-            if range.overlaps(m.min_time_unix_nano, m.max_time_unix_nano) {
-                sets.push(self.file_set(file)?);
-            }
+        for file in self.files_in(&snapshot, range) {
+            sets.push(self.file_set(file)?);
         }
         Ok(SearchSnapshot {
             sets,
             expire_before: self.inner.retention.expire_before(),
         })
+    }
+
+    /// [`Engine::index`] one summary set at a time: `f` sees a snapshot of
+    /// each set in turn (the buffers', then each file's), and a file's
+    /// summaries are let go once `f` returns. For the queries whose answer is
+    /// a union over sets: services, operations, tag keys and values. Holding
+    /// every file's summaries at once took 2.5 GB for the tag names of a
+    /// store of 100 M spans.
+    pub fn each_index(&self, range: TimeRange, mut f: impl FnMut(&SearchSnapshot)) -> Result<()> {
+        let expire_before = self.inner.retention.expire_before();
+        let one = |set: Arc<SummarySet>| SearchSnapshot {
+            sets: vec![set],
+            expire_before,
+        };
+        let (buffers, snapshot) = self.buffer_sets();
+        for set in buffers {
+            f(&one(set));
+        }
+        for file in self.files_in(&snapshot, range) {
+            f(&one(self.file_set(file)?));
+        }
+        Ok(())
+    }
+
+    /// The files of `snapshot` whose spans may lie in `range`; the cache
+    /// forgets the files no longer in it.
+    fn files_in<'a>(
+        &self,
+        snapshot: &'a SuperVersion,
+        range: TimeRange,
+    ) -> Vec<&'a Arc<TableFile>> {
+        let live: HashSet<u64> = snapshot.version.files().map(|f| f.id).collect();
+        self.inner.summary_cache.files.lock().retain(&live);
+        snapshot
+            .version
+            .files()
+            .filter(|f| {
+                let m = f.table().meta();
+                range.overlaps(m.min_time_unix_nano, m.max_time_unix_nano)
+            })
+            .collect()
     }
 
     /// The summary sets of the memtable and the sealed buffers, and the
@@ -299,17 +335,8 @@ impl Engine {
     pub fn search_counted(&self, q: &SearchQuery) -> Result<(Vec<TraceHit>, usize)> {
         let range = TimeRange::new(q.start_min, 0);
         let (buffers, snapshot) = self.buffer_sets();
-        let live: HashSet<u64> = snapshot.version.files().map(|f| f.id).collect();
-        self.inner.summary_cache.files.lock().retain(&live);
         let id = |t: &TraceId| u128::from_be_bytes(t.0);
-        let mut files: Vec<&Arc<TableFile>> = snapshot
-            .version
-            .files()
-            .filter(|f| {
-                let m = f.table().meta();
-                range.overlaps(m.min_time_unix_nano, m.max_time_unix_nano)
-            })
-            .collect();
+        let mut files = self.files_in(&snapshot, range);
         files.sort_by_key(|f| f.table().meta().min_trace_id);
         let mut cuts: Vec<u128> = vec![0];
         for f in &files {

@@ -335,6 +335,21 @@ fn a_search_sweeping_the_files_answers_as_one_over_all_of_them() {
     }
     let (all, _) = engine.search_counted(&queries[0]).expect("search");
     assert_eq!(all.len(), 850);
+
+    // The union queries, one set at a time, answer as over the whole snapshot.
+    let whole = engine.index(TimeRange::default()).expect("index");
+    let (mut services, mut values, mut sets) = (BTreeSet::new(), BTreeSet::new(), 0);
+    engine
+        .each_index(TimeRange::default(), |one| {
+            sets += 1;
+            services.extend(one.services());
+            values.extend(one.tag_values(None, "tenant", 0, 0));
+        })
+        .expect("each index");
+    assert_eq!(sets, whole.sets.len());
+    assert_eq!(services.into_iter().collect::<Vec<_>>(), whole.services());
+    assert_eq!(values, whole.tag_values(None, "tenant", 0, 0));
+    assert_eq!(values.len(), 2);
 }
 
 /// A trace part with its strings resolved: two sets agree on a trace when
