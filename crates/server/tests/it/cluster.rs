@@ -132,7 +132,7 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
     b1.resume();
 
     // A node of group a killed: group b answers in full, nothing is partial.
-    a1.kill9();
+    let _a1_port = a1.kill9_keeping_port();
     let whole = tier
         .trace(id(ONE_NODE), TimeRange::ALL)
         .await

@@ -337,7 +337,7 @@ async fn a_collector_routes_two_replica_groups_and_the_tier_answers_for_all() {
     let mut nodes = nodes;
     let killed = nodes.remove(0);
     let killed_addr = killed.addr;
-    killed.kill9();
+    let _killed_port = killed.kill9_keeping_port();
     for trace in &traces {
         let (spans, partial) = read(&mut tier_query, trace)
             .await

@@ -224,6 +224,14 @@ impl Server {
         std::mem::forget(self);
     }
 
+    /// [`Server::kill9`], then its gRPC port held, so that a read sent there
+    /// is refused, as by a dead node, for as long as the [`DeadPort`] lives.
+    pub fn kill9_keeping_port(self) -> DeadPort {
+        let addr = self.addr;
+        self.kill9();
+        DeadPort::bind(addr)
+    }
+
     /// SIGSTOP: the process keeps its sockets and never answers.
     pub fn pause(&self) {
         signal(&self.child, "STOP");
@@ -243,6 +251,58 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A port bound but not listening: a connection to it is refused, and no
+/// other server can take it. Once a killed node's port was free, a server
+/// started by a test running alongside took it, and a tier read that
+/// server's trace of the same ID as the dead node's part.
+pub struct DeadPort {
+    _fd: std::os::fd::OwnedFd,
+}
+
+impl DeadPort {
+    #[allow(unsafe_code)]
+    fn bind(addr: SocketAddr) -> DeadPort {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let SocketAddr::V4(v4) = addr else {
+            panic!("{addr}: the tests' servers listen on IPv4")
+        };
+        let int = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        let sockaddr_len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let sockaddr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: v4.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_ne_bytes(v4.ip().octets()),
+            },
+            sin_zero: [0; 8],
+        };
+        // SAFETY: a new descriptor, owned at once; setsockopt and bind read
+        // values that live across the calls, with their sizes.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+            let fd = OwnedFd::from_raw_fd(fd);
+            // The dead server's connections may linger in TIME_WAIT.
+            let one: libc::c_int = 1;
+            let rc = libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_REUSEADDR,
+                (&one as *const libc::c_int).cast(),
+                int,
+            );
+            assert_eq!(rc, 0, "SO_REUSEADDR: {}", std::io::Error::last_os_error());
+            let rc = libc::bind(
+                fd.as_raw_fd(),
+                (&sockaddr as *const libc::sockaddr_in).cast(),
+                sockaddr_len,
+            );
+            assert_eq!(rc, 0, "bind {addr}: {}", std::io::Error::last_os_error());
+            DeadPort { _fd: fd }
+        }
     }
 }
 
