@@ -328,71 +328,101 @@ pub fn operations(sets: &[Arc<SummarySet>], service: &str, kind: Option<u8>) -> 
 }
 
 /// Calls between services, (parent, child) -> count, over parts overlapping
-/// `[start, end]` (0 = unbounded). A call is a span whose parent span is of
-/// another service. Calls within a part are counted in its summary; a span
-/// whose parent is in another part of the trace (another file or buffer) is
-/// resolved from the trace's spans, which `read_trace` returns: once per such
-/// trace, and only for those (they are few once compaction has merged the
-/// parts of a trace).
+/// `[start, end]` (0 = unbounded); see [`Dependencies`].
 pub fn dependencies<E>(
     sets: &[Arc<SummarySet>],
     start: u64,
     end: u64,
-    mut read_trace: impl FnMut(&TraceId) -> Result<Vec<Span>, E>,
+    read_trace: impl FnMut(&TraceId) -> Result<Vec<Span>, E>,
 ) -> Result<BTreeMap<(String, String), u64>, E> {
-    let in_window = |t: &TraceSummary| {
-        (start == 0 || t.end_unix_nano >= start) && (end == 0 || t.start_unix_nano <= end)
-    };
-    let mut out = BTreeMap::new();
-    let mut pending: BTreeMap<TraceId, Parts> = BTreeMap::new();
-    for (si, set) in sets.iter().enumerate() {
+    let mut calls = Dependencies::default();
+    for set in sets {
+        calls.add(set, start, end);
+    }
+    calls.finish(read_trace)
+}
+
+/// Calls between services counted one summary set at a time: [`add`] each
+/// set, then [`finish`]. A call is a span whose parent span is of another
+/// service. Calls within a part are counted in its summary. A span whose
+/// parent is in another part of the trace (another file or buffer) is kept
+/// as (parent span ID, its service) until [`finish`] reads the trace to name
+/// the parent's service: once per such trace, and only for those (they are
+/// few once compaction has merged the parts of a trace).
+///
+/// [`add`]: Dependencies::add
+/// [`finish`]: Dependencies::finish
+#[derive(Debug, Default)]
+pub struct Dependencies {
+    calls: BTreeMap<(String, String), u64>,
+    /// By trace: (parent span ID, service) of spans whose parent is in another part.
+    orphans: BTreeMap<TraceId, Vec<([u8; 8], String)>>,
+}
+
+impl Dependencies {
+    /// Counts the calls of `set`'s parts overlapping `[start, end]` (0 = unbounded).
+    pub fn add(&mut self, set: &SummarySet, start: u64, end: u64) {
         if !set.overlaps(start, end) {
-            continue;
+            return;
         }
-        for (ti, t) in set.traces.iter().enumerate() {
-            if !in_window(t) {
+        let mut calls: HashMap<(u32, u32), u64> = HashMap::default();
+        for t in &set.traces {
+            if (start != 0 && t.end_unix_nano < start) || (end != 0 && t.start_unix_nano > end) {
                 continue;
             }
             for e in &t.edges {
-                let key = (set.str(e.parent).to_owned(), set.str(e.child).to_owned());
-                *out.entry(key).or_default() += u64::from(e.calls);
+                *calls.entry((e.parent, e.child)).or_default() += u64::from(e.calls);
             }
             if !t.orphans.is_empty() {
-                pending.entry(t.trace_id).or_default().push((si, ti));
+                let orphans = t
+                    .orphans
+                    .iter()
+                    .map(|(id, service)| (*id, set.str(*service).to_owned()));
+                self.orphans.entry(t.trace_id).or_default().extend(orphans);
             }
+        }
+        for ((parent, child), n) in calls {
+            let key = (set.str(parent).to_owned(), set.str(child).to_owned());
+            *self.calls.entry(key).or_default() += n;
         }
     }
-    let mut services: HashMap<Vec<u8>, String> = HashMap::default();
-    for (trace_id, parts) in pending {
-        let spans = read_trace(&trace_id)?;
-        for span in &spans {
-            let resource = span.group.resource.as_deref().unwrap_or_default();
-            if !services.contains_key(resource) {
-                services.insert(resource.to_vec(), service_name(&span.group));
-            }
-        }
-        let service_of: HashMap<[u8; 8], &str> = spans
-            .iter()
-            .map(|span| {
+
+    /// The counts, with the calls whose parent is in another part named from
+    /// the traces `read_trace` returns.
+    pub fn finish<E>(
+        mut self,
+        mut read_trace: impl FnMut(&TraceId) -> Result<Vec<Span>, E>,
+    ) -> Result<BTreeMap<(String, String), u64>, E> {
+        let mut services: HashMap<Vec<u8>, String> = HashMap::default();
+        for (trace_id, orphans) in std::mem::take(&mut self.orphans) {
+            let spans = read_trace(&trace_id)?;
+            for span in &spans {
                 let resource = span.group.resource.as_deref().unwrap_or_default();
-                (span.span_id.0, services[resource].as_str())
-            })
-            .collect();
-        for (si, ti) in parts {
-            let set = &sets[si];
-            for (parent_id, child) in &set.traces[ti].orphans {
-                let child = set.str(*child);
+                if !services.contains_key(resource) {
+                    services.insert(resource.to_vec(), service_name(&span.group));
+                }
+            }
+            let service_of: HashMap<[u8; 8], &str> = spans
+                .iter()
+                .map(|span| {
+                    let resource = span.group.resource.as_deref().unwrap_or_default();
+                    (span.span_id.0, services[resource].as_str())
+                })
+                .collect();
+            for (parent_id, child) in &orphans {
                 match service_of.get(parent_id) {
                     Some(&parent) if parent != child => {
-                        *out.entry((parent.to_owned(), child.to_owned()))
+                        *self
+                            .calls
+                            .entry((parent.to_owned(), child.clone()))
                             .or_default() += 1;
                     }
                     _ => {}
                 }
             }
         }
+        Ok(self.calls)
     }
-    Ok(out)
 }
 
 /// Distinct tag keys per scope over parts overlapping `[start, end]`.
