@@ -197,13 +197,8 @@ impl Reads for LocalReads {
     }
 
     async fn dependencies(&self, range: TimeRange) -> Result<Answer<Dependencies>, Error> {
-        self.blocking(move |engine| {
-            engine
-                .index(range)?
-                .dependencies(engine, range.start_unix_nano, range.end_unix_nano)
-                .map(Answer::whole)
-        })
-        .await
+        self.blocking(move |engine| engine.dependencies(range).map(Answer::whole))
+            .await
     }
 }
 

@@ -204,7 +204,8 @@ impl Engine {
     /// [`Engine::index`] one summary set at a time: `f` sees a snapshot of
     /// each set in turn (the buffers', then each file's), and a file's
     /// summaries are let go once `f` returns. For the queries whose answer is
-    /// a union over sets: services, operations, tag keys and values. Holding
+    /// a union or a sum over sets: services, operations, tag keys and
+    /// values, dependencies. Holding
     /// every file's summaries at once took 2.5 GB for the tag names of a
     /// store of 100 M spans.
     pub fn each_index(&self, range: TimeRange, mut f: impl FnMut(&SearchSnapshot)) -> Result<()> {
@@ -221,6 +222,18 @@ impl Engine {
             f(&one(self.file_set(file)?));
         }
         Ok(())
+    }
+
+    /// Calls between services over `range`, one summary set at a time (see
+    /// [`index::Dependencies`]); the traces with calls across parts are read
+    /// with [`Engine::get_trace`].
+    pub fn dependencies(&self, range: TimeRange) -> Result<BTreeMap<(String, String), u64>> {
+        let mut calls = index::Dependencies::default();
+        self.each_index(range, |one| {
+            let start = range.start_unix_nano.max(one.expire_before);
+            calls.add(&one.sets[0], start, range.end_unix_nano);
+        })?;
+        calls.finish(|id| self.get_trace(id))
     }
 
     /// The files of `snapshot` whose spans may lie in `range`; the cache

@@ -215,11 +215,16 @@ fn calls_whose_parent_is_in_another_part_are_counted_from_the_trace() {
     let ms = 1_000_000;
     let start = T0 - 30 * SEC;
     let deps = |engine: &Engine| {
-        engine
+        let calls = engine
+            .dependencies(Default::default())
+            .expect("dependencies");
+        let whole = engine
             .index(Default::default())
             .expect("index")
             .dependencies(engine, 0, 0)
-            .expect("dependencies")
+            .expect("dependencies");
+        assert_eq!(calls, whole, "one set at a time, as over all at once");
+        calls
     };
     let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
     {
@@ -350,6 +355,15 @@ fn a_search_sweeping_the_files_answers_as_one_over_all_of_them() {
     assert_eq!(services.into_iter().collect::<Vec<_>>(), whole.services());
     assert_eq!(values, whole.tag_values(None, "tenant", 0, 0));
     assert_eq!(values.len(), 2);
+    let calls = engine
+        .dependencies(TimeRange::default())
+        .expect("dependencies");
+    assert_eq!(calls, whole.dependencies(&engine, 0, 0).expect("whole"));
+    let front_back = (0..850).filter(|t| t % 3 != 0).count() as u64;
+    assert_eq!(
+        calls.get(&("front".to_string(), "back".to_string())),
+        Some(&front_back)
+    );
 }
 
 /// A trace part with its strings resolved: two sets agree on a trace when
