@@ -154,6 +154,13 @@ impl Reader<'_> {
     }
 
     fn varint(&mut self) -> Result<u64> {
+        // Most values (string indices, counts, small numbers) take one byte.
+        if let Some(&byte) = self.buf.get(self.at) {
+            if byte & 0x80 == 0 {
+                self.at += 1;
+                return Ok(u64::from(byte));
+            }
+        }
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
             let byte = self.bytes(1)?[0];
