@@ -10,6 +10,12 @@
 //! removes leaves the cache with the edit). A span is seen in at least one source, as for
 //! lookups; a span seen twice (between two stages) is counted twice in span
 //! counts, which are estimates while a trace is being flushed.
+//!
+//! A store's decoded summaries outgrow any memory budget (a few hundred bytes
+//! per trace), so the queries read the files' sets a few at a time: search
+//! sweeps the trace-ID space ([`Engine::search_counted`]), the lists and
+//! dependencies take one set at a time ([`Engine::each_index`]).
+//! [`Engine::index`], every set at once, is for tests and benchmarks.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
@@ -204,10 +210,9 @@ impl Engine {
     /// [`Engine::index`] one summary set at a time: `f` sees a snapshot of
     /// each set in turn (the buffers', then each file's), and a file's
     /// summaries are let go once `f` returns. For the queries whose answer is
-    /// a union or a sum over sets: services, operations, tag keys and
-    /// values, dependencies. Holding
-    /// every file's summaries at once took 2.5 GB for the tag names of a
-    /// store of 100 M spans.
+    /// a union or a sum over sets: services, operations, tag keys and values,
+    /// dependencies. Holding every file's summaries at once took 2.5 GB for
+    /// the tag names of a store of 100 M spans.
     pub fn each_index(&self, range: TimeRange, mut f: impl FnMut(&SearchSnapshot)) -> Result<()> {
         let expire_before = self.inner.retention.expire_before();
         let one = |set: Arc<SummarySet>| SearchSnapshot {
@@ -333,7 +338,7 @@ impl Engine {
     }
 
     /// [`index::search`] over the current snapshot, holding few files'
-    /// summaries at a time, and how many it held at most.
+    /// summaries at a time, and the most files' it held at once.
     ///
     /// Holding every file's summaries at once, as [`Engine::index`] does,
     /// took 2.7 GB for a search over 100 M spans (a few hundred bytes
