@@ -347,9 +347,9 @@ impl Engine {
     /// after its largest. Each piece is searched with the buffers and the
     /// files whose IDs overlap it; a file's summaries are let go once the
     /// sweep has passed its largest ID. A trace lies in one piece, so the
-    /// newest of the pieces' answers are the answer. The files of one level
-    /// of one partition hold disjoint IDs: a search holds about one file per
-    /// (partition, level) and the level-0 files, whatever the store's size.
+    /// newest of the pieces' answers are the answer. The files of one sorted
+    /// run hold disjoint IDs: a search holds about one file per run in its
+    /// time range and the level-0 files, whatever the size of the runs.
     pub fn search_counted(&self, q: &SearchQuery) -> Result<(Vec<TraceHit>, usize)> {
         let range = TimeRange::new(q.start_min, 0);
         let (buffers, snapshot) = self.buffer_sets();
