@@ -560,21 +560,28 @@ fn a_failure_during_rotation_keeps_what_was_synced_before_it() {
     opts.segment_bytes = 100;
     let (wal, _, _) = open_opts(opts);
     // Header (24) + two records of 40 (48 each) passes 100: the third rotates.
-    // The segment-2 creation is the first fsync after the write of segment 1's
-    // records and its fdatasync: fail the header fsync of segment 2.
-    injector.fail_nth(None, Some(FaultOp::Sync), 2, FaultKind::Io);
-    let tickets: Vec<_> = (0..3)
+    // The first two are made durable first: how many group commits they take
+    // depends on when the sync thread wakes.
+    let mut tickets: Vec<_> = (0..2)
         .map(|i| wal.append(&payload(i, 40)).expect("append"))
         .collect();
+    for t in &tickets {
+        wal.wait_durable_blocking(*t).expect("durable");
+    }
+    // The rotation fdatasyncs segment 1's end mark, then creates segment 2:
+    // fail that creation's header fsync.
+    injector.fail_nth(None, Some(FaultOp::Sync), 2, FaultKind::Io);
+    tickets.push(wal.append(&payload(2, 40)).expect("append"));
     assert_eq!(
         tickets.iter().map(|t| t.segment).collect::<Vec<_>>(),
         vec![1, 1, 2]
     );
+    assert!(wal.wait_durable_blocking(tickets[2]).is_err());
+    assert_eq!(injector.injected(), 1);
     wal.wait_durable_blocking(tickets[0])
         .expect("synced before the rotation");
     wal.wait_durable_blocking(tickets[1])
         .expect("synced before the rotation");
-    assert!(wal.wait_durable_blocking(tickets[2]).is_err());
     assert!(!seg(dir.path(), 2).exists(), "a failed creation is removed");
     let next = wal.append(b"next").expect("append");
     assert_eq!(next.segment, 3);
