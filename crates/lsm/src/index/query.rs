@@ -232,13 +232,13 @@ pub fn search_ids(
             matches.push((start, trace_id, parts));
         }
     }
-    let newest_first =
+    let order =
         |a: &(u64, TraceId, Parts), b: &(u64, TraceId, Parts)| newest_first(a.0, &a.1, b.0, &b.1);
     if matches.len() > limit {
-        matches.select_nth_unstable_by(limit - 1, newest_first);
+        matches.select_nth_unstable_by(limit - 1, order);
         matches.truncate(limit);
     }
-    matches.sort_by(newest_first);
+    matches.sort_by(order);
     matches
         .into_iter()
         .map(|(_, trace_id, parts)| hit(sets, trace_id, &parts))
