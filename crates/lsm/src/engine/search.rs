@@ -211,7 +211,7 @@ impl Engine {
     /// each set in turn (the buffers', then each file's), and a file's
     /// summaries are let go once `f` returns. For the queries whose answer is
     /// a union or a sum over sets: services, operations, tag keys and values,
-    /// dependencies. Holding every file's summaries at once took 2.5 GB for
+    /// dependencies. Holding every file's summaries at once took 2.5 GiB for
     /// the tag names of a store of 100 M spans.
     pub fn each_index(&self, range: TimeRange, mut f: impl FnMut(&SearchSnapshot)) -> Result<()> {
         let expire_before = self.inner.retention.expire_before();
@@ -341,7 +341,7 @@ impl Engine {
     /// summaries at a time, and the most files' it held at once.
     ///
     /// Holding every file's summaries at once, as [`Engine::index`] does,
-    /// took 2.7 GB for a search over 100 M spans (a few hundred bytes
+    /// took 2.6 GiB for a search over 100 M spans (a few hundred bytes
     /// decoded per trace), far past the memory budget. So the trace-ID space
     /// is swept instead, in pieces cut at each file's smallest trace ID and
     /// after its largest. Each piece is searched with the buffers and the
