@@ -1,0 +1,878 @@
+//! Evaluation of a query over one decoded [`Trace`].
+//!
+//! A spanset is a set of span indices of the trace. The first stage of the
+//! pipeline starts from every span; a filter `{ e }` keeps the spans for
+//! which `e` is true, evaluated on that one span; the spanset operators
+//! combine sides over the trace's parent links. Each later stage maps the
+//! list of spansets to another, and the trace matches when the list the last
+//! stage makes is not empty.
+//!
+//! Values follow TraceQL's rules:
+//! - an attribute a span lacks is `nil`: it equals `nil`, differs from
+//!   `nil`, and every other comparison with it is false (`!=` included);
+//! - values of different types compare false, but int, float and duration
+//!   compare as numbers;
+//! - an attribute with several values (an array, or one per event or link
+//!   of the span; an unscoped `.name` on the span and on its resource)
+//!   satisfies a comparison when one of its values does;
+//! - `=~` and `!~` match the whole string (the pattern is anchored), in time
+//!   linear in the string (the `regex` crate).
+
+use std::{borrow::Cow, collections::HashMap};
+
+use regex::Regex;
+
+use crate::{
+    ast::{
+        Aggregate, ArithOp, Attribute, BinaryOp, CmpOp, FieldExpr, Intrinsic, Kind, Pipeline,
+        Query, Relation, ScalarExpr, Scope, SpansetExpr, SpansetOp, Stage, Static, Status,
+        Structure, UnaryOp,
+    },
+    trace::{find, hex, Attributes, SpanData, Trace, Value},
+};
+
+/// Most bytes a compiled regular expression may take.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// A regular expression of the query, anchored, that does not compile.
+#[derive(Debug, thiserror::Error)]
+#[error("regular expression {pattern:?}: {source}")]
+pub struct RegexError {
+    pub pattern: String,
+    #[source]
+    pub source: regex::Error,
+}
+
+/// A query ready to run: its regular expressions compiled once.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    pub query: Query,
+    regexes: HashMap<String, Regex>,
+}
+
+/// One spanset of a matching trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spanset {
+    /// Indices into [`Trace::spans`], ascending (so in start order).
+    pub spans: Vec<usize>,
+    /// The `by()` fields that made this spanset, as (field, value) text.
+    pub by: Vec<(String, String)>,
+}
+
+impl Compiled {
+    pub fn new(query: Query) -> Result<Compiled, RegexError> {
+        let mut patterns = Vec::new();
+        visit_pipeline(&query.pipeline, &mut |e| {
+            if let FieldExpr::Binary {
+                op: BinaryOp::Cmp(CmpOp::Match | CmpOp::NotMatch),
+                rhs,
+                ..
+            } = e
+            {
+                if let FieldExpr::Static(Static::Str(p)) = rhs.as_ref() {
+                    patterns.push(p.clone());
+                }
+            }
+        });
+        let mut regexes = HashMap::new();
+        for pattern in patterns {
+            let re = regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+                .size_limit(REGEX_SIZE_LIMIT)
+                .nest_limit(64)
+                .build()
+                .map_err(|source| RegexError {
+                    pattern: pattern.clone(),
+                    source,
+                })?;
+            regexes.insert(pattern, re);
+        }
+        Ok(Compiled { query, regexes })
+    }
+
+    /// The spansets of `trace` the query answers; empty when it does not match.
+    pub fn eval(&self, trace: &Trace) -> Vec<Spanset> {
+        if trace.spans.is_empty() {
+            return Vec::new();
+        }
+        let all = Spanset {
+            spans: (0..trace.spans.len()).collect(),
+            by: Vec::new(),
+        };
+        Eval {
+            trace,
+            regexes: &self.regexes,
+        }
+        .pipeline(&self.query.pipeline, vec![all])
+    }
+
+    /// The fields the answer shows for each matched span: those the query's
+    /// conditions and `select()` name, each once, in the order they come.
+    pub fn shown_fields(&self) -> Vec<Attribute> {
+        let mut out: Vec<Attribute> = Vec::new();
+        let mut add = |a: &Attribute| {
+            if !out.contains(a) {
+                out.push(a.clone());
+            }
+        };
+        for stage in &self.query.pipeline.stages {
+            if let Stage::Select(fields) = stage {
+                for f in fields {
+                    visit_field(f, &mut |e| {
+                        if let FieldExpr::Attribute(a) = e {
+                            add(a);
+                        }
+                    });
+                }
+            }
+        }
+        visit_pipeline(&self.query.pipeline, &mut |e| {
+            if let FieldExpr::Attribute(a) = e {
+                add(a);
+            }
+        });
+        out
+    }
+
+    /// The value of `field` on span `i` of `trace`, as text for the answer,
+    /// and its type name; `None` when the span lacks it.
+    pub fn field_text(
+        &self,
+        trace: &Trace,
+        i: usize,
+        field: &Attribute,
+    ) -> Option<(String, &'static str)> {
+        let v = Eval {
+            trace,
+            regexes: &self.regexes,
+        }
+        .attribute(field, i);
+        shown(&v)
+    }
+}
+
+/// A value as the answer shows it: text and type.
+fn shown(v: &Val<'_>) -> Option<(String, &'static str)> {
+    Some(match v {
+        Val::Nil => return None,
+        Val::Bool(b) => (b.to_string(), "bool"),
+        Val::Int(i) => (i.to_string(), "int"),
+        Val::Float(f) => (f.to_string(), "float"),
+        Val::Str(s) => (s.to_string(), "string"),
+        Val::Dur(d) => (format!("{d}ns"), "duration"),
+        Val::Status(s) => (s.name().to_owned(), "keyword"),
+        Val::Kind(k) => (k.name().to_owned(), "keyword"),
+        Val::Many(vs) => {
+            let parts: Vec<String> = vs.iter().filter_map(|v| shown(v).map(|s| s.0)).collect();
+            (format!("[{}]", parts.join(",")), "array")
+        }
+    })
+}
+
+/// Calls `f` on every field expression of the pipeline (filters, `by`,
+/// aggregates), depth first.
+fn visit_pipeline(p: &Pipeline, f: &mut dyn FnMut(&FieldExpr)) {
+    for stage in &p.stages {
+        match stage {
+            Stage::Spansets(s) => visit_spansets(s, f),
+            Stage::ScalarFilter(sf) => {
+                visit_scalar(&sf.lhs, f);
+                visit_scalar(&sf.rhs, f);
+            }
+            Stage::By(e) => visit_field(e, f),
+            Stage::Select(_) | Stage::Coalesce => {}
+        }
+    }
+}
+
+fn visit_spansets(s: &SpansetExpr, f: &mut dyn FnMut(&FieldExpr)) {
+    match s {
+        SpansetExpr::Filter(e) => visit_field(e, f),
+        SpansetExpr::Pipeline(p) => visit_pipeline(p, f),
+        SpansetExpr::Binary { lhs, rhs, .. } => {
+            visit_spansets(lhs, f);
+            visit_spansets(rhs, f);
+        }
+    }
+}
+
+fn visit_scalar(s: &ScalarExpr, f: &mut dyn FnMut(&FieldExpr)) {
+    match s {
+        ScalarExpr::Aggregate(_, e) => visit_field(e, f),
+        ScalarExpr::Arith { lhs, rhs, .. } => {
+            visit_scalar(lhs, f);
+            visit_scalar(rhs, f);
+        }
+        ScalarExpr::Static(_) | ScalarExpr::Count => {}
+    }
+}
+
+fn visit_field(e: &FieldExpr, f: &mut dyn FnMut(&FieldExpr)) {
+    f(e);
+    match e {
+        FieldExpr::Unary(_, inner) => visit_field(inner, f),
+        FieldExpr::Binary { lhs, rhs, .. } => {
+            visit_field(lhs, f);
+            visit_field(rhs, f);
+        }
+        FieldExpr::Static(_) | FieldExpr::Attribute(_) => {}
+    }
+}
+
+/// A value during evaluation.
+#[derive(Debug, Clone, PartialEq)]
+enum Val<'a> {
+    Nil,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Cow<'a, str>),
+    /// Nanoseconds.
+    Dur(i64),
+    Status(Status),
+    Kind(Kind),
+    /// Several values, any of which may satisfy a comparison.
+    Many(Vec<Val<'a>>),
+}
+
+impl Val<'_> {
+    fn truthy(&self) -> bool {
+        match self {
+            Val::Bool(b) => *b,
+            Val::Many(vs) => vs.iter().any(Val::truthy),
+            _ => false,
+        }
+    }
+
+    /// The value as a number, for comparisons and arithmetic across int,
+    /// float and duration.
+    fn number(&self) -> Option<f64> {
+        match self {
+            Val::Int(i) => Some(*i as f64),
+            Val::Float(f) => Some(*f),
+            Val::Dur(d) => Some(*d as f64),
+            _ => None,
+        }
+    }
+}
+
+fn of_static(s: &Static) -> Val<'_> {
+    match s {
+        Static::Nil => Val::Nil,
+        Static::Bool(b) => Val::Bool(*b),
+        Static::Int(i) => Val::Int(*i),
+        Static::Float(f) => Val::Float(*f),
+        Static::Str(s) => Val::Str(Cow::Borrowed(s)),
+        Static::Duration(d) => Val::Dur(*d),
+        Static::Status(s) => Val::Status(*s),
+        Static::Kind(k) => Val::Kind(*k),
+    }
+}
+
+fn of_value(v: &Value) -> Val<'_> {
+    match v {
+        Value::Str(s) => Val::Str(Cow::Borrowed(s)),
+        Value::Int(i) => Val::Int(*i),
+        Value::Float(f) => Val::Float(*f),
+        Value::Bool(b) => Val::Bool(*b),
+        Value::Array(vs) => Val::Many(vs.iter().map(of_value).collect()),
+    }
+}
+
+/// The values of `key` in several attribute lists: nil when none has it.
+fn gather<'a>(lists: impl Iterator<Item = &'a Attributes>, key: &str) -> Val<'a> {
+    let mut found: Vec<Val<'a>> = lists.filter_map(|l| find(l, key)).map(of_value).collect();
+    match found.len() {
+        0 => Val::Nil,
+        1 => found.pop().unwrap_or(Val::Nil),
+        _ => Val::Many(found),
+    }
+}
+
+fn many<'a>(vals: Vec<Val<'a>>) -> Val<'a> {
+    if vals.is_empty() {
+        Val::Nil
+    } else {
+        Val::Many(vals)
+    }
+}
+
+fn nanos(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+struct Eval<'t> {
+    trace: &'t Trace,
+    regexes: &'t HashMap<String, Regex>,
+}
+
+impl<'t> Eval<'t> {
+    fn pipeline(&self, p: &Pipeline, mut sets: Vec<Spanset>) -> Vec<Spanset> {
+        for stage in &p.stages {
+            if sets.is_empty() {
+                break;
+            }
+            sets = match stage {
+                Stage::Spansets(expr) => sets
+                    .into_iter()
+                    .filter_map(|ss| {
+                        let spans = self.spansets(expr, &ss.spans);
+                        (!spans.is_empty()).then_some(Spanset { spans, by: ss.by })
+                    })
+                    .collect(),
+                Stage::ScalarFilter(sf) => sets
+                    .into_iter()
+                    .filter(|ss| {
+                        let l = self.scalar(&sf.lhs, &ss.spans);
+                        let r = self.scalar(&sf.rhs, &ss.spans);
+                        compare(&l, sf.op, &r, None)
+                    })
+                    .collect(),
+                Stage::By(field) => self.by(field, sets),
+                Stage::Select(_) => sets,
+                Stage::Coalesce => {
+                    let mut spans: Vec<usize> = sets.into_iter().flat_map(|s| s.spans).collect();
+                    spans.sort_unstable();
+                    spans.dedup();
+                    vec![Spanset {
+                        spans,
+                        by: Vec::new(),
+                    }]
+                }
+            };
+        }
+        sets
+    }
+
+    /// Splits each spanset by the value of `field` on its spans; spans that
+    /// lack the field are left out.
+    fn by(&self, field: &FieldExpr, sets: Vec<Spanset>) -> Vec<Spanset> {
+        let label = match field {
+            FieldExpr::Attribute(a) => attribute_label(a),
+            _ => "by".to_owned(),
+        };
+        let mut out = Vec::new();
+        for ss in sets {
+            let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+            for &i in &ss.spans {
+                let Some((text, _)) = shown(&self.field(field, i)) else {
+                    continue;
+                };
+                match groups.iter_mut().find(|(t, _)| *t == text) {
+                    Some((_, spans)) => spans.push(i),
+                    None => groups.push((text, vec![i])),
+                }
+            }
+            for (text, spans) in groups {
+                let mut by = ss.by.clone();
+                by.push((label.clone(), text));
+                out.push(Spanset { spans, by });
+            }
+        }
+        out
+    }
+
+    /// The spans of `input` the spanset expression selects, ascending.
+    fn spansets(&self, expr: &SpansetExpr, input: &[usize]) -> Vec<usize> {
+        match expr {
+            SpansetExpr::Filter(e) => input
+                .iter()
+                .copied()
+                .filter(|&i| self.field(e, i).truthy())
+                .collect(),
+            SpansetExpr::Pipeline(p) => {
+                let start = Spanset {
+                    spans: input.to_vec(),
+                    by: Vec::new(),
+                };
+                let mut spans: Vec<usize> = self
+                    .pipeline(p, vec![start])
+                    .into_iter()
+                    .flat_map(|s| s.spans)
+                    .collect();
+                spans.sort_unstable();
+                spans.dedup();
+                spans
+            }
+            SpansetExpr::Binary { op, lhs, rhs } => {
+                let l = self.spansets(lhs, input);
+                let r = self.spansets(rhs, input);
+                match op {
+                    SpansetOp::And if l.is_empty() || r.is_empty() => Vec::new(),
+                    SpansetOp::And | SpansetOp::Or => union(&l, &r),
+                    SpansetOp::Structural(rel, structure) => {
+                        self.structural(*rel, *structure, &l, &r)
+                    }
+                }
+            }
+        }
+    }
+
+    fn structural(
+        &self,
+        rel: Relation,
+        structure: Structure,
+        l: &[usize],
+        r: &[usize],
+    ) -> Vec<usize> {
+        let n = self.trace.spans.len();
+        let mut in_l = vec![false; n];
+        for &i in l {
+            in_l[i] = true;
+        }
+        let related = self.related(rel, &in_l);
+        match structure {
+            Structure::Plain => r.iter().copied().filter(|&i| related[i]).collect(),
+            Structure::Not => r.iter().copied().filter(|&i| !related[i]).collect(),
+            Structure::Union => {
+                let mut in_r = vec![false; n];
+                for &i in r {
+                    in_r[i] = true;
+                }
+                let back = self.related(reverse(rel), &in_r);
+                let right: Vec<usize> = r.iter().copied().filter(|&i| related[i]).collect();
+                let left: Vec<usize> = l.iter().copied().filter(|&i| back[i]).collect();
+                if right.is_empty() {
+                    Vec::new()
+                } else {
+                    union(&left, &right)
+                }
+            }
+        }
+    }
+
+    /// For every span, whether it stands in `rel` to some span marked in
+    /// `from` (`Child`: its parent is marked; `Parent`: it is the parent of
+    /// a marked span; and so on).
+    fn related(&self, rel: Relation, from: &[bool]) -> Vec<bool> {
+        let parent = &self.trace.parent;
+        let n = parent.len();
+        let mut out = vec![false; n];
+        match rel {
+            Relation::Child => {
+                for i in 0..n {
+                    out[i] = parent[i].is_some_and(|p| from[p]);
+                }
+            }
+            Relation::Parent => {
+                for i in 0..n {
+                    if from[i] {
+                        if let Some(p) = parent[i] {
+                            out[p] = true;
+                        }
+                    }
+                }
+            }
+            Relation::Descendant => {
+                // Marked spans' descendants: walk each span's ancestors, at
+                // most n steps (parent links stored by clients may loop).
+                for i in 0..n {
+                    let mut at = parent[i];
+                    let mut steps = 0;
+                    while let Some(p) = at {
+                        if from[p] {
+                            out[i] = true;
+                            break;
+                        }
+                        steps += 1;
+                        if steps > n {
+                            break;
+                        }
+                        at = parent[p];
+                    }
+                }
+            }
+            Relation::Ancestor => {
+                for i in 0..n {
+                    if !from[i] {
+                        continue;
+                    }
+                    let mut at = parent[i];
+                    let mut steps = 0;
+                    while let Some(p) = at {
+                        if out[p] || steps > n {
+                            break;
+                        }
+                        out[p] = true;
+                        steps += 1;
+                        at = parent[p];
+                    }
+                }
+            }
+            Relation::Sibling => {
+                // Marked spans per parent; a span is a sibling of a marked
+                // span when another marked span shares its parent.
+                let mut marked = vec![0u32; n];
+                for i in 0..n {
+                    if from[i] {
+                        if let Some(p) = parent[i] {
+                            marked[p] += 1;
+                        }
+                    }
+                }
+                for i in 0..n {
+                    if let Some(p) = parent[i] {
+                        out[i] = marked[p] > u32::from(from[i]);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn scalar(&self, e: &ScalarExpr, spans: &[usize]) -> Val<'t> {
+        match e {
+            ScalarExpr::Static(s) => of_static(s).into_owned(),
+            ScalarExpr::Count => Val::Int(spans.len() as i64),
+            ScalarExpr::Aggregate(agg, field) => {
+                let values: Vec<Val<'t>> = spans
+                    .iter()
+                    .map(|&i| self.field(field, i))
+                    .filter(|v| v.number().is_some())
+                    .collect();
+                aggregate(*agg, &values)
+            }
+            ScalarExpr::Arith { op, lhs, rhs } => {
+                arith(*op, &self.scalar(lhs, spans), &self.scalar(rhs, spans))
+            }
+        }
+    }
+
+    /// The value of `e` on span `i`.
+    fn field(&self, e: &FieldExpr, i: usize) -> Val<'t> {
+        match e {
+            FieldExpr::Static(s) => of_static(s).into_owned(),
+            FieldExpr::Attribute(a) => self.attribute(a, i),
+            FieldExpr::Unary(UnaryOp::Not, inner) => match self.field(inner, i) {
+                Val::Bool(b) => Val::Bool(!b),
+                _ => Val::Nil,
+            },
+            FieldExpr::Unary(UnaryOp::Neg, inner) => match self.field(inner, i) {
+                Val::Int(v) => Val::Int(v.wrapping_neg()),
+                Val::Float(v) => Val::Float(-v),
+                Val::Dur(v) => Val::Dur(v.wrapping_neg()),
+                _ => Val::Nil,
+            },
+            FieldExpr::Binary { op, lhs, rhs } => match op {
+                BinaryOp::And => {
+                    Val::Bool(self.field(lhs, i).truthy() && self.field(rhs, i).truthy())
+                }
+                BinaryOp::Or => {
+                    Val::Bool(self.field(lhs, i).truthy() || self.field(rhs, i).truthy())
+                }
+                BinaryOp::Arith(op) => arith(*op, &self.field(lhs, i), &self.field(rhs, i)),
+                BinaryOp::Cmp(op) => {
+                    let nil_literal = |e: &FieldExpr| matches!(e, FieldExpr::Static(Static::Nil));
+                    if nil_literal(rhs) || nil_literal(lhs) {
+                        let other = if nil_literal(rhs) { lhs } else { rhs };
+                        let missing = self.field(other, i) == Val::Nil;
+                        return Val::Bool(match op {
+                            CmpOp::Eq => missing,
+                            CmpOp::Ne => !missing,
+                            _ => false,
+                        });
+                    }
+                    let regex = match (op, rhs.as_ref()) {
+                        (CmpOp::Match | CmpOp::NotMatch, FieldExpr::Static(Static::Str(p))) => {
+                            self.regexes.get(p)
+                        }
+                        _ => None,
+                    };
+                    Val::Bool(compare(
+                        &self.field(lhs, i),
+                        *op,
+                        &self.field(rhs, i),
+                        regex,
+                    ))
+                }
+            },
+        }
+    }
+
+    fn attribute(&self, a: &Attribute, i: usize) -> Val<'t> {
+        let trace = self.trace;
+        let span: &'t SpanData = &trace.spans[i];
+        match a {
+            Attribute::Attr { scope, name } => match scope {
+                Scope::Span => gather(std::iter::once(&span.attributes), name),
+                Scope::Resource => gather(std::iter::once(&span.origin.resource), name),
+                Scope::Unscoped => {
+                    gather([&span.attributes, &span.origin.resource].into_iter(), name)
+                }
+                Scope::Event => gather(span.events.iter().map(|e| &e.attributes), name),
+                Scope::Link => gather(span.links.iter().map(|l| &l.attributes), name),
+                Scope::Instrumentation => gather(std::iter::once(&span.origin.scope), name),
+            },
+            Attribute::Intrinsic(x) => self.intrinsic(*x, i),
+        }
+    }
+
+    fn intrinsic(&self, x: Intrinsic, i: usize) -> Val<'t> {
+        let trace = self.trace;
+        let span: &'t SpanData = &trace.spans[i];
+        let text = |s: &'t str| Val::Str(Cow::Borrowed(s));
+        match x {
+            Intrinsic::Name => text(&span.name),
+            Intrinsic::Status => Val::Status(span.status),
+            Intrinsic::StatusMessage => text(&span.status_message),
+            Intrinsic::Kind => Val::Kind(span.kind),
+            Intrinsic::Duration => Val::Dur(nanos(span.duration_nanos())),
+            Intrinsic::SpanId => Val::Str(Cow::Owned(hex(&span.span_id))),
+            Intrinsic::ParentId => match span.parent_id {
+                Some(p) => Val::Str(Cow::Owned(hex(&p))),
+                None => Val::Nil,
+            },
+            Intrinsic::ChildCount => Val::Int(i64::from(trace.child_count[i])),
+            Intrinsic::TraceId => Val::Str(Cow::Owned(hex(&trace.trace_id))),
+            Intrinsic::RootName => trace.root_name().map_or(Val::Nil, text),
+            Intrinsic::RootServiceName => trace.root_service().map_or(Val::Nil, text),
+            Intrinsic::TraceDuration => Val::Dur(nanos(trace.duration_nanos())),
+            Intrinsic::EventName => many(span.events.iter().map(|e| text(&e.name)).collect()),
+            Intrinsic::EventTimeSinceStart => many(
+                span.events
+                    .iter()
+                    .map(|e| Val::Dur(nanos(e.time_unix_nano.saturating_sub(span.start_unix_nano))))
+                    .collect(),
+            ),
+            Intrinsic::LinkTraceId => many(
+                span.links
+                    .iter()
+                    .map(|l| Val::Str(Cow::Owned(hex(&l.trace_id))))
+                    .collect(),
+            ),
+            Intrinsic::LinkSpanId => many(
+                span.links
+                    .iter()
+                    .map(|l| Val::Str(Cow::Owned(hex(&l.span_id))))
+                    .collect(),
+            ),
+            Intrinsic::InstrumentationName => {
+                span.origin.scope_name.as_deref().map_or(Val::Nil, text)
+            }
+            Intrinsic::InstrumentationVersion => {
+                span.origin.scope_version.as_deref().map_or(Val::Nil, text)
+            }
+        }
+    }
+}
+
+impl Val<'_> {
+    fn into_owned(self) -> Val<'static> {
+        match self {
+            Val::Nil => Val::Nil,
+            Val::Bool(b) => Val::Bool(b),
+            Val::Int(i) => Val::Int(i),
+            Val::Float(f) => Val::Float(f),
+            Val::Str(s) => Val::Str(Cow::Owned(s.into_owned())),
+            Val::Dur(d) => Val::Dur(d),
+            Val::Status(s) => Val::Status(s),
+            Val::Kind(k) => Val::Kind(k),
+            Val::Many(vs) => Val::Many(vs.into_iter().map(Val::into_owned).collect()),
+        }
+    }
+}
+
+/// How `field` is named in a `by()` answer.
+fn attribute_label(a: &Attribute) -> String {
+    match a {
+        Attribute::Intrinsic(x) => x.name().to_owned(),
+        Attribute::Attr { scope, name } => {
+            let prefix = match scope {
+                Scope::Unscoped => "",
+                Scope::Resource => "resource",
+                Scope::Span => "span",
+                Scope::Event => "event",
+                Scope::Link => "link",
+                Scope::Instrumentation => "instrumentation",
+            };
+            format!("{prefix}.{name}")
+        }
+    }
+}
+
+fn reverse(rel: Relation) -> Relation {
+    match rel {
+        Relation::Child => Relation::Parent,
+        Relation::Parent => Relation::Child,
+        Relation::Descendant => Relation::Ancestor,
+        Relation::Ancestor => Relation::Descendant,
+        Relation::Sibling => Relation::Sibling,
+    }
+}
+
+/// The union of two ascending index lists, ascending.
+fn union(a: &[usize], b: &[usize]) -> Vec<usize> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let next = match (a.get(i), b.get(j)) {
+            (Some(&x), Some(&y)) if x == y => {
+                i += 1;
+                j += 1;
+                x
+            }
+            (Some(&x), Some(&y)) if x < y => {
+                i += 1;
+                x
+            }
+            (Some(_), Some(&y)) | (None, Some(&y)) => {
+                j += 1;
+                y
+            }
+            (Some(&x), None) => {
+                i += 1;
+                x
+            }
+            (None, None) => break,
+        };
+        out.push(next);
+    }
+    out
+}
+
+/// `l op r`: see the module docs. `regex` is the compiled pattern of `r`
+/// for `=~` and `!~`.
+fn compare(l: &Val<'_>, op: CmpOp, r: &Val<'_>, regex: Option<&Regex>) -> bool {
+    if let Val::Many(ls) = l {
+        return ls.iter().any(|l| compare(l, op, r, regex));
+    }
+    if let Val::Many(rs) = r {
+        return rs.iter().any(|r| compare(l, op, r, regex));
+    }
+    use std::cmp::Ordering;
+    let ord: Option<Ordering> = match (l, r) {
+        (Val::Str(a), Val::Str(b)) => {
+            if let (CmpOp::Match | CmpOp::NotMatch, Some(re)) = (op, regex) {
+                return re.is_match(a) == (op == CmpOp::Match);
+            }
+            Some(a.cmp(b))
+        }
+        (Val::Int(a), Val::Int(b)) | (Val::Dur(a), Val::Dur(b)) => Some(a.cmp(b)),
+        (Val::Bool(a), Val::Bool(b)) => {
+            return match op {
+                CmpOp::Eq => a == b,
+                CmpOp::Ne => a != b,
+                _ => false,
+            }
+        }
+        (Val::Status(a), Val::Status(b)) => {
+            return match op {
+                CmpOp::Eq => a == b,
+                CmpOp::Ne => a != b,
+                _ => false,
+            }
+        }
+        (Val::Kind(a), Val::Kind(b)) => {
+            return match op {
+                CmpOp::Eq => a == b,
+                CmpOp::Ne => a != b,
+                _ => false,
+            }
+        }
+        _ => match (l.number(), r.number()) {
+            (Some(a), Some(b)) => a.partial_cmp(&b),
+            _ => None,
+        },
+    };
+    let Some(ord) = ord else {
+        return false;
+    };
+    match op {
+        CmpOp::Eq => ord == Ordering::Equal,
+        CmpOp::Ne => ord != Ordering::Equal,
+        CmpOp::Gt => ord == Ordering::Greater,
+        CmpOp::Ge => ord != Ordering::Less,
+        CmpOp::Lt => ord == Ordering::Less,
+        CmpOp::Le => ord != Ordering::Greater,
+        CmpOp::Match | CmpOp::NotMatch => false,
+    }
+}
+
+fn arith<'a>(op: ArithOp, l: &Val<'a>, r: &Val<'a>) -> Val<'static> {
+    match (l, r) {
+        (Val::Int(a), Val::Int(b)) => match op {
+            ArithOp::Add => Val::Int(a.wrapping_add(*b)),
+            ArithOp::Sub => Val::Int(a.wrapping_sub(*b)),
+            ArithOp::Mul => Val::Int(a.wrapping_mul(*b)),
+            ArithOp::Div if *b != 0 => Val::Int(a.wrapping_div(*b)),
+            ArithOp::Mod if *b != 0 => Val::Int(a.wrapping_rem(*b)),
+            ArithOp::Pow => Val::Float((*a as f64).powf(*b as f64)),
+            ArithOp::Div | ArithOp::Mod => Val::Nil,
+        },
+        (Val::Dur(a), Val::Dur(b)) => match op {
+            ArithOp::Add => Val::Dur(a.wrapping_add(*b)),
+            ArithOp::Sub => Val::Dur(a.wrapping_sub(*b)),
+            _ => float_arith(op, *a as f64, *b as f64),
+        },
+        (Val::Dur(a), other) | (other, Val::Dur(a))
+            if matches!(op, ArithOp::Mul | ArithOp::Div) && other.number().is_some() =>
+        {
+            let (x, y) = (*a as f64, other.number().unwrap_or(0.0));
+            match (op, l) {
+                (ArithOp::Mul, _) => Val::Dur((x * y) as i64),
+                (ArithOp::Div, Val::Dur(_)) if y != 0.0 => Val::Dur((x / y) as i64),
+                _ => Val::Nil,
+            }
+        }
+        _ => match (l.number(), r.number()) {
+            (Some(a), Some(b)) => float_arith(op, a, b),
+            _ => Val::Nil,
+        },
+    }
+}
+
+fn float_arith(op: ArithOp, a: f64, b: f64) -> Val<'static> {
+    let v = match op {
+        ArithOp::Add => a + b,
+        ArithOp::Sub => a - b,
+        ArithOp::Mul => a * b,
+        ArithOp::Div => a / b,
+        ArithOp::Mod => a % b,
+        ArithOp::Pow => a.powf(b),
+    };
+    if v.is_finite() {
+        Val::Float(v)
+    } else {
+        Val::Nil
+    }
+}
+
+/// `agg` over the numeric values of a spanset's spans (nil when none has one).
+fn aggregate<'a>(agg: Aggregate, values: &[Val<'a>]) -> Val<'a> {
+    if values.is_empty() {
+        return Val::Nil;
+    }
+    let numbers: Vec<f64> = values.iter().filter_map(Val::number).collect();
+    let all_dur = values.iter().all(|v| matches!(v, Val::Dur(_)));
+    let all_int = values.iter().all(|v| matches!(v, Val::Int(_)));
+    let pick = |better: fn(f64, f64) -> bool| -> Val<'a> {
+        let mut best = 0;
+        for (i, n) in numbers.iter().enumerate() {
+            if better(*n, numbers[best]) {
+                best = i;
+            }
+        }
+        values[best].clone()
+    };
+    match agg {
+        Aggregate::Min => pick(|a, b| a < b),
+        Aggregate::Max => pick(|a, b| a > b),
+        Aggregate::Sum => {
+            let sum: f64 = numbers.iter().sum();
+            if all_dur {
+                Val::Dur(sum as i64)
+            } else if all_int {
+                Val::Int(sum as i64)
+            } else {
+                Val::Float(sum)
+            }
+        }
+        Aggregate::Avg => {
+            let avg = numbers.iter().sum::<f64>() / numbers.len() as f64;
+            if all_dur {
+                Val::Dur(avg as i64)
+            } else {
+                Val::Float(avg)
+            }
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! What a trace must have for a query to match it, in terms a search index
+//! can check without reading spans: [`needs`].
+//!
+//! Each [`SpanNeed`] says that some one span of the trace has a given
+//! service, name and kind, and whether the trace must hold an error span.
+//! They are necessary, never sufficient: a trace the index rules out by them
+//! cannot match, and every trace they let through is evaluated on its spans.
+//! Only conditions that a span can satisfy in exactly one way are used: a
+//! string literal compared with `=` to `resource.service.name` or to `name`,
+//! a kind compared with `=` to `kind`, and `status = error`.
+
+use crate::ast::{
+    Attribute, BinaryOp, CmpOp, FieldExpr, Intrinsic, Kind, Pipeline, Query, Scope, SpansetExpr,
+    SpansetOp, Stage, Static, Status, Structure,
+};
+
+/// Some span of the trace has all of these (`None`: any).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct SpanNeed {
+    pub service: Option<String>,
+    pub name: Option<String>,
+    pub kind: Option<Kind>,
+    /// The span's status is error.
+    pub error: bool,
+}
+
+impl SpanNeed {
+    pub fn is_empty(&self) -> bool {
+        *self == SpanNeed::default()
+    }
+}
+
+/// Needs that every trace the query matches satisfies, each on some span
+/// (empty: nothing the index can check).
+pub fn needs(query: &Query) -> Vec<SpanNeed> {
+    let mut out = Vec::new();
+    pipeline(&query.pipeline, &mut out);
+    out.retain(|n| !n.is_empty());
+    out.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+    out.dedup();
+    out
+}
+
+/// Every stage keeps a subset of the spans the stage before kept, so the
+/// spanset stages each add their needs.
+fn pipeline(p: &Pipeline, out: &mut Vec<SpanNeed>) {
+    for stage in &p.stages {
+        if let Stage::Spansets(s) = stage {
+            spansets(s, out);
+        }
+    }
+}
+
+fn spansets(s: &SpansetExpr, out: &mut Vec<SpanNeed>) {
+    match s {
+        SpansetExpr::Filter(e) => {
+            let mut need = SpanNeed::default();
+            conjuncts(e, &mut need);
+            out.push(need);
+        }
+        SpansetExpr::Pipeline(p) => pipeline(p, out),
+        SpansetExpr::Binary { op, lhs, rhs } => match op {
+            // Both sides have spans.
+            SpansetOp::And | SpansetOp::Structural(_, Structure::Plain | Structure::Union) => {
+                spansets(lhs, out);
+                spansets(rhs, out);
+            }
+            // The right side's spans not in the relation: the left may be empty.
+            SpansetOp::Structural(_, Structure::Not) => spansets(rhs, out),
+            SpansetOp::Or => {}
+        },
+    }
+}
+
+/// Adds to `need` what the top-level `&&` chain of `e` requires of its span.
+fn conjuncts(e: &FieldExpr, need: &mut SpanNeed) {
+    let FieldExpr::Binary { op, lhs, rhs } = e else {
+        return;
+    };
+    match op {
+        BinaryOp::And => {
+            conjuncts(lhs, need);
+            conjuncts(rhs, need);
+        }
+        BinaryOp::Cmp(CmpOp::Eq) => {
+            let (attr, value) = match (lhs.as_ref(), rhs.as_ref()) {
+                (FieldExpr::Attribute(a), FieldExpr::Static(v))
+                | (FieldExpr::Static(v), FieldExpr::Attribute(a)) => (a, v),
+                _ => return,
+            };
+            match (attr, value) {
+                (
+                    Attribute::Attr {
+                        scope: Scope::Resource,
+                        name,
+                    },
+                    Static::Str(s),
+                ) if name == "service.name" => {
+                    need.service = Some(s.clone());
+                }
+                (Attribute::Intrinsic(Intrinsic::Name), Static::Str(s)) => {
+                    need.name = Some(s.clone());
+                }
+                (Attribute::Intrinsic(Intrinsic::Kind), Static::Kind(k)) => need.kind = Some(*k),
+                (Attribute::Intrinsic(Intrinsic::Status), Static::Status(Status::Error)) => {
+                    need.error = true;
+                }
+                _ => {}
+            }
+        }
+        _ => {}
+    }
+}

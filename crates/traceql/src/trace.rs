@@ -1,0 +1,299 @@
+//! A trace as the evaluator reads it: every span decoded from its stored
+//! OTLP bytes, with its resource and instrumentation scope, and the tree the
+//! parent links make.
+//!
+//! Conditions are evaluated on these decoded spans, never on a summary, so
+//! an answer depends only on what was stored. Decoding is lenient where OTLP
+//! is: an attribute whose value is empty or of a type TraceQL has no literal
+//! for (bytes, key-value lists) reads as absent.
+
+use std::{collections::HashMap, sync::Arc};
+
+use prost::Message as _;
+use tracedb_proto::{
+    common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue},
+    resource::v1::Resource,
+    trace::v1 as otlp,
+};
+
+use crate::ast::{Kind, Status};
+
+/// An attribute value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Str(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    /// An array attribute: TraceQL compares each element.
+    Array(Vec<Value>),
+}
+
+/// Attributes in the order they were sent. Lookups are linear: spans carry
+/// a handful, and a map per span would cost more than it saves.
+pub type Attributes = Vec<(String, Value)>;
+
+/// The resource and scope spans were exported under, decoded once per
+/// distinct pair in a trace.
+#[derive(Debug, Default, PartialEq)]
+pub struct Origin {
+    pub resource: Attributes,
+    pub scope_name: Option<String>,
+    pub scope_version: Option<String>,
+    pub scope: Attributes,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub name: String,
+    pub time_unix_nano: u64,
+    pub attributes: Attributes,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Link {
+    pub trace_id: Vec<u8>,
+    pub span_id: Vec<u8>,
+    pub attributes: Attributes,
+}
+
+/// One decoded span.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanData {
+    pub span_id: [u8; 8],
+    /// `None` for a span without a parent (an empty or all-zero parent ID).
+    pub parent_id: Option<[u8; 8]>,
+    pub name: String,
+    pub kind: Kind,
+    pub status: Status,
+    pub status_message: String,
+    pub start_unix_nano: u64,
+    pub end_unix_nano: u64,
+    pub attributes: Attributes,
+    pub events: Vec<Event>,
+    pub links: Vec<Link>,
+    pub origin: Arc<Origin>,
+}
+
+impl SpanData {
+    pub fn duration_nanos(&self) -> u64 {
+        self.end_unix_nano.saturating_sub(self.start_unix_nano)
+    }
+
+    /// The service: the resource's `service.name` when it is a string.
+    pub fn service(&self) -> Option<&str> {
+        match find(&self.origin.resource, "service.name") {
+            Some(Value::Str(s)) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// A whole trace, ready to be evaluated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trace {
+    pub trace_id: [u8; 16],
+    /// Ordered by start time, then span ID (a stable order for answers).
+    pub spans: Vec<SpanData>,
+    /// For each span, the index of its parent when the parent is stored.
+    pub parent: Vec<Option<usize>>,
+    /// For each span, how many stored spans name it as their parent.
+    pub child_count: Vec<u32>,
+    /// The root span: the earliest span without a parent ID.
+    pub root: Option<usize>,
+    pub start_unix_nano: u64,
+    pub end_unix_nano: u64,
+}
+
+/// Why stored bytes are not a span.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("span {index} of the trace: {source}")]
+    Span {
+        index: usize,
+        source: prost::DecodeError,
+    },
+    #[error("a resource or scope of the trace: {0}")]
+    Origin(#[from] prost::DecodeError),
+}
+
+/// The encoded parts of one stored span, as the storage engine keeps them.
+#[derive(Debug, Clone, Copy)]
+pub struct EncodedSpan<'a> {
+    /// `opentelemetry.proto.trace.v1.Span`.
+    pub payload: &'a [u8],
+    /// `opentelemetry.proto.resource.v1.Resource`, if it was sent.
+    pub resource: Option<&'a [u8]>,
+    /// `opentelemetry.proto.common.v1.InstrumentationScope`, if it was sent.
+    pub scope: Option<&'a [u8]>,
+}
+
+impl Trace {
+    /// Decodes the spans of one trace (any order).
+    pub fn decode<'a>(
+        trace_id: [u8; 16],
+        spans: impl IntoIterator<Item = EncodedSpan<'a>>,
+    ) -> Result<Trace, DecodeError> {
+        let mut origins: HashMap<(&[u8], &[u8]), Arc<Origin>> = HashMap::new();
+        let mut out = Vec::new();
+        for (index, encoded) in spans.into_iter().enumerate() {
+            let key = (
+                encoded.resource.unwrap_or_default(),
+                encoded.scope.unwrap_or_default(),
+            );
+            let origin = match origins.get(&key) {
+                Some(o) => o.clone(),
+                None => {
+                    let o = Arc::new(decode_origin(encoded.resource, encoded.scope)?);
+                    origins.insert(key, o.clone());
+                    o
+                }
+            };
+            let span = otlp::Span::decode(encoded.payload)
+                .map_err(|source| DecodeError::Span { index, source })?;
+            out.push(span_data(span, origin));
+        }
+        Ok(Trace::new(trace_id, out))
+    }
+
+    /// A trace of decoded spans (any order): links parents and children.
+    pub fn new(trace_id: [u8; 16], mut spans: Vec<SpanData>) -> Trace {
+        spans.sort_by(|a, b| (a.start_unix_nano, a.span_id).cmp(&(b.start_unix_nano, b.span_id)));
+        // The first span stored with an ID is the one a child's link names.
+        let mut by_id: HashMap<[u8; 8], usize> = HashMap::with_capacity(spans.len());
+        for (i, s) in spans.iter().enumerate() {
+            by_id.entry(s.span_id).or_insert(i);
+        }
+        let parent: Vec<Option<usize>> = spans
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                s.parent_id
+                    .and_then(|p| by_id.get(&p).copied())
+                    .filter(|&p| p != i)
+            })
+            .collect();
+        let mut child_count = vec![0u32; spans.len()];
+        for p in parent.iter().flatten() {
+            child_count[*p] += 1;
+        }
+        let root = spans.iter().position(|s| s.parent_id.is_none());
+        let start = spans.iter().map(|s| s.start_unix_nano).min().unwrap_or(0);
+        let end = spans.iter().map(|s| s.end_unix_nano).max().unwrap_or(0);
+        Trace {
+            trace_id,
+            spans,
+            parent,
+            child_count,
+            root,
+            start_unix_nano: start,
+            end_unix_nano: end,
+        }
+    }
+
+    pub fn duration_nanos(&self) -> u64 {
+        self.end_unix_nano.saturating_sub(self.start_unix_nano)
+    }
+
+    /// The root span's service and name, when the root is stored.
+    pub fn root_service(&self) -> Option<&str> {
+        self.root.and_then(|r| self.spans[r].service())
+    }
+
+    pub fn root_name(&self) -> Option<&str> {
+        self.root.map(|r| self.spans[r].name.as_str())
+    }
+}
+
+/// The first attribute named `key`.
+pub fn find<'a>(attributes: &'a Attributes, key: &str) -> Option<&'a Value> {
+    attributes.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+}
+
+fn decode_origin(resource: Option<&[u8]>, scope: Option<&[u8]>) -> Result<Origin, DecodeError> {
+    let resource = match resource {
+        Some(bytes) => Resource::decode(bytes)?.attributes,
+        None => Vec::new(),
+    };
+    let scope = match scope {
+        Some(bytes) => Some(InstrumentationScope::decode(bytes)?),
+        None => None,
+    };
+    let non_empty = |s: String| (!s.is_empty()).then_some(s);
+    Ok(Origin {
+        resource: attributes(resource),
+        scope_name: scope.as_ref().and_then(|s| non_empty(s.name.clone())),
+        scope_version: scope.as_ref().and_then(|s| non_empty(s.version.clone())),
+        scope: scope.map(|s| attributes(s.attributes)).unwrap_or_default(),
+    })
+}
+
+fn span_data(span: otlp::Span, origin: Arc<Origin>) -> SpanData {
+    let id8 = |b: &[u8]| -> Option<[u8; 8]> {
+        let id: [u8; 8] = b.try_into().ok()?;
+        (id != [0; 8]).then_some(id)
+    };
+    let (status, status_message) = match span.status {
+        Some(s) => (Status::from_code(s.code), s.message),
+        None => (Status::Unset, String::new()),
+    };
+    SpanData {
+        span_id: id8(&span.span_id).unwrap_or_default(),
+        parent_id: id8(&span.parent_span_id),
+        kind: Kind::from_code(span.kind),
+        name: span.name,
+        status,
+        status_message,
+        start_unix_nano: span.start_time_unix_nano,
+        end_unix_nano: span.end_time_unix_nano,
+        attributes: attributes(span.attributes),
+        events: span
+            .events
+            .into_iter()
+            .map(|e| Event {
+                name: e.name,
+                time_unix_nano: e.time_unix_nano,
+                attributes: attributes(e.attributes),
+            })
+            .collect(),
+        links: span
+            .links
+            .into_iter()
+            .map(|l| Link {
+                trace_id: l.trace_id.to_vec(),
+                span_id: l.span_id.to_vec(),
+                attributes: attributes(l.attributes),
+            })
+            .collect(),
+        origin,
+    }
+}
+
+fn attributes(kvs: Vec<KeyValue>) -> Attributes {
+    kvs.into_iter()
+        .filter_map(|kv| Some((kv.key, value(kv.value?)?)))
+        .collect()
+}
+
+fn value(v: AnyValue) -> Option<Value> {
+    Some(match v.value? {
+        any_value::Value::StringValue(s) => Value::Str(s),
+        any_value::Value::BoolValue(b) => Value::Bool(b),
+        any_value::Value::IntValue(i) => Value::Int(i),
+        any_value::Value::DoubleValue(f) => Value::Float(f),
+        any_value::Value::ArrayValue(a) => {
+            Value::Array(a.values.into_iter().filter_map(value).collect())
+        }
+        _ => return None,
+    })
+}
+
+/// Lowercase hex, as TraceQL compares IDs.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
