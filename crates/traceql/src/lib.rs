@@ -3,4 +3,11 @@
 //! traces.
 //!
 //! - [`ast`]: the typed query tree.
+//! - `error`: `ParseError`, with the line and column of what went wrong.
+//! - `lexer`: tokens with their byte ranges; knows no grammar (the parser
+//!   that uses it comes next).
 pub mod ast;
+#[allow(dead_code)]
+mod error;
+#[allow(dead_code)]
+mod lexer;
