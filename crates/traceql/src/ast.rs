@@ -277,8 +277,17 @@ impl Intrinsic {
     pub fn value_type(self) -> Type {
         use Intrinsic::*;
         match self {
-            Name | StatusMessage | SpanId | ParentId | TraceId | RootName | RootServiceName
-            | EventName | LinkTraceId | LinkSpanId | InstrumentationName
+            Name
+            | StatusMessage
+            | SpanId
+            | ParentId
+            | TraceId
+            | RootName
+            | RootServiceName
+            | EventName
+            | LinkTraceId
+            | LinkSpanId
+            | InstrumentationName
             | InstrumentationVersion => Type::Str,
             Status => Type::Status,
             Kind => Type::Kind,
