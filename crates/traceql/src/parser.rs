@@ -270,7 +270,10 @@ impl Parser<'_> {
                 ("most_recent", v) => {
                     return Err(self.error_at(
                         value_at,
-                        format!("most_recent takes true or false, not a {}", v.value_type()),
+                        format!(
+                            "most_recent takes true or false, not a value of type {}",
+                            v.value_type()
+                        ),
                     ))
                 }
                 _ => {
@@ -660,7 +663,10 @@ impl Parser<'_> {
                 if !matches!(arg.ty, Type::Any | Type::Int | Type::Float | Type::Duration) {
                     return Err(self.error_at(
                         arg.start,
-                        format!("{name}() needs a number, but its argument is a {}", arg.ty),
+                        format!(
+                            "{name}() needs a number, but its argument is of type {}",
+                            arg.ty
+                        ),
                     ));
                 }
                 if !arg.refs_span {

@@ -112,7 +112,7 @@ pub(super) fn check_operands(
         if !op_takes(op, t) {
             return Err(p.error_at(
                 op_at,
-                format!("\"{}\" does not apply to a {t}", op.symbol()),
+                format!("\"{}\" does not apply to values of type {t}", op.symbol()),
             ));
         }
     }
@@ -139,7 +139,7 @@ impl Parser<'_> {
             return Err(self.error_at(
                 e.start,
                 format!(
-                    "a spanset filter needs a condition (a boolean), but this is a {}",
+                    "a spanset filter needs a condition (a boolean), but this is of type {}",
                     e.ty
                 ),
             ));
@@ -206,7 +206,10 @@ impl Parser<'_> {
             };
             return Err(self.error_at(
                 op_at,
-                format!("\"{symbol}\" applies to {wants}, not a {}", operand.ty),
+                format!(
+                    "\"{symbol}\" applies to {wants}, not to a value of type {}",
+                    operand.ty
+                ),
             ));
         }
         // `-1` is the literal -1, as Tempo folds it.
@@ -256,7 +259,14 @@ impl Parser<'_> {
                 ));
             };
             compile_regex(pattern).map_err(|e| {
-                self.error_at(rhs.start, format!("invalid regular expression: {e}"))
+                // The regex crate's message spans lines, with a caret under
+                // our anchored copy of the pattern; keep its last word.
+                let text = e.to_string();
+                let reason = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("error: "))
+                    .unwrap_or(text.trim());
+                self.error_at(rhs.start, format!("invalid regular expression: {reason}"))
             })?;
         }
         Ok(Operand {
@@ -430,9 +440,11 @@ fn short_intrinsic(w: &str) -> Result<Option<Intrinsic>, String> {
                 "the intrinsic \"parent\" is not supported by tracedb (nor run by Tempo)".into(),
             )
         }
-        "nestedSetLeft" | "nestedSetRight" | "nestedSetParent" => return Err(format!(
+        "nestedSetLeft" | "nestedSetRight" | "nestedSetParent" => {
+            return Err(format!(
             "the intrinsic \"{w}\" is not supported by tracedb (it is Tempo's storage internals)"
-        )),
+        ))
+        }
         _ => return Ok(None),
     }))
 }

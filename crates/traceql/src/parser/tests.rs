@@ -686,10 +686,26 @@ fn type_errors_point_at_the_operand() {
     refused_at("{ 1 }", 1, 3, "needs a condition");
     refused_at(r#"{ "a" }"#, 1, 3, "needs a condition");
     refused_at("{ .a + 1 }", 1, 3, "needs a condition");
-    refused_at("{ status > ok }", 1, 10, "\">\" does not apply to a status");
-    refused_at("{ .a =~ 1 }", 1, 6, "does not apply to a int");
+    refused_at(
+        "{ status > ok }",
+        1,
+        10,
+        "\">\" does not apply to values of type status",
+    );
+    refused_at("{ .a =~ 1 }", 1, 6, "does not apply to values of type int");
     refused_at("{ .a =~ .b }", 1, 9, "must be a string literal");
-    refused_at(r#"{ .a =~ "(" }"#, 1, 9, "invalid regular expression");
+    refused_at(
+        r#"{ .a =~ "(" }"#,
+        1,
+        9,
+        "invalid regular expression: unclosed group",
+    );
+    refused_at(
+        r#"{ .a =~ "a{1000}{1000}" }"#,
+        1,
+        9,
+        "invalid regular expression",
+    );
     refused_at("{ !1 }", 1, 3, "\"!\" applies to a boolean");
     refused_at(r#"{ -"a" = 1 }"#, 1, 3, "\"-\" applies to a number");
     refused_at("{ .a > nil }", 1, 8, "nil can only be compared");
@@ -714,7 +730,7 @@ fn pipeline_errors() {
         "{ } | avg(name) > 1",
         1,
         11,
-        "avg() needs a number, but its argument is a string",
+        "avg() needs a number, but its argument is of type string",
     );
     refused_at("{ } | avg(1) > 1", 1, 11, "needs a field of the span");
     refused_at("{ } | sum(.a) > \"x\"", 1, 17, "found");
@@ -874,4 +890,16 @@ fn printing_is_canonical() {
         assert_eq!(q.to_string(), printed, "{text}");
         round_trips(&q);
     }
+}
+
+#[test]
+fn error_display() {
+    let e = parse("{ status = }").err().map(|e| e.to_string());
+    assert_eq!(
+        e.as_deref(),
+        Some(
+            "parse error at line 1, column 12: expected a value, an attribute or an intrinsic \
+             after \"=\", found \"}\""
+        )
+    );
 }
