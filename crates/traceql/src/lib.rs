@@ -2,7 +2,17 @@
 //! Grafana Tempo gives it: the same query over the same spans finds the same
 //! traces.
 //!
+//! A query's text goes through `lexer` (tokens with their byte ranges),
+//! then `parser` (recursive descent that type-checks as it builds), and
+//! comes out as an [`ast::Query`]; `print` turns a tree back into text
+//! that parses to the same tree. [`eval`] runs it on one trace at a time.
+//!
 //! - [`ast`]: the typed query tree.
+//! - `error`: [`ParseError`], with the line and column of what went wrong.
+//! - `lexer`: tokens; knows no grammar.
+//! - `parser`: [`parse`], with the limits [`MAX_QUERY_BYTES`] and
+//!   [`MAX_DEPTH`] that keep hostile queries cheap.
+//! - `print`: `Display` for the tree, as canonical TraceQL.
 //! - [`trace`]: a trace decoded from its stored OTLP bytes ([`Trace`]), the
 //!   only thing a query is evaluated on.
 //! - [`eval`]: a query compiled once ([`Compiled`]) and evaluated on one
@@ -15,12 +25,17 @@
 
 pub mod arbitrary;
 pub mod ast;
+mod error;
 pub mod eval;
+mod lexer;
 #[cfg(test)]
 mod model_tests;
+mod parser;
+mod print;
 pub mod prune;
 pub mod trace;
 
 pub use eval::{Compiled, RegexError, Spanset};
+pub use parser::{parse, ParseError, MAX_DEPTH, MAX_QUERY_BYTES};
 pub use prune::{needs, SpanNeed};
 pub use trace::{EncodedSpan, Trace};
