@@ -71,6 +71,7 @@ pub use members::{
 use crate::{
     error::Error,
     read::{Answer, Dependencies, FoundTrace, Reads, TagKeys},
+    search::{Match, Search},
     service::{proto_scope, PARTIAL_REASON_HEADER},
 };
 
@@ -594,6 +595,8 @@ impl Reads for NodeReads {
             min_duration_nanos: query.duration_min,
             max_duration_nanos: query.duration_max,
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            query: String::new(),
+            spans_per_spanset: 0,
             tags: query
                 .tags
                 .iter()
@@ -644,6 +647,67 @@ impl Reads for NodeReads {
             });
             hits.truncate(limit);
             hits
+        })
+    }
+
+    async fn find(&self, search: Search) -> Result<Answer<Vec<Match>>, Error> {
+        crate::search::tier_supported(&search.query.query).map_err(Error::InvalidArgument)?;
+        let limit = search.limit.max(1);
+        let spss = search.spans_per_spanset;
+        let request = SearchTracesRequest {
+            query: search.text.clone(),
+            start_time_unix_nano: search.start_unix_nano,
+            end_time_unix_nano: search.end_unix_nano,
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            spans_per_spanset: u32::try_from(spss).unwrap_or(u32::MAX),
+            ..SearchTracesRequest::default()
+        };
+        let gathered = self
+            .ask(|mut client| {
+                let request = request.clone();
+                async move { Ok(with_partial(client.search_traces(request).await?)) }
+            })
+            .await;
+        gathered.answer(|gathered| {
+            // Within a group: the parts of a trace on several nodes, combined
+            // (exact for the queries `tier_supported` lets through).
+            let mut best: HashMap<TraceId, Match> = HashMap::new();
+            for nodes in &gathered.groups {
+                let mut parts: HashMap<TraceId, Match> = HashMap::new();
+                for (_, outcome) in nodes {
+                    let Outcome::Answered(response, _) = outcome else {
+                        continue;
+                    };
+                    for row in &response.traces {
+                        let Some(m) = crate::search::from_proto(row) else {
+                            continue;
+                        };
+                        match parts.get_mut(&m.trace_id) {
+                            Some(part) => crate::search::combine(part, &m, spss),
+                            None => {
+                                parts.insert(m.trace_id, m);
+                            }
+                        }
+                    }
+                }
+                // Across groups: copies; the fullest one stands.
+                for (id, m) in parts {
+                    match best.get(&id) {
+                        Some(b) if b.span_count >= m.span_count => {}
+                        _ => {
+                            best.insert(id, m);
+                        }
+                    }
+                }
+            }
+            let mut found: Vec<Match> = best.into_values().collect();
+            found.sort_by(|a, b| {
+                b.start_unix_nano
+                    .cmp(&a.start_unix_nano)
+                    .then(a.trace_id.cmp(&b.trace_id))
+            });
+            found.truncate(limit);
+            found
         })
     }
 

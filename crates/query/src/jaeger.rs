@@ -22,7 +22,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 use tokio_stream::{wrappers::ReceiverStream, Stream};
 use tonic::{Request, Response, Status};
-use tracedb_lsm::{index::SearchQuery, TimeRange, TraceId};
+use tracedb_lsm::{TimeRange, TraceId};
 use tracedb_proto::{
     codec::EncodedMessage,
     dependency_reader_server::DependencyReader,
@@ -34,10 +34,15 @@ use tracedb_proto::{
     },
     trace_reader_server::TraceReader,
 };
+use tracedb_traceql::{
+    ast::{CmpOp, FieldExpr, Intrinsic, Pipeline, Query, SpansetExpr, Stage, Static},
+    Compiled,
+};
 
 use crate::{
     error::Error,
     read::{self, Answer, Reads},
+    search::{legacy, Search},
     traces_data::{encode_traces_data, MAX_MESSAGE_BYTES},
 };
 
@@ -141,9 +146,19 @@ fn kind_number(name: &str) -> Option<u8> {
     (1..=5).find(|&k| kind_name(k).eq_ignore_ascii_case(name))
 }
 
-/// The index query for Jaeger's parameters.
-fn search_query(p: &TraceQueryParameters) -> Result<SearchQuery, Status> {
-    let mut tags = Vec::new();
+/// Jaeger's search parameters as a TraceQL search, with the meaning Jaeger
+/// gives them: one span of the trace is of the service, has the operation's
+/// name, a duration within the bounds and every attribute (on the span or
+/// its resource; values compared as text, so `500` finds the int 500); the
+/// trace starts within the time bounds. At most `search_depth` traces.
+fn search(p: &TraceQueryParameters) -> Result<Search, Status> {
+    let mut conds = Vec::new();
+    if !p.service_name.is_empty() {
+        conds.push(legacy::service(&p.service_name));
+    }
+    if !p.operation_name.is_empty() {
+        conds.push(legacy::span_name(&p.operation_name));
+    }
     for kv in &p.attributes {
         let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
             Some(any_value::Value::StringValue(s)) => s.clone(),
@@ -157,34 +172,48 @@ fn search_query(p: &TraceQueryParameters) -> Result<SearchQuery, Status> {
                 ))))
             }
         };
-        tags.push((kv.key.clone(), value));
+        conds.push(legacy::tag(&kv.key, &value));
     }
+    for (bound, op) in [(&p.duration_min, CmpOp::Ge), (&p.duration_max, CmpOp::Le)] {
+        let nanos = duration_nanos(bound.as_ref());
+        if nanos != 0 {
+            conds.push(legacy::duration(Intrinsic::Duration, op, nanos));
+        }
+    }
+    let query = legacy::filter(conds).unwrap_or_else(|| Query {
+        pipeline: Pipeline {
+            stages: vec![Stage::Spansets(SpansetExpr::Filter(FieldExpr::Static(
+                Static::Bool(true),
+            )))],
+        },
+        most_recent: false,
+    });
     let depth = match p.search_depth {
         d if d <= 0 => DEFAULT_SEARCH_DEPTH,
         d => (d as usize).min(MAX_SEARCH_DEPTH),
     };
-    Ok(SearchQuery {
-        service: p.service_name.clone(),
-        operation: p.operation_name.clone(),
-        tags,
-        start_min: nanos(p.start_time_min.as_ref()),
-        start_max: nanos(p.start_time_max.as_ref()),
-        duration_min: duration_nanos(p.duration_min.as_ref()),
-        duration_max: duration_nanos(p.duration_max.as_ref()),
+    Ok(Search {
+        text: query.to_string(),
+        query: Arc::new(Compiled::new(query).map_err(|e| Status::internal(e.to_string()))?),
+        start_unix_nano: nanos(p.start_time_min.as_ref()),
+        end_unix_nano: nanos(p.start_time_max.as_ref()),
         limit: depth,
+        spans_per_spanset: 1,
     })
 }
 
 impl JaegerStorage {
     async fn find(&self, p: Option<TraceQueryParameters>) -> Result<Vec<FoundTraceId>, Status> {
-        let q = search_query(&p.unwrap_or_default())?;
-        let hits = jaeger_whole(self.reads.search(q).await?, "FindTraces");
-        Ok(hits
+        let search = search(&p.unwrap_or_default())?;
+        let found = jaeger_whole(self.reads.find(search).await?, "FindTraces");
+        Ok(found
             .into_iter()
-            .map(|h| FoundTraceId {
-                trace_id: h.trace_id.0.to_vec().into(),
-                start: Some(timestamp(h.start_unix_nano)),
-                end: Some(timestamp(h.end_unix_nano)),
+            .map(|m| FoundTraceId {
+                trace_id: m.trace_id.0.to_vec().into(),
+                start: Some(timestamp(m.start_unix_nano)),
+                end: Some(timestamp(
+                    m.start_unix_nano.saturating_add(m.duration_nanos),
+                )),
             })
             .collect())
     }

@@ -5,6 +5,9 @@
 //!   implementation over this process's storage engine, [`read::LocalReads`].
 //!   A trace is answered the same way everywhere: whole, partial (marked,
 //!   logged, counted), unreadable, or not found; never an empty success.
+//! - [`search`]: TraceQL search, the one search every front end runs: the
+//!   index proposes candidates newest first, the query is evaluated on each
+//!   candidate's spans, and the search stops at the limit.
 //! - [`fanout`]: [`read::Reads`] over replica groups of storage nodes, for
 //!   the query tier: every node asked at once, answers merged.
 //! - [`service`]: `tracedb.query.v1.QueryService` (GetTrace, SearchTraces).
@@ -23,6 +26,7 @@ pub mod fanout;
 pub mod jaeger;
 pub mod otlp_json;
 pub mod read;
+pub mod search;
 pub mod service;
 pub mod tempo;
 pub mod traces_data;

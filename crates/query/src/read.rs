@@ -31,7 +31,10 @@ use tracedb_lsm::{
     Engine, SearchSnapshot, SkippedFile, Span, TimeRange, TraceId,
 };
 
-use crate::error::Error;
+use crate::{
+    error::Error,
+    search::{Match, Search},
+};
 
 /// What the read front-ends ask of a store. Every method is answered off the
 /// runtime threads where it blocks.
@@ -42,6 +45,10 @@ pub trait Reads: Send + Sync + 'static {
 
     /// Traces matching `query`, newest first, at most `query.limit`.
     async fn search(&self, query: SearchQuery) -> Result<Answer<Vec<TraceHit>>, Error>;
+
+    /// The newest traces a TraceQL search matches, at most `search.limit`,
+    /// with their matched spansets ([`crate::search`]).
+    async fn find(&self, search: Search) -> Result<Answer<Vec<Match>>, Error>;
 
     /// Services with spans in `range`, sorted.
     async fn services(&self, range: TimeRange) -> Result<Answer<Vec<String>>, Error>;
@@ -143,6 +150,11 @@ impl Reads for LocalReads {
 
     async fn search(&self, query: SearchQuery) -> Result<Answer<Vec<TraceHit>>, Error> {
         self.blocking(move |engine| engine.search(&query).map(Answer::whole))
+            .await
+    }
+
+    async fn find(&self, search: Search) -> Result<Answer<Vec<Match>>, Error> {
+        self.blocking(move |engine| crate::search::run(engine, &search))
             .await
     }
 

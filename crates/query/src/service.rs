@@ -28,6 +28,7 @@ use tracedb_proto::{
 use crate::{
     error::Error,
     read::{self, Answer, Reads},
+    search::Search,
     traces_data::{encode_traces_data, MAX_MESSAGE_BYTES},
 };
 
@@ -57,6 +58,61 @@ pub fn describe_skipped(skipped: &[SkippedFile]) -> String {
 #[derive(Clone)]
 pub struct QueryApi {
     reads: Arc<dyn Reads>,
+}
+
+impl QueryApi {
+    /// SearchTraces with a TraceQL `query` ([`crate::search`]).
+    async fn search_traceql(
+        &self,
+        r: SearchTracesRequest,
+    ) -> Result<Response<SearchTracesResponse>, Status> {
+        if !r.service.is_empty()
+            || !r.operation.is_empty()
+            || r.min_duration_nanos != 0
+            || r.max_duration_nanos != 0
+            || !r.tags.is_empty()
+        {
+            return Err(Error::InvalidArgument(
+                "query (TraceQL) replaces service, operation, min/max_duration_nanos and tags: \
+                 write those conditions in the query"
+                    .to_owned(),
+            )
+            .into());
+        }
+        if r.start_time_unix_nano != 0
+            && r.end_time_unix_nano != 0
+            && r.start_time_unix_nano > r.end_time_unix_nano
+        {
+            return Err(Error::TimeRange {
+                start: r.start_time_unix_nano,
+                end: r.end_time_unix_nano,
+            }
+            .into());
+        }
+        let search = Search {
+            query: crate::search::compile(&r.query)?,
+            text: r.query,
+            start_unix_nano: r.start_time_unix_nano,
+            end_unix_nano: r.end_time_unix_nano,
+            limit: match r.limit {
+                0 => 20,
+                n => (n as usize).min(crate::search::MAX_LIMIT),
+            },
+            spans_per_spanset: match r.spans_per_spanset {
+                0 => crate::search::DEFAULT_SPSS,
+                n => (n as usize).min(crate::search::MAX_SPSS),
+            },
+        };
+        let found = self.reads.find(search).await?;
+        if found.is_partial() {
+            read::note_partial(read::Api::Grpc, &"SearchTraces", &found.partial);
+        }
+        let traces = found.value.iter().map(crate::search::to_proto).collect();
+        Ok(marked(
+            Response::new(SearchTracesResponse { traces }),
+            &found.partial,
+        ))
+    }
 }
 
 impl QueryApi {
@@ -110,6 +166,9 @@ impl QueryService for QueryApi {
         request: Request<SearchTracesRequest>,
     ) -> Result<Response<SearchTracesResponse>, Status> {
         let r = request.into_inner();
+        if !r.query.trim().is_empty() {
+            return self.search_traceql(r).await;
+        }
         let q = SearchQuery {
             service: r.service,
             operation: r.operation,
@@ -119,6 +178,7 @@ impl QueryService for QueryApi {
             duration_min: r.min_duration_nanos,
             duration_max: r.max_duration_nanos,
             limit: (r.limit as usize).min(crate::jaeger::MAX_SEARCH_DEPTH),
+            ..SearchQuery::default()
         };
         let hits = self.reads.search(q).await?;
         if hits.is_partial() {
@@ -136,6 +196,7 @@ impl QueryService for QueryApi {
                 span_count: h.span_count,
                 error_span_count: h.error_count,
                 services: h.services,
+                spansets: Vec::new(),
             })
             .collect();
         Ok(marked(

@@ -6,7 +6,7 @@
 //! | `GET /api/echo` | `echo` |
 //! | `GET /api/v2/traces/{id}` | `Accept: application/protobuf`: a message wire-compatible with Tempo's `TraceByIDResponse` (field 1 = the trace as OTLP `TracesData`); otherwise `{"trace": {"resourceSpans": [...]}}` (OTLP/JSON) |
 //! | `GET /api/traces/{id}` | the trace alone: `TracesData` in protobuf, `{"batches": [...]}` in JSON |
-//! | `GET /api/search` | `{"traces": [{traceID, rootServiceName, rootTraceName, startTimeUnixNano, durationMs}], "metrics": {...}}` |
+//! | `GET /api/search` | `{"traces": [{traceID, rootServiceName, rootTraceName, startTimeUnixNano, durationMs, spanSets: [{spans: [{spanID, name, startTimeUnixNano, durationNanos, attributes}], matched}]}], "metrics": {...}}` |
 //! | `GET /api/v2/search/tags`, `/api/search/tags` | tag names (by scope in v2) |
 //! | `GET /api/v2/search/tag/{tag}/values`, `/api/search/tag/{tag}/values` | tag values |
 //!
@@ -31,16 +31,18 @@ use axum::{
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message as _;
 use serde_json::{json, Value};
-use tracedb_lsm::{
-    index::{SearchQuery, TagScope},
-    TimeRange, TraceId,
-};
+use tracedb_lsm::{index::TagScope, TimeRange, TraceId};
 use tracedb_proto::{start::StartCell, trace::v1::TracesData};
+use tracedb_traceql::{
+    ast::{CmpOp, FieldExpr, Intrinsic, Query as TraceQl},
+    Compiled,
+};
 
 use crate::{
     error::{Error, Result},
     otlp_json,
     read::{self, Answer, Reads, TagKeys},
+    search::{legacy, Field, MatchedSpanset, Search},
     service::{header_value, PARTIAL_HEADER, PARTIAL_REASON_HEADER},
     traces_data::encode_traces_data,
 };
@@ -267,60 +269,119 @@ pub fn parse_logfmt(s: &str) -> Option<Vec<(String, String)>> {
     Some(out)
 }
 
-/// The TraceQL that Grafana's search builder writes: one spanset of
-/// conditions joined by `&&`, such as
-/// `{resource.service.name="cart" && name="GET /" && duration>100ms}`.
-/// Supported: `=` on attributes (`resource.`, `span.` or `.` prefixed),
-/// `name` and service; `>`, `>=`, `<`, `<=` on `duration`/`traceDuration`.
-pub fn apply_traceql(text: &str, q: &mut SearchQuery) -> Result<()> {
-    let unsupported = || {
-        bad(format!("unsupported TraceQL {text:?}: tracedb takes {{cond && cond ...}} with = on attributes, name and service, and comparisons on duration"))
-    };
-    let body = text.trim();
-    let body = body
-        .strip_prefix('{')
-        .and_then(|b| b.strip_suffix('}'))
-        .ok_or_else(unsupported)?
-        .trim();
-    if body.is_empty() || body == "true" {
-        return Ok(());
+/// The legacy search parameters (`tags` as logfmt, `minDuration`,
+/// `maxDuration`, and tracedb's `service` and `spanName`) as one spanset
+/// filter: every tag on one span (`service.name` on its resource, `name` its
+/// name, any other key its attribute or its resource's, a value that reads
+/// as a number or a bool matching that type too), the trace's duration in
+/// range. `None` when no parameter is given.
+fn legacy_query(params: &HashMap<String, String>) -> Result<Option<TraceQl>> {
+    let mut conds: Vec<FieldExpr> = Vec::new();
+    let tags = params.get("tags").map(String::as_str).unwrap_or("");
+    for (k, v) in parse_logfmt(tags).ok_or_else(|| bad(format!("tags is not logfmt: {tags:?}")))? {
+        conds.push(match k.as_str() {
+            "service.name" | "resource.service.name" => legacy::service(&v),
+            "name" | "span.name" => legacy::span_name(&v),
+            key => legacy::tag(key, &v),
+        });
     }
-    for cond in body.split("&&") {
-        let cond = cond.trim();
-        let ops = [">=", "<=", "!=", "=~", "=", ">", "<"];
-        let (at, op) = ops
-            .iter()
-            .filter_map(|op| cond.find(op).map(|i| (i, *op)))
-            .min_by_key(|(i, op)| (*i, std::cmp::Reverse(op.len())))
-            .ok_or_else(unsupported)?;
-        let key = cond[..at].trim();
-        let raw = cond[at + op.len()..].trim();
-        let value = raw
-            .strip_prefix('"')
-            .and_then(|v| v.strip_suffix('"'))
-            .unwrap_or(raw)
-            .to_string();
-        match (key, op) {
-            ("duration" | "traceDuration" | "span:duration", ">" | ">=") => {
-                q.duration_min = parse_duration(&value).ok_or_else(unsupported)?;
-            }
-            ("duration" | "traceDuration" | "span:duration", "<" | "<=") => {
-                q.duration_max = parse_duration(&value).ok_or_else(unsupported)?;
-            }
-            ("resource.service.name" | ".service.name" | "service.name", "=") => q.service = value,
-            ("name" | "span:name", "=") => q.operation = value,
-            (k, "=") if !k.is_empty() && !k.contains(char::is_whitespace) => {
-                let k = k
-                    .strip_prefix("resource.")
-                    .or_else(|| k.strip_prefix("span."))
-                    .or_else(|| k.strip_prefix('.'))
-                    .unwrap_or(k);
-                q.tags.push((k.to_string(), value));
-            }
-            _ => return Err(unsupported()),
+    if let Some(s) = params.get("service").filter(|s| !s.is_empty()) {
+        conds.push(legacy::service(s));
+    }
+    if let Some(s) = params.get("spanName").filter(|s| !s.is_empty()) {
+        conds.push(legacy::span_name(s));
+    }
+    for (name, op) in [("minDuration", CmpOp::Ge), ("maxDuration", CmpOp::Le)] {
+        if let Some(v) = params.get(name).filter(|v| !v.is_empty()) {
+            let nanos =
+                parse_duration(v).ok_or_else(|| bad(format!("{name}: bad duration {v:?}")))?;
+            conds.push(legacy::duration(Intrinsic::TraceDuration, op, nanos));
         }
     }
-    Ok(())
+    Ok(legacy::filter(conds))
+}
+
+/// A number parameter, `default` when absent, at most `max`.
+fn count_param(
+    params: &HashMap<String, String>,
+    name: &str,
+    default: usize,
+    max: usize,
+) -> Result<usize> {
+    match params.get(name).map(String::as_str) {
+        None | Some("") => Ok(default),
+        Some(v) => Ok(v
+            .parse::<usize>()
+            .map_err(|_| bad(format!("{name} must be a number, got {v:?}")))?
+            .clamp(1, max)),
+    }
+}
+
+/// The search `params` ask for: TraceQL in `q`, or the legacy parameters.
+fn search_request(params: &HashMap<String, String>) -> Result<Search> {
+    let range = time_range(params)?;
+    let text = params.get("q").map(|t| t.trim()).filter(|t| !t.is_empty());
+    let legacy = legacy_query(params)?;
+    let query = match (text, legacy) {
+        (Some(_), Some(_)) => {
+            return Err(bad(
+                "q (TraceQL) replaces tags, minDuration, maxDuration, service and spanName: write those conditions in q",
+            ))
+        }
+        (Some(text), None) => crate::search::compile(text)?,
+        (None, Some(q)) => Arc::new(
+            Compiled::new(q).map_err(|e| Error::Internal(e.to_string()))?,
+        ),
+        (None, None) => crate::search::compile("{}")?,
+    };
+    Ok(Search {
+        text: query.query.to_string(),
+        query,
+        start_unix_nano: range.start_unix_nano,
+        end_unix_nano: range.end_unix_nano,
+        limit: count_param(params, "limit", 20, crate::search::MAX_LIMIT)?,
+        spans_per_spanset: count_param(
+            params,
+            "spss",
+            crate::search::DEFAULT_SPSS,
+            crate::search::MAX_SPSS,
+        )?,
+    })
+}
+
+/// A field as Tempo's search answers write attributes: an OTLP/JSON value.
+fn field_json(f: &Field) -> Value {
+    let value = match f.kind.as_str() {
+        "int" => json!({ "intValue": f.value }),
+        "float" => f.value.parse::<f64>().map_or_else(
+            |_| json!({ "stringValue": f.value }),
+            |v| json!({ "doubleValue": v }),
+        ),
+        "bool" => json!({ "boolValue": f.value == "true" }),
+        _ => json!({ "stringValue": f.value }),
+    };
+    json!({ "key": f.key, "value": value })
+}
+
+fn spanset_json(s: &MatchedSpanset) -> Value {
+    let spans: Vec<Value> = s
+        .spans
+        .iter()
+        .map(|span| {
+            json!({
+                "spanID": span.span_id.to_string(),
+                "name": span.name,
+                "startTimeUnixNano": span.start_unix_nano.to_string(),
+                "durationNanos": span.duration_nanos.to_string(),
+                "attributes": span.attributes.iter().map(field_json).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let mut out = json!({ "spans": spans, "matched": s.matched });
+    if !s.attributes.is_empty() {
+        out["attributes"] = s.attributes.iter().map(field_json).collect();
+    }
+    out
 }
 
 #[tracing::instrument(skip_all)]
@@ -328,61 +389,32 @@ async fn search(
     State(cell): State<ReadsCell>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response> {
-    let range = time_range(&params)?;
-    let mut q = SearchQuery {
-        start_min: range.start_unix_nano,
-        start_max: range.end_unix_nano,
-        ..SearchQuery::default()
-    };
-    let tags = params.get("tags").map(String::as_str).unwrap_or("");
-    for (k, v) in parse_logfmt(tags).ok_or_else(|| bad(format!("tags is not logfmt: {tags:?}")))? {
-        match k.as_str() {
-            "service.name" | "resource.service.name" => q.service = v,
-            "name" | "span.name" => q.operation = v,
-            _ => q.tags.push((k, v)),
-        }
-    }
-    if let Some(s) = params.get("service").filter(|s| !s.is_empty()) {
-        q.service = s.clone();
-    }
-    if let Some(s) = params.get("spanName").filter(|s| !s.is_empty()) {
-        q.operation = s.clone();
-    }
-    let duration = |name: &str| -> Result<u64> {
-        match params.get(name).map(String::as_str) {
-            None | Some("") => Ok(0),
-            Some(v) => parse_duration(v).ok_or_else(|| bad(format!("{name}: bad duration {v:?}"))),
-        }
-    };
-    q.duration_min = duration("minDuration")?;
-    q.duration_max = duration("maxDuration")?;
-    if let Some(text) = params.get("q").filter(|t| !t.trim().is_empty()) {
-        apply_traceql(text, &mut q)?;
-    }
-    q.limit = match params.get("limit").map(String::as_str) {
-        None | Some("") => 20,
-        Some(v) => v
-            .parse::<usize>()
-            .map_err(|_| bad(format!("limit must be a number, got {v:?}")))?
-            .clamp(1, crate::jaeger::MAX_SEARCH_DEPTH),
-    };
-    let (hits, partial) = noted(reads(&cell)?.search(q).await?, "search");
-    let traces: Vec<Value> = hits
+    let request = search_request(&params)?;
+    let (found, partial) = noted(reads(&cell)?.find(request).await?, "search");
+    let traces: Vec<Value> = found
         .iter()
-        .map(|h| {
-            json!({
-                "traceID": h.trace_id.to_string(),
-                "rootServiceName": h.root_service.clone().unwrap_or_else(|| "<root span not yet received>".into()),
-                "rootTraceName": h.root_name.clone().unwrap_or_default(),
-                "startTimeUnixNano": h.start_unix_nano.to_string(),
-                "durationMs": h.duration_nanos() / 1_000_000,
-            })
+        .map(|m| {
+            let sets: Vec<Value> = m.spansets.iter().map(spanset_json).collect();
+            let mut t = json!({
+                "traceID": m.trace_id.to_string(),
+                "rootServiceName": m.root_service.clone().unwrap_or_else(|| "<root span not yet received>".into()),
+                "startTimeUnixNano": m.start_unix_nano.to_string(),
+                "durationMs": m.duration_nanos / 1_000_000,
+            });
+            if let Some(name) = &m.root_name {
+                t["rootTraceName"] = json!(name);
+            }
+            if let Some(first) = sets.first() {
+                t["spanSet"] = first.clone();
+            }
+            t["spanSets"] = Value::Array(sets);
+            t
         })
         .collect();
     Ok(marked(
         json_response(json!({
             "traces": traces,
-            "metrics": { "inspectedTraces": hits.len(), "completedJobs": 1, "totalJobs": 1 },
+            "metrics": { "inspectedTraces": found.len(), "completedJobs": 1, "totalJobs": 1 },
         })),
         &partial,
     ))
@@ -512,20 +544,37 @@ mod tests {
         assert_eq!(parse_trace_id("abc").map(|t| t.0[15]), Some(0xbc));
         assert!(parse_trace_id("xyz").is_none());
         assert!(parse_trace_id(&"a".repeat(33)).is_none());
-        let mut q = SearchQuery::default();
-        apply_traceql(
-            r#"{resource.service.name="cart" && name="GET /" && duration>100ms && span.http.route="/x"}"#,
-            &mut q,
-        )
-        .expect("supported");
+        let params = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        // The legacy parameters become one spanset filter.
+        let q = legacy_query(&params(&[
+            (
+                "tags",
+                r#"service.name=cart name="GET /" http.status_code=500"#,
+            ),
+            ("minDuration", "100ms"),
+        ]))
+        .expect("valid")
+        .expect("a query");
         assert_eq!(
-            (q.service.as_str(), q.operation.as_str()),
-            ("cart", "GET /")
+            q.to_string(),
+            r#"{ resource.service.name = "cart" && span:name = "GET /" && (.http.status_code = "500" || .http.status_code = 500) && trace:duration >= 100ms }"#
         );
-        assert_eq!(q.duration_min, 100_000_000);
-        assert_eq!(q.tags, vec![("http.route".to_string(), "/x".to_string())]);
-        assert!(apply_traceql("{}", &mut SearchQuery::default()).is_ok());
-        assert!(apply_traceql("{ .a = 1 } | count() > 2", &mut SearchQuery::default()).is_err());
-        assert!(apply_traceql("{ status != error }", &mut SearchQuery::default()).is_err());
+        assert!(legacy_query(&params(&[])).expect("valid").is_none());
+        assert!(legacy_query(&params(&[("minDuration", "fast")])).is_err());
+        // TraceQL and the legacy parameters are not mixed.
+        assert!(search_request(&params(&[("q", "{}"), ("tags", "a=b")])).is_err());
+        assert!(search_request(&params(&[("q", "{ status = }")])).is_err());
+        let s = search_request(&params(&[
+            ("q", "{ status = error }"),
+            ("limit", "5"),
+            ("spss", "7"),
+        ]))
+        .expect("valid");
+        assert_eq!((s.limit, s.spans_per_spanset), (5, 7));
     }
 }

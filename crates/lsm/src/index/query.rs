@@ -26,6 +26,23 @@ pub struct SearchQuery {
     pub duration_max: u64,
     /// Most traces returned, newest first; 0 means 20.
     pub limit: usize,
+    /// Each is met by some one span of the trace (see [`OpNeed`]).
+    pub needs: Vec<OpNeed>,
+    /// Only traces that come after this (start, trace ID) in answer order
+    /// (newest first), to page through the candidates of an exact search.
+    pub after: Option<(u64, TraceId)>,
+}
+
+/// Some span of the trace has this service, name and kind (`None`: any);
+/// with `error`, the trace has an error span (the summaries count error spans
+/// per part, not per operation). Necessary conditions a query derives from
+/// its TraceQL: a trace that fails one cannot match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpNeed {
+    pub service: Option<String>,
+    pub name: Option<String>,
+    pub kind: Option<u8>,
+    pub error: bool,
 }
 
 impl SearchQuery {
@@ -69,6 +86,9 @@ struct Resolved {
     service: Option<u32>,
     operation: Option<u32>,
     tags: Vec<Option<(u32, u32)>>,
+    /// Per need, (service, name) resolved: `Some(None)` where the need names
+    /// no service or name; `None` when the set lacks a string it names.
+    needs: Vec<Option<(Option<u32>, Option<u32>)>>,
 }
 
 fn resolve(set: &SummarySet, q: &SearchQuery) -> Resolved {
@@ -80,7 +100,48 @@ fn resolve(set: &SummarySet, q: &SearchQuery) -> Resolved {
             .iter()
             .map(|(k, v)| Some((set.id(k)?, set.id(v)?)))
             .collect(),
+        needs: q
+            .needs
+            .iter()
+            .map(|n| {
+                let id = |s: &Option<String>| match s {
+                    None => Some(None),
+                    Some(s) => set.id(s).map(Some),
+                };
+                Some((id(&n.service)?, id(&n.name)?))
+            })
+            .collect(),
     }
+}
+
+/// Whether some part meets `need` (index `i` of the query's needs).
+fn meets(
+    sets: &[Arc<SummarySet>],
+    resolved: &[Resolved],
+    parts: &Parts,
+    need: &OpNeed,
+    i: usize,
+) -> bool {
+    if need.error
+        && !parts
+            .iter()
+            .any(|&(si, ti)| sets[si].traces[ti].error_count > 0)
+    {
+        return false;
+    }
+    if need.service.is_none() && need.name.is_none() && need.kind.is_none() {
+        return true;
+    }
+    parts.iter().any(|&(si, ti)| {
+        let Some((service, name)) = resolved[si].needs[i] else {
+            return false;
+        };
+        sets[si].traces[ti].ops.iter().any(|o| {
+            service.is_none_or(|s| o.service == s)
+                && name.is_none_or(|n| o.name == n)
+                && need.kind.is_none_or(|k| o.kind == k)
+        })
+    })
 }
 
 /// Traces matching `q` in `sets` (the sources of one snapshot), newest first.
@@ -196,6 +257,19 @@ pub fn search_ids(
             .max()
             .unwrap_or(0);
         let duration = end.saturating_sub(start);
+        if q.after
+            .is_some_and(|(s, id)| newest_first(start, &trace_id, s, &id).is_le())
+        {
+            continue;
+        }
+        if !q
+            .needs
+            .iter()
+            .enumerate()
+            .all(|(i, need)| meets(sets, &resolved, &parts, need, i))
+        {
+            continue;
+        }
         if (q.start_min != 0 && start < q.start_min)
             || (q.start_max != 0 && start > q.start_max)
             || (q.duration_min != 0 && duration < q.duration_min)

@@ -50,6 +50,7 @@ fn search_all() -> SearchQuery {
         duration_min: 0,
         duration_max: 0,
         limit: 20,
+        ..SearchQuery::default()
     }
 }
 

@@ -130,16 +130,17 @@ async fn tempo_api_serves_traces_search_and_tags() {
         get(&server, "/api/search?minDuration=fast", "*/*").status,
         400
     );
-    let unsupported = get(
+    // An invalid query is 400 with where and why.
+    let invalid = get(
         &server,
         "/api/search?q=%7Bstatus%3Derror%7D%20%7C%20count()",
         "*/*",
     );
-    assert_eq!(unsupported.status, 400);
+    assert_eq!(invalid.status, 400);
+    let message = String::from_utf8_lossy(&invalid.body);
     assert!(
-        String::from_utf8_lossy(&unsupported.body).contains("unsupported TraceQL"),
-        "{:?}",
-        String::from_utf8_lossy(&unsupported.body)
+        message.contains("invalid TraceQL") && message.contains("line 1, column 25"),
+        "{message:?}"
     );
 
     // Search.

@@ -1,0 +1,735 @@
+//! TraceQL search over this process's storage engine: the one search every
+//! front end runs ([`Search`], answered by [`run`]).
+//!
+//! The search index proposes candidates, newest first, in pages: the traces
+//! whose summaries meet what the query needs ([`tracedb_traceql::needs`]) and
+//! start within the window. Each candidate is read whole and the query is
+//! evaluated on its spans; the search stops as soon as `limit` traces
+//! matched. Since the index only rules out traces that cannot match and the
+//! candidates come in answer order, the answer is the newest `limit`
+//! matching traces, the same every time.
+//!
+//! A search inspects at most [`MAX_INSPECTED`] candidates; one that stops
+//! there answers what it found, marked partial with the reason, rather than
+//! claim no older trace matches.
+
+use std::sync::Arc;
+
+use tracedb_lsm::{
+    index::{OpNeed, SearchQuery},
+    Engine, Span, SpanId, TimeRange, TraceId,
+};
+use tracedb_proto::query::v1 as proto;
+use tracedb_traceql::{
+    ast::{Attribute, FieldExpr, Intrinsic, Query, SpansetExpr, SpansetOp, Stage},
+    Compiled, EncodedSpan, Trace,
+};
+
+use crate::{
+    error::Error,
+    read::{file_reason, Answer},
+};
+
+/// Most candidate traces one search reads and evaluates.
+pub const MAX_INSPECTED: usize = 100_000;
+/// Most spans shown per spanset when the request does not say.
+pub const DEFAULT_SPSS: usize = 3;
+/// Most spans per spanset a request may ask to be shown.
+pub const MAX_SPSS: usize = 1_000;
+/// Most traces one search may ask for.
+pub const MAX_LIMIT: usize = 1_000;
+/// Candidates asked of the index in the first page; each next page doubles,
+/// up to `MAX_PAGE`.
+const FIRST_PAGE: usize = 64;
+const MAX_PAGE: usize = 4_096;
+
+/// A TraceQL search, as every front end asks it.
+#[derive(Debug, Clone)]
+pub struct Search {
+    pub query: Arc<Compiled>,
+    /// The query as the client wrote it, to pass on to the nodes of a tier.
+    pub text: String,
+    /// The trace starts within `[start, end]` (Unix ns; 0 leaves an end open).
+    pub start_unix_nano: u64,
+    pub end_unix_nano: u64,
+    /// Most traces answered, newest first.
+    pub limit: usize,
+    /// Most spans shown per spanset (the `matched` count counts them all).
+    pub spans_per_spanset: usize,
+}
+
+/// A field of a matched span or spanset, as the answer shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    pub key: String,
+    pub value: String,
+    /// `string`, `int`, `float`, `bool`, `duration`, `keyword` or `array`.
+    pub kind: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MatchedSpan {
+    pub span_id: SpanId,
+    pub name: String,
+    pub start_unix_nano: u64,
+    pub duration_nanos: u64,
+    /// The fields the query names or selects that the span has.
+    pub attributes: Vec<Field>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MatchedSpanset {
+    /// Spans in the set (more than `spans` holds when cut at the request's
+    /// spans per spanset).
+    pub matched: u64,
+    pub spans: Vec<MatchedSpan>,
+    /// The `by()` values that made the set.
+    pub attributes: Vec<Field>,
+}
+
+/// One matching trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Match {
+    pub trace_id: TraceId,
+    pub start_unix_nano: u64,
+    pub duration_nanos: u64,
+    pub span_count: u64,
+    pub error_count: u64,
+    pub root_service: Option<String>,
+    pub root_name: Option<String>,
+    /// Services of the trace, sorted.
+    pub services: Vec<String>,
+    pub spansets: Vec<MatchedSpanset>,
+}
+
+impl Search {
+    /// The candidates query for the index: the window, what the query needs,
+    /// and a page of `page` after `after`.
+    fn page(&self, page: usize, after: Option<(u64, TraceId)>) -> SearchQuery {
+        SearchQuery {
+            start_min: self.start_unix_nano,
+            start_max: self.end_unix_nano,
+            limit: page,
+            needs: tracedb_traceql::needs(&self.query.query)
+                .into_iter()
+                .map(|n| OpNeed {
+                    service: n.service,
+                    name: n.name,
+                    kind: n.kind.map(|k| k as u8),
+                    error: n.error,
+                })
+                .collect(),
+            after,
+            ..SearchQuery::default()
+        }
+    }
+}
+
+/// Runs `search` on `engine` (blocking): see the module docs.
+pub fn run(engine: &Engine, search: &Search) -> tracedb_lsm::Result<Answer<Vec<Match>>> {
+    let limit = search.limit.clamp(1, MAX_LIMIT);
+    let mut found = Vec::new();
+    let mut partial: Vec<String> = Vec::new();
+    let mut after = None;
+    let mut page = FIRST_PAGE.max(limit * 2).min(MAX_PAGE);
+    let mut inspected = 0;
+    loop {
+        let hits = engine.search(&search.page(page, after))?;
+        for hit in &hits {
+            inspected += 1;
+            let lookup = engine.lookup_trace(&hit.trace_id, TimeRange::ALL)?;
+            for skipped in &lookup.skipped {
+                let reason = file_reason(skipped);
+                if !partial.contains(&reason) {
+                    partial.push(reason);
+                }
+            }
+            match evaluate(search, hit.trace_id, &lookup.spans) {
+                Ok(Some(m)) => {
+                    found.push(m);
+                    if found.len() == limit {
+                        return Ok(Answer {
+                            value: found,
+                            partial,
+                        });
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => partial.push(format!("trace {} not evaluated: {e}", hit.trace_id)),
+            }
+        }
+        let Some(last) = hits.last() else { break };
+        if hits.len() < page {
+            break;
+        }
+        if inspected >= MAX_INSPECTED {
+            partial.push(format!(
+                "the search stopped after inspecting {inspected} traces; older traces were not searched (narrow the time range or the query)"
+            ));
+            break;
+        }
+        after = Some((last.start_unix_nano, last.trace_id));
+        page = (page * 2).min(MAX_PAGE);
+    }
+    Ok(Answer {
+        value: found,
+        partial,
+    })
+}
+
+/// The spans of one trace decoded, as the evaluator reads them.
+pub fn decode(
+    trace_id: TraceId,
+    spans: &[Span],
+) -> Result<Trace, tracedb_traceql::trace::DecodeError> {
+    Trace::decode(
+        trace_id.0,
+        spans.iter().map(|s| EncodedSpan {
+            payload: &s.payload,
+            resource: s.group.resource.as_deref(),
+            scope: s.group.scope.as_deref(),
+        }),
+    )
+}
+
+/// `search`'s query evaluated on one trace's spans: the match, if any.
+pub fn evaluate(
+    search: &Search,
+    trace_id: TraceId,
+    spans: &[Span],
+) -> Result<Option<Match>, tracedb_traceql::trace::DecodeError> {
+    if spans.is_empty() {
+        return Ok(None);
+    }
+    let trace = decode(trace_id, spans)?;
+    // The index places a trace by its summaries; the window is decided on
+    // the spans read.
+    let start = trace.start_unix_nano;
+    if (search.start_unix_nano != 0 && start < search.start_unix_nano)
+        || (search.end_unix_nano != 0 && start > search.end_unix_nano)
+    {
+        return Ok(None);
+    }
+    let sets = search.query.eval(&trace);
+    if sets.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(matched(search, &trace, sets)))
+}
+
+/// The answer for a trace the query matched.
+fn matched(search: &Search, trace: &Trace, sets: Vec<tracedb_traceql::Spanset>) -> Match {
+    let shown = search.query.shown_fields();
+    let spss = search.spans_per_spanset.min(MAX_SPSS);
+    let mut services: Vec<String> = trace
+        .spans
+        .iter()
+        .filter_map(|s| s.service().map(str::to_owned))
+        .collect();
+    services.sort();
+    services.dedup();
+    let spansets = sets
+        .into_iter()
+        .map(|set| MatchedSpanset {
+            matched: set.spans.len() as u64,
+            spans: set
+                .spans
+                .iter()
+                .take(spss)
+                .map(|&i| matched_span(search, trace, i, &shown))
+                .collect(),
+            attributes: set
+                .by
+                .into_iter()
+                .map(|(key, value)| Field {
+                    key,
+                    value,
+                    kind: "string".to_owned(),
+                })
+                .collect(),
+        })
+        .collect();
+    Match {
+        trace_id: TraceId(trace.trace_id),
+        start_unix_nano: trace.start_unix_nano,
+        duration_nanos: trace.duration_nanos(),
+        span_count: trace.spans.len() as u64,
+        error_count: trace
+            .spans
+            .iter()
+            .filter(|s| s.status == tracedb_traceql::ast::Status::Error)
+            .count() as u64,
+        root_service: trace.root_service().map(str::to_owned),
+        root_name: trace.root_name().map(str::to_owned),
+        services,
+        spansets,
+    }
+}
+
+fn matched_span(search: &Search, trace: &Trace, i: usize, shown: &[Attribute]) -> MatchedSpan {
+    let span = &trace.spans[i];
+    MatchedSpan {
+        span_id: SpanId(span.span_id),
+        name: span.name.clone(),
+        start_unix_nano: span.start_unix_nano,
+        duration_nanos: span.duration_nanos(),
+        attributes: shown
+            .iter()
+            .filter_map(|a| {
+                let (value, kind) = search.query.field_text(trace, i, a)?;
+                Some(Field {
+                    key: field_key(a),
+                    value,
+                    kind: kind.to_owned(),
+                })
+            })
+            .collect(),
+    }
+}
+
+/// The key an answer gives a field: the attribute's name without its scope,
+/// or the intrinsic's short name.
+fn field_key(a: &Attribute) -> String {
+    use tracedb_traceql::ast::Intrinsic::*;
+    match a {
+        Attribute::Attr { name, .. } => name.clone(),
+        Attribute::Intrinsic(x) => match x {
+            Name => "name".to_owned(),
+            Status => "status".to_owned(),
+            StatusMessage => "statusMessage".to_owned(),
+            Kind => "kind".to_owned(),
+            Duration => "duration".to_owned(),
+            RootName => "rootName".to_owned(),
+            RootServiceName => "rootServiceName".to_owned(),
+            TraceDuration => "traceDuration".to_owned(),
+            other => other.name().to_owned(),
+        },
+    }
+}
+
+/// `text` parsed, checked and compiled; a query tracedb cannot run is
+/// [`Error::InvalidArgument`] with the parser's position and reason.
+pub fn compile(text: &str) -> Result<Arc<Compiled>, Error> {
+    let query = tracedb_traceql::parse(text)
+        .map_err(|e| Error::InvalidArgument(format!("invalid TraceQL {text:?}: {e}")))?;
+    Compiled::new(query)
+        .map(Arc::new)
+        .map_err(|e| Error::InvalidArgument(format!("invalid TraceQL {text:?}: {e}")))
+}
+
+/// Whether a query tier can answer `query` exactly from its nodes' answers:
+/// when whether a span matches depends on that span alone (spanset filters
+/// joined by `||`, no field of the trace's other spans), a trace split
+/// across the nodes of a group matches on the node holding a matching span,
+/// and its spansets are the union of the nodes'. Anything else needs the
+/// whole trace in one place; the tier refuses it rather than answer from
+/// parts.
+pub fn tier_supported(query: &Query) -> Result<(), String> {
+    fn per_span(s: &SpansetExpr) -> bool {
+        match s {
+            SpansetExpr::Filter(e) => {
+                let mut ok = true;
+                visit(e, &mut |a| {
+                    ok &= !matches!(
+                        a,
+                        Attribute::Intrinsic(
+                            Intrinsic::RootName
+                                | Intrinsic::RootServiceName
+                                | Intrinsic::TraceDuration
+                                | Intrinsic::ChildCount
+                        )
+                    );
+                });
+                ok
+            }
+            SpansetExpr::Binary {
+                op: SpansetOp::Or,
+                lhs,
+                rhs,
+            } => per_span(lhs) && per_span(rhs),
+            _ => false,
+        }
+    }
+    fn visit(e: &FieldExpr, f: &mut dyn FnMut(&Attribute)) {
+        match e {
+            FieldExpr::Attribute(a) => f(a),
+            FieldExpr::Unary(_, inner) => visit(inner, f),
+            FieldExpr::Binary { lhs, rhs, .. } => {
+                visit(lhs, f);
+                visit(rhs, f);
+            }
+            FieldExpr::Static(_) => {}
+        }
+    }
+    let stages = &query.pipeline.stages;
+    let ok = matches!(stages.first(), Some(Stage::Spansets(s)) if per_span(s))
+        && stages[1..].iter().all(|s| matches!(s, Stage::Select(_)));
+    if ok {
+        Ok(())
+    } else {
+        Err(
+            "the query tier answers TraceQL whose spanset filters each hold on one span \
+             (filters joined by ||, optionally | select(...)); spanset operators (&&, structural), \
+             pipelines (count, avg, by, coalesce, ...) and the trace-level fields rootName, \
+             rootServiceName, traceDuration and span:childCount need a whole trace on one node \
+             and are not supported through `tracedb query` yet; ask a node directly"
+                .to_owned(),
+        )
+    }
+}
+
+fn fields_to_proto(fields: &[Field]) -> Vec<proto::Field> {
+    fields
+        .iter()
+        .map(|f| proto::Field {
+            key: f.key.clone(),
+            value: f.value.clone(),
+            r#type: f.kind.clone(),
+        })
+        .collect()
+}
+
+fn fields_from_proto(fields: &[proto::Field]) -> Vec<Field> {
+    fields
+        .iter()
+        .map(|f| Field {
+            key: f.key.clone(),
+            value: f.value.clone(),
+            kind: f.r#type.clone(),
+        })
+        .collect()
+}
+
+/// A match as `tracedb.query.v1.TraceSummary`.
+pub fn to_proto(m: &Match) -> proto::TraceSummary {
+    proto::TraceSummary {
+        trace_id: m.trace_id.0.to_vec().into(),
+        root_service: m.root_service.clone().unwrap_or_default(),
+        root_name: m.root_name.clone().unwrap_or_default(),
+        start_time_unix_nano: m.start_unix_nano,
+        duration_nanos: m.duration_nanos,
+        span_count: m.span_count,
+        error_span_count: m.error_count,
+        services: m.services.clone(),
+        spansets: m
+            .spansets
+            .iter()
+            .map(|s| proto::Spanset {
+                matched: s.matched,
+                spans: s
+                    .spans
+                    .iter()
+                    .map(|span| proto::MatchedSpan {
+                        span_id: span.span_id.0.to_vec().into(),
+                        name: span.name.clone(),
+                        start_time_unix_nano: span.start_unix_nano,
+                        duration_nanos: span.duration_nanos,
+                        attributes: fields_to_proto(&span.attributes),
+                    })
+                    .collect(),
+                attributes: fields_to_proto(&s.attributes),
+            })
+            .collect(),
+    }
+}
+
+/// A `TraceSummary` a node answered, as a match; `None` when its IDs are malformed.
+pub fn from_proto(row: &proto::TraceSummary) -> Option<Match> {
+    let nonempty = |s: &String| (!s.is_empty()).then(|| s.clone());
+    let spansets = row
+        .spansets
+        .iter()
+        .map(|s| {
+            let spans = s
+                .spans
+                .iter()
+                .map(|span| {
+                    Some(MatchedSpan {
+                        span_id: SpanId::from_slice(&span.span_id)?,
+                        name: span.name.clone(),
+                        start_unix_nano: span.start_time_unix_nano,
+                        duration_nanos: span.duration_nanos,
+                        attributes: fields_from_proto(&span.attributes),
+                    })
+                })
+                .collect::<Option<Vec<_>>>()?;
+            Some(MatchedSpanset {
+                matched: s.matched,
+                spans,
+                attributes: fields_from_proto(&s.attributes),
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(Match {
+        trace_id: TraceId::from_slice(&row.trace_id)?,
+        start_unix_nano: row.start_time_unix_nano,
+        duration_nanos: row.duration_nanos,
+        span_count: row.span_count,
+        error_count: row.error_span_count,
+        root_service: nonempty(&row.root_service),
+        root_name: nonempty(&row.root_name),
+        services: row.services.clone(),
+        spansets,
+    })
+}
+
+/// Adds `other`, the match of another part of the same trace (another node
+/// of a group), to `m`: the parts' spans together, each span once; the
+/// spansets of a per-span query ([`tier_supported`]) are one set per node.
+pub fn combine(m: &mut Match, other: &Match, spans_per_spanset: usize) {
+    let end =
+        (m.start_unix_nano + m.duration_nanos).max(other.start_unix_nano + other.duration_nanos);
+    m.start_unix_nano = m.start_unix_nano.min(other.start_unix_nano);
+    m.duration_nanos = end - m.start_unix_nano;
+    m.span_count += other.span_count;
+    m.error_count += other.error_count;
+    if m.root_service.is_none() && m.root_name.is_none() {
+        m.root_service.clone_from(&other.root_service);
+        m.root_name.clone_from(&other.root_name);
+    }
+    m.services.extend(other.services.iter().cloned());
+    m.services.sort();
+    m.services.dedup();
+    match (m.spansets.first_mut(), other.spansets.first()) {
+        (Some(mine), Some(theirs)) => {
+            mine.matched += theirs.matched;
+            for span in &theirs.spans {
+                if !mine.spans.iter().any(|s| s.span_id == span.span_id) {
+                    mine.spans.push(span.clone());
+                }
+            }
+            mine.spans.sort_by_key(|s| (s.start_unix_nano, s.span_id));
+            mine.spans.truncate(spans_per_spanset);
+        }
+        (None, Some(_)) => m.spansets.clone_from(&other.spansets),
+        _ => {}
+    }
+}
+
+/// The conditions the legacy search fields of the front ends map to (Tempo's
+/// `tags`, `minDuration` and `maxDuration`; Jaeger's service, operation,
+/// attributes and durations), built as query trees so that no value needs
+/// quoting.
+pub mod legacy {
+    use tracedb_traceql::ast::{
+        Attribute, BinaryOp, CmpOp, FieldExpr, Intrinsic, Pipeline, Query, Scope, SpansetExpr,
+        Stage, Static,
+    };
+
+    fn cmp(op: CmpOp, lhs: FieldExpr, rhs: Static) -> FieldExpr {
+        FieldExpr::Binary {
+            op: BinaryOp::Cmp(op),
+            lhs: Box::new(lhs),
+            rhs: Box::new(FieldExpr::Static(rhs)),
+        }
+    }
+
+    fn join(op: BinaryOp, exprs: Vec<FieldExpr>) -> Option<FieldExpr> {
+        exprs.into_iter().reduce(|a, b| FieldExpr::Binary {
+            op,
+            lhs: Box::new(a),
+            rhs: Box::new(b),
+        })
+    }
+
+    /// `resource.service.name = "v"`.
+    pub fn service(v: &str) -> FieldExpr {
+        let attr = Attribute::Attr {
+            scope: Scope::Resource,
+            name: "service.name".to_owned(),
+        };
+        cmp(
+            CmpOp::Eq,
+            FieldExpr::Attribute(attr),
+            Static::Str(v.to_owned()),
+        )
+    }
+
+    /// `name = "v"`.
+    pub fn span_name(v: &str) -> FieldExpr {
+        let attr = FieldExpr::Attribute(Attribute::Intrinsic(Intrinsic::Name));
+        cmp(CmpOp::Eq, attr, Static::Str(v.to_owned()))
+    }
+
+    /// The attribute `key` (`resource.k` or `span.k` scoped, else the span's
+    /// or its resource's) equal to `text` read as text: a string `text`, or
+    /// the number or bool it spells.
+    pub fn tag(key: &str, text: &str) -> FieldExpr {
+        let (scope, name) = if let Some(n) = key.strip_prefix("resource.") {
+            (Scope::Resource, n)
+        } else if let Some(n) = key.strip_prefix("span.") {
+            (Scope::Span, n)
+        } else {
+            (Scope::Unscoped, key.strip_prefix('.').unwrap_or(key))
+        };
+        let mut values = vec![Static::Str(text.to_owned())];
+        if let Ok(i) = text.parse::<i64>() {
+            values.push(Static::Int(i));
+        } else if let Ok(f) = text.parse::<f64>() {
+            values.push(Static::Float(f));
+        }
+        if let Ok(b) = text.parse::<bool>() {
+            values.push(Static::Bool(b));
+        }
+        let attr = FieldExpr::Attribute(Attribute::Attr {
+            scope,
+            name: name.to_owned(),
+        });
+        let alternatives = values
+            .into_iter()
+            .map(|v| cmp(CmpOp::Eq, attr.clone(), v))
+            .collect();
+        join(BinaryOp::Or, alternatives).unwrap_or(FieldExpr::Static(Static::Bool(false)))
+    }
+
+    /// `field op nanos`, for `duration` or `traceDuration`.
+    pub fn duration(field: Intrinsic, op: CmpOp, nanos: u64) -> FieldExpr {
+        let nanos = i64::try_from(nanos).unwrap_or(i64::MAX);
+        cmp(
+            op,
+            FieldExpr::Attribute(Attribute::Intrinsic(field)),
+            Static::Duration(nanos),
+        )
+    }
+
+    /// One spanset filter of every condition (each on the same span); `None`
+    /// without conditions.
+    pub fn filter(conds: Vec<FieldExpr>) -> Option<Query> {
+        Some(Query {
+            pipeline: Pipeline {
+                stages: vec![Stage::Spansets(SpansetExpr::Filter(join(
+                    BinaryOp::And,
+                    conds,
+                )?))],
+            },
+            most_recent: false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::Arc, time::Duration};
+
+    use bytes::Bytes;
+    use tracedb_lsm::{Engine, EngineOptions, MemTableOptions, ScopeGroup, Span, SpanId, TraceId};
+    use tracedb_traceql::{
+        arbitrary::{self, Rng},
+        Compiled,
+    };
+
+    use super::{run, Search};
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn now() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_nanos() as u64
+    }
+
+    /// Spans as the engine stores them, from the generator's encoded parts.
+    fn spans(id: TraceId, parts: Vec<arbitrary::EncodedParts>) -> Vec<Span> {
+        parts
+            .into_iter()
+            .map(|(resource, scope, payload)| {
+                let decoded =
+                    <tracedb_proto::trace::v1::Span as prost::Message>::decode(payload.as_slice())
+                        .expect("generated span");
+                Span {
+                    trace_id: id,
+                    span_id: SpanId::from_slice(&decoded.span_id).expect("8 bytes"),
+                    start_unix_nano: decoded.start_time_unix_nano,
+                    end_unix_nano: decoded.end_time_unix_nano,
+                    group: Arc::new(ScopeGroup {
+                        resource: Some(Bytes::from(resource)),
+                        scope: Some(Bytes::from(scope)),
+                        ..ScopeGroup::default()
+                    }),
+                    payload: Bytes::from(payload),
+                }
+            })
+            .collect()
+    }
+
+    /// The search against every trace evaluated, newest first: whatever the
+    /// index prunes and however the candidates are paged, the answer is the
+    /// newest `limit` traces the query matches, with the same spansets. The
+    /// store has traces in files, split across files, and in memory.
+    #[test]
+    fn the_search_answers_as_evaluating_every_trace_would() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut opts = EngineOptions::new(dir.path());
+        opts.memtable = MemTableOptions {
+            shards: 2,
+            flush_bytes: 16 << 10,
+            max_age: Duration::from_secs(3600),
+        };
+        opts.compaction_threads = 0;
+        let engine = Engine::open(opts).expect("open");
+
+        let mut rng = Rng::new(32);
+        let base = now() - 600 * SEC;
+        let ids: Vec<TraceId> = (1..=400u128)
+            .map(|t| TraceId((t * 7919).to_be_bytes()))
+            .collect();
+        let mut batches: Vec<Vec<Span>> = vec![Vec::new(); 4];
+        for (i, id) in ids.iter().enumerate() {
+            // Starts repeat, so the answer order falls back on trace IDs.
+            let start = base + (i as u64 % 150) * SEC;
+            let mut trace = spans(*id, arbitrary::trace(&mut rng, id.0, start));
+            let batch = rng.below(4);
+            if trace.len() > 1 && rng.chance(20) {
+                // Part of the trace in a later batch: another file, or memory.
+                let rest = trace.split_off(trace.len() / 2);
+                batches[(batch + 1).min(3)].extend(rest);
+            }
+            batches[batch].extend(trace);
+        }
+        for (b, batch) in batches.into_iter().enumerate() {
+            engine.write_blocking(batch).expect("write");
+            if b < 3 {
+                engine.flush().expect("flush");
+            }
+        }
+
+        let every: Vec<(TraceId, Vec<Span>)> = ids
+            .iter()
+            .map(|id| (*id, engine.get_trace(id).expect("read")))
+            .collect();
+        let mut answered = 0;
+        for round in 0..150 {
+            let query = arbitrary::query(&mut rng);
+            let limit = 1 + rng.below(30);
+            let search = Search {
+                query: Arc::new(Compiled::new(query.clone()).expect("compiles")),
+                text: String::new(),
+                start_unix_nano: if round % 3 == 0 { base + 40 * SEC } else { 0 },
+                end_unix_nano: if round % 5 == 0 { base + 120 * SEC } else { 0 },
+                limit,
+                spans_per_spanset: 1000,
+            };
+            let mut want: Vec<super::Match> = every
+                .iter()
+                .filter_map(|(id, spans)| super::evaluate(&search, *id, spans).expect("decodes"))
+                .collect();
+            want.sort_by(|a, b| {
+                b.start_unix_nano
+                    .cmp(&a.start_unix_nano)
+                    .then(a.trace_id.cmp(&b.trace_id))
+            });
+            want.truncate(limit);
+            let got = run(&engine, &search).expect("search");
+            assert!(got.partial.is_empty(), "{:?}", got.partial);
+            assert_eq!(
+                got.value.iter().map(|m| m.trace_id).collect::<Vec<_>>(),
+                want.iter().map(|m| m.trace_id).collect::<Vec<_>>(),
+                "query {query:?}, limit {limit}"
+            );
+            assert_eq!(got.value, want, "query {query:?}");
+            answered += usize::from(!want.is_empty());
+        }
+        assert!(answered > 50, "only {answered} queries matched anything");
+    }
+}
