@@ -36,6 +36,6 @@ pub mod prune;
 pub mod trace;
 
 pub use eval::{Compiled, RegexError, Spanset};
-pub use parser::{parse, ParseError, MAX_DEPTH, MAX_QUERY_BYTES};
+pub use parser::{parse, ParseError, MAX_DEPTH, MAX_OPERATORS, MAX_QUERY_BYTES};
 pub use prune::{needs, SpanNeed};
 pub use trace::{EncodedSpan, Trace};

@@ -307,3 +307,42 @@ fn the_evaluator_agrees_with_the_reference_on_random_traces_and_queries() {
     assert!(matched_some > 100, "{matched_some} queries matched a trace");
     assert!(missed_some > 100, "{missed_some} queries missed a trace");
 }
+
+/// The deepest trees a query can make (chains as long as the operator
+/// limit) evaluate, and drop, on a thread with the default 2 MiB stack that
+/// the server's blocking threads have.
+#[test]
+fn the_deepest_queries_evaluate_on_a_small_stack() {
+    use crate::MAX_OPERATORS;
+    let queries = [
+        format!(
+            "{}{{ .a = 1 }}",
+            "{ .a = 1 } && ".repeat(MAX_OPERATORS / 2 - 1)
+        ),
+        format!(
+            "{}{{ .a = 1 }}",
+            "{ .a = 1 } >> ".repeat(MAX_OPERATORS / 2 - 1)
+        ),
+        format!("{{ {}.a = 1 }}", ".a = 1 || ".repeat(MAX_OPERATORS / 2 - 1)),
+        format!("{{ .a = {}2 }}", "2 ^ ".repeat(MAX_OPERATORS - 1)),
+        format!("{{ .a = {}2 }}", "-".repeat(crate::MAX_DEPTH - 2)),
+        format!("{{ }} | count() > {}1", "1 + ".repeat(MAX_OPERATORS - 2)),
+    ];
+    let mut rng = Rng::new(7);
+    let id = [7; 16];
+    let trace = decode(&arbitrary::trace(&mut rng, id, 1_000_000_000), id);
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            for q in &queries {
+                let parsed = crate::parse(q).expect("within the limits");
+                let compiled = Compiled::new(parsed).expect("compiles");
+                let _ = compiled.eval(&trace);
+                let _ = crate::needs(&compiled.query);
+                let _ = compiled.query.to_string();
+            }
+        })
+        .expect("thread")
+        .join()
+        .expect("no stack overflow");
+}

@@ -19,9 +19,10 @@
 //! nothing here recurses along it.
 //!
 //! Hostile input: queries over [`MAX_QUERY_BYTES`] are refused before
-//! lexing; every construct that recurses (braces, parentheses, unary
-//! operators) counts its depth and stops at [`MAX_DEPTH`]; every token is
-//! looked at a bounded number of times, so parsing is linear.
+//! lexing, and queries of more than [`MAX_OPERATORS`] operators after it;
+//! every construct that recurses (braces, parentheses, unary operators)
+//! counts its depth and stops at [`MAX_DEPTH`]; every token is looked at a
+//! bounded number of times, so parsing is linear.
 
 mod field;
 #[cfg(test)]
@@ -41,6 +42,11 @@ pub const MAX_QUERY_BYTES: usize = 64 * 1024;
 /// The deepest nesting accepted: braces, parentheses, unary operators and
 /// nested pipelines each count one level.
 pub const MAX_DEPTH: usize = 64;
+/// Most operators (every symbol but braces, parentheses and commas) a query
+/// may hold. Operator chains make trees as deep as they are long, and the
+/// evaluator, like dropping a tree, recurses along them: this bounds the
+/// depth of every tree a query makes.
+pub const MAX_OPERATORS: usize = 1024;
 
 /// Parses and type-checks a TraceQL query.
 pub fn parse(text: &str) -> Result<Query> {
@@ -55,6 +61,25 @@ pub fn parse(text: &str) -> Result<Query> {
         ));
     }
     let (tokens, lex_error) = lexer::tokenize(text);
+    let operators = tokens.iter().filter(|t| {
+        matches!(&t.kind, TokenKind::Punct(p) if !matches!(
+            p,
+            Punct::OpenBrace | Punct::CloseBrace | Punct::OpenParen | Punct::CloseParen | Punct::Comma
+        ))
+    });
+    if let Some(past) = operators.clone().nth(MAX_OPERATORS) {
+        let parser = Parser {
+            text,
+            tokens: tokens.clone(),
+            pos: 0,
+            depth: 0,
+            lex_error: None,
+        };
+        return Err(parser.error_at(
+            past.start,
+            format!("the query has more than {MAX_OPERATORS} operators"),
+        ));
+    }
     let mut parser = Parser {
         text,
         tokens,

@@ -96,6 +96,45 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
         rows.contains(&(id(SPLIT), 4)),
         "parts combined, copies not added: {rows:?}"
     );
+    // TraceQL whose conditions hold on one span: the node holding a
+    // matching span finds the trace, and a split trace's matched spans are
+    // the union of its parts'.
+    let traceql = |q: &str| tracedb_query::search::Search {
+        query: tracedb_query::search::compile(q).expect("valid TraceQL"),
+        text: q.to_owned(),
+        start_unix_nano: 0,
+        end_unix_nano: 0,
+        limit: 20,
+        spans_per_spanset: 10,
+    };
+    let found = tier
+        .find(traceql(
+            r#"{ resource.service.name = "back" || name = "op-0" }"#,
+        ))
+        .await
+        .expect("TraceQL search");
+    assert!(!found.is_partial(), "{:?}", found.partial);
+    let split = found
+        .value
+        .iter()
+        .find(|m| m.trace_id == id(SPLIT))
+        .expect("SPLIT matches");
+    assert_eq!(found.value.len(), 2, "{:?}", found.value);
+    assert_eq!(split.spansets.len(), 1);
+    assert_eq!(split.spansets[0].matched, 3, "op-0 and both back spans");
+    assert_eq!(split.spansets[0].spans.len(), 3);
+    // Anything that needs the whole trace in one place is refused, not
+    // answered from parts.
+    for q in [
+        "{ } >> { }",
+        "{ } | count() > 1",
+        r#"{ rootServiceName = "front" }"#,
+    ] {
+        match tier.find(traceql(q)).await {
+            Err(Error::InvalidArgument(why)) => assert!(why.contains("query tier"), "{q}: {why}"),
+            other => panic!("{q}: {other:?}"),
+        }
+    }
     let services = tier.services(TimeRange::ALL).await.expect("services");
     assert_eq!(
         services,

@@ -795,10 +795,13 @@ fn deep_nesting_is_an_error_not_a_stack_overflow() {
         "!".repeat(100_000),
     ] {
         let q = &q[..q.len().min(MAX_QUERY_BYTES)];
-        // Refused, whether for depth or because the syntax fails first.
+        // Refused, whether for depth, for its operators or because the
+        // syntax fails first.
         let (_, _, message) = refused(q);
         assert!(
-            message.contains("deeper than 64") || message.contains("expected"),
+            message.contains("deeper than 64")
+                || message.contains("operators")
+                || message.contains("expected"),
             "{message}"
         );
     }
@@ -815,20 +818,29 @@ fn deep_nesting_is_an_error_not_a_stack_overflow() {
 
 #[test]
 fn long_operator_chains_parse_and_print() {
-    // Thousands of operands make a deep tree; neither the parser, the
-    // printer nor the checks recurse along it.
+    // A chain as long as the operator limit makes a tree as deep; neither
+    // the parser, the printer nor the checks recurse along it.
     let unit = "{ .a = 1 } && ";
-    let n = (MAX_QUERY_BYTES - 20) / unit.len();
+    let n = MAX_OPERATORS / 2 - 1;
     let q = format!("{}{{ .a = 1 }}", unit.repeat(n));
     let parsed = parse(&q).expect("a long chain parses");
     round_trips(&parsed);
 
-    let q = format!("{{ {}.a = 1 }}", ".a = 1 || ".repeat(5_000));
+    let q = format!("{{ {}.a = 1 }}", ".a = 1 || ".repeat(MAX_OPERATORS / 2 - 1));
     round_trips(&parse(&q).expect("a long condition parses"));
-    let q = format!("{{ .a = {}2 }}", "2 ^ ".repeat(10_000));
+    let q = format!("{{ .a = {}2 }}", "2 ^ ".repeat(MAX_OPERATORS - 1));
     round_trips(&parse(&q).expect("a long power chain parses"));
-    let q = format!("{{ }} | count() > {}1", "1 + ".repeat(10_000));
+    let q = format!("{{ }} | count() > {}1", "1 + ".repeat(MAX_OPERATORS - 2));
     round_trips(&parse(&q).expect("a long scalar chain parses"));
+}
+
+#[test]
+fn more_operators_than_the_limit_are_refused() {
+    let q = format!("{{ .a = {}2 }}", "2 ^ ".repeat(MAX_OPERATORS));
+    let err = parse(&q).expect_err("too many operators");
+    assert!(err.message.contains("more than 1024 operators"), "{err}");
+    let q = format!("{}{{ }}", "{ } && ".repeat(MAX_OPERATORS + 1));
+    assert!(parse(&q).is_err());
 }
 
 #[test]
