@@ -630,17 +630,13 @@ impl<'t> Eval<'t> {
             Scope::Span => vec![&span.attributes],
             Scope::Resource => vec![&span.origin.resource],
             Scope::Unscoped => {
-                // One list: every scope's together.
+                // One list: every scope's together (links aside, as above).
                 let has = find(&span.attributes, name).is_some()
                     || find(&span.origin.resource, name).is_some()
                     || span
                         .events
                         .iter()
                         .any(|e| find(&e.attributes, name).is_some())
-                    || span
-                        .links
-                        .iter()
-                        .any(|l| find(&l.attributes, name).is_some())
                     || find(&span.origin.scope, name).is_some();
                 return has != missing;
             }
@@ -662,12 +658,12 @@ impl<'t> Eval<'t> {
                 Scope::Span => gather(std::iter::once(&span.attributes), name),
                 Scope::Resource => gather(std::iter::once(&span.origin.resource), name),
                 // The first scope that has the name answers: the span's,
-                // its resource's, its events', its links', its scope's.
+                // its resource's, its events', its scope's (not its links',
+                // which Tempo 3.0.3 never finds).
                 Scope::Unscoped => [
                     gather(std::iter::once(&span.attributes), name),
                     gather(std::iter::once(&span.origin.resource), name),
                     gather(span.events.iter().map(|e| &e.attributes), name),
-                    gather(span.links.iter().map(|l| &l.attributes), name),
                     gather(std::iter::once(&span.origin.scope), name),
                 ]
                 .into_iter()

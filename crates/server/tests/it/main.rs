@@ -22,3 +22,4 @@ mod telemetrygen;
 mod tempo;
 mod time_rules;
 mod tls;
+mod traceql;

@@ -28,7 +28,7 @@ use crate::harness::TRACEDB;
 const README: &str = include_str!("../../../../README.md");
 
 /// What a block must print, found by a piece of its text: pieces of its
-/// output, with a leading `2x ` a piece found at least twice, or with a
+/// output, with a leading `Nx ` (N one digit) a piece found at least N times, or with a
 /// leading `=`, the whole of it (trimmed).
 const EXPECTED: &[(&str, &[&str])] = &[
     // Through the cluster: the Collector, then tracedb query.
@@ -62,9 +62,13 @@ const EXPECTED: &[(&str, &[&str])] = &[
         &[
             "\"traceId\":\"5b8efff798038103d269b633813fc60c\"",
             "\"traceID\":\"5b8efff798038103d269b633813fc60c\"",
-            // Both searches, by tag and by TraceQL, list it.
-            "2x \"rootTraceName\":\"GET /cart\"",
-            "\"checkout\"",
+            // The searches, by tag and by TraceQL, list it.
+            "3x \"rootTraceName\":\"GET /cart\"",
+            "\"spanSets\"",
+            // An invalid query says where and why.
+            "line 1, column 12",
+            // The typed values of a tag.
+            "{\"type\":\"string\",\"value\":\"checkout\"}",
         ],
     ),
     (
@@ -196,9 +200,13 @@ fn every_readme_example_runs_as_written() {
             String::from_utf8_lossy(&output.stderr)
         );
         for wanted in expected.unwrap_or_default() {
-            let found = match (wanted.strip_prefix('='), wanted.strip_prefix("2x ")) {
+            // `Nx piece`: the piece at least N times (one digit).
+            let times = wanted
+                .split_once("x ")
+                .and_then(|(n, piece)| Some((n.parse::<usize>().ok()?, piece)));
+            let found = match (wanted.strip_prefix('='), times) {
                 (Some(whole), _) => stdout.trim() == whole,
-                (None, Some(twice)) => stdout.matches(twice).count() >= 2,
+                (None, Some((n, piece))) => stdout.matches(piece).count() >= n,
                 (None, None) => stdout.contains(wanted),
             };
             assert!(
