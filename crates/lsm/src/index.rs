@@ -34,7 +34,7 @@ pub use build::{service_name, SidecarBuilder, SummaryBuilder};
 pub use model::{Edge, Op, SummarySet, Tag, TagScope, TraceSummary, ValueKind, MAX_TAGS_PER_TRACE};
 pub use query::{
     dependencies, keep_newest, operations, search, search_ids, services, tag_keys, tag_values,
-    Dependencies, OpNeed, SearchQuery, TraceHit,
+    Dependencies, OpNeed, SearchQuery, TagNeed, TraceHit,
 };
 pub use sidecar::{
     decode as decode_sidecar, encode as encode_sidecar, read as read_sidecar, remove_orphans,

@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use tracedb_lsm::{
-    index::{OpNeed, SearchQuery},
+    index::{OpNeed, SearchQuery, TagNeed, TagScope, ValueKind},
     Engine, Span, SpanId, TimeRange, TraceId,
 };
 use tracedb_proto::query::v1 as proto;
@@ -110,15 +110,7 @@ impl Search {
             start_min: self.start_unix_nano,
             start_max: self.end_unix_nano,
             limit: page,
-            needs: tracedb_traceql::needs(&self.query.query)
-                .into_iter()
-                .map(|n| OpNeed {
-                    service: n.service,
-                    name: n.name,
-                    kind: n.kind.map(|k| k as u8),
-                    error: n.error,
-                })
-                .collect(),
+            needs: op_needs(tracedb_traceql::needs(&self.query.query)),
             after,
             ..SearchQuery::default()
         }
@@ -307,21 +299,43 @@ fn field_key(a: &Attribute) -> String {
     }
 }
 
+/// A query's needs as the search index checks them.
+fn op_needs(needs: Vec<tracedb_traceql::SpanNeed>) -> Vec<OpNeed> {
+    use tracedb_traceql::{ast::Scope, LiteralKind};
+    needs
+        .into_iter()
+        .map(|n| OpNeed {
+            service: n.service,
+            name: n.name,
+            kind: n.kind.map(|k| k as u8),
+            error: n.error,
+            tags: n
+                .attributes
+                .into_iter()
+                .map(|a| TagNeed {
+                    scope: match a.scope {
+                        Scope::Resource => TagScope::Resource,
+                        _ => TagScope::Span,
+                    },
+                    key: a.name,
+                    value: a.text,
+                    kind: match a.kind {
+                        LiteralKind::Str => ValueKind::Str,
+                        LiteralKind::Int => ValueKind::Int,
+                        LiteralKind::Float => ValueKind::Float,
+                        LiteralKind::Bool => ValueKind::Bool,
+                    },
+                })
+                .collect(),
+        })
+        .collect()
+}
+
 /// What the traces of a query being typed must have, for narrowing
 /// autocomplete: the needs of `text` when it parses, else of the conditions
 /// of its first `{ ... }` (to its end, if unclosed) that parse on their own.
 pub fn narrowing(text: &str) -> Vec<OpNeed> {
-    let to_ops = |needs: Vec<tracedb_traceql::SpanNeed>| -> Vec<OpNeed> {
-        needs
-            .into_iter()
-            .map(|n| OpNeed {
-                service: n.service,
-                name: n.name,
-                kind: n.kind.map(|k| k as u8),
-                error: n.error,
-            })
-            .collect()
-    };
+    let to_ops = op_needs;
     if text.trim().is_empty() {
         return Vec::new();
     }
@@ -827,5 +841,64 @@ mod tests {
             answered += usize::from(!want.is_empty());
         }
         assert!(answered > 50, "only {answered} queries matched anything");
+    }
+
+    /// The index keeps at most 256 attributes of a trace part; a trace with
+    /// more is still found by the ones it did not keep.
+    #[test]
+    fn a_trace_with_more_attributes_than_the_index_keeps_is_found() {
+        use prost::Message as _;
+        use tracedb_proto::{
+            common::v1::{any_value, AnyValue, KeyValue},
+            resource::v1::Resource,
+            trace::v1 as otlp,
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut opts = EngineOptions::new(dir.path());
+        opts.compaction_threads = 0;
+        let engine = Engine::open(opts).expect("open");
+        let start = now() - 60 * SEC;
+        let attributes = (0..300)
+            .map(|i| KeyValue {
+                key: format!("k{i:03}"),
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::StringValue("v".into())),
+                }),
+            })
+            .collect();
+        let id = TraceId([3; 16]);
+        let span = otlp::Span {
+            trace_id: id.0.to_vec().into(),
+            span_id: vec![1; 8].into(),
+            name: "wide".into(),
+            start_time_unix_nano: start,
+            end_time_unix_nano: start + SEC,
+            attributes,
+            ..Default::default()
+        };
+        let resource = Resource::default().encode_to_vec();
+        let parts = vec![(resource, Vec::new(), span.encode_to_vec())];
+        engine.write_blocking(spans(id, parts)).expect("write");
+        engine.flush().expect("flush");
+        let found = |q: &str| -> usize {
+            let search = Search {
+                query: Arc::new(
+                    Compiled::new(tracedb_traceql::parse(q).expect("valid")).expect("compiles"),
+                ),
+                text: q.to_owned(),
+                start_unix_nano: 0,
+                end_unix_nano: 0,
+                limit: 20,
+                spans_per_spanset: 3,
+            };
+            run(&engine, &search).expect("search").value.len()
+        };
+        assert_eq!(found(r#"{ span.k000 = "v" }"#), 1);
+        assert_eq!(
+            found(r#"{ span.k299 = "v" }"#),
+            1,
+            "an attribute past the index's 256"
+        );
+        assert_eq!(found(r#"{ span.k299 = "w" }"#), 0);
     }
 }

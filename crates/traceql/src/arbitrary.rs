@@ -251,14 +251,19 @@ fn condition(rng: &mut Rng) -> FieldExpr {
             intrinsic(Intrinsic::Duration),
             Static::Duration((rng.below(300) as i64) * MS as i64),
         ),
-        5 => cmp(
-            any_cmp(rng),
-            attr(Scope::Span, "a"),
-            Static::Int(rng.below(5) as i64),
-        ),
+        5 => {
+            let n = rng.below(5);
+            let literal = if rng.chance(20) {
+                Static::Float(n as f64)
+            } else {
+                Static::Int(n as i64)
+            };
+            cmp(any_cmp(rng), attr(Scope::Span, "a"), literal)
+        }
         6 => cmp(
             any_cmp(rng),
-            attr(Scope::Unscoped, "f"),
+            rng.pick(&[attr(Scope::Unscoped, "f"), attr(Scope::Span, "f")])
+                .clone(),
             Static::Float(rng.below(8) as f64 / 2.0),
         ),
         7 => cmp(
@@ -283,7 +288,11 @@ fn condition(rng: &mut Rng) -> FieldExpr {
         ),
         11 => cmp(
             eq_ne(rng),
-            attr(Scope::Unscoped, "region"),
+            rng.pick(&[
+                attr(Scope::Unscoped, "region"),
+                attr(Scope::Resource, "region"),
+            ])
+            .clone(),
             Static::Str((*rng.pick(REGIONS)).to_owned()),
         ),
         12 => cmp(

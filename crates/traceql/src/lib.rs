@@ -37,5 +37,5 @@ pub mod trace;
 
 pub use eval::{Compiled, RegexError, Spanset};
 pub use parser::{parse, ParseError, MAX_DEPTH, MAX_OPERATORS, MAX_QUERY_BYTES};
-pub use prune::{needs, SpanNeed};
+pub use prune::{needs, AttrNeed, LiteralKind, SpanNeed};
 pub use trace::{EncodedSpan, Trace};

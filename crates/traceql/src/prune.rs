@@ -7,7 +7,10 @@
 //! cannot match, and every trace they let through is evaluated on its spans.
 //! Only conditions that a span can satisfy in exactly one way are used: a
 //! string literal compared with `=` to `resource.service.name` or to `name`,
-//! a kind compared with `=` to `kind`, and `status = error`.
+//! a kind compared with `=` to `kind`, `status = error`, and a `span.` or
+//! `resource.` attribute compared with `=` to a literal (which only a value
+//! of the literal's own type equals; a float literal of zero, which equals
+//! `-0.0` too, is left out).
 
 use crate::ast::{
     Attribute, BinaryOp, CmpOp, FieldExpr, Intrinsic, Kind, Pipeline, Query, Scope, SpansetExpr,
@@ -22,6 +25,32 @@ pub struct SpanNeed {
     pub kind: Option<Kind>,
     /// The span's status is error.
     pub error: bool,
+    /// Attributes some span of the trace has (each compared with `=` to a
+    /// literal of its own type; the index keeps attributes per trace, not
+    /// per span).
+    pub attributes: Vec<AttrNeed>,
+}
+
+/// A `span.` or `resource.` attribute equal to a literal, which only a value
+/// of the literal's type equals.
+#[derive(Debug, Clone, PartialEq, Hash, Eq)]
+pub struct AttrNeed {
+    /// `Scope::Span` or `Scope::Resource`.
+    pub scope: Scope,
+    pub name: String,
+    /// The literal's text as the index writes values (numbers and bools
+    /// rendered), and its type.
+    pub text: String,
+    pub kind: LiteralKind,
+}
+
+/// The types of literal an attribute need compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LiteralKind {
+    Str,
+    Int,
+    Float,
+    Bool,
 }
 
 impl SpanNeed {
@@ -104,6 +133,29 @@ fn conjuncts(e: &FieldExpr, need: &mut SpanNeed) {
                 (Attribute::Intrinsic(Intrinsic::Kind), Static::Kind(k)) => need.kind = Some(*k),
                 (Attribute::Intrinsic(Intrinsic::Status), Static::Status(Status::Error)) => {
                     need.error = true;
+                }
+                (
+                    Attribute::Attr {
+                        scope: scope @ (Scope::Span | Scope::Resource),
+                        name,
+                    },
+                    literal,
+                ) => {
+                    let (text, kind) = match literal {
+                        Static::Str(s) => (s.clone(), LiteralKind::Str),
+                        Static::Int(i) => (i.to_string(), LiteralKind::Int),
+                        Static::Float(f) if f.is_finite() && *f != 0.0 => {
+                            (f.to_string(), LiteralKind::Float)
+                        }
+                        Static::Bool(b) => (b.to_string(), LiteralKind::Bool),
+                        _ => return,
+                    };
+                    need.attributes.push(AttrNeed {
+                        scope: *scope,
+                        name: name.clone(),
+                        text,
+                        kind,
+                    });
                 }
                 _ => {}
             }

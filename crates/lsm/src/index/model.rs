@@ -34,6 +34,11 @@ pub enum ValueKind {
     Bool = 1,
     Int = 2,
     Float = 3,
+    /// A value the index does not keep (an array, a key-value list, bytes,
+    /// a string longer than 256 bytes or not UTF-8): its text is empty.
+    /// Marks that the attribute is there, so that the index never rules out
+    /// a trace for lacking a value it did not keep.
+    Unindexed = 4,
 }
 
 impl ValueKind {
@@ -43,6 +48,7 @@ impl ValueKind {
             1 => ValueKind::Bool,
             2 => ValueKind::Int,
             3 => ValueKind::Float,
+            4 => ValueKind::Unindexed,
             _ => return None,
         })
     }
@@ -54,6 +60,7 @@ impl ValueKind {
             ValueKind::Bool => "bool",
             ValueKind::Int => "int",
             ValueKind::Float => "float",
+            ValueKind::Unindexed => "unindexed",
         }
     }
 }

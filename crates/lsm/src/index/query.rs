@@ -7,7 +7,9 @@ use std::{
     sync::Arc,
 };
 
-use super::{service_name, HashMap, SummarySet, TagScope, TraceSummary, ValueKind};
+use super::{
+    service_name, HashMap, SummarySet, TagScope, TraceSummary, ValueKind, MAX_TAGS_PER_TRACE,
+};
 use crate::span::{Span, TraceId};
 
 /// What to look for. Empty strings and zeros mean "any".
@@ -43,6 +45,21 @@ pub struct OpNeed {
     pub name: Option<String>,
     pub kind: Option<u8>,
     pub error: bool,
+    /// Each is an attribute of the trace (of some span, not necessarily the
+    /// one with the operation: the summaries keep attributes per part).
+    pub tags: Vec<TagNeed>,
+}
+
+/// An attribute with this value (as the index writes it: numbers and bools
+/// as text) and type, in this scope. A part rules it out only when its tags
+/// are complete (under [`MAX_TAGS_PER_TRACE`]) and hold no value of the key
+/// that the index did not keep ([`ValueKind::Unindexed`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagNeed {
+    pub scope: TagScope,
+    pub key: String,
+    pub value: String,
+    pub kind: ValueKind,
 }
 
 impl SearchQuery {
@@ -89,6 +106,9 @@ struct Resolved {
     /// Per need, (service, name) resolved: `Some(None)` where the need names
     /// no service or name; `None` when the set lacks a string it names.
     needs: Vec<Option<(Option<u32>, Option<u32>)>>,
+    /// Per need, per tag need: (key, value) resolved; `None` for the key when
+    /// the set lacks it, for the value likewise.
+    tag_needs: Vec<Vec<(Option<u32>, Option<u32>)>>,
 }
 
 fn resolve(set: &SummarySet, q: &SearchQuery) -> Resolved {
@@ -111,7 +131,33 @@ fn resolve(set: &SummarySet, q: &SearchQuery) -> Resolved {
                 Some((id(&n.service)?, id(&n.name)?))
             })
             .collect(),
+        tag_needs: q
+            .needs
+            .iter()
+            .map(|n| {
+                n.tags
+                    .iter()
+                    .map(|t| (set.id(&t.key), set.id(&t.value)))
+                    .collect()
+            })
+            .collect(),
     }
+}
+
+/// Whether a part may hold the attribute `t` (whose key and value resolve
+/// to `ids` in the part's set).
+fn may_have(part: &TraceSummary, t: &TagNeed, ids: (Option<u32>, Option<u32>)) -> bool {
+    if part.tags.len() >= MAX_TAGS_PER_TRACE {
+        return true;
+    }
+    let (Some(key), value) = ids else {
+        return false;
+    };
+    part.tags.iter().any(|g| {
+        g.key == key
+            && g.scope == t.scope
+            && (g.kind == ValueKind::Unindexed || (g.kind == t.kind && Some(g.value) == value))
+    })
 }
 
 /// Whether some part meets `need` (index `i` of the query's needs).
@@ -128,6 +174,14 @@ fn meets(
             .any(|&(si, ti)| sets[si].traces[ti].error_count > 0)
     {
         return false;
+    }
+    for (j, t) in need.tags.iter().enumerate() {
+        if !parts
+            .iter()
+            .any(|&(si, ti)| may_have(&sets[si].traces[ti], t, resolved[si].tag_needs[i][j]))
+        {
+            return false;
+        }
     }
     if need.service.is_none() && need.name.is_none() && need.kind.is_none() {
         return true;
@@ -299,7 +353,7 @@ pub fn search_ids(
                 sets[si].traces[ti]
                     .tags
                     .iter()
-                    .any(|tag| tag.key == k && tag.value == v)
+                    .any(|tag| tag.key == k && tag.value == v && tag.kind != ValueKind::Unindexed)
             })
         });
         if tags_found {
@@ -552,7 +606,9 @@ pub fn tag_values(
                         .all(|(i, need)| meets(one, &resolved, &vec![(0, *ti)], need, i))
             })
             .flat_map(|(_, t)| t.tags.iter())
-            .filter(|g| g.key == k && scope.is_none_or(|s| g.scope == s))
+            .filter(|g| {
+                g.key == k && g.kind != ValueKind::Unindexed && scope.is_none_or(|s| g.scope == s)
+            })
             .map(|g| (g.value, g.kind))
             .collect();
         out.extend(

@@ -145,8 +145,9 @@ pub fn scan_resource(resource: &[u8]) -> Vec<(&str, Cow<'_, str>, ValueKind)> {
         .collect()
 }
 
-/// An encoded `KeyValue` as (key, value), if its value is a string, bool,
-/// int or double short enough to index; numbers and booleans rendered as text.
+/// An encoded `KeyValue` as (key, value, type): strings, bools, ints and
+/// doubles as text (numbers and booleans rendered), any other value (and a
+/// string too long or not UTF-8) as [`ValueKind::Unindexed`] with no text.
 pub fn key_value(buf: &[u8]) -> Option<(&str, Cow<'_, str>, ValueKind)> {
     let mut key = None;
     let mut value = None;
@@ -165,9 +166,14 @@ fn any_value(buf: &[u8]) -> Option<(Cow<'_, str>, ValueKind)> {
     let mut out = None;
     for f in fields(buf) {
         out = match f {
-            (1, Field::Bytes(b)) if b.len() <= MAX_VALUE_BYTES => std::str::from_utf8(b)
-                .ok()
-                .map(|s| (Cow::Borrowed(s), ValueKind::Str)),
+            (1, Field::Bytes(b)) => Some(
+                std::str::from_utf8(b)
+                    .ok()
+                    .filter(|_| b.len() <= MAX_VALUE_BYTES)
+                    .map_or((Cow::Borrowed(""), ValueKind::Unindexed), |s| {
+                        (Cow::Borrowed(s), ValueKind::Str)
+                    }),
+            ),
             (2, Field::Varint(v)) => Some((
                 Cow::Borrowed(if v != 0 { "true" } else { "false" }),
                 ValueKind::Bool,
@@ -176,6 +182,8 @@ fn any_value(buf: &[u8]) -> Option<(Cow<'_, str>, ValueKind)> {
             (4, Field::Fixed64(v)) => {
                 Some((Cow::Owned(f64::from_bits(v).to_string()), ValueKind::Float))
             }
+            // An array, a key-value list, bytes.
+            (5..=7, Field::Bytes(_)) => Some((Cow::Borrowed(""), ValueKind::Unindexed)),
             _ => None,
         };
     }
