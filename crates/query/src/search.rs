@@ -314,8 +314,9 @@ fn op_needs(needs: Vec<tracedb_traceql::SpanNeed>) -> Vec<OpNeed> {
                 .into_iter()
                 .map(|a| TagNeed {
                     scope: match a.scope {
-                        Scope::Resource => TagScope::Resource,
-                        _ => TagScope::Span,
+                        Scope::Resource => Some(TagScope::Resource),
+                        Scope::Span => Some(TagScope::Span),
+                        _ => None,
                     },
                     key: a.name,
                     value: a.text,

@@ -630,14 +630,9 @@ impl<'t> Eval<'t> {
             Scope::Span => vec![&span.attributes],
             Scope::Resource => vec![&span.origin.resource],
             Scope::Unscoped => {
-                // One list: every scope's together (links aside, as above).
+                // One list: the span's and its resource's together.
                 let has = find(&span.attributes, name).is_some()
-                    || find(&span.origin.resource, name).is_some()
-                    || span
-                        .events
-                        .iter()
-                        .any(|e| find(&e.attributes, name).is_some())
-                    || find(&span.origin.scope, name).is_some();
+                    || find(&span.origin.resource, name).is_some();
                 return has != missing;
             }
             Scope::Event => span.events.iter().map(|e| &e.attributes).collect(),
@@ -657,18 +652,12 @@ impl<'t> Eval<'t> {
             Attribute::Attr { scope, name } => match scope {
                 Scope::Span => gather(std::iter::once(&span.attributes), name),
                 Scope::Resource => gather(std::iter::once(&span.origin.resource), name),
-                // The first scope that has the name answers: the span's,
-                // its resource's, its events', its scope's (not its links',
-                // which Tempo 3.0.3 never finds).
-                Scope::Unscoped => [
-                    gather(std::iter::once(&span.attributes), name),
-                    gather(std::iter::once(&span.origin.resource), name),
-                    gather(span.events.iter().map(|e| &e.attributes), name),
-                    gather(std::iter::once(&span.origin.scope), name),
-                ]
-                .into_iter()
-                .find(|v| *v != Val::Nil)
-                .unwrap_or(Val::Nil),
+                // The span's attribute, else its resource's: Tempo 3.0.3's
+                // unscoped names reach no event, link or scope attribute.
+                Scope::Unscoped => match gather(std::iter::once(&span.attributes), name) {
+                    Val::Nil => gather(std::iter::once(&span.origin.resource), name),
+                    found => found,
+                },
                 Scope::Event => gather(span.events.iter().map(|e| &e.attributes), name),
                 Scope::Link => gather(span.links.iter().map(|l| &l.attributes), name),
                 Scope::Instrumentation => gather(std::iter::once(&span.origin.scope), name),

@@ -7,8 +7,8 @@
 //! cannot match, and every trace they let through is evaluated on its spans.
 //! Only conditions that a span can satisfy in exactly one way are used: a
 //! string literal compared with `=` to `resource.service.name` or to `name`,
-//! a kind compared with `=` to `kind`, `status = error`, and a `span.` or
-//! `resource.` attribute compared with `=` to a literal (which only a value
+//! a kind compared with `=` to `kind`, `status = error`, and a `span.`,
+//! `resource.` or unscoped attribute compared with `=` to a literal (which only a value
 //! of the literal's own type equals; a float literal of zero, which equals
 //! `-0.0` too, is left out).
 
@@ -31,11 +31,12 @@ pub struct SpanNeed {
     pub attributes: Vec<AttrNeed>,
 }
 
-/// A `span.` or `resource.` attribute equal to a literal, which only a value
-/// of the literal's type equals.
+/// A `span.`, `resource.` or unscoped attribute equal to a literal, which
+/// only a value of the literal's type equals.
 #[derive(Debug, Clone, PartialEq, Hash, Eq)]
 pub struct AttrNeed {
-    /// `Scope::Span` or `Scope::Resource`.
+    /// `Scope::Span`, `Scope::Resource`, or `Scope::Unscoped` (the span's or
+    /// its resource's).
     pub scope: Scope,
     pub name: String,
     /// The literal's text as the index writes values (numbers and bools

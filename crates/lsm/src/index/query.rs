@@ -56,7 +56,8 @@ pub struct OpNeed {
 /// that the index did not keep ([`ValueKind::Unindexed`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TagNeed {
-    pub scope: TagScope,
+    /// `None`: either scope.
+    pub scope: Option<TagScope>,
     pub key: String,
     pub value: String,
     pub kind: ValueKind,
@@ -155,7 +156,7 @@ fn may_have(part: &TraceSummary, t: &TagNeed, ids: (Option<u32>, Option<u32>)) -
     };
     part.tags.iter().any(|g| {
         g.key == key
-            && g.scope == t.scope
+            && t.scope.is_none_or(|s| g.scope == s)
             && (g.kind == ValueKind::Unindexed || (g.kind == t.kind && Some(g.value) == value))
     })
 }
