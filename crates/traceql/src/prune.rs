@@ -137,7 +137,7 @@ fn conjuncts(e: &FieldExpr, need: &mut SpanNeed) {
                 }
                 (
                     Attribute::Attr {
-                        scope: scope @ (Scope::Span | Scope::Resource),
+                        scope: scope @ (Scope::Span | Scope::Resource | Scope::Unscoped),
                         name,
                     },
                     literal,
@@ -162,5 +162,51 @@ fn conjuncts(e: &FieldExpr, need: &mut SpanNeed) {
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(q: &str) -> Vec<(Scope, String, String, LiteralKind)> {
+        needs(&crate::parse(q).expect("valid"))
+            .into_iter()
+            .flat_map(|n| n.attributes)
+            .map(|a| (a.scope, a.name, a.text, a.kind))
+            .collect()
+    }
+
+    #[test]
+    fn attributes_compared_with_a_literal_are_needs() {
+        for (q, scope) in [
+            ("{ span.http.status_code = 500 }", Scope::Span),
+            ("{ resource.http.status_code = 500 }", Scope::Resource),
+            ("{ .http.status_code = 500 }", Scope::Unscoped),
+        ] {
+            assert_eq!(
+                attrs(q),
+                [(
+                    scope,
+                    "http.status_code".to_owned(),
+                    "500".to_owned(),
+                    LiteralKind::Int
+                )],
+                "{q}"
+            );
+        }
+        assert_eq!(attrs(r#"{ span.a = "x" } && { .b = true }"#).len(), 2);
+        // Not necessary, so not needs: another operator, an alternative, a
+        // negation, an event, a zero float (which -0.0 equals too).
+        for q in [
+            "{ span.a != 1 }",
+            "{ span.a = 1 || span.b = 2 }",
+            "{ span.a = 1 } || { span.b = 2 }",
+            "{ span.a = 1 } !> { }",
+            "{ event.a = 1 }",
+            "{ span.a = 0.0 }",
+        ] {
+            assert!(attrs(q).is_empty(), "{q}: {:?}", attrs(q));
+        }
     }
 }
