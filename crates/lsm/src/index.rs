@@ -31,7 +31,7 @@ mod tests;
 pub mod wire;
 
 pub use build::{service_name, SidecarBuilder, SummaryBuilder};
-pub use model::{Edge, Op, SummarySet, Tag, TagScope, TraceSummary, MAX_TAGS_PER_TRACE};
+pub use model::{Edge, Op, SummarySet, Tag, TagScope, TraceSummary, ValueKind, MAX_TAGS_PER_TRACE};
 pub use query::{
     dependencies, keep_newest, operations, search, search_ids, services, tag_keys, tag_values,
     Dependencies, OpNeed, SearchQuery, TraceHit,

@@ -50,7 +50,7 @@ use bytes::Bytes;
 use tonic::{codegen::http::uri::PathAndQuery, transport::Channel, Code, Response, Status};
 use tracedb_ingest::{scan_export_request, TimeRules};
 use tracedb_lsm::{
-    index::{SearchQuery, TagScope, TraceHit},
+    index::{SearchQuery, TagScope, TraceHit, ValueKind},
     Span, TimeRange, TraceId,
 };
 use tracedb_proto::{
@@ -70,7 +70,7 @@ pub use members::{
 
 use crate::{
     error::Error,
-    read::{Answer, Dependencies, FoundTrace, Reads, TagKeys},
+    read::{Answer, Dependencies, FoundTrace, Reads, TagKeys, TagValues},
     search::{Match, Search},
     service::{proto_scope, PARTIAL_REASON_HEADER},
 };
@@ -786,18 +786,33 @@ impl Reads for NodeReads {
         scope: Option<TagScope>,
         key: String,
         range: TimeRange,
-    ) -> Result<Answer<BTreeSet<String>>, Error> {
+        query: String,
+    ) -> Result<Answer<TagValues>, Error> {
         let request = GetTagValuesRequest {
             scope: proto_scope(scope).into(),
             key,
             window: Some(window(range)),
+            query,
         };
         let gathered = self
             .ask(|mut client| {
                 let request = request.clone();
                 async move {
                     let (names, partial) = with_partial(client.get_tag_values(request).await?);
-                    Ok((names.names, partial))
+                    // A node that names no types (an older one) lists strings.
+                    let kind = |i: usize| match names.types.get(i).map(String::as_str) {
+                        Some("int") => ValueKind::Int,
+                        Some("float") => ValueKind::Float,
+                        Some("bool") => ValueKind::Bool,
+                        _ => ValueKind::Str,
+                    };
+                    let values: Vec<(String, ValueKind)> = names
+                        .names
+                        .iter()
+                        .enumerate()
+                        .map(|(i, v)| (v.clone(), kind(i)))
+                        .collect();
+                    Ok((values, partial))
                 }
             })
             .await;

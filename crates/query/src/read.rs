@@ -27,7 +27,7 @@ use std::{
 };
 
 use tracedb_lsm::{
-    index::{SearchQuery, TagScope, TraceHit},
+    index::{SearchQuery, TagScope, TraceHit, ValueKind},
     Engine, SearchSnapshot, SkippedFile, Span, TimeRange, TraceId,
 };
 
@@ -68,13 +68,16 @@ pub trait Reads: Send + Sync + 'static {
     /// Attribute keys with their scope, of traces in `range`.
     async fn tag_keys(&self, range: TimeRange) -> Result<Answer<TagKeys>, Error>;
 
-    /// Values of attribute `key` (in `scope`, or either) in `range`.
+    /// Values of attribute `key` (in `scope`, or either) in `range`, with
+    /// their types, of traces that can match `query` (TraceQL, possibly
+    /// unfinished; see [`crate::search::narrowing`]).
     async fn tag_values(
         &self,
         scope: Option<TagScope>,
         key: String,
         range: TimeRange,
-    ) -> Result<Answer<BTreeSet<String>>, Error>;
+        query: String,
+    ) -> Result<Answer<TagValues>, Error>;
 
     /// Calls from one service to another in `range`: (parent, child) -> count.
     async fn dependencies(&self, range: TimeRange) -> Result<Answer<Dependencies>, Error>;
@@ -82,6 +85,8 @@ pub trait Reads: Send + Sync + 'static {
 
 /// Attribute keys with the scope each was seen in.
 pub type TagKeys = BTreeSet<(TagScope, String)>;
+/// Attribute values with their types.
+pub type TagValues = BTreeSet<(String, ValueKind)>;
 /// (parent service, child service) -> calls.
 pub type Dependencies = BTreeMap<(String, String), u64>;
 
@@ -201,9 +206,17 @@ impl Reads for LocalReads {
         scope: Option<TagScope>,
         key: String,
         range: TimeRange,
-    ) -> Result<Answer<BTreeSet<String>>, Error> {
+        query: String,
+    ) -> Result<Answer<TagValues>, Error> {
+        let needs = crate::search::narrowing(&query);
         self.union(range, move |index| {
-            index.tag_values(scope, &key, range.start_unix_nano, range.end_unix_nano)
+            index.tag_values(
+                scope,
+                &key,
+                range.start_unix_nano,
+                range.end_unix_nano,
+                &needs,
+            )
         })
         .await
     }

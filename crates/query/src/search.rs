@@ -307,6 +307,45 @@ fn field_key(a: &Attribute) -> String {
     }
 }
 
+/// What the traces of a query being typed must have, for narrowing
+/// autocomplete: the needs of `text` when it parses, else of the conditions
+/// of its first `{ ... }` (to its end, if unclosed) that parse on their own.
+pub fn narrowing(text: &str) -> Vec<OpNeed> {
+    let to_ops = |needs: Vec<tracedb_traceql::SpanNeed>| -> Vec<OpNeed> {
+        needs
+            .into_iter()
+            .map(|n| OpNeed {
+                service: n.service,
+                name: n.name,
+                kind: n.kind.map(|k| k as u8),
+                error: n.error,
+            })
+            .collect()
+    };
+    if text.trim().is_empty() {
+        return Vec::new();
+    }
+    if let Ok(q) = tracedb_traceql::parse(text) {
+        return to_ops(tracedb_traceql::needs(&q));
+    }
+    let Some(open) = text.find('{') else {
+        return Vec::new();
+    };
+    let body = &text[open + 1..];
+    let body = body.find('}').map_or(body, |close| &body[..close]);
+    let conditions: Vec<&str> = body
+        .split("&&")
+        .map(str::trim)
+        .filter(|c| tracedb_traceql::parse(&format!("{{ {c} }}")).is_ok())
+        .collect();
+    if conditions.is_empty() {
+        return Vec::new();
+    }
+    tracedb_traceql::parse(&format!("{{ {} }}", conditions.join(" && ")))
+        .map(|q| to_ops(tracedb_traceql::needs(&q)))
+        .unwrap_or_default()
+}
+
 /// `text` parsed, checked and compiled; a query tracedb cannot run is
 /// [`Error::InvalidArgument`] with the parser's position and reason.
 pub fn compile(text: &str) -> Result<Arc<Compiled>, Error> {

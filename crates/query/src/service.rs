@@ -208,7 +208,10 @@ impl QueryService for QueryApi {
     #[tracing::instrument(skip_all)]
     async fn get_services(&self, request: Request<TimeWindow>) -> Result<Response<Names>, Status> {
         let names = self.reads.services(window(Some(request.get_ref()))).await?;
-        Ok(answer(names, "GetServices", |names| Names { names }))
+        Ok(answer(names, "GetServices", |names| Names {
+            names,
+            types: Vec::new(),
+        }))
     }
 
     #[tracing::instrument(skip_all)]
@@ -252,7 +255,10 @@ impl QueryService for QueryApi {
             .reads
             .span_names(window(Some(request.get_ref())))
             .await?;
-        Ok(answer(names, "GetSpanNames", |names| Names { names }))
+        Ok(answer(names, "GetSpanNames", |names| Names {
+            names,
+            types: Vec::new(),
+        }))
     }
 
     #[tracing::instrument(skip_all)]
@@ -291,10 +297,14 @@ impl QueryService for QueryApi {
         };
         let values = self
             .reads
-            .tag_values(scope, r.key, window(r.window.as_ref()))
+            .tag_values(scope, r.key, window(r.window.as_ref()), r.query)
             .await?;
-        Ok(answer(values, "GetTagValues", |values| Names {
-            names: values.into_iter().collect(),
+        Ok(answer(values, "GetTagValues", |values| {
+            let (names, types) = values
+                .into_iter()
+                .map(|(value, kind)| (value, kind.name().to_owned()))
+                .unzip();
+            Names { names, types }
         }))
     }
 

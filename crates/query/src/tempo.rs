@@ -424,14 +424,42 @@ async fn tag_keys(cell: &ReadsCell, range: TimeRange) -> Result<(TagKeys, Vec<St
     Ok(noted(reads(cell)?.tag_keys(range).await?, "tag names"))
 }
 
-/// Intrinsics tracedb can list values of.
-const INTRINSICS: &[&str] = &["duration", "kind", "name", "status"];
+/// The intrinsics a query can name, as Grafana's editor offers them.
+const INTRINSICS: &[&str] = &[
+    "duration",
+    "event:name",
+    "event:timeSinceStart",
+    "instrumentation:name",
+    "instrumentation:version",
+    "kind",
+    "link:spanID",
+    "link:traceID",
+    "name",
+    "rootName",
+    "rootServiceName",
+    "span:childCount",
+    "span:duration",
+    "span:id",
+    "span:kind",
+    "span:name",
+    "span:parentID",
+    "span:status",
+    "span:statusMessage",
+    "status",
+    "statusMessage",
+    "trace:duration",
+    "trace:id",
+    "trace:rootName",
+    "trace:rootService",
+    "traceDuration",
+];
 
 async fn tags_v2(
     State(cell): State<ReadsCell>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response> {
     let range = time_range(&params)?;
+    let wanted = params.get("scope").map_or("", String::as_str);
     let (keys, partial) = tag_keys(&cell, range).await?;
     let of = |scope: TagScope| -> Vec<&str> {
         keys.iter()
@@ -439,16 +467,22 @@ async fn tags_v2(
             .map(|(_, k)| k.as_str())
             .collect()
     };
-    Ok(marked(
-        json_response(json!({
-            "scopes": [
-                { "name": "resource", "tags": of(TagScope::Resource) },
-                { "name": "span", "tags": of(TagScope::Span) },
-                { "name": "intrinsic", "tags": INTRINSICS },
-            ]
-        })),
-        &partial,
-    ))
+    let mut scopes = Vec::new();
+    for (name, listed) in [
+        ("resource", json!(of(TagScope::Resource))),
+        ("span", json!(of(TagScope::Span))),
+        ("intrinsic", json!(INTRINSICS)),
+    ] {
+        if matches!(wanted, "" | "all" | "none") || wanted == name {
+            scopes.push(json!({ "name": name, "tags": listed }));
+        }
+    }
+    if scopes.is_empty() {
+        return Err(bad(format!(
+            "scope must be resource, span, intrinsic or all, got {wanted:?}"
+        )));
+    }
+    Ok(marked(json_response(json!({ "scopes": scopes })), &partial))
 }
 
 async fn tags_v1(
@@ -465,32 +499,75 @@ async fn tags_v1(
     ))
 }
 
+/// A tag's values with their TraceQL types.
+type Typed = Vec<(String, &'static str)>;
+
+fn keywords(names: &[&str]) -> Typed {
+    names.iter().map(|n| ((*n).to_owned(), "keyword")).collect()
+}
+
 /// Values of a tag: `resource.k`, `span.k`, `.k` or `k` (either scope), or
-/// the intrinsic `name` (span names).
+/// an intrinsic: `status` and `kind` (keywords), `name` (span names),
+/// `rootServiceName` (services). `query` (TraceQL, possibly unfinished)
+/// narrows attribute values to traces that can match it. Fields the index
+/// does not keep (event, link and scope attributes, status messages) have no
+/// values listed.
 async fn values(
     cell: &ReadsCell,
     tag: &str,
     range: TimeRange,
-) -> Result<(Vec<String>, Vec<String>)> {
+    query: &str,
+) -> Result<(Typed, Vec<String>)> {
     let reads = reads(cell)?;
-    if tag == "name" || tag == "span:name" {
-        return Ok(noted(reads.span_names(range).await?, "span names"));
+    match tag {
+        "status" | "span:status" => return Ok((keywords(&["error", "ok", "unset"]), Vec::new())),
+        "kind" | "span:kind" => {
+            let kinds = [
+                "unspecified",
+                "internal",
+                "server",
+                "client",
+                "producer",
+                "consumer",
+            ];
+            return Ok((keywords(&kinds), Vec::new()));
+        }
+        "name" | "span:name" => {
+            let (names, partial) = noted(reads.span_names(range).await?, "span names");
+            return Ok((names.into_iter().map(|n| (n, "string")).collect(), partial));
+        }
+        _ => {}
     }
-    let (scope, key) = if let Some(k) = tag.strip_prefix("resource.") {
-        (Some(TagScope::Resource), k)
-    } else if let Some(k) = tag.strip_prefix("span.") {
-        (Some(TagScope::Span), k)
-    } else {
-        (None, tag.strip_prefix('.').unwrap_or(tag))
+    let (scope, key) = match tag {
+        "rootServiceName" | "trace:rootService" => (Some(TagScope::Resource), "service.name"),
+        t if t.starts_with("resource.") => (Some(TagScope::Resource), &t["resource.".len()..]),
+        t if t.starts_with("span.") => (Some(TagScope::Span), &t["span.".len()..]),
+        t if t.contains(':')
+            || ["event.", "link.", "instrumentation."]
+                .iter()
+                .any(|p| t.starts_with(p))
+            || INTRINSICS.contains(&t) =>
+        {
+            return Ok((Vec::new(), Vec::new()))
+        }
+        t => (None, t.strip_prefix('.').unwrap_or(t)),
     };
     if key.is_empty() {
         return Err(bad("empty tag name"));
     }
     let (values, partial) = noted(
-        reads.tag_values(scope, key.to_owned(), range).await?,
+        reads
+            .tag_values(scope, key.to_owned(), range, query.to_owned())
+            .await?,
         "tag values",
     );
-    Ok((values.into_iter().collect(), partial))
+    Ok((
+        values
+            .into_iter()
+            .map(|(v, kind)| (v, kind.name()))
+            .collect(),
+        partial,
+    ))
 }
 
 async fn tag_values_v2(
@@ -499,10 +576,11 @@ async fn tag_values_v2(
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response> {
     let range = time_range(&params)?;
-    let (values, partial) = values(&cell, &tag, range).await?;
+    let query = params.get("q").map_or("", String::as_str);
+    let (values, partial) = values(&cell, &tag, range, query).await?;
     let values: Vec<Value> = values
         .into_iter()
-        .map(|v| json!({ "type": "string", "value": v }))
+        .map(|(value, kind)| json!({ "type": kind, "value": value }))
         .collect();
     Ok(marked(
         json_response(json!({ "tagValues": values })),
@@ -516,7 +594,9 @@ async fn tag_values_v1(
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response> {
     let range = time_range(&params)?;
-    let (values, partial) = values(&cell, &tag, range).await?;
+    let (values, partial) = values(&cell, &tag, range, "").await?;
+    let mut values: Vec<String> = values.into_iter().map(|(v, _)| v).collect();
+    values.dedup();
     Ok(marked(
         json_response(json!({ "tagValues": values })),
         &partial,

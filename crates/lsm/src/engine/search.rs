@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 use super::{Engine, SuperVersion};
 use crate::{
     error::Result,
-    index::{self, SearchQuery, SummaryBuilder, SummarySet, TagScope, TraceHit},
+    index::{self, OpNeed, SearchQuery, SummaryBuilder, SummarySet, TagScope, TraceHit, ValueKind},
     memtable::Chunk,
     span::TraceId,
     version::{TableFile, TimeRange},
@@ -187,8 +187,16 @@ impl SearchSnapshot {
         key: &str,
         start: u64,
         end: u64,
-    ) -> BTreeSet<String> {
-        index::tag_values(&self.sets, scope, key, start.max(self.expire_before), end)
+        needs: &[OpNeed],
+    ) -> BTreeSet<(String, ValueKind)> {
+        index::tag_values(
+            &self.sets,
+            scope,
+            key,
+            start.max(self.expire_before),
+            end,
+            needs,
+        )
     }
 }
 

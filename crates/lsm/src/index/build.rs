@@ -8,7 +8,8 @@ use std::{borrow::Borrow, sync::Arc};
 
 use super::{
     sidecar::{self, SidecarParts},
-    wire, Edge, HashMap, Op, SummarySet, Tag, TagScope, TraceSummary, MAX_TAGS_PER_TRACE,
+    wire, Edge, HashMap, Op, SummarySet, Tag, TagScope, TraceSummary, ValueKind,
+    MAX_TAGS_PER_TRACE,
 };
 use crate::span::{ScopeGroup, Span, TraceId};
 
@@ -96,15 +97,16 @@ impl Groups {
         let attrs = key_attrs(group);
         let service = attrs
             .iter()
-            .find(|(k, _)| *k == "service.name")
-            .map_or(UNKNOWN_SERVICE, |(_, v)| v.as_ref());
+            .find(|(k, _, _)| *k == "service.name")
+            .map_or(UNKNOWN_SERVICE, |(_, v, _)| v.as_ref());
         let service = names.intern(service);
         let tags: Vec<Tag> = attrs
             .iter()
-            .map(|(k, v)| Tag {
+            .map(|(k, v, kind)| Tag {
                 scope: TagScope::Resource,
                 key: names.intern(k),
                 value: names.intern(v),
+                kind: *kind,
             })
             .collect();
         let i = self.infos.len() as u32;
@@ -129,7 +131,7 @@ pub(super) struct Interner {
     lookup: HashMap<Box<[u8]>, u32>,
     /// Encoded `KeyValue`s already read: their (key, value) in the table, or
     /// `None` if the value is not indexed.
-    pub(super) attributes: HashMap<Box<[u8]>, Option<(u32, u32)>>,
+    pub(super) attributes: HashMap<Box<[u8]>, Option<(u32, u32, ValueKind)>>,
 }
 
 impl Interner {
@@ -157,11 +159,11 @@ impl Interner {
     /// repeat most attributes byte for byte: a repeat costs one hash of its
     /// encoding instead of a wire scan, two UTF-8 checks, two lookups and, for
     /// a number, rendering it as text.
-    pub(super) fn attribute(&mut self, kv: &[u8]) -> Option<(u32, u32)> {
+    pub(super) fn attribute(&mut self, kv: &[u8]) -> Option<(u32, u32, ValueKind)> {
         if let Some(&tag) = self.attributes.get(kv) {
             return tag;
         }
-        let tag = wire::key_value(kv).map(|(k, v)| (self.intern(k), self.intern(&v)));
+        let tag = wire::key_value(kv).map(|(k, v, kind)| (self.intern(k), self.intern(&v), kind));
         if self.attributes.len() < MAX_REMEMBERED_ATTRIBUTES {
             self.attributes.insert(kv.into(), tag);
         }
@@ -366,7 +368,7 @@ fn remap(
     part
 }
 
-fn key_attrs(group: &ScopeGroup) -> Vec<(&str, std::borrow::Cow<'_, str>)> {
+fn key_attrs(group: &ScopeGroup) -> Vec<(&str, std::borrow::Cow<'_, str>, ValueKind)> {
     group
         .resource
         .as_deref()
@@ -416,11 +418,12 @@ fn accumulate<'a>(
         &info.tags[..]
     };
     let span_tags = attributes.iter().filter_map(|kv| {
-        let (key, value) = names.attribute(kv)?;
+        let (key, value, kind) = names.attribute(kv)?;
         Some(Tag {
             scope: TagScope::Span,
             key,
             value,
+            kind,
         })
     });
     for tag in resource_tags.iter().copied().chain(span_tags) {
@@ -489,7 +492,7 @@ fn summarize(trace_id: TraceId, acc: &mut TraceAcc) -> TraceSummary {
 pub fn service_name(group: &ScopeGroup) -> String {
     key_attrs(group)
         .iter()
-        .find(|(k, _)| *k == "service.name")
-        .map_or(UNKNOWN_SERVICE, |(_, v)| v.as_ref())
+        .find(|(k, _, _)| *k == "service.name")
+        .map_or(UNKNOWN_SERVICE, |(_, v, _)| v.as_ref())
         .to_owned()
 }

@@ -24,12 +24,48 @@ pub struct Op {
     pub kind: u8,
 }
 
-/// One indexed attribute: (scope, key, value), strings by index.
+/// The OTLP type of an indexed attribute value (its text is in the
+/// string table): TraceQL compares values by type, and autocomplete lists
+/// each value with its type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum ValueKind {
+    #[default]
+    Str = 0,
+    Bool = 1,
+    Int = 2,
+    Float = 3,
+}
+
+impl ValueKind {
+    pub fn from_code(code: u8) -> Option<ValueKind> {
+        Some(match code {
+            0 => ValueKind::Str,
+            1 => ValueKind::Bool,
+            2 => ValueKind::Int,
+            3 => ValueKind::Float,
+            _ => return None,
+        })
+    }
+
+    /// TraceQL's name of the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            ValueKind::Str => "string",
+            ValueKind::Bool => "bool",
+            ValueKind::Int => "int",
+            ValueKind::Float => "float",
+        }
+    }
+}
+
+/// One indexed attribute: (scope, key, value), strings by index, and the
+/// value's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Tag {
     pub scope: TagScope,
     pub key: u32,
     pub value: u32,
+    pub kind: ValueKind,
 }
 
 /// Calls from a span of `parent` to a child span of another service, counted

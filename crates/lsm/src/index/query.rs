@@ -7,7 +7,7 @@ use std::{
     sync::Arc,
 };
 
-use super::{service_name, HashMap, SummarySet, TagScope, TraceSummary};
+use super::{service_name, HashMap, SummarySet, TagScope, TraceSummary, ValueKind};
 use crate::span::{Span, TraceId};
 
 /// What to look for. Empty strings and zeros mean "any".
@@ -516,28 +516,49 @@ pub fn tag_keys(sets: &[Arc<SummarySet>], start: u64, end: u64) -> BTreeSet<(Tag
     out
 }
 
-/// Distinct values of `key` (in `scope`, or either) over parts overlapping `[start, end]`.
+/// Distinct values of `key` (in `scope`, or either), with their types, over
+/// parts overlapping `[start, end]` that meet `needs` (each part on its own:
+/// the suggestions of a query being typed, narrowed by what it already says).
 pub fn tag_values(
     sets: &[Arc<SummarySet>],
     scope: Option<TagScope>,
     key: &str,
     start: u64,
     end: u64,
-) -> BTreeSet<String> {
+    needs: &[OpNeed],
+) -> BTreeSet<(String, ValueKind)> {
     let mut out = BTreeSet::new();
-    for set in sets {
+    let q = SearchQuery {
+        needs: needs.to_vec(),
+        ..SearchQuery::default()
+    };
+    for (si, set) in sets.iter().enumerate() {
         let Some(k) = set.id(key) else { continue };
         if !set.overlaps(start, end) {
             continue;
         }
-        let ids: BTreeSet<u32> = set
+        let resolved = [resolve(set, &q)];
+        let one = std::slice::from_ref(&sets[si]);
+        let ids: BTreeSet<(u32, ValueKind)> = set
             .traces
             .iter()
-            .flat_map(|t| t.tags.iter())
+            .enumerate()
+            .filter(|(ti, t)| {
+                (start == 0 || t.end_unix_nano >= start)
+                    && (end == 0 || t.start_unix_nano <= end)
+                    && needs
+                        .iter()
+                        .enumerate()
+                        .all(|(i, need)| meets(one, &resolved, &vec![(0, *ti)], need, i))
+            })
+            .flat_map(|(_, t)| t.tags.iter())
             .filter(|g| g.key == k && scope.is_none_or(|s| g.scope == s))
-            .map(|g| g.value)
+            .map(|g| (g.value, g.kind))
             .collect();
-        out.extend(ids.into_iter().map(|v| set.str(v).to_owned()));
+        out.extend(
+            ids.into_iter()
+                .map(|(v, kind)| (set.str(v).to_owned(), kind)),
+        );
     }
     out
 }

@@ -16,7 +16,7 @@ use std::{
 
 use tracedb_proto::wire::put_varint;
 
-use super::{Edge, Op, SummarySet, Tag, TagScope, TraceSummary};
+use super::{Edge, Op, SummarySet, Tag, TagScope, TraceSummary, ValueKind};
 use crate::{
     error::{Error, Result},
     span::TraceId,
@@ -26,8 +26,11 @@ use crate::{
 
 const MAGIC: &[u8; 8] = b"TDB-IDX\0";
 /// 1: the body as is; 2: the body as one zstd frame, after its length; 3:
-/// as 2, with each trace's end as a duration and without its span list.
-const VERSION: u32 = 3;
+/// as 2, with each trace's end as a duration and without its span list; 4:
+/// as 3, with each tag's value type. Versions before 4 are refused, so a
+/// store's older sidecars are rebuilt from their files (with types) when
+/// first read.
+const VERSION: u32 = 4;
 /// zstd level of the body: level 1 got within 1% of level 9 (trace IDs and
 /// times, which hardly compress, are most of the bytes).
 const ZSTD_LEVEL: i32 = 1;
@@ -114,7 +117,7 @@ fn put_ops_tags_edges(out: &mut Vec<u8>, t: &TraceSummary) {
     }
     put_varint(out, t.tags.len() as u64);
     for g in &t.tags {
-        out.push(g.scope as u8);
+        out.push(g.scope as u8 | (g.kind as u8) << 4);
         put_varint(out, u64::from(g.key));
         put_varint(out, u64::from(g.value));
     }
@@ -217,7 +220,6 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<SummarySet> {
 /// not decoded summaries.
 pub struct SidecarParts {
     path: PathBuf,
-    version: u32,
     /// The body: strings, then parts.
     buf: Vec<u8>,
     /// Where the next part starts.
@@ -245,8 +247,7 @@ impl SidecarParts {
         let body = check_crc(path, 0, file)?;
         let version = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes"));
         let (buf, at) = match version {
-            1 => (body.to_vec(), 12),
-            2 | 3 => {
+            4 => {
                 let Some(len) = body.get(12..16) else {
                     return Err(corrupt(path, 12, "truncated"));
                 };
@@ -282,11 +283,10 @@ impl SidecarParts {
                 .map_err(|_| corrupt(path, at as u64, "string is not UTF-8"))?;
             strings.push((at, len));
         }
-        let left = r.count(if version < 3 { 40 } else { 31 })?;
+        let left = r.count(31)?;
         let at = r.at;
         Ok(SidecarParts {
             path: path.to_path_buf(),
-            version,
             buf,
             at,
             left,
@@ -336,7 +336,7 @@ impl SidecarParts {
             }
             return Ok(None);
         }
-        let part = decode_part(&mut r, self.version, self.strings.len())?;
+        let part = decode_part(&mut r, self.strings.len())?;
         self.at = r.at;
         self.left -= 1;
         Ok(Some(part))
@@ -344,14 +344,10 @@ impl SidecarParts {
 }
 
 /// One trace part of a body with `ns` strings.
-fn decode_part(r: &mut Reader<'_>, version: u32, ns: usize) -> Result<TraceSummary> {
+fn decode_part(r: &mut Reader<'_>, ns: usize) -> Result<TraceSummary> {
     let trace_id = TraceId(r.bytes(16)?.try_into().expect("16 bytes"));
     let start_unix_nano = r.u64()?;
-    let end_unix_nano = if version < 3 {
-        r.u64()?
-    } else {
-        start_unix_nano.wrapping_add(r.varint()?)
-    };
+    let end_unix_nano = start_unix_nano.wrapping_add(r.varint()?);
     let span_count = r.u32()?;
     let error_count = r.u32()?;
     let root = match r.u32()? {
@@ -374,15 +370,18 @@ fn decode_part(r: &mut Reader<'_>, version: u32, ns: usize) -> Result<TraceSumma
     let k = r.count(3)?;
     let mut tags = Vec::with_capacity(k);
     for _ in 0..k {
-        let scope = match r.bytes(1)?[0] {
+        let byte = r.bytes(1)?[0];
+        let scope = match byte & 0x0f {
             0 => TagScope::Resource,
             1 => TagScope::Span,
             _ => return Err(r.err("unknown tag scope")),
         };
+        let kind = ValueKind::from_code(byte >> 4).ok_or_else(|| r.err("unknown value type"))?;
         tags.push(Tag {
             scope,
             key: r.string(ns)?,
             value: r.string(ns)?,
+            kind,
         });
     }
     let k = r.count(3)?;
@@ -393,13 +392,6 @@ fn decode_part(r: &mut Reader<'_>, version: u32, ns: usize) -> Result<TraceSumma
             child: r.string(ns)?,
             calls: r.u32()?,
         });
-    }
-    if version < 3 {
-        // The span list of versions 1 and 2: checked, no longer kept.
-        for _ in 0..r.count(9)? {
-            r.bytes(8)?;
-            r.string(ns)?;
-        }
     }
     let k = r.count(9)?;
     let mut orphans = Vec::with_capacity(k);
@@ -521,6 +513,13 @@ mod tests {
                 calls: 3,
             });
             t.orphans.push(([7; 8], 0));
+            t.tags.push(Tag {
+                scope: TagScope::Span,
+                key: 0,
+                value: 0,
+                kind: ValueKind::Int,
+            });
+            t.tags.sort_unstable();
         }
         set
     }
@@ -535,44 +534,6 @@ mod tests {
         out
     }
 
-    /// The body as versions 1 and 2 wrote it: each trace's end as a u64,
-    /// and a span list (here one made-up entry per trace) before the orphans.
-    fn old_body(set: &SummarySet) -> Vec<u8> {
-        let mut out = Vec::new();
-        put_varint(&mut out, set.strings.len() as u64);
-        for s in &set.strings {
-            put_varint(&mut out, s.len() as u64);
-            out.extend_from_slice(s.as_bytes());
-        }
-        put_varint(&mut out, set.traces.len() as u64);
-        for t in &set.traces {
-            out.extend_from_slice(&t.trace_id.0);
-            out.extend_from_slice(&t.start_unix_nano.to_le_bytes());
-            out.extend_from_slice(&t.end_unix_nano.to_le_bytes());
-            let mut rest = Vec::new();
-            put_varint(&mut rest, u64::from(t.span_count));
-            put_varint(&mut rest, u64::from(t.error_count));
-            match t.root {
-                None => put_varint(&mut rest, 0),
-                Some((s, n)) => {
-                    put_varint(&mut rest, u64::from(s) + 1);
-                    put_varint(&mut rest, u64::from(n));
-                }
-            }
-            out.extend_from_slice(&rest);
-            put_ops_tags_edges(&mut out, t);
-            put_varint(&mut out, 1);
-            out.extend_from_slice(&[0xab; 8]);
-            put_varint(&mut out, 0);
-            put_varint(&mut out, t.orphans.len() as u64);
-            for (id, service) in &t.orphans {
-                out.extend_from_slice(id);
-                put_varint(&mut out, u64::from(*service));
-            }
-        }
-        out
-    }
-
     /// A set's body, uncompressed.
     fn encode_body(set: &SummarySet) -> Vec<u8> {
         let mut body = body_head(&set.strings, set.traces.len());
@@ -583,7 +544,7 @@ mod tests {
     }
 
     #[test]
-    fn the_body_is_compressed_and_versions_1_and_2_still_read() {
+    fn the_body_is_compressed_and_older_versions_are_refused() {
         let set = set();
         assert!(
             set.traces
@@ -591,20 +552,31 @@ mod tests {
                 .any(|t| !t.orphans.is_empty() && !t.edges.is_empty()),
             "the sample has orphans and edges"
         );
+        assert!(
+            set.traces
+                .iter()
+                .any(|t| t.tags.iter().any(|g| g.kind != ValueKind::Str)),
+            "the sample has typed tags"
+        );
         let body = encode_body(&set);
-        let v3 = encode(&set);
-        assert!(v3.len() < body.len(), "{} >= {}", v3.len(), body.len());
+        let v4 = encode(&set);
+        assert!(v4.len() < body.len(), "{} >= {}", v4.len(), body.len());
         let path = Path::new("x.idx");
-        assert_eq!(decode(path, &v3).expect("v3 decodes"), set);
-        let old = old_body(&set);
-        assert_eq!(decode(path, &framed(1, &old)).expect("v1 decodes"), set);
-        let mut v2 = (old.len() as u32).to_le_bytes().to_vec();
-        v2.extend_from_slice(&zstd::bulk::compress(&old, 1).expect("compresses"));
-        assert_eq!(decode(path, &framed(2, &v2)).expect("v2 decodes"), set);
-        // The old layout read as version 3 does not add up.
-        let mut wrong = (old.len() as u32).to_le_bytes().to_vec();
-        wrong.extend_from_slice(&zstd::bulk::compress(&old, 1).expect("compresses"));
-        assert!(decode(path, &framed(3, &wrong)).is_err());
+        assert_eq!(decode(path, &v4).expect("v4 decodes"), set);
+        // Versions 1 to 3 have no value types: refused, so the file's
+        // sidecar is rebuilt.
+        for version in 1..=3 {
+            let mut old = v4.clone();
+            old[8..12].copy_from_slice(&u32::to_le_bytes(version));
+            let at = old.len() - 4;
+            let crc = crc32c::crc32c(&old[..at]);
+            old[at..].copy_from_slice(&crc.to_le_bytes());
+            let err = decode(path, &old).expect_err("an old version");
+            assert!(
+                matches!(err, Error::UnsupportedVersion { version: v, .. } if v == version),
+                "{err}"
+            );
+        }
     }
 
     #[test]
@@ -616,15 +588,15 @@ mod tests {
         for len in [0, body.len() as u32 - 1, body.len() as u32 + 1, u32::MAX] {
             let mut rest = len.to_le_bytes().to_vec();
             rest.extend_from_slice(&frame);
-            let err = decode(path, &framed(3, &rest)).expect_err("a wrong length");
+            let err = decode(path, &framed(4, &rest)).expect_err("a wrong length");
             assert!(err.is_corruption(), "{err}");
         }
         let mut rest = (body.len() as u32).to_le_bytes().to_vec();
         rest.extend_from_slice(b"not a zstd frame");
-        assert!(decode(path, &framed(3, &rest)).is_err());
-        let err = decode(path, &framed(4, &[])).expect_err("version 4");
+        assert!(decode(path, &framed(4, &rest)).is_err());
+        let err = decode(path, &framed(5, &[])).expect_err("version 5");
         assert!(
-            matches!(err, Error::UnsupportedVersion { version: 4, .. }),
+            matches!(err, Error::UnsupportedVersion { version: 5, .. }),
             "{err}"
         );
     }

@@ -202,7 +202,7 @@ fn encoded_attribute(key: &str, number: u8, value: &[u8]) -> Vec<u8> {
 fn an_attribute_read_again_resolves_as_it_did_the_first_time() {
     let mut names = Interner::default();
     let read = |names: &mut Interner, kv: &[u8]| {
-        names.attribute(kv).map(|(k, v)| {
+        names.attribute(kv).map(|(k, v, _)| {
             (
                 names.strings[k as usize].clone(),
                 names.strings[v as usize].clone(),

@@ -14,6 +14,8 @@
 
 use std::borrow::Cow;
 
+use super::ValueKind;
+
 /// Attribute values longer than this are not indexed (they are rarely searched
 /// for by equality and would bloat the index).
 pub const MAX_VALUE_BYTES: usize = 256;
@@ -134,7 +136,7 @@ pub fn scan_span<'a>(payload: &'a [u8], attributes: &mut Vec<&'a [u8]>) -> SpanF
 }
 
 /// The attributes of an encoded `opentelemetry.proto.resource.v1.Resource`.
-pub fn scan_resource(resource: &[u8]) -> Vec<(&str, Cow<'_, str>)> {
+pub fn scan_resource(resource: &[u8]) -> Vec<(&str, Cow<'_, str>, ValueKind)> {
     fields(resource)
         .filter_map(|f| match f {
             (1, Field::Bytes(b)) => key_value(b),
@@ -145,7 +147,7 @@ pub fn scan_resource(resource: &[u8]) -> Vec<(&str, Cow<'_, str>)> {
 
 /// An encoded `KeyValue` as (key, value), if its value is a string, bool,
 /// int or double short enough to index; numbers and booleans rendered as text.
-pub fn key_value(buf: &[u8]) -> Option<(&str, Cow<'_, str>)> {
+pub fn key_value(buf: &[u8]) -> Option<(&str, Cow<'_, str>, ValueKind)> {
     let mut key = None;
     let mut value = None;
     for f in fields(buf) {
@@ -155,19 +157,25 @@ pub fn key_value(buf: &[u8]) -> Option<(&str, Cow<'_, str>)> {
             _ => {}
         }
     }
-    Some((key?, value?))
+    let (value, kind) = value?;
+    Some((key?, value, kind))
 }
 
-fn any_value(buf: &[u8]) -> Option<Cow<'_, str>> {
+fn any_value(buf: &[u8]) -> Option<(Cow<'_, str>, ValueKind)> {
     let mut out = None;
     for f in fields(buf) {
         out = match f {
-            (1, Field::Bytes(b)) if b.len() <= MAX_VALUE_BYTES => {
-                std::str::from_utf8(b).ok().map(Cow::Borrowed)
+            (1, Field::Bytes(b)) if b.len() <= MAX_VALUE_BYTES => std::str::from_utf8(b)
+                .ok()
+                .map(|s| (Cow::Borrowed(s), ValueKind::Str)),
+            (2, Field::Varint(v)) => Some((
+                Cow::Borrowed(if v != 0 { "true" } else { "false" }),
+                ValueKind::Bool,
+            )),
+            (3, Field::Varint(v)) => Some((Cow::Owned((v as i64).to_string()), ValueKind::Int)),
+            (4, Field::Fixed64(v)) => {
+                Some((Cow::Owned(f64::from_bits(v).to_string()), ValueKind::Float))
             }
-            (2, Field::Varint(v)) => Some(Cow::Borrowed(if v != 0 { "true" } else { "false" })),
-            (3, Field::Varint(v)) => Some(Cow::Owned((v as i64).to_string())),
-            (4, Field::Fixed64(v)) => Some(Cow::Owned(f64::from_bits(v).to_string())),
             _ => None,
         };
     }
@@ -218,7 +226,10 @@ mod tests {
         assert_eq!((f.kind, f.start_unix_nano, f.end_unix_nano), (2, 10, 25));
         assert!(f.error);
         assert_eq!(attributes, vec![&kv[..]]);
-        assert_eq!(key_value(attributes[0]), Some(("retries", Cow::from("-5"))));
+        assert_eq!(
+            key_value(attributes[0]),
+            Some(("retries", Cow::from("-5"), ValueKind::Int))
+        );
         // Truncated input: what was read before the cut is kept.
         let cut = scan_span(&span[..span.len() - 3], &mut attributes);
         assert_eq!(cut.name, b"GET /cart");

@@ -348,12 +348,12 @@ fn a_search_sweeping_the_files_answers_as_one_over_all_of_them() {
         .each_index(TimeRange::default(), |one| {
             sets += 1;
             services.extend(one.services());
-            values.extend(one.tag_values(None, "tenant", 0, 0));
+            values.extend(one.tag_values(None, "tenant", 0, 0, &[]));
         })
         .expect("each index");
     assert_eq!(sets, whole.sets.len());
     assert_eq!(services.into_iter().collect::<Vec<_>>(), whole.services());
-    assert_eq!(values, whole.tag_values(None, "tenant", 0, 0));
+    assert_eq!(values, whole.tag_values(None, "tenant", 0, 0, &[]));
     assert_eq!(values.len(), 2);
     let calls = engine
         .dependencies(TimeRange::default())

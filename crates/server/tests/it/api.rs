@@ -415,11 +415,34 @@ async fn query_service_lists_what_the_search_index_holds() {
             scope: TagScope::Resource.into(),
             key: "service.name".into(),
             window: None,
+            query: String::new(),
         })
         .await
         .expect("values")
         .into_inner();
     assert_eq!(values.names, ["back", "front"]);
+    assert_eq!(values.types, ["string", "string"]);
+    // A query being typed narrows the values to traces that can match it:
+    // trace 0x71 has a span of "back", and its values are all listed.
+    for (typed, expected) in [
+        (
+            r#"{ resource.service.name = "back" && span.x = "#,
+            &["back", "front"][..],
+        ),
+        (r#"{ resource.service.name = "nobody" && span.x = "#, &[]),
+    ] {
+        let values = query
+            .get_tag_values(GetTagValuesRequest {
+                scope: TagScope::Resource.into(),
+                key: "service.name".into(),
+                window: None,
+                query: typed.into(),
+            })
+            .await
+            .expect("values")
+            .into_inner();
+        assert_eq!(values.names, expected, "{typed}");
+    }
     let dependencies = query
         .get_dependencies(all)
         .await

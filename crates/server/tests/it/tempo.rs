@@ -223,4 +223,50 @@ async fn tempo_api_serves_traces_search_and_tags() {
     );
     let v = json(&get(&server, "/api/search/tag/http.route/values", "*/*"));
     assert_eq!(v["tagValues"], serde_json::json!(["/cart"]));
+    // Values carry their types, so Grafana writes `= 3`, not `= "3"`.
+    let v = json(&get(&server, "/api/v2/search/tag/span.n/values", "*/*"));
+    assert_eq!(
+        v["tagValues"][0],
+        serde_json::json!({ "type": "int", "value": "0" }),
+        "{v}"
+    );
+    let v = json(&get(&server, "/api/v2/search/tag/status/values", "*/*"));
+    assert_eq!(
+        v["tagValues"],
+        serde_json::json!([
+            { "type": "keyword", "value": "error" },
+            { "type": "keyword", "value": "ok" },
+            { "type": "keyword", "value": "unset" },
+        ])
+    );
+    // `q`, even unfinished, narrows the values to traces that can match it.
+    for (q, expected) in [
+        (
+            "%7Bresource.service.name%3D%22nobody%22%20%26%26%20span.n%3D",
+            0,
+        ),
+        (
+            "%7Bresource.service.name%3D%22checkout%22%20%26%26%20span.n%3D",
+            5,
+        ),
+    ] {
+        let v = json(&get(
+            &server,
+            &format!("/api/v2/search/tag/span.n/values?q={q}"),
+            "*/*",
+        ));
+        assert_eq!(
+            v["tagValues"].as_array().map(Vec::len),
+            Some(expected),
+            "{q}: {v}"
+        );
+    }
+    let v = json(&get(&server, "/api/v2/search/tags?scope=intrinsic", "*/*"));
+    assert_eq!(v["scopes"].as_array().map(Vec::len), Some(1), "{v}");
+    assert!(
+        v["scopes"][0]["tags"]
+            .as_array()
+            .is_some_and(|t| t.contains(&serde_json::json!("rootServiceName"))),
+        "{v}"
+    );
 }
