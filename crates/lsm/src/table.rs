@@ -24,7 +24,7 @@
 //! - `bloom`: the bloom filter and its hash (public for the benchmarks).
 //! - `footer`: the header and the footer.
 //!
-//! The byte layout is in `docs/FORMAT-table.md` ("Sorted span file").
+//! The byte layout is in `docs/FORMAT.md` ("Sorted span file").
 
 pub mod block;
 mod block_index;
