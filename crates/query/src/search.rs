@@ -351,9 +351,66 @@ pub fn narrowing(text: &str) -> Vec<OpNeed> {
 pub fn compile(text: &str) -> Result<Arc<Compiled>, Error> {
     let query = tracedb_traceql::parse(text)
         .map_err(|e| Error::InvalidArgument(format!("invalid TraceQL {text:?}: {e}")))?;
+    refused(&query)
+        .map_err(|why| Error::InvalidArgument(format!("unsupported TraceQL {text:?}: {why}")))?;
     Compiled::new(query)
         .map(Arc::new)
         .map_err(|e| Error::InvalidArgument(format!("invalid TraceQL {text:?}: {e}")))
+}
+
+/// Constructs tracedb evaluates but refuses, because Grafana Tempo 3.0.3
+/// answers them with no traces on data where they plainly match, and an
+/// answer other than Tempo's would be a different answer to the same query
+/// (see the README's TraceQL section):
+/// - `!` before a condition (`{ !(status = error) }`): write the opposite
+///   comparison (`{ status != error }`);
+/// - `span:childCount`;
+/// - `attribute = nil` (Tempo answers it with spans that have other
+///   attributes, whether or not they have this one);
+/// - `link.` attributes (`link:traceID` and `link:spanID` are answered).
+pub fn refused(query: &Query) -> Result<(), String> {
+    let mut why = None;
+    let mut check = |e: &FieldExpr| match e {
+        FieldExpr::Unary(tracedb_traceql::ast::UnaryOp::Not, _) => {
+            why.get_or_insert("negation with ! is not supported; write the opposite comparison (!= for =, !~ for =~, and so on)");
+        }
+        FieldExpr::Binary {
+            op: tracedb_traceql::ast::BinaryOp::Cmp(tracedb_traceql::ast::CmpOp::Eq),
+            lhs,
+            rhs,
+        } if matches!(
+            (lhs.as_ref(), rhs.as_ref()),
+            (
+                FieldExpr::Attribute(Attribute::Attr { .. }),
+                FieldExpr::Static(tracedb_traceql::ast::Static::Nil)
+            ) | (
+                FieldExpr::Static(tracedb_traceql::ast::Static::Nil),
+                FieldExpr::Attribute(Attribute::Attr { .. })
+            )
+        ) =>
+        {
+            why.get_or_insert(
+                "= nil on an attribute (its absence) is not supported; != nil (its presence) is",
+            );
+        }
+        FieldExpr::Attribute(Attribute::Intrinsic(Intrinsic::ChildCount)) => {
+            why.get_or_insert("span:childCount is not supported");
+        }
+        FieldExpr::Attribute(Attribute::Attr {
+            scope: tracedb_traceql::ast::Scope::Link,
+            ..
+        }) => {
+            why.get_or_insert(
+                "link attributes (link.name) are not supported; link:traceID and link:spanID are",
+            );
+        }
+        _ => {}
+    };
+    tracedb_traceql::eval::visit_query(query, &mut check);
+    match why {
+        Some(why) => Err(why.to_owned()),
+        None => Ok(()),
+    }
 }
 
 /// Whether a query tier can answer `query` exactly from its nodes' answers:

@@ -168,6 +168,19 @@ fn shown(v: &Val<'_>) -> Option<(String, &'static str)> {
     })
 }
 
+/// Calls `f` on every field expression of `query` (filters, `by`,
+/// `select`, aggregates), depth first.
+pub fn visit_query(query: &Query, f: &mut dyn FnMut(&FieldExpr)) {
+    visit_pipeline(&query.pipeline, f);
+    for stage in &query.pipeline.stages {
+        if let Stage::Select(fields) = stage {
+            for e in fields {
+                visit_field(e, f);
+            }
+        }
+    }
+}
+
 /// Calls `f` on every field expression of the pipeline (filters, `by`,
 /// aggregates), depth first.
 fn visit_pipeline(p: &Pipeline, f: &mut dyn FnMut(&FieldExpr)) {
@@ -324,7 +337,7 @@ impl<'t> Eval<'t> {
                     .filter(|ss| {
                         let l = self.scalar(&sf.lhs, &ss.spans);
                         let r = self.scalar(&sf.rhs, &ss.spans);
-                        compare(&l, sf.op, &r, None)
+                        compare(&l, sf.op, &r, None, false)
                     })
                     .collect(),
                 Stage::By(field) => self.by(field, sets),
@@ -343,8 +356,7 @@ impl<'t> Eval<'t> {
         sets
     }
 
-    /// Splits each spanset by the value of `field` on its spans; spans that
-    /// lack the field are left out.
+    /// Splits each spanset by the value of `field` on its spans.
     fn by(&self, field: &FieldExpr, sets: Vec<Spanset>) -> Vec<Spanset> {
         let label = match field {
             FieldExpr::Attribute(a) => attribute_label(a),
@@ -354,9 +366,8 @@ impl<'t> Eval<'t> {
         for ss in sets {
             let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
             for &i in &ss.spans {
-                let Some((text, _)) = shown(&self.field(field, i)) else {
-                    continue;
-                };
+                // Spans without the field make a group of their own.
+                let text = shown(&self.field(field, i)).map_or_else(|| "nil".to_owned(), |s| s.0);
                 match groups.iter_mut().find(|(t, _)| *t == text) {
                     Some((_, spans)) => spans.push(i),
                     None => groups.push((text, vec![i])),
@@ -414,21 +425,35 @@ impl<'t> Eval<'t> {
         l: &[usize],
         r: &[usize],
     ) -> Vec<usize> {
+        // Relations hold between spans in the tree only.
+        let in_tree = &self.trace.in_tree;
         let n = self.trace.spans.len();
         let mut in_l = vec![false; n];
         for &i in l {
-            in_l[i] = true;
+            in_l[i] = in_tree[i];
         }
-        let related = self.related(rel, &in_l);
+        let mut related = self.related(rel, &in_l);
+        for (i, r) in related.iter_mut().enumerate() {
+            *r &= in_tree[i];
+        }
         match structure {
             Structure::Plain => r.iter().copied().filter(|&i| related[i]).collect(),
-            Structure::Not => r.iter().copied().filter(|&i| !related[i]).collect(),
+            // `!>` answers only spans in the tree: a span outside it has no
+            // parent to be compared.
+            Structure::Not => r
+                .iter()
+                .copied()
+                .filter(|&i| !related[i] && (rel != Relation::Child || in_tree[i]))
+                .collect(),
             Structure::Union => {
                 let mut in_r = vec![false; n];
                 for &i in r {
-                    in_r[i] = true;
+                    in_r[i] = in_tree[i];
                 }
-                let back = self.related(reverse(rel), &in_r);
+                let mut back = self.related(reverse(rel), &in_r);
+                for (i, b) in back.iter_mut().enumerate() {
+                    *b &= in_tree[i];
+                }
                 let right: Vec<usize> = r.iter().copied().filter(|&i| related[i]).collect();
                 let left: Vec<usize> = l.iter().copied().filter(|&i| back[i]).collect();
                 if right.is_empty() {
@@ -524,11 +549,7 @@ impl<'t> Eval<'t> {
             ScalarExpr::Static(s) => of_static(s).into_owned(),
             ScalarExpr::Count => Val::Int(spans.len() as i64),
             ScalarExpr::Aggregate(agg, field) => {
-                let values: Vec<Val<'t>> = spans
-                    .iter()
-                    .map(|&i| self.field(field, i))
-                    .filter(|v| v.number().is_some())
-                    .collect();
+                let values: Vec<Val<'t>> = spans.iter().map(|&i| self.field(field, i)).collect();
                 aggregate(*agg, &values)
             }
             ScalarExpr::Arith { op, lhs, rhs } => {
@@ -564,10 +585,13 @@ impl<'t> Eval<'t> {
                     let nil_literal = |e: &FieldExpr| matches!(e, FieldExpr::Static(Static::Nil));
                     if nil_literal(rhs) || nil_literal(lhs) {
                         let other = if nil_literal(rhs) { lhs } else { rhs };
-                        let missing = self.field(other, i) == Val::Nil;
-                        return Val::Bool(match op {
-                            CmpOp::Eq => missing,
-                            CmpOp::Ne => !missing,
+                        return Val::Bool(match (op, other.as_ref()) {
+                            (
+                                CmpOp::Eq | CmpOp::Ne,
+                                FieldExpr::Attribute(Attribute::Attr { scope, name }),
+                            ) => self.nil_check(*scope, name, i, *op == CmpOp::Eq),
+                            (CmpOp::Eq, _) => self.field(other, i) == Val::Nil,
+                            (CmpOp::Ne, _) => self.field(other, i) != Val::Nil,
                             _ => false,
                         });
                     }
@@ -577,15 +601,57 @@ impl<'t> Eval<'t> {
                         }
                         _ => None,
                     };
+                    // An attribute compared with a number literal compares
+                    // only values of the literal's type: int with int,
+                    // float with float.
+                    let strict = |a: &FieldExpr, b: &FieldExpr| {
+                        matches!(a, FieldExpr::Attribute(Attribute::Attr { .. }))
+                            && matches!(b, FieldExpr::Static(Static::Int(_) | Static::Float(_)))
+                    };
+                    let strict = strict(lhs, rhs) || strict(rhs, lhs);
                     Val::Bool(compare(
                         &self.field(lhs, i),
                         *op,
                         &self.field(rhs, i),
                         regex,
+                        strict,
                     ))
                 }
             },
         }
+    }
+
+    /// `scope.name = nil` (`missing`) or `!= nil` on span `i`: whether some
+    /// attribute list of the scope (the span's, its resource's, one per
+    /// event or link) that holds attributes lacks the name, or has it.
+    fn nil_check(&self, scope: Scope, name: &str, i: usize, missing: bool) -> bool {
+        let span = &self.trace.spans[i];
+        let lists: Vec<&Attributes> = match scope {
+            Scope::Span => vec![&span.attributes],
+            Scope::Resource => vec![&span.origin.resource],
+            Scope::Unscoped => {
+                // One list: every scope's together.
+                let has = find(&span.attributes, name).is_some()
+                    || find(&span.origin.resource, name).is_some()
+                    || span
+                        .events
+                        .iter()
+                        .any(|e| find(&e.attributes, name).is_some())
+                    || span
+                        .links
+                        .iter()
+                        .any(|l| find(&l.attributes, name).is_some())
+                    || find(&span.origin.scope, name).is_some();
+                return has != missing;
+            }
+            Scope::Event => span.events.iter().map(|e| &e.attributes).collect(),
+            Scope::Link => span.links.iter().map(|l| &l.attributes).collect(),
+            Scope::Instrumentation => vec![&span.origin.scope],
+        };
+        lists
+            .iter()
+            .filter(|l| !l.is_empty())
+            .any(|l| find(l, name).is_some() != missing)
     }
 
     fn attribute(&self, a: &Attribute, i: usize) -> Val<'t> {
@@ -595,9 +661,18 @@ impl<'t> Eval<'t> {
             Attribute::Attr { scope, name } => match scope {
                 Scope::Span => gather(std::iter::once(&span.attributes), name),
                 Scope::Resource => gather(std::iter::once(&span.origin.resource), name),
-                Scope::Unscoped => {
-                    gather([&span.attributes, &span.origin.resource].into_iter(), name)
-                }
+                // The first scope that has the name answers: the span's,
+                // its resource's, its events', its links', its scope's.
+                Scope::Unscoped => [
+                    gather(std::iter::once(&span.attributes), name),
+                    gather(std::iter::once(&span.origin.resource), name),
+                    gather(span.events.iter().map(|e| &e.attributes), name),
+                    gather(span.links.iter().map(|l| &l.attributes), name),
+                    gather(std::iter::once(&span.origin.scope), name),
+                ]
+                .into_iter()
+                .find(|v| *v != Val::Nil)
+                .unwrap_or(Val::Nil),
                 Scope::Event => gather(span.events.iter().map(|e| &e.attributes), name),
                 Scope::Link => gather(span.links.iter().map(|l| &l.attributes), name),
                 Scope::Instrumentation => gather(std::iter::once(&span.origin.scope), name),
@@ -617,14 +692,16 @@ impl<'t> Eval<'t> {
             Intrinsic::Kind => Val::Kind(span.kind),
             Intrinsic::Duration => Val::Dur(nanos(span.duration_nanos())),
             Intrinsic::SpanId => Val::Str(Cow::Owned(hex(&span.span_id))),
+            // A root span's parent ID is the empty string, not nil.
             Intrinsic::ParentId => match span.parent_id {
                 Some(p) => Val::Str(Cow::Owned(hex(&p))),
-                None => Val::Nil,
+                None => text(""),
             },
             Intrinsic::ChildCount => Val::Int(i64::from(trace.child_count[i])),
             Intrinsic::TraceId => Val::Str(Cow::Owned(hex(&trace.trace_id))),
-            Intrinsic::RootName => trace.root_name().map_or(Val::Nil, text),
-            Intrinsic::RootServiceName => trace.root_service().map_or(Val::Nil, text),
+            // Without a root span, the root's name and service are empty.
+            Intrinsic::RootName => text(trace.root_name().unwrap_or("")),
+            Intrinsic::RootServiceName => text(trace.root_service().unwrap_or("")),
             Intrinsic::TraceDuration => Val::Dur(nanos(trace.duration_nanos())),
             Intrinsic::EventName => many(span.events.iter().map(|e| text(&e.name)).collect()),
             Intrinsic::EventTimeSinceStart => many(
@@ -731,12 +808,20 @@ fn union(a: &[usize], b: &[usize]) -> Vec<usize> {
 
 /// `l op r`: see the module docs. `regex` is the compiled pattern of `r`
 /// for `=~` and `!~`.
-fn compare(l: &Val<'_>, op: CmpOp, r: &Val<'_>, regex: Option<&Regex>) -> bool {
+fn compare(l: &Val<'_>, op: CmpOp, r: &Val<'_>, regex: Option<&Regex>, strict: bool) -> bool {
     if let Val::Many(ls) = l {
-        return ls.iter().any(|l| compare(l, op, r, regex));
+        return ls.iter().any(|l| compare(l, op, r, regex, strict));
     }
     if let Val::Many(rs) = r {
-        return rs.iter().any(|r| compare(l, op, r, regex));
+        return rs.iter().any(|r| compare(l, op, r, regex, strict));
+    }
+    if strict
+        && matches!(
+            (l, r),
+            (Val::Int(_), Val::Float(_)) | (Val::Float(_), Val::Int(_))
+        )
+    {
+        return false;
     }
     use std::cmp::Ordering;
     let ord: Option<Ordering> = match (l, r) {
@@ -836,43 +921,60 @@ fn float_arith(op: ArithOp, a: f64, b: f64) -> Val<'static> {
     }
 }
 
-/// `agg` over the numeric values of a spanset's spans (nil when none has one).
+/// `agg` over the values of a spanset's spans that have one (nil when none
+/// has): the first value's type decides. A sum adds the values of that type
+/// (skipping others); a mean divides that sum by the count of every value
+/// (an int sum gives a float, a duration sum a duration); a sum or mean of
+/// another type is the first value itself. Min and max compare numbers.
 fn aggregate<'a>(agg: Aggregate, values: &[Val<'a>]) -> Val<'a> {
-    if values.is_empty() {
+    let values: Vec<&Val<'a>> = values.iter().filter(|v| **v != Val::Nil).collect();
+    let Some(first) = values.first() else {
         return Val::Nil;
-    }
-    let numbers: Vec<f64> = values.iter().filter_map(Val::number).collect();
-    let all_dur = values.iter().all(|v| matches!(v, Val::Dur(_)));
-    let all_int = values.iter().all(|v| matches!(v, Val::Int(_)));
+    };
     let pick = |better: fn(f64, f64) -> bool| -> Val<'a> {
-        let mut best = 0;
-        for (i, n) in numbers.iter().enumerate() {
-            if better(*n, numbers[best]) {
-                best = i;
+        let mut best: Option<&Val<'a>> = None;
+        for v in &values {
+            let (Some(n), Some(b)) = (v.number(), best.and_then(Val::number).or(v.number())) else {
+                continue;
+            };
+            if best.is_none() || better(n, b) {
+                best = Some(v);
             }
         }
-        values[best].clone()
+        best.cloned().unwrap_or(Val::Nil)
     };
+    let sum = || -> Val<'a> {
+        match first {
+            Val::Int(_) => Val::Int(values.iter().fold(0i64, |acc, v| match v {
+                Val::Int(i) => acc.wrapping_add(*i),
+                _ => acc,
+            })),
+            Val::Dur(_) => Val::Dur(values.iter().fold(0i64, |acc, v| match v {
+                Val::Dur(d) => acc.wrapping_add(*d),
+                _ => acc,
+            })),
+            Val::Float(_) => Val::Float(
+                values
+                    .iter()
+                    .map(|v| match v {
+                        Val::Float(f) => *f,
+                        _ => 0.0,
+                    })
+                    .sum(),
+            ),
+            other => (*other).clone(),
+        }
+    };
+    let count = values.len() as i64;
     match agg {
         Aggregate::Min => pick(|a, b| a < b),
         Aggregate::Max => pick(|a, b| a > b),
-        Aggregate::Sum => {
-            let sum: f64 = numbers.iter().sum();
-            if all_dur {
-                Val::Dur(sum as i64)
-            } else if all_int {
-                Val::Int(sum as i64)
-            } else {
-                Val::Float(sum)
-            }
-        }
-        Aggregate::Avg => {
-            let avg = numbers.iter().sum::<f64>() / numbers.len() as f64;
-            if all_dur {
-                Val::Dur(avg as i64)
-            } else {
-                Val::Float(avg)
-            }
-        }
+        Aggregate::Sum => sum(),
+        Aggregate::Avg => match sum() {
+            Val::Int(total) => Val::Float(total as f64 / count as f64),
+            Val::Dur(total) => Val::Dur(total / count),
+            Val::Float(total) => Val::Float(total / count as f64),
+            other => other,
+        },
     }
 }

@@ -59,8 +59,19 @@ impl Reference<'_> {
         out
     }
 
-    /// Whether `r` stands in `rel` to `l`.
+    /// Whether `r` stands in `rel` to `l`: both in the tree (reached from a
+    /// span without a parent ID), and related.
+    fn in_tree(&self, i: usize) -> bool {
+        let roots: Vec<usize> = (0..self.trace.spans.len())
+            .filter(|&i| self.trace.spans[i].parent_id.is_none())
+            .collect();
+        roots.contains(&i) || roots.iter().any(|r| self.ancestors(i).contains(r))
+    }
+
     fn holds(&self, rel: Relation, l: usize, r: usize) -> bool {
+        if !self.in_tree(l) || !self.in_tree(r) {
+            return false;
+        }
         match rel {
             Relation::Child => self.parent(r) == Some(l),
             Relation::Parent => self.parent(l) == Some(r),
@@ -103,7 +114,11 @@ impl Reference<'_> {
                             .collect();
                         match structure {
                             Structure::Plain => related,
-                            Structure::Not => r.difference(&related).copied().collect(),
+                            Structure::Not => r
+                                .difference(&related)
+                                .copied()
+                                .filter(|&ri| *rel != Relation::Child || self.in_tree(ri))
+                                .collect(),
                             Structure::Union => {
                                 if related.is_empty() {
                                     return Set::new();
@@ -170,9 +185,10 @@ impl Reference<'_> {
                     for (s, by) in sets {
                         let mut groups: BTreeMap<String, Set> = BTreeMap::new();
                         for &i in &s {
-                            if let Some((text, _)) = c.field_text(self.trace, i, &attr) {
-                                groups.entry(text).or_default().insert(i);
-                            }
+                            let text = c
+                                .field_text(self.trace, i, &attr)
+                                .map_or_else(|| "nil".to_owned(), |(t, _)| t);
+                            groups.entry(text).or_default().insert(i);
                         }
                         for (text, g) in groups {
                             let mut by = by.clone();

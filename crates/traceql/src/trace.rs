@@ -101,6 +101,11 @@ pub struct Trace {
     pub child_count: Vec<u32>,
     /// The root span: the earliest span without a parent ID.
     pub root: Option<usize>,
+    /// For each span, whether it is in the tree: a span without a parent ID,
+    /// or a child of one in the tree. Structural relations hold only
+    /// between spans in the tree (a span whose parent was never stored, and
+    /// everything below it, has no place in it).
+    pub in_tree: Vec<bool>,
     pub start_unix_nano: u64,
     pub end_unix_nano: u64,
 }
@@ -178,6 +183,21 @@ impl Trace {
             child_count[*p] += 1;
         }
         let root = spans.iter().position(|s| s.parent_id.is_none());
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); spans.len()];
+        for (i, p) in parent.iter().enumerate() {
+            if let Some(p) = p {
+                children[*p].push(i);
+            }
+        }
+        let mut in_tree = vec![false; spans.len()];
+        let mut stack: Vec<usize> = (0..spans.len())
+            .filter(|&i| spans[i].parent_id.is_none())
+            .collect();
+        while let Some(i) = stack.pop() {
+            if !std::mem::replace(&mut in_tree[i], true) {
+                stack.extend(children[i].iter().copied());
+            }
+        }
         let start = spans.iter().map(|s| s.start_unix_nano).min().unwrap_or(0);
         let end = spans.iter().map(|s| s.end_unix_nano).max().unwrap_or(0);
         Trace {
@@ -186,6 +206,7 @@ impl Trace {
             parent,
             child_count,
             root,
+            in_tree,
             start_unix_nano: start,
             end_unix_nano: end,
         }
