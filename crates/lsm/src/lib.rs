@@ -38,8 +38,9 @@
 //!   files running compactions hold, pause and stop: the choice of the next
 //!   task), `compact` (the compaction threads, which run those tasks),
 //!   `retention` (the retention rule and the dropping of expired files),
-//!   `install` (the one way the tree changes: manifest edit, then version
-//!   swap), `recovery` (start-up), `quarantine` (damaged files), `search`
+//!   `install` (how flush, compaction and retention change the tree:
+//!   manifest edit, then version swap; `flush` also swaps in versions with a
+//!   new sealed buffer, and `quarantine` installs its own edits), `recovery` (start-up), `quarantine` (damaged files), `search`
 //!   (the search index's view of a snapshot and its cache), `stats` and
 //!   `options`.
 

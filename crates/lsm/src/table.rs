@@ -24,7 +24,7 @@
 //! - `bloom`: the bloom filter and its hash (public for the benchmarks).
 //! - `footer`: the header and the footer.
 //!
-//! The byte layout is in `docs/FORMAT-table.md` ("Sorted span file").
+//! The byte layout is in `docs/FORMAT.md` ("Sorted span file").
 
 pub mod block;
 mod block_index;
@@ -288,7 +288,7 @@ impl SsTable {
 
 /// Every span of a file in order; see [`SsTable::iter`]. The mapped pages of
 /// blocks it has decoded leave the process's resident set a MiB at a
-/// time ([`RELEASE_EVERY`]): a scan reads each block once.
+/// time (`RELEASE_EVERY`): a scan reads each block once.
 #[derive(Debug)]
 pub struct SsTableIterator<'a> {
     table: &'a SsTable,

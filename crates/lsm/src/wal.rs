@@ -554,7 +554,7 @@ impl Wal {
     /// as spares for the sync thread to reuse while fewer than [`MAX_SPARES`]
     /// are waiting (see the module docs); the others are deleted, through
     /// `trash` when given, which frees their blocks in steps (see
-    /// [`crate::trash`]). The current segment is never removed, nor is a
+    /// the `trash` module). The current segment is never removed, nor is a
     /// segment the sync thread is still writing (after a rotation its last
     /// records may still be in memory); such a segment goes in a later call.
     pub fn delete_segments_before(&self, segment: u64, trash: Option<&Trash>) -> Result<usize> {

@@ -19,8 +19,9 @@
 //! - [`start`]: [`start::StartCell`], the one way anything waits for the
 //!   storage engine to open, and [`start::Starting`], what it says meanwhile.
 //! - [`time`]: Unix nanoseconds as a UTC calendar time, for people.
-//! - [`wire`]: the one varint writer, used by the storage engine's own
-//!   formats and by tests that build protobuf bytes by hand.
+//! - [`wire`]: the varint writer of the storage engine's own formats and of
+//!   tests that build protobuf bytes by hand (`tracedb_query::traces_data`
+//!   has a copy of its loop that writes into a `BytesMut`).
 
 pub mod codec;
 pub mod retry;

@@ -1,7 +1,8 @@
 //! The varint writer: base-128 varints as protobuf encodes keys, lengths and
 //! integers. The storage engine's own formats (span batches, index sidecars)
 //! write theirs with it, and tests build protobuf messages byte by byte with
-//! it.
+//! it. One other copy of the loop remains: `tracedb_query::traces_data`, which
+//! assembles GetTrace answers in a `BytesMut` rather than a `Vec<u8>`.
 //!
 //! The readers stay with their callers: the ingest scanner's strict
 //! `tracedb_ingest::wire::Reader`, whose speed depends on being inlined into

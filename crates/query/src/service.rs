@@ -371,7 +371,7 @@ pub fn proto_scope(scope: Option<TagScope>) -> ProtoTagScope {
     }
 }
 
-/// `text` as a header value: printable ASCII only, at most [`REASON_MAX`] bytes.
+/// `text` as a header value: printable ASCII only, at most `REASON_MAX` bytes.
 pub fn header_value(text: &str) -> String {
     let mut out: String = text
         .chars()

@@ -17,7 +17,7 @@
 //! `tracedb-partial-reason` ([`crate::read`]). `start` and `end` (Unix seconds)
 //! are hints for trace lookups and bounds for search and tags. Search reads
 //! only the search index. Of TraceQL (`q`), the subset Grafana's search
-//! builder writes is understood ([`apply_traceql`]); anything else is 400.
+//! builder writes is understood; anything else is 400.
 
 use std::{collections::HashMap, sync::Arc};
 

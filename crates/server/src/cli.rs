@@ -2,7 +2,7 @@
 //! they talk to.
 //!
 //! - [`get`] (`tracedb get`) and [`search`] (`tracedb search`): gRPC calls to
-//!   `tracedb.query.v1.QueryService` at [`ServerArgs::addr`], plaintext or,
+//!   `tracedb.query.v1.QueryService` at `ServerArgs::addr`, plaintext or,
 //!   with `--tls-ca`, over TLS ([`connect`]), printed with [`render`] or as
 //!   OTLP/JSON.
 //! - [`render`]: a trace as a terminal waterfall, and a search's hits as a

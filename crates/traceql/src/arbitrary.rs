@@ -97,7 +97,7 @@ pub fn trace(rng: &mut Rng, trace_id: [u8; 16], start: u64) -> Vec<EncodedParts>
             attributes.push(kv("a", any_value::Value::IntValue(rng.below(5) as i64)));
         }
         if rng.chance(50) {
-            attributes.push(kv("b", text(*rng.pick(WORDS))));
+            attributes.push(kv("b", text(rng.pick::<&str>(WORDS))));
         }
         if rng.chance(30) {
             attributes.push(kv("c", any_value::Value::BoolValue(rng.chance(50))));
@@ -111,7 +111,7 @@ pub fn trace(rng: &mut Rng, trace_id: [u8; 16], start: u64) -> Vec<EncodedParts>
         if rng.chance(15) {
             let values = (0..rng.below(3))
                 .map(|_| AnyValue {
-                    value: Some(text(*rng.pick(WORDS))),
+                    value: Some(text(rng.pick::<&str>(WORDS))),
                 })
                 .collect();
             attributes.push(kv(
@@ -120,7 +120,7 @@ pub fn trace(rng: &mut Rng, trace_id: [u8; 16], start: u64) -> Vec<EncodedParts>
             ));
         }
         if rng.chance(10) {
-            attributes.push(kv("region", text(*rng.pick(REGIONS))));
+            attributes.push(kv("region", text(rng.pick::<&str>(REGIONS))));
         }
         let events = (0..rng.below(3))
             .map(|e| otlp::span::Event {
@@ -134,7 +134,7 @@ pub fn trace(rng: &mut Rng, trace_id: [u8; 16], start: u64) -> Vec<EncodedParts>
             .map(|_| otlp::span::Link {
                 trace_id: vec![9; 16].into(),
                 span_id: vec![9; 8].into(),
-                attributes: vec![kv("l", text(*rng.pick(WORDS)))],
+                attributes: vec![kv("l", text(rng.pick::<&str>(WORDS)))],
                 ..Default::default()
             })
             .collect();
@@ -165,9 +165,9 @@ pub fn trace(rng: &mut Rng, trace_id: [u8; 16], start: u64) -> Vec<EncodedParts>
             ..Default::default()
         };
         let _ = span::SpanKind::Server;
-        let mut resource_attrs = vec![kv("service.name", text(*rng.pick(SERVICES)))];
+        let mut resource_attrs = vec![kv("service.name", text(rng.pick::<&str>(SERVICES)))];
         if rng.chance(50) {
-            resource_attrs.push(kv("region", text(*rng.pick(REGIONS))));
+            resource_attrs.push(kv("region", text(rng.pick::<&str>(REGIONS))));
         }
         let resource = Resource {
             attributes: resource_attrs,

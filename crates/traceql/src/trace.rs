@@ -163,7 +163,7 @@ impl Trace {
 
     /// A trace of decoded spans (any order): links parents and children.
     pub fn new(trace_id: [u8; 16], mut spans: Vec<SpanData>) -> Trace {
-        spans.sort_by(|a, b| (a.start_unix_nano, a.span_id).cmp(&(b.start_unix_nano, b.span_id)));
+        spans.sort_by_key(|s| (s.start_unix_nano, s.span_id));
         // The first span stored with an ID is the one a child's link names.
         let mut by_id: HashMap<[u8; 8], usize> = HashMap::with_capacity(spans.len());
         for (i, s) in spans.iter().enumerate() {

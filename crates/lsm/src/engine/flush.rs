@@ -85,9 +85,10 @@ impl FlushQueue {
         self.flushed.notify_all();
     }
 
-    /// Waits (releasing `state`) until a flush is installed or `timeout` passes.
-    pub(super) fn wait<T>(&self, state: &mut MutexGuard<'_, T>, timeout: Duration) {
-        self.flushed.wait_for(state, timeout);
+    /// Waits (releasing `state`) until a flush is installed or `timeout` passes;
+    /// false if the timeout passed.
+    pub(super) fn wait<T>(&self, state: &mut MutexGuard<'_, T>, timeout: Duration) -> bool {
+        !self.flushed.wait_for(state, timeout).timed_out()
     }
 }
 
@@ -319,19 +320,36 @@ mod tests {
     fn a_waiter_wakes_when_a_flush_is_installed() {
         let (queue, _rx) = FlushQueue::new();
         let queue = Arc::new(queue);
-        let state = Arc::new(parking_lot::Mutex::new(false));
+        // (the waiter is in `wait`, a flush was installed)
+        let state = Arc::new(parking_lot::Mutex::new((false, false)));
         let waiter = {
             let (queue, state) = (queue.clone(), state.clone());
             std::thread::spawn(move || {
-                let mut done = state.lock();
-                while !*done {
-                    queue.wait(&mut done, Duration::from_secs(30));
-                }
+                let mut state = state.lock();
+                // The lock is released only inside `wait`, so the flush below
+                // cannot be installed before this thread waits.
+                state.0 = true;
+                let woken = queue.wait(&mut state, Duration::from_secs(30));
+                (woken, state.1)
             })
         };
-        std::thread::sleep(Duration::from_millis(20));
-        *state.lock() = true;
+        loop {
+            let mut state = state.lock();
+            if state.0 {
+                state.1 = true;
+                break;
+            }
+            drop(state);
+            std::thread::sleep(Duration::from_millis(1));
+        }
         queue.notify_flushed();
-        waiter.join().expect("waiter");
+        // parking_lot's Condvar has no spurious wake-ups: only the notify or
+        // the timeout ends the wait.
+        let (woken, installed) = waiter.join().expect("waiter");
+        assert!(
+            woken,
+            "the waiter slept its 30 s out: notify_flushed woke nobody"
+        );
+        assert!(installed, "woken before the flush was installed");
     }
 }

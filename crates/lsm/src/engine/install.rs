@@ -1,9 +1,17 @@
-//! The one way the engine changes its tree, [`Inner::install`]: append the
-//! edit to the manifest (fsync), then swap the super-version under the state
-//! lock, then mark removed files obsolete (deleted when the last snapshot
-//! using them drops). Flush, compaction, retention and quarantine all end
-//! here; the manifest lock taken first keeps edits in the manifest in the
-//! order they are installed.
+//! How flush, compaction and retention change the engine's tree,
+//! [`Inner::install`]: append the edit to the manifest (fsync), then swap the
+//! super-version under the state lock, then mark removed files obsolete
+//! (deleted when the last snapshot using them drops). The manifest lock taken
+//! first keeps edits in the manifest in the order they are installed.
+//!
+//! Two other places swap in a [`SuperVersion`] under the state lock, without
+//! coming here: `flush`'s `Inner::publish` adds a sealed buffer (its spans
+//! stay visible until the file that holds them is installed), with no
+//! manifest edit since the set of files does not change; and `quarantine`
+//! appends its own edit and swaps in the version without the damaged file
+//! even when that append fails (the file is already in `quarantine/`, and
+//! the next open drops it from the live set), marking nothing obsolete (a
+//! quarantined file is never deleted).
 //!
 //! Also here: what happens when an append fails (the manifest is rewritten
 //! from the live version, so whether the edit is durable is never left

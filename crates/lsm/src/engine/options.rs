@@ -30,7 +30,8 @@ pub struct EngineOptions {
     /// to minutes and are read once, by the level-0 merge, so the flusher,
     /// on the ingest path's heels, compresses fast. Default 1.
     pub flush_zstd_level: i32,
-    /// Shape of the tree and when to compact (levels, size ratio 10, ...).
+    /// Shape of the tree and when to compact (levels, size ratio 8 by
+    /// default, ...).
     pub compaction: CompactionOptions,
     /// Background compaction threads; 0 runs none (then only
     /// [`crate::Engine::compact`] compacts). Default 1.

@@ -51,7 +51,7 @@ pub struct EngineStats {
     pub lookups: u64,
     pub lookup_files_read: u64,
     pub blocks_read: u64,
-    /// Writes refused with [`Error::Backpressure`].
+    /// Writes refused with [`Error::Backpressure`](crate::Error::Backpressure).
     pub backpressure_rejections: u64,
     /// Lookups of a sorted file that failed (damage, then quarantine).
     pub lookup_errors: u64,

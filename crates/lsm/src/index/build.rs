@@ -122,6 +122,10 @@ impl Groups {
 /// typical length.
 pub(super) const MAX_REMEMBERED_ATTRIBUTES: usize = 1 << 16;
 
+/// An indexed attribute: its key and value in the string table, and the
+/// value's type.
+pub(super) type InternedAttribute = (u32, u32, ValueKind);
+
 /// The string table of a set being built.
 #[derive(Default)]
 pub(super) struct Interner {
@@ -131,7 +135,7 @@ pub(super) struct Interner {
     lookup: HashMap<Box<[u8]>, u32>,
     /// Encoded `KeyValue`s already read: their (key, value) in the table, or
     /// `None` if the value is not indexed.
-    pub(super) attributes: HashMap<Box<[u8]>, Option<(u32, u32, ValueKind)>>,
+    pub(super) attributes: HashMap<Box<[u8]>, Option<InternedAttribute>>,
 }
 
 impl Interner {
@@ -159,7 +163,7 @@ impl Interner {
     /// repeat most attributes byte for byte: a repeat costs one hash of its
     /// encoding instead of a wire scan, two UTF-8 checks, two lookups and, for
     /// a number, rendering it as text.
-    pub(super) fn attribute(&mut self, kv: &[u8]) -> Option<(u32, u32, ValueKind)> {
+    pub(super) fn attribute(&mut self, kv: &[u8]) -> Option<InternedAttribute> {
         if let Some(&tag) = self.attributes.get(kv) {
             return tag;
         }

@@ -1,7 +1,7 @@
 //! Data blocks: a run of spans in trace-ID order, compressed and checksummed
 //! on its own so a lookup reads and inflates only the blocks it needs.
 //!
-//! A block is the compressed [columnar batch](super::columns) of its spans (a
+//! A block is the compressed columnar batch (`table/columns.rs`) of its spans (a
 //! [row batch](crate::batch) in files of format version 1) followed by a
 //! 16-byte trailer: compressed length (`u32`), uncompressed length
 //! (`u32`), compression kind (`u8`), three zero bytes, and a crc32c over the
@@ -9,7 +9,7 @@
 //! means a damaged length or kind is reported as a checksum mismatch rather
 //! than misread. The checksum is checked before anything is decompressed, and
 //! decompression is bounded by the trailer's uncompressed length, itself
-//! capped at [`MAX_BLOCK_BYTES`], so a hostile file cannot make a reader
+//! capped at `MAX_BLOCK_BYTES`, so a hostile file cannot make a reader
 //! allocate more than that per block.
 //!
 //! Decoded spans point into a buffer owned by the block (never into the file
@@ -93,7 +93,7 @@ enum Kind {
 }
 
 /// Appends the block for `spans` (already known to encode to at most
-/// [`MAX_BLOCK_BYTES`] as a row batch) to `out`; returns the uncompressed
+/// `MAX_BLOCK_BYTES` as a row batch) to `out`; returns the uncompressed
 /// length.
 pub fn encode_block(spans: &[Span], zstd_level: i32, out: &mut Vec<u8>) -> usize {
     let mut raw = Vec::new();

@@ -9,7 +9,7 @@
 //! `h2 = fmix64((lo + m) ^ 0x9e3779b97f4a7c15)`. The IDs are meant to be random, but not every client makes them
 //! so: some pad 64-bit IDs with zeros, some put a timestamp in the first bytes.
 //! Mixing both halves into both hashes keeps such IDs spread over the filter.
-//! This hash is part of the file format (`docs/FORMAT-table.md`): changing it
+//! This hash is part of the file format (`docs/FORMAT.md`, "Bloom filter"): changing it
 //! makes existing files answer "absent" for IDs they hold.
 //!
 //! Region layout: probe count (`u32`), the bit array (bit `p` is bit `p % 8`

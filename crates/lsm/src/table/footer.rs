@@ -7,7 +7,8 @@
 //! the file's summary (ID and time range, counts), so opening a file never scans
 //! it. The footer repeats the magic and version, so a file cut short (whose last
 //! bytes are then not a footer) is caught before any offset in it is followed.
-//! Layout: `docs/FORMAT-table.md`.
+//! Layout: `docs/FORMAT.md`, "Header (16 bytes)" and "Footer (120 bytes)" under
+//! "Sorted span file".
 
 use std::path::Path;
 

@@ -276,7 +276,7 @@ fn a_search_sweeping_the_files_answers_as_one_over_all_of_them() {
     let trace = |t: u64| -> Vec<Span> {
         let id = u128::from(t).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
         let at = start + (t * 7 % 5_000) * ms;
-        let back_span = if t % 3 == 0 { &front } else { &back };
+        let back_span = if t.is_multiple_of(3) { &front } else { &back };
         vec![
             otlp_span(&front, id, 1, None, "GET /", at, (t % 50 + 1) * ms),
             otlp_span(back_span, id, 2, Some(1), "query", at + ms, ms / 2),

@@ -204,7 +204,7 @@ impl Listener for TlsIncoming {
 }
 
 /// Failed handshakes of one listener: counted for `/metrics`, each logged at
-/// debug level, and a warning at most once a [`WARN_EVERY`] with how many
+/// debug level, and a warning at most once a `WARN_EVERY` with how many
 /// failed since the last one, so a port scan or a misconfigured client does
 /// not flood the log.
 pub struct HandshakeLog {

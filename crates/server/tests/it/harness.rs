@@ -22,6 +22,19 @@ use tracedb_server::{cli::ClientTls, tls::ALPN_HTTP1};
 /// The release (or debug) binary cargo built for these tests.
 pub const TRACEDB: &str = env!("CARGO_BIN_EXE_tracedb");
 
+/// Ends a test that has nothing to check on this machine, saying why in a
+/// `skipped:` line on stderr, written there itself: the test harness swallows
+/// `eprintln!` of a passing test. The caller returns at once.
+pub fn skipped(why: &str) {
+    use std::io::Write as _;
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    let line = format!("skipped: {test}: {why}\n");
+    // One write, so the line is not cut by the harness's own output; nothing
+    // to do if stderr is gone.
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
 /// A running `tracedb serve`.
 pub struct Server {
     child: Child,
