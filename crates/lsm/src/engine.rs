@@ -325,6 +325,12 @@ impl Engine {
         })
     }
 
+    /// The memory budget the engine's buffered spans count against; reads
+    /// that hold much (a search's traces) take their share of it too.
+    pub fn memory_budget(&self) -> &Arc<MemoryBudget> {
+        &self.inner.budget
+    }
+
     /// Makes `spans` durable (WAL fsynced) and visible to reads. Returns once
     /// both hold, or at once with [`Error::Backpressure`] if the engine is
     /// over its memory budget or compaction is behind.

@@ -159,8 +159,11 @@ impl Reads for LocalReads {
     }
 
     async fn find(&self, search: Search) -> Result<Answer<Vec<Match>>, Error> {
-        self.blocking(move |engine| crate::search::run(engine, &search))
+        let engine = self.engine.clone();
+        tokio::task::spawn_blocking(move || crate::search::run(&engine, &search))
             .await
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .map_err(Error::from)
     }
 
     async fn services(&self, range: TimeRange) -> Result<Answer<Vec<String>>, Error> {

@@ -117,8 +117,45 @@ impl Search {
     }
 }
 
-/// Runs `search` on `engine` (blocking): see the module docs.
-pub fn run(engine: &Engine, search: &Search) -> tracedb_lsm::Result<Answer<Vec<Match>>> {
+/// Bytes a decoded span holds beyond its stored bytes (its strings and
+/// vectors), for the memory budget: a conservative estimate.
+const DECODED_SPAN_BYTES: usize = 512;
+/// Bytes one candidate of a page holds (its summary row).
+const CANDIDATE_BYTES: usize = 256;
+
+/// Why a search did not run: it could not have its share of the memory
+/// budget (retryable), or reading the store failed.
+#[derive(Debug)]
+pub enum RunError {
+    Overloaded(tracedb_lsm::budget::Overloaded),
+    Storage(tracedb_lsm::Error),
+}
+
+impl From<tracedb_lsm::Error> for RunError {
+    fn from(e: tracedb_lsm::Error) -> Self {
+        RunError::Storage(e)
+    }
+}
+
+impl From<RunError> for Error {
+    fn from(e: RunError) -> Self {
+        match e {
+            RunError::Storage(e) => Error::Storage(e),
+            RunError::Overloaded(o) => Error::Unavailable(format!(
+                "the memory budget cannot hold this search now ({} bytes more over {} of {} in use); retry",
+                o.needed, o.in_use, o.limit
+            )),
+        }
+    }
+}
+
+/// Runs `search` on `engine` (blocking): see the module docs. What the
+/// search holds (a page of candidates, the trace being evaluated, the
+/// answer so far) is taken from the engine's memory budget as it grows; a
+/// search the budget cannot hold is refused, retryably.
+pub fn run(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunError> {
+    let budget = engine.memory_budget();
+    let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
     let limit = search.limit.clamp(1, MAX_LIMIT);
     let mut found = Vec::new();
     let mut partial: Vec<String> = Vec::new();
@@ -127,17 +164,29 @@ pub fn run(engine: &Engine, search: &Search) -> tracedb_lsm::Result<Answer<Vec<M
     let mut inspected = 0;
     loop {
         let hits = engine.search(&search.page(page, after))?;
+        let page_bytes = hits.len() * CANDIDATE_BYTES;
+        held.grow(page_bytes).map_err(RunError::Overloaded)?;
         for hit in &hits {
             inspected += 1;
             let lookup = engine.lookup_trace(&hit.trace_id, TimeRange::ALL)?;
+            let trace_bytes: usize = lookup
+                .spans
+                .iter()
+                .map(|s| 2 * s.payload.len() + DECODED_SPAN_BYTES)
+                .sum();
+            held.grow(trace_bytes).map_err(RunError::Overloaded)?;
             for skipped in &lookup.skipped {
                 let reason = file_reason(skipped);
                 if !partial.contains(&reason) {
                     partial.push(reason);
                 }
             }
-            match evaluate(search, hit.trace_id, &lookup.spans) {
+            let evaluated = evaluate(search, hit.trace_id, &lookup.spans);
+            held.shrink(trace_bytes);
+            match evaluated {
                 Ok(Some(m)) => {
+                    let bytes = match_bytes(&m);
+                    held.grow(bytes).map_err(RunError::Overloaded)?;
                     found.push(m);
                     if found.len() == limit {
                         return Ok(Answer {
@@ -150,6 +199,7 @@ pub fn run(engine: &Engine, search: &Search) -> tracedb_lsm::Result<Answer<Vec<M
                 Err(e) => partial.push(format!("trace {} not evaluated: {e}", hit.trace_id)),
             }
         }
+        held.shrink(page_bytes);
         let Some(last) = hits.last() else { break };
         if hits.len() < page {
             break;
@@ -167,6 +217,24 @@ pub fn run(engine: &Engine, search: &Search) -> tracedb_lsm::Result<Answer<Vec<M
         value: found,
         partial,
     })
+}
+
+/// About how many bytes a match holds.
+fn match_bytes(m: &Match) -> usize {
+    let field = |f: &Field| f.key.len() + f.value.len() + f.kind.len() + 72;
+    std::mem::size_of::<Match>()
+        + m.services.iter().map(|s| s.len() + 24).sum::<usize>()
+        + m.spansets
+            .iter()
+            .map(|set| {
+                set.attributes.iter().map(field).sum::<usize>()
+                    + set
+                        .spans
+                        .iter()
+                        .map(|s| s.name.len() + 64 + s.attributes.iter().map(field).sum::<usize>())
+                        .sum::<usize>()
+            })
+            .sum::<usize>()
 }
 
 /// The spans of one trace decoded, as the evaluator reads them.
@@ -901,5 +969,51 @@ mod tests {
             "an attribute past the index's 256"
         );
         assert_eq!(found(r#"{ span.k299 = "w" }"#), 0);
+    }
+
+    /// A search takes what it holds from the memory budget: one that cannot
+    /// have its share is refused (retryably), and gives back what it took.
+    #[test]
+    fn a_search_the_memory_budget_cannot_hold_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut opts = EngineOptions::new(dir.path());
+        opts.compaction_threads = 0;
+        opts.memory_budget_bytes = 256 << 10;
+        let engine = Engine::open(opts).expect("open");
+        let mut rng = Rng::new(5);
+        let start = now() - 60 * SEC;
+        let mut stored = 0;
+        for t in 0..40u128 {
+            let id = TraceId((t + 1).to_be_bytes());
+            let trace = spans(id, arbitrary::trace(&mut rng, id.0, start));
+            stored += usize::from(!trace.is_empty());
+            engine.write_blocking(trace).expect("write");
+        }
+        engine.flush().expect("flush");
+        let search = |limit| Search {
+            query: Arc::new(
+                Compiled::new(tracedb_traceql::parse("{}").expect("valid")).expect("compiles"),
+            ),
+            text: "{}".to_owned(),
+            start_unix_nano: 0,
+            end_unix_nano: 0,
+            limit,
+            spans_per_spanset: 1000,
+        };
+        let budget = engine.memory_budget();
+        assert_eq!(run(&engine, &search(5)).expect("fits").value.len(), 5);
+        assert_eq!(budget.in_flight(), 0, "given back");
+        // Most of the budget taken by requests in flight: no room.
+        let taken = budget.acquire(budget.admit_limit() - 1024).expect("room");
+        match run(&engine, &search(5)) {
+            Err(super::RunError::Overloaded(_)) => {}
+            other => panic!("{:?}", other.map(|a| a.value.len())),
+        }
+        drop(taken);
+        assert_eq!(budget.in_flight(), 0, "given back after a refusal too");
+        assert_eq!(
+            run(&engine, &search(40)).expect("fits again").value.len(),
+            stored
+        );
     }
 }
