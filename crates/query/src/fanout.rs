@@ -537,6 +537,178 @@ fn union<T: Ord + Clone>(lists: impl Iterator<Item = impl IntoIterator<Item = T>
     lists.flatten().collect()
 }
 
+impl NodeReads {
+    /// A TraceQL search whose filters each hold on one span
+    /// ([`crate::search::per_span_only`]): asked of the nodes, the parts of
+    /// a trace combined within a group, the fullest copy across groups.
+    async fn find_per_span(&self, search: &Search) -> Result<Answer<Vec<Match>>, Error> {
+        let limit = search.limit.max(1);
+        let spss = search.spans_per_spanset;
+        let request = SearchTracesRequest {
+            query: search.text.clone(),
+            start_time_unix_nano: search.start_unix_nano,
+            end_time_unix_nano: search.end_unix_nano,
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            spans_per_spanset: u32::try_from(spss).unwrap_or(u32::MAX),
+            ..SearchTracesRequest::default()
+        };
+        let gathered = self
+            .ask(|mut client| {
+                let request = request.clone();
+                async move { Ok(with_partial(client.search_traces(request).await?)) }
+            })
+            .await;
+        gathered.answer(|gathered| {
+            // Within a group: the parts of a trace on several nodes, combined
+            // (exact for the queries `per_span_only` admits).
+            let mut best: HashMap<TraceId, Match> = HashMap::new();
+            for nodes in &gathered.groups {
+                let mut parts: HashMap<TraceId, Match> = HashMap::new();
+                for (_, outcome) in nodes {
+                    let Outcome::Answered(response, _) = outcome else {
+                        continue;
+                    };
+                    for row in &response.traces {
+                        let Some(m) = crate::search::from_proto(row) else {
+                            continue;
+                        };
+                        match parts.get_mut(&m.trace_id) {
+                            Some(part) => crate::search::combine(part, &m, spss),
+                            None => {
+                                parts.insert(m.trace_id, m);
+                            }
+                        }
+                    }
+                }
+                // Across groups: copies; the fullest one stands.
+                for (id, m) in parts {
+                    match best.get(&id) {
+                        Some(b) if b.span_count >= m.span_count => {}
+                        _ => {
+                            best.insert(id, m);
+                        }
+                    }
+                }
+            }
+            let mut found: Vec<Match> = best.into_values().collect();
+            found.sort_by(|a, b| {
+                b.start_unix_nano
+                    .cmp(&a.start_unix_nano)
+                    .then(a.trace_id.cmp(&b.trace_id))
+            });
+            found.truncate(limit);
+            found
+        })
+    }
+
+    /// Any other TraceQL search, exactly: the nodes find candidates with the
+    /// query's per-span relaxation ([`crate::search::relaxed`]), newest first
+    /// in pages, and the tier reads each candidate whole and evaluates the
+    /// query on it, as a node does with its own candidates. A candidate's
+    /// start as the nodes report it is never earlier than the trace's (a part
+    /// starts no earlier than its trace), so once `limit` matches are newer
+    /// than the next candidate, no later one can be newer.
+    async fn find_whole(&self, search: &Search) -> Result<Answer<Vec<Match>>, Error> {
+        let limit = search.limit.max(1);
+        let relaxed = crate::search::relaxed(&search.query.query);
+        let text = relaxed.to_string();
+        let compiled = Arc::new(
+            tracedb_traceql::Compiled::new(relaxed).map_err(|e| Error::Internal(e.to_string()))?,
+        );
+        let newest_first = |a: (u64, TraceId), b: (u64, TraceId)| b.0.cmp(&a.0).then(a.1.cmp(&b.1));
+        let mut found: Vec<Match> = Vec::new();
+        let mut partial: Vec<String> = Vec::new();
+        let mut seen: std::collections::HashSet<TraceId> = std::collections::HashSet::new();
+        let mut page = (2 * limit).clamp(64, 4096);
+        let mut end = search.end_unix_nano;
+        loop {
+            let candidates = self
+                .find_per_span(&Search {
+                    query: compiled.clone(),
+                    text: text.clone(),
+                    start_unix_nano: search.start_unix_nano,
+                    end_unix_nano: end,
+                    limit: page,
+                    spans_per_spanset: 1,
+                })
+                .await?;
+            for reason in candidates.partial {
+                if !partial.contains(&reason) {
+                    partial.push(reason);
+                }
+            }
+            let exhausted = candidates.value.len() < page;
+            let last = candidates.value.last().map(|m| m.start_unix_nano);
+            let mut new = 0;
+            for candidate in candidates.value {
+                if !seen.insert(candidate.trace_id) {
+                    continue;
+                }
+                new += 1;
+                if found.len() >= limit {
+                    let kth = &found[limit - 1];
+                    let after_kth = newest_first(
+                        (kth.start_unix_nano, kth.trace_id),
+                        (candidate.start_unix_nano, candidate.trace_id),
+                    )
+                    .is_lt();
+                    if after_kth {
+                        return Ok(Answer {
+                            value: found,
+                            partial,
+                        });
+                    }
+                }
+                let trace = match self.trace(candidate.trace_id, TimeRange::ALL).await {
+                    Ok(trace) => trace,
+                    // Gone since it was found (retention).
+                    Err(Error::NotFound(_)) => continue,
+                    Err(e) => return Err(e),
+                };
+                for reason in &trace.partial {
+                    if !partial.contains(reason) {
+                        partial.push(reason.clone());
+                    }
+                }
+                match crate::search::evaluate(search, candidate.trace_id, &trace.spans) {
+                    Ok(Some(m)) => {
+                        let at = found.partition_point(|f| {
+                            newest_first(
+                                (f.start_unix_nano, f.trace_id),
+                                (m.start_unix_nano, m.trace_id),
+                            )
+                            .is_lt()
+                        });
+                        found.insert(at, m);
+                        found.truncate(limit);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        partial.push(format!("trace {} not evaluated: {e}", candidate.trace_id))
+                    }
+                }
+            }
+            if exhausted {
+                break;
+            }
+            if new == 0 {
+                partial.push(format!(
+                    "more than {page} candidate traces start at the same nanosecond; older ones were not searched"
+                ));
+                break;
+            }
+            // The next page: candidates starting no later than the last one
+            // (those seen are skipped).
+            end = last.unwrap_or(0);
+            page = (page * 2).min(4096);
+        }
+        Ok(Answer {
+            value: found,
+            partial,
+        })
+    }
+}
+
 #[tonic::async_trait]
 impl Reads for NodeReads {
     async fn trace(&self, trace_id: TraceId, range: TimeRange) -> Result<FoundTrace, Error> {
@@ -651,64 +823,11 @@ impl Reads for NodeReads {
     }
 
     async fn find(&self, search: Search) -> Result<Answer<Vec<Match>>, Error> {
-        crate::search::tier_supported(&search.query.query).map_err(Error::InvalidArgument)?;
-        let limit = search.limit.max(1);
-        let spss = search.spans_per_spanset;
-        let request = SearchTracesRequest {
-            query: search.text.clone(),
-            start_time_unix_nano: search.start_unix_nano,
-            end_time_unix_nano: search.end_unix_nano,
-            limit: u32::try_from(limit).unwrap_or(u32::MAX),
-            spans_per_spanset: u32::try_from(spss).unwrap_or(u32::MAX),
-            ..SearchTracesRequest::default()
-        };
-        let gathered = self
-            .ask(|mut client| {
-                let request = request.clone();
-                async move { Ok(with_partial(client.search_traces(request).await?)) }
-            })
-            .await;
-        gathered.answer(|gathered| {
-            // Within a group: the parts of a trace on several nodes, combined
-            // (exact for the queries `tier_supported` lets through).
-            let mut best: HashMap<TraceId, Match> = HashMap::new();
-            for nodes in &gathered.groups {
-                let mut parts: HashMap<TraceId, Match> = HashMap::new();
-                for (_, outcome) in nodes {
-                    let Outcome::Answered(response, _) = outcome else {
-                        continue;
-                    };
-                    for row in &response.traces {
-                        let Some(m) = crate::search::from_proto(row) else {
-                            continue;
-                        };
-                        match parts.get_mut(&m.trace_id) {
-                            Some(part) => crate::search::combine(part, &m, spss),
-                            None => {
-                                parts.insert(m.trace_id, m);
-                            }
-                        }
-                    }
-                }
-                // Across groups: copies; the fullest one stands.
-                for (id, m) in parts {
-                    match best.get(&id) {
-                        Some(b) if b.span_count >= m.span_count => {}
-                        _ => {
-                            best.insert(id, m);
-                        }
-                    }
-                }
-            }
-            let mut found: Vec<Match> = best.into_values().collect();
-            found.sort_by(|a, b| {
-                b.start_unix_nano
-                    .cmp(&a.start_unix_nano)
-                    .then(a.trace_id.cmp(&b.trace_id))
-            });
-            found.truncate(limit);
-            found
-        })
+        if crate::search::per_span_only(&search.query.query) {
+            self.find_per_span(&search).await
+        } else {
+            self.find_whole(&search).await
+        }
     }
 
     async fn services(&self, range: TimeRange) -> Result<Answer<Vec<String>>, Error> {

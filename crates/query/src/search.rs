@@ -496,14 +496,14 @@ pub fn refused(query: &Query) -> Result<(), String> {
     }
 }
 
-/// Whether a query tier can answer `query` exactly from its nodes' answers:
+/// Whether a query tier can answer `query` from its nodes' answers alone:
 /// when whether a span matches depends on that span alone (spanset filters
 /// joined by `||`, no field of the trace's other spans), a trace split
 /// across the nodes of a group matches on the node holding a matching span,
 /// and its spansets are the union of the nodes'. Anything else needs the
-/// whole trace in one place; the tier refuses it rather than answer from
-/// parts.
-pub fn tier_supported(query: &Query) -> Result<(), String> {
+/// whole trace in one place: the tier finds candidates with the query's
+/// [`relaxed`] form and evaluates the query on each whole trace.
+pub fn per_span_only(query: &Query) -> bool {
     fn per_span(s: &SpansetExpr) -> bool {
         match s {
             SpansetExpr::Filter(e) => {
@@ -541,19 +541,81 @@ pub fn tier_supported(query: &Query) -> Result<(), String> {
         }
     }
     let stages = &query.pipeline.stages;
-    let ok = matches!(stages.first(), Some(Stage::Spansets(s)) if per_span(s))
-        && stages[1..].iter().all(|s| matches!(s, Stage::Select(_)));
-    if ok {
-        Ok(())
-    } else {
-        Err(
-            "the query tier answers TraceQL whose spanset filters each hold on one span \
-             (filters joined by ||, optionally | select(...)); spanset operators (&&, structural), \
-             pipelines (count, avg, by, coalesce, ...) and the trace-level fields rootName, \
-             rootServiceName, traceDuration and span:childCount need a whole trace on one node \
-             and are not supported through `tracedb query` yet; ask a node directly"
-                .to_owned(),
-        )
+    matches!(stages.first(), Some(Stage::Spansets(s)) if per_span(s))
+        && stages[1..].iter().all(|s| matches!(s, Stage::Select(_)))
+}
+
+/// A query whose matches include every trace `query` matches, and whose
+/// filters each hold on one span alone ([`per_span_only`]): every filter of
+/// `query` joined by `||`, with each comparison of a trace-level field
+/// (`rootName`, `rootServiceName`, `traceDuration`, `span:childCount`)
+/// replaced by `true`. A span of every matching trace passes some filter of
+/// the query, and so the weaker one, on whichever node holds it: a query
+/// tier finds candidates with it and evaluates `query` on each whole trace.
+pub fn relaxed(query: &Query) -> Query {
+    fn trace_level(e: &FieldExpr) -> bool {
+        match e {
+            FieldExpr::Attribute(Attribute::Intrinsic(
+                Intrinsic::RootName
+                | Intrinsic::RootServiceName
+                | Intrinsic::TraceDuration
+                | Intrinsic::ChildCount,
+            )) => true,
+            FieldExpr::Unary(_, inner) => trace_level(inner),
+            FieldExpr::Binary { lhs, rhs, .. } => trace_level(lhs) || trace_level(rhs),
+            FieldExpr::Attribute(_) | FieldExpr::Static(_) => false,
+        }
+    }
+    /// `e` with the conditions on trace-level fields made true (`!` is
+    /// refused before a query runs, so weakening a part weakens the whole).
+    fn weaken(e: &FieldExpr) -> FieldExpr {
+        match e {
+            FieldExpr::Binary {
+                op: op @ (tracedb_traceql::ast::BinaryOp::And | tracedb_traceql::ast::BinaryOp::Or),
+                lhs,
+                rhs,
+            } => FieldExpr::Binary {
+                op: *op,
+                lhs: Box::new(weaken(lhs)),
+                rhs: Box::new(weaken(rhs)),
+            },
+            e if trace_level(e) => FieldExpr::Static(tracedb_traceql::ast::Static::Bool(true)),
+            e => e.clone(),
+        }
+    }
+    fn filters(s: &SpansetExpr, out: &mut Vec<FieldExpr>) {
+        match s {
+            SpansetExpr::Filter(e) => out.push(weaken(e)),
+            SpansetExpr::Pipeline(p) => pipeline(p, out),
+            SpansetExpr::Binary { lhs, rhs, .. } => {
+                filters(lhs, out);
+                filters(rhs, out);
+            }
+        }
+    }
+    fn pipeline(p: &tracedb_traceql::ast::Pipeline, out: &mut Vec<FieldExpr>) {
+        if let Some(Stage::Spansets(s)) = p.stages.first() {
+            filters(s, out);
+        }
+    }
+    let mut all = Vec::new();
+    pipeline(&query.pipeline, &mut all);
+    let expr = all
+        .into_iter()
+        .map(SpansetExpr::Filter)
+        .reduce(|a, b| SpansetExpr::Binary {
+            op: SpansetOp::Or,
+            lhs: Box::new(a),
+            rhs: Box::new(b),
+        })
+        .unwrap_or(SpansetExpr::Filter(FieldExpr::Static(
+            tracedb_traceql::ast::Static::Bool(true),
+        )));
+    Query {
+        pipeline: tracedb_traceql::ast::Pipeline {
+            stages: vec![Stage::Spansets(expr)],
+        },
+        most_recent: false,
     }
 }
 
@@ -654,7 +716,7 @@ pub fn from_proto(row: &proto::TraceSummary) -> Option<Match> {
 
 /// Adds `other`, the match of another part of the same trace (another node
 /// of a group), to `m`: the parts' spans together, each span once; the
-/// spansets of a per-span query ([`tier_supported`]) are one set per node.
+/// spansets of a per-span query ([`per_span_only`]) are one set per node.
 pub fn combine(m: &mut Match, other: &Match, spans_per_spanset: usize) {
     let end =
         (m.start_unix_nano + m.duration_nanos).max(other.start_unix_nano + other.duration_nanos);
@@ -1015,5 +1077,32 @@ mod tests {
             run(&engine, &search(40)).expect("fits again").value.len(),
             stored
         );
+    }
+
+    /// The per-span relaxation keeps every filter, joined by `||`, with the
+    /// conditions on trace-level fields made true; a per-span query needs none.
+    #[test]
+    fn the_relaxation_keeps_each_filter_and_drops_trace_level_conditions() {
+        let relaxed =
+            |q: &str| super::relaxed(&tracedb_traceql::parse(q).expect("valid")).to_string();
+        assert_eq!(
+            relaxed(
+                r#"{ kind = server } >> { status = error && rootServiceName = "a" } | count() > 1"#
+            ),
+            "{ span:kind = server } || { span:status = error && true }"
+        );
+        assert_eq!(
+            relaxed("({ .a = 1 } | count() > 2) && ({ .b = 2 })"),
+            "{ .a = 1 } || { .b = 2 }"
+        );
+        for (q, per_span) in [
+            (r#"{ .a = 1 } || { name = "x" } | select(.b)"#, true),
+            ("{ .a = 1 } && { .b = 1 }", false),
+            ("{ traceDuration > 1s }", false),
+            ("{ } | count() > 1", false),
+        ] {
+            let query = tracedb_traceql::parse(q).expect("valid");
+            assert_eq!(super::per_span_only(&query), per_span, "{q}");
+        }
     }
 }

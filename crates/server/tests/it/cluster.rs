@@ -123,16 +123,33 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
     assert_eq!(split.spansets.len(), 1);
     assert_eq!(split.spansets[0].matched, 3, "op-0 and both back spans");
     assert_eq!(split.spansets[0].spans.len(), 3);
-    // Anything that needs the whole trace in one place is refused, not
-    // answered from parts.
-    for q in [
-        "{ } >> { }",
-        "{ } | count() > 1",
-        r#"{ rootServiceName = "front" }"#,
-    ] {
-        match tier.find(traceql(q)).await {
-            Err(Error::InvalidArgument(why)) => assert!(why.contains("query tier"), "{q}: {why}"),
-            other => panic!("{q}: {other:?}"),
+    // What needs the whole trace in one place is evaluated on the whole
+    // trace: on group a, SPLIT's root is on a1 and its "back" spans on a2.
+    let a_only = reads(&[&[&a1, &a2]], Duration::from_secs(1));
+    for tier in [&tier, &a_only] {
+        for (q, want) in [
+            (
+                r#"{ resource.service.name = "front" } >> { resource.service.name = "back" }"#,
+                vec![(SPLIT, 2)],
+            ),
+            (
+                r#"{ rootServiceName = "front" && resource.service.name = "back" }"#,
+                vec![(SPLIT, 2)],
+            ),
+            ("{ } | count() > 3", vec![(SPLIT, 4)]),
+            ("{ } >> { }", vec![(SPLIT, 3), (ONE_NODE, 1)]),
+        ] {
+            let found = tier.find(traceql(q)).await.expect(q);
+            assert!(!found.is_partial(), "{q}: {:?}", found.partial);
+            let mut got: Vec<(TraceId, u64)> = found
+                .value
+                .iter()
+                .map(|m| (m.trace_id, m.spansets.iter().map(|s| s.matched).sum()))
+                .collect();
+            got.sort();
+            let mut want: Vec<(TraceId, u64)> = want.into_iter().map(|(t, n)| (id(t), n)).collect();
+            want.sort();
+            assert_eq!(got, want, "{q}");
         }
     }
     let services = tier.services(TimeRange::ALL).await.expect("services");
