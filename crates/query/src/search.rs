@@ -21,7 +21,7 @@ use tracedb_lsm::{
 };
 use tracedb_proto::query::v1 as proto;
 use tracedb_traceql::{
-    ast::{Attribute, FieldExpr, Intrinsic, Query, SpansetExpr, SpansetOp, Stage},
+    ast::{Attribute, BinaryOp, FieldExpr, Intrinsic, Query, SpansetExpr, SpansetOp, Stage},
     Compiled, EncodedSpan, Trace,
 };
 
@@ -446,7 +446,8 @@ pub fn compile(text: &str) -> Result<Arc<Compiled>, Error> {
 /// answer other than Tempo's would be a different answer to the same query
 /// (see the README's TraceQL section):
 /// - `!` before a condition (`{ !(status = error) }`): write the opposite
-///   comparison (`{ status != error }`);
+///   comparison (`{ status != error }`); `!` before a bool attribute
+///   (`{ !span.cache.hit }`) is answered;
 /// - `span:childCount`;
 /// - `attribute = nil` (Tempo answers it with spans that have other
 ///   attributes, whether or not they have this one);
@@ -454,8 +455,16 @@ pub fn compile(text: &str) -> Result<Arc<Compiled>, Error> {
 pub fn refused(query: &Query) -> Result<(), String> {
     let mut why = None;
     let mut check = |e: &FieldExpr| match e {
-        FieldExpr::Unary(tracedb_traceql::ast::UnaryOp::Not, _) => {
-            why.get_or_insert("negation with ! is not supported; write the opposite comparison (!= for =, !~ for =~, and so on)");
+        FieldExpr::Unary(tracedb_traceql::ast::UnaryOp::Not, inner)
+            if matches!(
+                inner.as_ref(),
+                FieldExpr::Binary {
+                    op: BinaryOp::Cmp(_) | BinaryOp::And | BinaryOp::Or,
+                    ..
+                }
+            ) =>
+        {
+            why.get_or_insert("negation with ! of a condition is not supported; write the opposite comparison (!= for =, !~ for =~, and so on)");
         }
         FieldExpr::Binary {
             op: tracedb_traceql::ast::BinaryOp::Cmp(tracedb_traceql::ast::CmpOp::Eq),

@@ -19,7 +19,7 @@ const SEC: u64 = 1_000_000_000;
 /// Tempo 3.0.3 answers it with traces it plainly does not match, or with
 /// none where it does. Each is listed in the README's TraceQL section.
 pub const REFUSED: &[&str] = &[
-    "negation with ! is not supported",
+    "negation with ! of a condition is not supported",
     "link attributes (link.name) are not supported",
     "= nil on an attribute (its absence) is not supported",
     "span:childCount is not supported",
@@ -329,7 +329,7 @@ fn the_readme_lists_what_is_refused() {
     let readme = include_str!("../../../../README.md");
     let section = &readme[readme.find("## TraceQL").expect("a TraceQL section")..];
     for (reason, named) in [
-        (REFUSED[0], "negation with `!`"),
+        (REFUSED[0], "negation with `!` of a condition"),
         (REFUSED[1], "`link.` attributes"),
         (REFUSED[2], "`= nil` on an attribute"),
         (REFUSED[3], "`span:childCount`"),
