@@ -558,46 +558,16 @@ impl NodeReads {
                 async move { Ok(with_partial(client.search_traces(request).await?)) }
             })
             .await;
+        // Within a group, the parts of a trace on several nodes combine
+        // (exactly, for the queries `per_span_only` admits).
         gathered.answer(|gathered| {
-            // Within a group: the parts of a trace on several nodes, combined
-            // (exact for the queries `per_span_only` admits).
-            let mut best: HashMap<TraceId, Match> = HashMap::new();
-            for nodes in &gathered.groups {
-                let mut parts: HashMap<TraceId, Match> = HashMap::new();
-                for (_, outcome) in nodes {
-                    let Outcome::Answered(response, _) = outcome else {
-                        continue;
-                    };
-                    for row in &response.traces {
-                        let Some(m) = crate::search::from_proto(row) else {
-                            continue;
-                        };
-                        match parts.get_mut(&m.trace_id) {
-                            Some(part) => crate::search::combine(part, &m, spss),
-                            None => {
-                                parts.insert(m.trace_id, m);
-                            }
-                        }
-                    }
-                }
-                // Across groups: copies; the fullest one stands.
-                for (id, m) in parts {
-                    match best.get(&id) {
-                        Some(b) if b.span_count >= m.span_count => {}
-                        _ => {
-                            best.insert(id, m);
-                        }
-                    }
-                }
-            }
-            let mut found: Vec<Match> = best.into_values().collect();
-            found.sort_by(|a, b| {
-                b.start_unix_nano
-                    .cmp(&a.start_unix_nano)
-                    .then(a.trace_id.cmp(&b.trace_id))
-            });
-            found.truncate(limit);
-            found
+            merge_rows(
+                &gathered.groups,
+                crate::search::from_proto,
+                |m| (m.trace_id, m.start_unix_nano, m.span_count),
+                |m, other| crate::search::combine(m, other, spss),
+                limit,
+            )
         })
     }
 
@@ -785,40 +755,13 @@ impl Reads for NodeReads {
             })
             .await;
         gathered.answer(|gathered| {
-            // Within a group: parts of a trace on several nodes, combined.
-            let mut best: HashMap<TraceId, TraceHit> = HashMap::new();
-            for nodes in &gathered.groups {
-                let mut parts: HashMap<TraceId, TraceHit> = HashMap::new();
-                for (_, outcome) in nodes {
-                    let Outcome::Answered(response, _) = outcome else {
-                        continue;
-                    };
-                    for row in &response.traces {
-                        let Some(hit) = hit(row) else { continue };
-                        parts
-                            .entry(hit.trace_id)
-                            .and_modify(|h| combine(h, &hit))
-                            .or_insert(hit);
-                    }
-                }
-                // Across groups: copies; the fullest one stands.
-                for (id, hit) in parts {
-                    match best.get(&id) {
-                        Some(b) if b.span_count >= hit.span_count => {}
-                        _ => {
-                            best.insert(id, hit);
-                        }
-                    }
-                }
-            }
-            let mut hits: Vec<TraceHit> = best.into_values().collect();
-            hits.sort_by(|a, b| {
-                b.start_unix_nano
-                    .cmp(&a.start_unix_nano)
-                    .then(a.trace_id.cmp(&b.trace_id))
-            });
-            hits.truncate(limit);
-            hits
+            merge_rows(
+                &gathered.groups,
+                hit,
+                |h| (h.trace_id, h.start_unix_nano, h.span_count),
+                combine,
+                limit,
+            )
         })
     }
 
@@ -981,6 +924,54 @@ impl Reads for NodeReads {
             out
         })
     }
+}
+
+/// Search rows from every node, as one answer: within a group, the rows of
+/// one trace from several nodes (its parts) are combined with `combine`;
+/// across groups, the copy with the most spans stands. Newest first (by
+/// start, then trace ID), at most `limit`. `key` gives a row's trace ID,
+/// start and span count; `read` turns a node's row into one (`None`:
+/// malformed, skipped).
+fn merge_rows<T>(
+    groups: &[Vec<NodeOutcome<tracedb_proto::query::v1::SearchTracesResponse>>],
+    read: impl Fn(&tracedb_proto::query::v1::TraceSummary) -> Option<T>,
+    key: impl Fn(&T) -> (TraceId, u64, u64),
+    combine: impl Fn(&mut T, &T),
+    limit: usize,
+) -> Vec<T> {
+    let mut best: HashMap<TraceId, T> = HashMap::new();
+    for nodes in groups {
+        let mut parts: HashMap<TraceId, T> = HashMap::new();
+        for (_, outcome) in nodes {
+            let Outcome::Answered(response, _) = outcome else {
+                continue;
+            };
+            for row in response.traces.iter().filter_map(&read) {
+                let id = key(&row).0;
+                match parts.get_mut(&id) {
+                    Some(part) => combine(part, &row),
+                    None => {
+                        parts.insert(id, row);
+                    }
+                }
+            }
+        }
+        for (id, row) in parts {
+            match best.get(&id) {
+                Some(b) if key(b).2 >= key(&row).2 => {}
+                _ => {
+                    best.insert(id, row);
+                }
+            }
+        }
+    }
+    let mut rows: Vec<T> = best.into_values().collect();
+    rows.sort_by(|a, b| {
+        let (a, b) = (key(a), key(b));
+        b.1.cmp(&a.1).then(a.0.cmp(&b.0))
+    });
+    rows.truncate(limit);
+    rows
 }
 
 /// A node's search row as a hit; `None` for a row without a usable ID.

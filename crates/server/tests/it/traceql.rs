@@ -120,10 +120,10 @@ fn answer(body: &Value) -> BTreeMap<String, BTreeSet<String>> {
         .collect()
 }
 
-#[test]
-fn traceql_answers_as_tempo_does() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(dir.path());
+/// A server in `dir` holding the fixture's traces, their times moved to end
+/// about now: the server, the traces' base time and now (Unix ns).
+fn loaded(dir: &std::path::Path) -> (Server, u64, u64) {
+    let server = Server::start(dir);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock")
@@ -136,6 +136,13 @@ fn traceql_answers_as_tempo_does() {
     );
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
     assert_eq!(String::from_utf8_lossy(&r.body), "{}", "every span kept");
+    (server, base, now)
+}
+
+#[test]
+fn traceql_answers_as_tempo_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, base, now) = loaded(dir.path());
 
     let golden: Value = serde_json::from_str(
         &std::env::var("TRACEDB_GOLDEN")
@@ -244,18 +251,7 @@ fn traceql_answers_as_tempo_does() {
 #[test]
 fn hostile_queries_get_a_400_or_a_bounded_answer() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(dir.path());
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos() as u64;
-    let base = now - 120 * SEC;
-    let r = post_traces(
-        &server,
-        &[("Content-Type", "application/json")],
-        &shifted(&fixture("traces.json"), base),
-    );
-    assert_eq!(r.status, 200);
+    let (server, base, now) = loaded(dir.path());
     let long_chain = vec!["{ .a = 1 }"; 400].join(" && ");
     let refused = [
         // Nesting past the parser's depth limit, never a stack overflow.
