@@ -1016,7 +1016,16 @@ mod tests {
             attributes,
             ..Default::default()
         };
-        let resource = Resource::default().encode_to_vec();
+        let resource = Resource {
+            attributes: vec![KeyValue {
+                key: "service.name".into(),
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::StringValue("s".repeat(300))),
+                }),
+            }],
+            ..Default::default()
+        }
+        .encode_to_vec();
         let parts = vec![(resource, Vec::new(), span.encode_to_vec())];
         engine.write_blocking(spans(id, parts)).expect("write");
         engine.flush().expect("flush");
@@ -1034,6 +1043,17 @@ mod tests {
             run(&engine, &search).expect("search").value.len()
         };
         assert_eq!(found(r#"{ span.k000 = "v" }"#), 1);
+        // A value longer than the index keeps (its resource's service name)
+        // is still found by the spans.
+        assert_eq!(
+            tracedb_traceql::prune::MAX_INDEXED_VALUE_BYTES,
+            tracedb_lsm::index::wire::MAX_VALUE_BYTES
+        );
+        let long = "s".repeat(300);
+        assert_eq!(
+            found(&format!(r#"{{ resource.service.name = "{long}" }}"#)),
+            1
+        );
         assert_eq!(
             found(r#"{ span.k299 = "v" }"#),
             1,

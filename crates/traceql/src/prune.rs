@@ -17,6 +17,11 @@ use crate::ast::{
     SpansetOp, Stage, Static, Status, Structure,
 };
 
+/// The longest value the search index keeps (`tracedb_lsm`'s
+/// `index::wire::MAX_VALUE_BYTES`): a service named by a longer one is not
+/// among the operations the index can check.
+pub const MAX_INDEXED_VALUE_BYTES: usize = 256;
+
 /// Some span of the trace has all of these (`None`: any).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct SpanNeed {
@@ -118,6 +123,8 @@ fn conjuncts(e: &FieldExpr, need: &mut SpanNeed) {
                 | (FieldExpr::Static(v), FieldExpr::Attribute(a)) => (a, v),
                 _ => return,
             };
+            // The index keeps values of up to 256 bytes: a longer service is
+            // not among its operations (it is an attribute need below).
             match (attr, value) {
                 (
                     Attribute::Attr {
@@ -125,7 +132,7 @@ fn conjuncts(e: &FieldExpr, need: &mut SpanNeed) {
                         name,
                     },
                     Static::Str(s),
-                ) if name == "service.name" => {
+                ) if name == "service.name" && s.len() <= MAX_INDEXED_VALUE_BYTES => {
                     need.service = Some(s.clone());
                 }
                 (Attribute::Intrinsic(Intrinsic::Name), Static::Str(s)) => {

@@ -97,7 +97,7 @@ impl Groups {
         let attrs = key_attrs(group);
         let service = attrs
             .iter()
-            .find(|(k, _, _)| *k == "service.name")
+            .find(|(k, _, kind)| *k == "service.name" && *kind != ValueKind::Unindexed)
             .map_or(UNKNOWN_SERVICE, |(_, v, _)| v.as_ref());
         let service = names.intern(service);
         let tags: Vec<Tag> = attrs
@@ -496,7 +496,7 @@ fn summarize(trace_id: TraceId, acc: &mut TraceAcc) -> TraceSummary {
 pub fn service_name(group: &ScopeGroup) -> String {
     key_attrs(group)
         .iter()
-        .find(|(k, _, _)| *k == "service.name")
+        .find(|(k, _, kind)| *k == "service.name" && *kind != ValueKind::Unindexed)
         .map_or(UNKNOWN_SERVICE, |(_, v, _)| v.as_ref())
         .to_owned()
 }
