@@ -109,25 +109,11 @@ impl Compiled {
     /// conditions and `select()` name, each once, in the order they come.
     pub fn shown_fields(&self) -> Vec<Attribute> {
         let mut out: Vec<Attribute> = Vec::new();
-        let mut add = |a: &Attribute| {
-            if !out.contains(a) {
-                out.push(a.clone());
-            }
-        };
-        for stage in &self.query.pipeline.stages {
-            if let Stage::Select(fields) = stage {
-                for f in fields {
-                    visit_field(f, &mut |e| {
-                        if let FieldExpr::Attribute(a) = e {
-                            add(a);
-                        }
-                    });
-                }
-            }
-        }
-        visit_pipeline(&self.query.pipeline, &mut |e| {
+        visit_query(&self.query, &mut |e| {
             if let FieldExpr::Attribute(a) = e {
-                add(a);
+                if !out.contains(a) {
+                    out.push(a.clone());
+                }
             }
         });
         out
@@ -168,10 +154,9 @@ fn shown(v: &Val<'_>) -> Option<(String, &'static str)> {
     })
 }
 
-/// Calls `f` on every field expression of `query` (filters, `by`,
-/// `select`, aggregates), depth first.
+/// Calls `f` on every field expression of `query`, depth first: those of
+/// `select()` first, then filters, `by` and aggregates.
 pub fn visit_query(query: &Query, f: &mut dyn FnMut(&FieldExpr)) {
-    visit_pipeline(&query.pipeline, f);
     for stage in &query.pipeline.stages {
         if let Stage::Select(fields) = stage {
             for e in fields {
@@ -179,6 +164,7 @@ pub fn visit_query(query: &Query, f: &mut dyn FnMut(&FieldExpr)) {
             }
         }
     }
+    visit_pipeline(&query.pipeline, f);
 }
 
 /// Calls `f` on every field expression of the pipeline (filters, `by`,

@@ -165,7 +165,7 @@ fn may_have(part: &TraceSummary, t: &TagNeed, ids: (Option<u32>, Option<u32>)) -
 fn meets(
     sets: &[Arc<SummarySet>],
     resolved: &[Resolved],
-    parts: &Parts,
+    parts: &[(usize, usize)],
     need: &OpNeed,
     i: usize,
 ) -> bool {
@@ -604,7 +604,7 @@ pub fn tag_values(
                     && needs
                         .iter()
                         .enumerate()
-                        .all(|(i, need)| meets(one, &resolved, &vec![(0, *ti)], need, i))
+                        .all(|(i, need)| meets(one, &resolved, &[(0, *ti)], need, i))
             })
             .flat_map(|(_, t)| t.tags.iter())
             .filter(|g| {
