@@ -39,6 +39,7 @@ mod retention;
 mod scheduler;
 mod search;
 mod stats;
+mod walk;
 
 use std::{
     collections::{BTreeMap, HashSet},
@@ -65,6 +66,7 @@ use scheduler::CompactionScheduler;
 pub use search::SearchSnapshot;
 pub use stats::EngineStats;
 use stats::{add, Counters};
+pub use walk::{Candidate, Candidates, WalkStats};
 
 use crate::{
     batch::{decode_batch, encode_batch},

@@ -22,6 +22,7 @@
 //! of the service, some span of the operation (in that service), every tag on
 //! some span or resource, and the trace's start and duration in range.
 
+pub mod blocks;
 mod build;
 mod model;
 mod query;
@@ -34,11 +35,11 @@ pub use build::{service_name, SidecarBuilder, SummaryBuilder};
 pub use model::{Edge, Op, SummarySet, Tag, TagScope, TraceSummary, ValueKind, MAX_TAGS_PER_TRACE};
 pub use query::{
     dependencies, keep_newest, operations, search, search_ids, services, tag_keys, tag_values,
-    Dependencies, OpNeed, SearchQuery, TagNeed, TraceHit,
+    Dependencies, OpNeed, PartFilter, SearchQuery, TagNeed, TraceHit,
 };
 pub use sidecar::{
-    decode as decode_sidecar, encode as encode_sidecar, read as read_sidecar, remove_orphans,
-    remove_sidecar, sidecar_path, write as write_sidecar, SidecarParts,
+    decode as decode_sidecar, encode as encode_sidecar, open_index, read as read_sidecar,
+    remove_orphans, remove_sidecar, sidecar_path, write as write_sidecar, SidecarParts,
 };
 
 /// Hash maps keyed by strings and IDs from spans, used for every span a

@@ -72,8 +72,8 @@ mod test_util;
 pub use budget::{MemoryBudget, Permit};
 pub use compaction::{CompactionOptions, CompactionTask};
 pub use engine::{
-    Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks, SearchSnapshot, SkippedFile,
-    Snapshot, TraceLookup, QUARANTINE_DIR,
+    Candidate, Candidates, Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks,
+    SearchSnapshot, SkippedFile, Snapshot, TraceLookup, WalkStats, QUARANTINE_DIR,
 };
 pub use error::{Backpressure, Error, Result};
 pub use memtable::MemTableOptions;

@@ -32,6 +32,8 @@ pub struct MergeContext<'a> {
     pub should_stop: &'a (dyn Fn() -> bool + Sync),
     /// Called once after the first trace is written (a test hook).
     pub after_first_trace: Option<&'a (dyn Fn() + Send + Sync)>,
+    /// Trace parts per block of the outputs' sidecars.
+    pub index_block_parts: usize,
 }
 
 /// The files a merge wrote and what it did.
@@ -253,7 +255,7 @@ impl Open {
         let path = table_path(ctx.tables_dir, id);
         Ok(Open {
             builder: SsTableBuilder::create(&path, ctx.table_opts.clone())?,
-            summary: SidecarBuilder::default(),
+            summary: SidecarBuilder::new(ctx.index_block_parts),
             id,
             path,
         })

@@ -174,6 +174,7 @@ impl Inner {
             expire_before: self.retention.expire_before(),
             should_stop: &stop,
             after_first_trace: self.opts.hooks.after_first_trace.as_deref(),
+            index_block_parts: self.opts.index_block_parts,
         };
         let merged = merge(task, &ctx).inspect_err(|e| {
             // A damaged input would fail every retry: take it out of the tree.

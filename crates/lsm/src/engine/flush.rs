@@ -161,7 +161,7 @@ impl Inner {
         };
         let (meta, summary) = write_sorted_buffer(&path, table, &spans)?;
         let summary = Arc::new(summary);
-        write_sidecar(&path, &summary)?;
+        write_sidecar(&path, &summary, self.opts.index_block_parts)?;
         self.summary_cache.insert_file(id, summary);
         let entry = FileEntry {
             id,

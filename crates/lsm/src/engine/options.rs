@@ -57,6 +57,10 @@ pub struct EngineOptions {
     /// (least recently used out; the rest is read from the sidecars when a
     /// query needs it). Default 64 MiB.
     pub index_cache_bytes: usize,
+    /// Trace parts per block of a sidecar (`docs/FORMAT.md`): a search reads
+    /// the blocks its digest cannot rule out. Default
+    /// [`crate::index::blocks::BLOCK_PARTS`].
+    pub index_block_parts: usize,
     /// Level-0 file count at which writes get [`crate::Error::Backpressure`]
     /// until compaction catches up. Default 64 (twice the level-0 trigger).
     pub l0_stop_files: usize,
@@ -84,6 +88,7 @@ impl EngineOptions {
             memory_budget_bytes: 512 << 20,
             memory_budget: None,
             index_cache_bytes: 64 << 20,
+            index_block_parts: crate::index::blocks::BLOCK_PARTS,
             l0_stop_files: 64,
             clock: Clock::system(),
             hooks: Hooks::default(),

@@ -27,7 +27,10 @@ use parking_lot::Mutex;
 use super::{Engine, SuperVersion};
 use crate::{
     error::Result,
-    index::{self, OpNeed, SearchQuery, SummaryBuilder, SummarySet, TagScope, TraceHit, ValueKind},
+    index::{
+        self, blocks::FileIndex, OpNeed, SearchQuery, SummaryBuilder, SummarySet, TagScope,
+        TraceHit, ValueKind,
+    },
     memtable::Chunk,
     span::TraceId,
     version::{TableFile, TimeRange},
@@ -38,7 +41,9 @@ type CachedChunk = (Arc<Chunk>, Arc<SummarySet>);
 
 /// Summaries kept between queries.
 pub(crate) struct SummaryCache {
-    files: Mutex<FileCache>,
+    files: Mutex<FileCache<Arc<SummarySet>>>,
+    /// Digests of the files' sidecars, for the newest-first walk.
+    pub(super) digests: Mutex<FileCache<Arc<FileIndex>>>,
     sealed: Mutex<HashMap<u64, Arc<SummarySet>>>,
     /// Keyed by the chunk's address; the entry holds the chunk, so the
     /// address is not reused while the entry exists.
@@ -50,6 +55,7 @@ impl SummaryCache {
     pub(crate) fn new(file_bytes: usize) -> Self {
         SummaryCache {
             files: Mutex::new(FileCache::new(file_bytes)),
+            digests: Mutex::new(FileCache::new(file_bytes)),
             sealed: Mutex::default(),
             chunks: Mutex::default(),
         }
@@ -57,35 +63,38 @@ impl SummaryCache {
 
     /// Caches the set of a file just written (saves reading its sidecar back).
     pub(crate) fn insert_file(&self, id: u64, set: Arc<SummarySet>) {
-        self.files.lock().insert(id, set);
+        let size = set.heap_bytes();
+        self.files.lock().insert(id, set, size);
     }
 
     /// Forgets files an edit removed.
     pub(crate) fn remove_files(&self, ids: &[u64]) {
         let mut files = self.files.lock();
+        let mut digests = self.digests.lock();
         for id in ids {
             files.remove(*id);
+            digests.remove(*id);
         }
     }
 
-    /// Bytes of file summaries cached, as estimated.
+    /// Bytes of file summaries and digests cached, as estimated.
     pub(crate) fn file_bytes(&self) -> usize {
-        self.files.lock().bytes
+        self.files.lock().bytes + self.digests.lock().bytes
     }
 }
 
 /// File summaries by file ID, bounded in bytes: the index of a store grows
 /// with the store, and memory must not. Past the bound the least recently
 /// used sets are dropped (a query that holds one keeps it alive until done).
-struct FileCache {
-    /// Set, its estimated size, and when it was last used.
-    sets: HashMap<u64, (Arc<SummarySet>, usize, u64)>,
+pub(super) struct FileCache<T> {
+    /// Value, its estimated size, and when it was last used.
+    sets: HashMap<u64, (T, usize, u64)>,
     bytes: usize,
     limit: usize,
     clock: u64,
 }
 
-impl FileCache {
+impl<T: Clone> FileCache<T> {
     fn new(limit: usize) -> Self {
         FileCache {
             sets: HashMap::new(),
@@ -95,15 +104,14 @@ impl FileCache {
         }
     }
 
-    fn get(&mut self, id: u64) -> Option<Arc<SummarySet>> {
+    pub(super) fn get(&mut self, id: u64) -> Option<T> {
         self.clock += 1;
         let entry = self.sets.get_mut(&id)?;
         entry.2 = self.clock;
         Some(entry.0.clone())
     }
 
-    fn insert(&mut self, id: u64, set: Arc<SummarySet>) {
-        let size = set.heap_bytes();
+    pub(super) fn insert(&mut self, id: u64, set: T, size: usize) {
         self.remove(id);
         if size > self.limit {
             return;
@@ -251,13 +259,14 @@ impl Engine {
 
     /// The files of `snapshot` whose spans may lie in `range`; the cache
     /// forgets the files no longer in it.
-    fn files_in<'a>(
+    pub(super) fn files_in<'a>(
         &self,
         snapshot: &'a SuperVersion,
         range: TimeRange,
     ) -> Vec<&'a Arc<TableFile>> {
         let live: HashSet<u64> = snapshot.version.files().map(|f| f.id).collect();
         self.inner.summary_cache.files.lock().retain(&live);
+        self.inner.summary_cache.digests.lock().retain(&live);
         snapshot
             .version
             .files()
@@ -271,7 +280,7 @@ impl Engine {
     /// The summary sets of the memtable and the sealed buffers, and the
     /// snapshot taken after them whose files the caller adds: a span moving
     /// from a buffer to a file meanwhile is seen at least once.
-    fn buffer_sets(&self) -> (Vec<Arc<SummarySet>>, Arc<SuperVersion>) {
+    pub(super) fn buffer_sets(&self) -> (Vec<Arc<SummarySet>>, Arc<SuperVersion>) {
         let inner = &self.inner;
         let cache = &inner.summary_cache;
         let mut sets = Vec::new();
@@ -333,8 +342,11 @@ impl Engine {
         Ok(match hit {
             Some(set) => set,
             None => {
-                let set = Arc::new(load_or_rebuild(file)?);
-                cache.files.lock().insert(file.id, set.clone());
+                let set = Arc::new(load_or_rebuild(file, self.inner.opts.index_block_parts)?);
+                cache
+                    .files
+                    .lock()
+                    .insert(file.id, set.clone(), set.heap_bytes());
                 set
             }
         })
@@ -409,22 +421,30 @@ impl Engine {
 
 /// A file's summary from its sidecar; rebuilt from the file (and the sidecar
 /// rewritten) when the sidecar is missing or damaged.
-fn load_or_rebuild(file: &TableFile) -> Result<SummarySet> {
+fn load_or_rebuild(file: &TableFile, block_parts: usize) -> Result<SummarySet> {
     match index::read_sidecar(file.path()) {
         Ok(set) => Ok(set),
-        Err(e) => {
-            tracing::warn!(file = %file.path().display(), error = %e, "index sidecar unusable; rebuilding it from the file");
-            let mut b = SummaryBuilder::default();
-            for span in file.table().iter() {
-                b.add(&span?);
-            }
-            let set = b.finish();
-            if let Err(e) = index::write_sidecar(file.path(), &set) {
-                tracing::warn!(error = %e, "writing rebuilt index sidecar");
-            }
-            Ok(set)
-        }
+        Err(e) => rebuild(file, &e, block_parts),
     }
+}
+
+/// A file's summary from its spans, written as its sidecar (a failure to
+/// write is logged: the summary is still right).
+pub(super) fn rebuild(
+    file: &TableFile,
+    why: &crate::Error,
+    block_parts: usize,
+) -> Result<SummarySet> {
+    tracing::warn!(file = %file.path().display(), error = %why, "index sidecar unusable; rebuilding it from the file");
+    let mut b = SummaryBuilder::default();
+    for span in file.table().iter() {
+        b.add(&span?);
+    }
+    let set = b.finish();
+    if let Err(e) = index::write_sidecar(file.path(), &set, block_parts) {
+        tracing::warn!(error = %e, "writing rebuilt index sidecar");
+    }
+    Ok(set)
 }
 
 #[cfg(test)]
@@ -448,12 +468,14 @@ mod tests {
         let one = set(1).heap_bytes();
         let mut cache = FileCache::new(3 * one + one / 2);
         for id in 0..3 {
-            cache.insert(id, set(1 + 1000 * u128::from(id)));
+            let s = set(1 + 1000 * u128::from(id));
+            let size = s.heap_bytes();
+            cache.insert(id, s, size);
         }
         assert_eq!(cache.sets.len(), 3);
         // File 0 is used again, so file 1 is now the least recently used.
         assert!(cache.get(0).is_some());
-        cache.insert(3, set(5000));
+        cache.insert(3, set(5000), one);
         assert!(
             cache.bytes <= cache.limit,
             "{} > {}",
@@ -471,7 +493,7 @@ mod tests {
         // A set larger than the whole cache is not kept (it is read again
         // when needed) and evicts nothing.
         let mut small = FileCache::new(one / 2);
-        small.insert(9, set(1));
+        small.insert(9, set(1), one);
         assert!(small.get(9).is_none());
         assert_eq!(small.bytes, 0);
     }

@@ -243,13 +243,15 @@ impl SummaryBuilder {
 /// searched in memory, and its parts decoded (a few small vectors each) held
 /// several times the memory of their encoding until the file was done (about
 /// 80 MB per 64 MiB output, uncounted by the memory budget).
-#[derive(Default)]
 pub struct SidecarBuilder {
+    /// Parts per block of the sidecar.
+    block_parts: usize,
     names: Interner,
     groups: Groups,
-    /// The encoded `traces` of the body, without their count.
+    /// The parts encoded one after another, in trace-ID order.
     parts: Vec<u8>,
-    count: usize,
+    /// Each part's (start, offset, length) in `parts`.
+    placed: Vec<(u64, usize, usize)>,
     last: Option<TraceId>,
     /// Per input of [`SidecarBuilder::add_part`], the index in `names` of
     /// each of its strings already seen (`u32::MAX`: not yet): a carried-over
@@ -259,6 +261,20 @@ pub struct SidecarBuilder {
 }
 
 impl SidecarBuilder {
+    /// A builder of sidecars with `block_parts` parts per block.
+    pub fn new(block_parts: usize) -> SidecarBuilder {
+        SidecarBuilder {
+            block_parts,
+            names: Interner::default(),
+            groups: Groups::default(),
+            parts: Vec::new(),
+            placed: Vec::new(),
+            last: None,
+            remaps: Vec::new(),
+            scratch: TraceAcc::default(),
+        }
+    }
+
     /// Adds every span of one trace; see [`SummaryBuilder::add_trace`].
     /// Traces come in ascending trace-ID order, each once.
     pub fn add_trace<S: Borrow<Span>>(&mut self, spans: &[S]) {
@@ -290,13 +306,21 @@ impl SidecarBuilder {
             "parts come in ascending trace-ID order, each once"
         );
         self.last = Some(part.trace_id);
+        let at = self.parts.len();
         sidecar::put_part(&mut self.parts, part);
-        self.count += 1;
+        self.placed
+            .push((part.start_unix_nano, at, self.parts.len() - at));
     }
 
     /// Writes the sidecar of the sorted file at `table`.
     pub fn write(self, table: &std::path::Path) -> crate::error::Result<()> {
-        sidecar::write_parts(table, &self.names.strings, self.count, &self.parts)
+        sidecar::write_parts(
+            table,
+            &self.names.strings,
+            &self.parts,
+            self.placed,
+            self.block_parts,
+        )
     }
 }
 

@@ -121,6 +121,9 @@ pub struct SummarySet {
     /// operation lists ask for them, and a search decoding sidecars should
     /// not pay for them.
     operations: OnceLock<Vec<Op>>,
+    /// Indices of `traces`, newest start first: made on the first call of
+    /// [`SummarySet::by_start`].
+    by_start: OnceLock<Vec<u32>>,
 }
 
 impl SummarySet {
@@ -141,6 +144,7 @@ impl SummarySet {
             max_time_unix_nano: max,
             lookup,
             operations: OnceLock::new(),
+            by_start: OnceLock::new(),
         }
     }
 
@@ -173,6 +177,21 @@ impl SummarySet {
                 .operations
                 .get()
                 .map_or(0, |o| o.capacity() * size_of::<Op>())
+            + self.by_start.get().map_or(0, |o| o.capacity() * 4)
+    }
+
+    /// Indices of the parts in answer order: newest start first, then by
+    /// trace ID.
+    pub fn by_start(&self) -> &[u32] {
+        self.by_start.get_or_init(|| {
+            let mut order: Vec<u32> = (0..self.traces.len() as u32).collect();
+            // `traces` is in trace-ID order and the sort is stable.
+            order.sort_by(|&a, &b| {
+                let (a, b) = (&self.traces[a as usize], &self.traces[b as usize]);
+                b.start_unix_nano.cmp(&a.start_unix_nano)
+            });
+            order
+        })
     }
 
     /// Distinct operations of all parts, sorted (services first).

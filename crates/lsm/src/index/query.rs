@@ -199,6 +199,60 @@ fn meets(
     })
 }
 
+/// One need resolved in one set's string table, to check the set's parts
+/// one at a time: a part passes when it alone may meet the whole need (the
+/// span a need describes lies in one part).
+#[derive(Debug, Clone)]
+pub struct PartFilter {
+    /// (service, name) resolved as in [`Resolved::needs`].
+    ops: Option<(Option<u32>, Option<u32>)>,
+    tags: Vec<(Option<u32>, Option<u32>)>,
+}
+
+impl PartFilter {
+    pub fn new(set: &SummarySet, need: &OpNeed) -> PartFilter {
+        let id = |s: &Option<String>| match s {
+            None => Some(None),
+            Some(s) => set.id(s).map(Some),
+        };
+        PartFilter {
+            ops: id(&need.service).and_then(|s| Some((s, id(&need.name)?))),
+            tags: need
+                .tags
+                .iter()
+                .map(|t| (set.id(&t.key), set.id(&t.value)))
+                .collect(),
+        }
+    }
+
+    /// Whether `part` may hold a span meeting `need` (the need this filter
+    /// was made for).
+    pub fn passes(&self, need: &OpNeed, part: &TraceSummary) -> bool {
+        if need.error && part.error_count == 0 {
+            return false;
+        }
+        if !need
+            .tags
+            .iter()
+            .zip(&self.tags)
+            .all(|(t, &ids)| may_have(part, t, ids))
+        {
+            return false;
+        }
+        if need.service.is_none() && need.name.is_none() && need.kind.is_none() {
+            return true;
+        }
+        let Some((service, name)) = self.ops else {
+            return false;
+        };
+        part.ops.iter().any(|o| {
+            service.is_none_or(|s| o.service == s)
+                && name.is_none_or(|n| o.name == n)
+                && need.kind.is_none_or(|k| o.kind == k)
+        })
+    }
+}
+
 /// Traces matching `q` in `sets` (the sources of one snapshot), newest first.
 /// `expire_before`: parts ending before it are past retention and ignored.
 pub fn search(sets: &[Arc<SummarySet>], q: &SearchQuery, expire_before: u64) -> Vec<TraceHit> {

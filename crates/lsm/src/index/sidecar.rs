@@ -11,31 +11,40 @@ use std::{
     collections::HashSet,
     fs,
     io::Write,
+    ops::Range,
+    os::unix::fs::FileExt,
     path::{Path, PathBuf},
 };
 
 use tracedb_proto::wire::put_varint;
 
-use super::{Edge, Op, SummarySet, Tag, TagScope, TraceSummary, ValueKind};
+use super::{
+    blocks::{self, BlockDigest, Bloom, FileIndex},
+    Edge, Op, SummarySet, Tag, TagScope, TraceSummary, ValueKind,
+};
 use crate::{
     error::{Error, Result},
     span::TraceId,
-    table::{check_crc, corrupt},
+    table::corrupt,
     writeback::{Writeback, STEP},
 };
 
 const MAGIC: &[u8; 8] = b"TDB-IDX\0";
 /// 1: the body as is; 2: the body as one zstd frame, after its length; 3:
 /// as 2, with each trace's end as a duration and without its span list; 4:
-/// as 3, with each tag's value type. Versions before 4 are refused, so a
-/// store's older sidecars are rebuilt from their files (with types) when
-/// first read.
-const VERSION: u32 = 4;
-/// zstd level of the body: level 1 got within 1% of level 9 (trace IDs and
-/// times, which hardly compress, are most of the bytes).
+/// as 3, with each tag's value type; 5: parts in blocks newest first, each
+/// its own frame, after a digest of every block (`index::blocks`). Other
+/// versions are refused, so a store's older sidecars are rebuilt from their
+/// files when first read.
+const VERSION: u32 = 5;
+/// zstd level of the digest and blocks: level 1 got within 1% of level 9
+/// (trace IDs and times, which hardly compress, are most of the bytes).
 const ZSTD_LEVEL: i32 = 1;
-/// Largest body a reader inflates.
+/// Largest digest or block a reader inflates.
 const MAX_BODY_BYTES: u32 = 1 << 30;
+/// Bytes before the digest's frame: magic, version, frame length, digest
+/// length, digest checksum.
+const HEAD_BYTES: usize = 24;
 
 /// `tables/{id:020}.sst` -> `tables/{id:020}.idx`.
 pub fn sidecar_path(table: &Path) -> PathBuf {
@@ -43,46 +52,138 @@ pub fn sidecar_path(table: &Path) -> PathBuf {
 }
 
 /// Encodes a set; see `docs/FORMAT.md`.
-pub fn encode(set: &SummarySet) -> Vec<u8> {
+/// `block_parts`: most parts per block (at least 1).
+pub fn encode(set: &SummarySet, block_parts: usize) -> Vec<u8> {
     let mut parts = Vec::with_capacity(set.traces.len() * 96);
+    let mut placed = Vec::with_capacity(set.traces.len());
     for t in &set.traces {
+        let at = parts.len();
         put_part(&mut parts, t);
+        placed.push((t.start_unix_nano, at, parts.len() - at));
     }
-    encode_parts(&set.strings, set.traces.len(), &parts)
+    encode_parts(&set.strings, &parts, placed, block_parts)
 }
 
-/// A sidecar of `strings` and `count` parts already encoded, in trace-ID
-/// order, by [`put_part`]. The body is compressed as it is read, not copied
-/// whole first.
-fn encode_parts(strings: &[String], count: usize, parts: &[u8]) -> Vec<u8> {
-    let head = body_head(strings, count);
-    let body_len = head.len() + parts.len();
-    let mut out = Vec::with_capacity(32 + body_len / 2);
+/// A sidecar of `strings` and the parts encoded in `parts` by [`put_part`]
+/// at `placed`: (start, offset, length) each, in trace-ID order.
+pub(super) fn encode_parts(
+    strings: &[String],
+    parts: &[u8],
+    mut placed: Vec<(u64, usize, usize)>,
+    block_parts: usize,
+) -> Vec<u8> {
+    // Newest first; a stable sort keeps equal starts in trace-ID order.
+    placed.sort_by_key(|p| std::cmp::Reverse(p.0));
+    let mut hashes: Vec<Option<u64>> = vec![None; strings.len()];
+    let mut hash = |id: u32| {
+        *hashes[id as usize]
+            .get_or_insert_with(|| blocks::text_hash(strings[id as usize].as_bytes()))
+    };
+    let path = Path::new("(sidecar being written)");
+    let mut digests = Vec::new();
+    let mut frames: Vec<u8> = Vec::new();
+    let mut decoded = Vec::new();
+    // A string's place in the table of the block being written.
+    let mut local = vec![0u32; strings.len()];
+    for block in placed.chunks(block_parts.max(1)) {
+        decoded.clear();
+        let mut used: Vec<u32> = Vec::new();
+        for &(_, at, len) in block {
+            let mut r = Reader {
+                path,
+                buf: &parts[at..at + len],
+                at: 0,
+            };
+            let part =
+                decode_part(&mut r, strings.len()).expect("parts encoded by put_part decode");
+            strings_of(&part, &mut used);
+            decoded.push(part);
+        }
+        used.sort_unstable();
+        used.dedup();
+        let mut d = blocks::digest_of(&decoded, &mut hash);
+        // The block's parts name its strings by their place in its own
+        // table, which keeps the order of the sidecar's.
+        for (i, &id) in used.iter().enumerate() {
+            local[id as usize] = i as u32;
+        }
+        let mut encoded = Vec::with_capacity(block.iter().map(|p| p.2).sum::<usize>());
+        let mut lens = Vec::with_capacity(block.len());
+        for part in &mut decoded {
+            remap_part(part, |id| local[id as usize]);
+            let at = encoded.len();
+            put_part(&mut encoded, part);
+            lens.push(encoded.len() - at);
+        }
+        let mut body = Vec::with_capacity(encoded.len() + 2 * lens.len() + used.len() * 16);
+        put_varint(&mut body, used.len() as u64);
+        for &id in &used {
+            put_varint(&mut body, u64::from(id));
+            put_varint(&mut body, strings[id as usize].len() as u64);
+            body.extend_from_slice(strings[id as usize].as_bytes());
+        }
+        put_varint(&mut body, block.len() as u64);
+        for len in lens {
+            put_varint(&mut body, len as u64);
+        }
+        body.extend_from_slice(&encoded);
+        let frame = zstd::bulk::compress(&body, ZSTD_LEVEL).expect("zstd compresses into memory");
+        d.offset = frames.len() as u64;
+        d.frame_len = frame.len() as u32;
+        d.body_len = body.len() as u32;
+        d.crc = crc32c::crc32c(&frame);
+        frames.extend_from_slice(&frame);
+        digests.push(d);
+    }
+    let mut digest = Vec::with_capacity(16 + digests.len() * 64);
+    put_varint(&mut digest, strings.len() as u64);
+    put_varint(&mut digest, digests.len() as u64);
+    for d in &digests {
+        digest.extend_from_slice(&d.max_start.to_le_bytes());
+        digest.extend_from_slice(&d.min_start.to_le_bytes());
+        digest.extend_from_slice(&d.max_end.to_le_bytes());
+        put_varint(&mut digest, u64::from(d.parts));
+        put_varint(&mut digest, d.offset);
+        put_varint(&mut digest, u64::from(d.frame_len));
+        put_varint(&mut digest, u64::from(d.body_len));
+        digest.extend_from_slice(&d.crc.to_le_bytes());
+        digest.push(d.kinds);
+        digest.push(d.flags);
+        put_varint(&mut digest, d.bloom.words().len() as u64);
+        for w in d.bloom.words() {
+            digest.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+    let digest_frame =
+        zstd::bulk::compress(&digest, ZSTD_LEVEL).expect("zstd compresses into memory");
+    let mut out = Vec::with_capacity(HEAD_BYTES + digest_frame.len() + frames.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&(body_len as u32).to_le_bytes());
-    // Compressing into memory fails only on allocation failure.
-    let mut z = zstd::stream::write::Encoder::new(out, ZSTD_LEVEL).expect("zstd encoder");
-    z.set_pledged_src_size(Some(body_len as u64))
-        .expect("zstd accepts a pledged size before any input");
-    z.write_all(&head).expect("zstd compresses into memory");
-    z.write_all(parts).expect("zstd compresses into memory");
-    let mut out = z.finish().expect("zstd compresses into memory");
-    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&(digest_frame.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(digest.len() as u32).to_le_bytes());
+    let mut crc = crc32c::crc32c(&out[..16]);
+    crc = crc32c::crc32c_append(crc, &digest_frame);
     out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&digest_frame);
+    out.extend_from_slice(&frames);
     out
 }
 
-/// The start of a body: the string table and the count of the parts after it.
-fn body_head(strings: &[String], count: usize) -> Vec<u8> {
-    let mut head = Vec::with_capacity(16 + strings.iter().map(|s| s.len() + 2).sum::<usize>());
-    put_varint(&mut head, strings.len() as u64);
-    for s in strings {
-        put_varint(&mut head, s.len() as u64);
-        head.extend_from_slice(s.as_bytes());
+/// Every string index `part` holds, appended to `out`.
+fn strings_of(part: &TraceSummary, out: &mut Vec<u32>) {
+    if let Some((s, n)) = part.root {
+        out.extend([s, n]);
     }
-    put_varint(&mut head, count as u64);
-    head
+    for o in &part.ops {
+        out.extend([o.service, o.name]);
+    }
+    for g in &part.tags {
+        out.extend([g.key, g.value]);
+    }
+    for e in &part.edges {
+        out.extend([e.parent, e.child]);
+    }
+    out.extend(part.orphans.iter().map(|o| o.1));
 }
 
 /// Appends one trace summary, as the `traces` of a body hold it.
@@ -200,33 +301,319 @@ impl Reader<'_> {
     }
 }
 
-/// Decodes a sidecar read from `path`.
+/// A sidecar's digest, parsed: its string count and block directory.
+pub(super) struct Digest {
+    pub(super) strings: usize,
+    pub(super) blocks: Vec<BlockDigest>,
+}
+
+/// Checks the head of a sidecar (its first [`HEAD_BYTES`]) and returns the
+/// length of the digest's frame that follows it.
+fn check_head(path: &Path, head: &[u8]) -> Result<usize> {
+    if head.len() < 12 || &head[..8] != MAGIC {
+        return Err(corrupt(path, 0, "not an index sidecar (bad magic)"));
+    }
+    let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+    if version != VERSION {
+        return Err(Error::UnsupportedVersion {
+            file: path.to_path_buf(),
+            version,
+            supported: VERSION,
+        });
+    }
+    if head.len() < HEAD_BYTES {
+        return Err(corrupt(path, 12, "truncated"));
+    }
+    let frame_len = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes"));
+    if frame_len > MAX_BODY_BYTES {
+        return Err(corrupt(path, 12, "digest over 1 GiB"));
+    }
+    Ok(frame_len as usize)
+}
+
+/// Parses the digest: `head` is the sidecar's first [`HEAD_BYTES`], `frame`
+/// the digest's frame after it, `blocks_len` the bytes after the frame.
+fn parse_digest(path: &Path, head: &[u8], frame: &[u8], blocks_len: u64) -> Result<Digest> {
+    let len = u32::from_le_bytes(head[16..20].try_into().expect("4 bytes"));
+    let expected = u32::from_le_bytes(head[20..24].try_into().expect("4 bytes"));
+    let actual = crc32c::crc32c_append(crc32c::crc32c(&head[..16]), frame);
+    if expected != actual {
+        return Err(Error::ChecksumMismatch {
+            file: path.to_path_buf(),
+            offset: 0,
+            expected,
+            actual,
+        });
+    }
+    if len > MAX_BODY_BYTES {
+        return Err(corrupt(path, 16, "digest over 1 GiB"));
+    }
+    let body = zstd::bulk::decompress(frame, len as usize)
+        .ok()
+        .filter(|b| b.len() == len as usize)
+        .ok_or_else(|| {
+            corrupt(
+                path,
+                HEAD_BYTES as u64,
+                "digest does not inflate to its length",
+            )
+        })?;
+    let mut r = Reader {
+        path,
+        buf: &body,
+        at: 0,
+    };
+    let strings = usize::try_from(r.u32()?).expect("u32 fits");
+    let n = r.count(30)?;
+    let mut blocks: Vec<BlockDigest> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let max_start = r.u64()?;
+        let min_start = r.u64()?;
+        let max_end = r.u64()?;
+        let parts = r.u32()?;
+        let offset = r.varint()?;
+        let frame_len = r.u32()?;
+        let body_len = r.u32()?;
+        let crc = u32::from_le_bytes(r.bytes(4)?.try_into().expect("4 bytes"));
+        let kinds = r.bytes(1)?[0];
+        let flags = r.bytes(1)?[0];
+        let words = r.count(8)?;
+        let words: Box<[u64]> = (0..words).map(|_| r.u64()).collect::<Result<_>>()?;
+        let bloom =
+            Bloom::from_words(words).ok_or_else(|| r.err("filter length is not a power of two"))?;
+        let fits = offset
+            .checked_add(u64::from(frame_len))
+            .is_some_and(|end| end <= blocks_len);
+        if !fits || body_len > MAX_BODY_BYTES || parts == 0 {
+            return Err(r.err("block out of the file's bounds or empty"));
+        }
+        let in_order =
+            min_start <= max_start && blocks.last().is_none_or(|prev| prev.min_start >= max_start);
+        if !in_order {
+            return Err(r.err("blocks out of time order"));
+        }
+        blocks.push(BlockDigest {
+            max_start,
+            min_start,
+            max_end,
+            parts,
+            offset,
+            frame_len,
+            body_len,
+            crc,
+            kinds,
+            flags,
+            bloom,
+        });
+    }
+    if r.at != body.len() {
+        return Err(r.err("bytes left over after the digest"));
+    }
+    Ok(Digest { strings, blocks })
+}
+
+/// The digest of a whole sidecar held in memory, and where its blocks start.
+fn digest_of_file(path: &Path, file: &[u8]) -> Result<(Digest, usize)> {
+    let frame_len = check_head(path, file)?;
+    let base = HEAD_BYTES + frame_len;
+    if file.len() < base {
+        return Err(corrupt(path, HEAD_BYTES as u64, "truncated digest"));
+    }
+    let digest = parse_digest(
+        path,
+        &file[..HEAD_BYTES],
+        &file[HEAD_BYTES..base],
+        (file.len() - base) as u64,
+    )?;
+    Ok((digest, base))
+}
+
+/// Block `d` of a sidecar held whole, inflated.
+fn inflate_block(path: &Path, file: &[u8], base: usize, d: &BlockDigest) -> Result<Vec<u8>> {
+    let at = base + d.offset as usize;
+    let frame = &file[at..at + d.frame_len as usize];
+    if crc32c::crc32c(frame) != d.crc {
+        return Err(corrupt(path, at as u64, "block checksum mismatch"));
+    }
+    zstd::bulk::decompress(frame, d.body_len as usize)
+        .ok()
+        .filter(|b| b.len() == d.body_len as usize)
+        .ok_or_else(|| corrupt(path, at as u64, "block does not inflate to its length"))
+}
+
+/// A block's body split up: its strings (ascending index, text) and where
+/// each part lies in the body.
+struct BlockBody<'a> {
+    strings: Vec<(u32, &'a str)>,
+    parts: Vec<Range<usize>>,
+}
+
+fn split_block<'a>(
+    path: &Path,
+    at: u64,
+    body: &'a [u8],
+    ns: usize,
+    parts: u32,
+) -> Result<BlockBody<'a>> {
+    let err = |r: &Reader<'_>, reason: &str| corrupt(path, at + r.at as u64, reason);
+    let mut r = Reader {
+        path,
+        buf: body,
+        at: 0,
+    };
+    let n = r.count(2)?;
+    let mut strings: Vec<(u32, &'a str)> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let id = r.string(ns)?;
+        if strings.last().is_some_and(|&(prev, _)| prev >= id) {
+            return Err(err(&r, "block strings out of order"));
+        }
+        let len = r.count(1)?;
+        let text = std::str::from_utf8(&body[r.at..r.at + len])
+            .map_err(|_| err(&r, "string is not UTF-8"))?;
+        r.at += len;
+        strings.push((id, text));
+    }
+    if r.count(31)? != parts as usize {
+        return Err(err(
+            &r,
+            "block holds another number of parts than its digest says",
+        ));
+    }
+    let mut lens = Vec::with_capacity(parts as usize);
+    for _ in 0..parts {
+        lens.push(r.count(1)?);
+    }
+    let mut ranges = Vec::with_capacity(parts as usize);
+    for len in lens {
+        let from = r.at;
+        r.bytes(len)?;
+        ranges.push(from..r.at);
+    }
+    if r.at != body.len() {
+        return Err(err(&r, "bytes left over after the last part"));
+    }
+    Ok(BlockBody {
+        strings,
+        parts: ranges,
+    })
+}
+
+/// One part at `range` of a block's `body`, checked to fill it exactly.
+fn part_at(path: &Path, body: &[u8], range: Range<usize>, ns: usize) -> Result<TraceSummary> {
+    let mut r = Reader {
+        path,
+        buf: &body[..range.end],
+        at: range.start,
+    };
+    let part = decode_part(&mut r, ns)?;
+    if r.at != range.end {
+        return Err(r.err("part shorter than its length"));
+    }
+    Ok(part)
+}
+
+/// A block's parts as a set of their own, with the block's strings as its
+/// table (`ns`: strings in the sidecar's table, which the block's name).
+pub(super) fn decode_block(
+    path: &Path,
+    at: u64,
+    body: &[u8],
+    ns: usize,
+    parts: u32,
+) -> Result<SummarySet> {
+    let block = split_block(path, at, body, ns, parts)?;
+    let local = block.strings.len();
+    let mut traces = Vec::with_capacity(block.parts.len());
+    for range in block.parts {
+        traces.push(part_at(path, body, range, local)?);
+    }
+    let strings = block.strings.into_iter().map(|s| s.1.to_owned()).collect();
+    Ok(SummarySet::new(strings, traces))
+}
+
+/// Replaces every string index of `part` by `f` of it (the order of its
+/// lists is kept: `f` must keep the order of the indices).
+fn remap_part(part: &mut TraceSummary, mut f: impl FnMut(u32) -> u32) {
+    if let Some((s, n)) = &mut part.root {
+        *s = f(*s);
+        *n = f(*n);
+    }
+    for o in &mut part.ops {
+        o.service = f(o.service);
+        o.name = f(o.name);
+    }
+    for g in &mut part.tags {
+        g.key = f(g.key);
+        g.value = f(g.value);
+    }
+    for e in &mut part.edges {
+        e.parent = f(e.parent);
+        e.child = f(e.child);
+    }
+    for (_, s) in &mut part.orphans {
+        *s = f(*s);
+    }
+}
+
+/// Decodes a whole sidecar read from `path`.
 pub fn decode(path: &Path, file: &[u8]) -> Result<SummarySet> {
     let mut parts = SidecarParts::from_bytes(path, file)?;
     let strings = (0..parts.strings.len() as u32)
         .map(|i| parts.str(i).to_owned())
         .collect();
-    let mut traces = Vec::with_capacity(parts.left);
+    let mut traces = Vec::with_capacity(parts.order.len());
     while let Some(t) = parts.next_part()? {
         traces.push(t);
     }
     Ok(SummarySet::new(strings, traces))
 }
 
+/// Reads the digest of the sidecar of the sorted file at `table`, keeping
+/// the sidecar open to read its blocks.
+pub fn open_index(table: &Path) -> Result<FileIndex> {
+    let path = sidecar_path(table);
+    let file = fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+    let size = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+    let mut head = [0u8; HEAD_BYTES];
+    let n = (size as usize).min(HEAD_BYTES);
+    file.read_exact_at(&mut head[..n], 0)
+        .map_err(|e| Error::io(&path, e))?;
+    let frame_len = check_head(&path, &head[..n])?;
+    let base = (HEAD_BYTES + frame_len) as u64;
+    if size < base {
+        return Err(corrupt(&path, HEAD_BYTES as u64, "truncated digest"));
+    }
+    let mut frame = vec![0u8; frame_len];
+    file.read_exact_at(&mut frame, HEAD_BYTES as u64)
+        .map_err(|e| Error::io(&path, e))?;
+    let digest = parse_digest(&path, &head, &frame, size - base)?;
+    Ok(FileIndex {
+        path,
+        file,
+        strings: digest.strings,
+        blocks: digest.blocks,
+        base,
+    })
+}
+
 /// A sidecar read one trace part at a time, in trace-ID order, with its
-/// string table checked up front: what a compaction reads to carry the parts
-/// of its input files over to its output instead of scanning their spans
-/// again. Holds the inflated body (strings and parts, a few bytes per span),
-/// not decoded summaries.
+/// blocks inflated and checked up front: what a compaction reads to carry
+/// the parts of its input files over to its output instead of scanning
+/// their spans again. Holds the inflated blocks (strings and parts, a few
+/// bytes per span), not decoded summaries.
 pub struct SidecarParts {
     path: PathBuf,
-    /// The body: strings, then parts.
+    /// The blocks' bodies, one after another.
     buf: Vec<u8>,
-    /// Where the next part starts.
-    at: usize,
-    /// Parts not yet decoded.
-    left: usize,
-    /// (start, length) of each string in `buf`, checked UTF-8.
+    /// Each part's trace ID, bytes in `buf` and block, in trace-ID order.
+    order: Vec<(TraceId, Range<usize>, u32)>,
+    /// Per block, the sidecar's index of each of its strings.
+    globals: Vec<Vec<u32>>,
+    /// Parts already decoded.
+    next: usize,
+    /// (start, length) in `buf` of each string of the table (0, 0 for one
+    /// no part uses).
     strings: Vec<(usize, usize)>,
     /// A part read past by [`SidecarParts::find`], returned next.
     peeked: Option<TraceSummary>,
@@ -241,55 +628,42 @@ impl SidecarParts {
     }
 
     fn from_bytes(path: &Path, file: &[u8]) -> Result<SidecarParts> {
-        if file.len() < 16 || &file[..8] != MAGIC {
-            return Err(corrupt(path, 0, "not an index sidecar (bad magic)"));
-        }
-        let body = check_crc(path, 0, file)?;
-        let version = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes"));
-        let (buf, at) = match version {
-            4 => {
-                let Some(len) = body.get(12..16) else {
-                    return Err(corrupt(path, 12, "truncated"));
-                };
-                let len = u32::from_le_bytes(len.try_into().expect("4 bytes"));
-                if len > MAX_BODY_BYTES {
-                    return Err(corrupt(path, 12, "body length over 1 GiB"));
-                }
-                let inflated = zstd::bulk::decompress(&body[16..], len as usize)
-                    .ok()
-                    .filter(|b| b.len() == len as usize)
-                    .ok_or_else(|| corrupt(path, 16, "body does not inflate to its length"))?;
-                (inflated, 0)
+        let (digest, base) = digest_of_file(path, file)?;
+        let ns = digest.strings;
+        let mut buf = Vec::with_capacity(digest.blocks.iter().map(|d| d.body_len as usize).sum());
+        let mut strings = vec![(0, 0); ns];
+        let mut order = Vec::with_capacity(digest.blocks.iter().map(|d| d.parts as usize).sum());
+        let mut globals = Vec::with_capacity(digest.blocks.len());
+        for (b, d) in digest.blocks.iter().enumerate() {
+            let body = inflate_block(path, file, base, d)?;
+            let at = (base as u64) + d.offset;
+            let block = split_block(path, at, &body, ns, d.parts)?;
+            let shift = buf.len();
+            let offset = |s: &str| s.as_ptr() as usize - body.as_ptr() as usize + shift;
+            for (id, text) in &block.strings {
+                strings[*id as usize] = (offset(text), text.len());
             }
-            _ => {
-                return Err(Error::UnsupportedVersion {
-                    file: path.to_path_buf(),
-                    version,
-                    supported: VERSION,
-                })
+            for range in block.parts {
+                let id = TraceId(
+                    body[range.start..range.start + 16]
+                        .try_into()
+                        .expect("a part is over 16 bytes"),
+                );
+                order.push((id, range.start + shift..range.end + shift, b as u32));
             }
-        };
-        let mut r = Reader {
-            path,
-            buf: &buf,
-            at,
-        };
-        let n = r.count(1)?;
-        let mut strings = Vec::with_capacity(n);
-        for _ in 0..n {
-            let len = r.count(1)?;
-            let at = r.at;
-            std::str::from_utf8(r.bytes(len)?)
-                .map_err(|_| corrupt(path, at as u64, "string is not UTF-8"))?;
-            strings.push((at, len));
+            globals.push(block.strings.iter().map(|s| s.0).collect());
+            buf.extend_from_slice(&body);
         }
-        let left = r.count(31)?;
-        let at = r.at;
+        order.sort_unstable_by_key(|p| p.0);
+        if order.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err(corrupt(path, 0, "a trace has two parts in one sidecar"));
+        }
         Ok(SidecarParts {
             path: path.to_path_buf(),
             buf,
-            at,
-            left,
+            order,
+            globals,
+            next: 0,
             strings,
             peeked: None,
         })
@@ -323,22 +697,15 @@ impl SidecarParts {
         }
     }
 
-    /// The next part; `None` after the last, once the body is checked to end there.
+    /// The next part in trace-ID order; `None` after the last.
     fn next_part(&mut self) -> Result<Option<TraceSummary>> {
-        let mut r = Reader {
-            path: &self.path,
-            buf: &self.buf,
-            at: self.at,
-        };
-        if self.left == 0 {
-            if r.at != r.buf.len() {
-                return Err(r.err("bytes left over after the last trace"));
-            }
+        let Some((_, range, block)) = self.order.get(self.next) else {
             return Ok(None);
-        }
-        let part = decode_part(&mut r, self.strings.len())?;
-        self.at = r.at;
-        self.left -= 1;
+        };
+        let globals = &self.globals[*block as usize];
+        let mut part = part_at(&self.path, &self.buf, range.clone(), globals.len())?;
+        remap_part(&mut part, |i| globals[i as usize]);
+        self.next += 1;
         Ok(Some(part))
     }
 }
@@ -416,18 +783,19 @@ fn decode_part(r: &mut Reader<'_>, ns: usize) -> Result<TraceSummary> {
 /// Writes the sidecar of the sorted file at `table`: `.tmp` (with paced
 /// writeback, as sorted files are written), fsync, rename.
 /// The directory is not fsynced: a sidecar lost in a crash is rebuilt.
-pub fn write(table: &Path, set: &SummarySet) -> Result<()> {
-    write_file(table, &encode(set))
+pub fn write(table: &Path, set: &SummarySet, block_parts: usize) -> Result<()> {
+    write_file(table, &encode(set, block_parts))
 }
 
 /// [`write`] for a set already encoded part by part (see [`encode_parts`]).
 pub(super) fn write_parts(
     table: &Path,
     strings: &[String],
-    count: usize,
     parts: &[u8],
+    placed: Vec<(u64, usize, usize)>,
+    block_parts: usize,
 ) -> Result<()> {
-    write_file(table, &encode_parts(strings, count, parts))
+    write_file(table, &encode_parts(strings, parts, placed, block_parts))
 }
 
 fn write_file(table: &Path, bytes: &[u8]) -> Result<()> {
@@ -498,10 +866,11 @@ mod tests {
     use super::*;
     use crate::test_util::{group, span};
 
-    fn set() -> SummarySet {
+    /// `traces` traces of `i % traces`, spans starting at `i`.
+    fn set(traces: u64) -> SummarySet {
         let g = group("svc");
-        let spans: Vec<crate::span::Span> = (0..200u64)
-            .map(|i| span(&g, u128::from(i % 13), i, i))
+        let spans: Vec<crate::span::Span> = (0..traces * 3)
+            .map(|i| span(&g, u128::from(i % traces), i, i))
             .collect();
         let mut set = SummarySet::from_spans(&spans);
         // These payloads name no parents: give two traces cross-service
@@ -524,53 +893,88 @@ mod tests {
         set
     }
 
-    /// `MAGIC`, `version`, then `rest`, with a valid checksum.
-    fn framed(version: u32, rest: &[u8]) -> Vec<u8> {
-        let mut out = MAGIC.to_vec();
-        out.extend_from_slice(&version.to_le_bytes());
-        out.extend_from_slice(rest);
-        let crc = crc32c::crc32c(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        out
-    }
-
-    /// A set's body, uncompressed.
-    fn encode_body(set: &SummarySet) -> Vec<u8> {
-        let mut body = body_head(&set.strings, set.traces.len());
-        for t in &set.traces {
-            put_part(&mut body, t);
-        }
-        body
+    /// Each part with its strings as text: sets whose tables differ in
+    /// strings no part uses compare equal.
+    fn texts(set: &SummarySet) -> Vec<String> {
+        set.traces
+            .iter()
+            .map(|t| {
+                let s = |id: u32| set.str(id).to_owned();
+                format!(
+                    "{:?} {} {} {} {} {:?} {:?} {:?} {:?} {:?}",
+                    t.trace_id,
+                    t.start_unix_nano,
+                    t.end_unix_nano,
+                    t.span_count,
+                    t.error_count,
+                    t.root.map(|(a, b)| (s(a), s(b))),
+                    t.ops
+                        .iter()
+                        .map(|o| (s(o.service), s(o.name), o.kind))
+                        .collect::<Vec<_>>(),
+                    t.tags
+                        .iter()
+                        .map(|g| (g.scope, s(g.key), s(g.value), g.kind))
+                        .collect::<Vec<_>>(),
+                    t.edges
+                        .iter()
+                        .map(|e| (s(e.parent), s(e.child), e.calls))
+                        .collect::<Vec<_>>(),
+                    t.orphans.iter().map(|o| (o.0, s(o.1))).collect::<Vec<_>>(),
+                )
+            })
+            .collect()
     }
 
     #[test]
-    fn the_body_is_compressed_and_older_versions_are_refused() {
-        let set = set();
+    fn a_sidecar_round_trips_in_blocks_newest_first_and_older_versions_are_refused() {
+        let set = set(2_500);
         assert!(
             set.traces
                 .iter()
                 .any(|t| !t.orphans.is_empty() && !t.edges.is_empty()),
             "the sample has orphans and edges"
         );
-        assert!(
+        let bytes = encode(&set, blocks::BLOCK_PARTS);
+        let path = Path::new("x.idx");
+        assert_eq!(texts(&decode(path, &bytes).expect("decodes")), texts(&set));
+
+        let (digest, base) = digest_of_file(path, &bytes).expect("digest");
+        assert_eq!(digest.blocks.len(), 3, "2500 parts in blocks of 1024");
+        let starts: Vec<(u64, u64)> = digest
+            .blocks
+            .iter()
+            .map(|b| (b.max_start, b.min_start))
+            .collect();
+        assert!(starts.windows(2).all(|w| w[0].1 >= w[1].0), "{starts:?}");
+        assert_eq!(
+            starts[0].0,
             set.traces
                 .iter()
-                .any(|t| t.tags.iter().any(|g| g.kind != ValueKind::Str)),
-            "the sample has typed tags"
+                .map(|t| t.start_unix_nano)
+                .max()
+                .expect("parts")
         );
-        let body = encode_body(&set);
-        let v4 = encode(&set);
-        assert!(v4.len() < body.len(), "{} >= {}", v4.len(), body.len());
-        let path = Path::new("x.idx");
-        assert_eq!(decode(path, &v4).expect("v4 decodes"), set);
-        // Versions 1 to 3 have no value types: refused, so the file's
-        // sidecar is rebuilt.
-        for version in 1..=3 {
-            let mut old = v4.clone();
-            old[8..12].copy_from_slice(&u32::to_le_bytes(version));
-            let at = old.len() - 4;
-            let crc = crc32c::crc32c(&old[..at]);
-            old[at..].copy_from_slice(&crc.to_le_bytes());
+        // Each block decodes alone, with just the strings its parts use.
+        let mut all = Vec::new();
+        for d in &digest.blocks {
+            let body = inflate_block(path, &bytes, base, d).expect("block");
+            let block = decode_block(path, 0, &body, digest.strings, d.parts).expect("block");
+            assert!(block
+                .traces
+                .iter()
+                .all(|t| t.start_unix_nano >= d.min_start && t.start_unix_nano <= d.max_start));
+            all.extend(texts(&block));
+        }
+        all.sort();
+        let mut expected = texts(&set);
+        expected.sort();
+        assert_eq!(all, expected);
+
+        // Versions 1 to 4 keep no blocks: refused, so the file's sidecar is rebuilt.
+        for version in 1..=4u32 {
+            let mut old = bytes.clone();
+            old[8..12].copy_from_slice(&version.to_le_bytes());
             let err = decode(path, &old).expect_err("an old version");
             assert!(
                 matches!(err, Error::UnsupportedVersion { version: v, .. } if v == version),
@@ -580,24 +984,57 @@ mod tests {
     }
 
     #[test]
-    fn a_body_length_that_disagrees_with_the_frame_is_refused() {
-        let set = set();
-        let body = encode_body(&set);
-        let frame = zstd::bulk::compress(&body, ZSTD_LEVEL).expect("compresses");
+    fn a_damaged_digest_or_block_is_refused() {
+        let set = set(1_500);
+        let bytes = encode(&set, blocks::BLOCK_PARTS);
         let path = Path::new("x.idx");
-        for len in [0, body.len() as u32 - 1, body.len() as u32 + 1, u32::MAX] {
-            let mut rest = len.to_le_bytes().to_vec();
-            rest.extend_from_slice(&frame);
-            let err = decode(path, &framed(4, &rest)).expect_err("a wrong length");
-            assert!(err.is_corruption(), "{err}");
+        let (digest, base) = digest_of_file(path, &bytes).expect("digest");
+        // Every byte of the head and digest is covered by the digest's checksum.
+        for at in [12, 16, 20, HEAD_BYTES, base - 1] {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x40;
+            assert!(decode(path, &bad).is_err(), "byte {at}");
         }
-        let mut rest = (body.len() as u32).to_le_bytes().to_vec();
-        rest.extend_from_slice(b"not a zstd frame");
-        assert!(decode(path, &framed(4, &rest)).is_err());
-        let err = decode(path, &framed(5, &[])).expect_err("version 5");
-        assert!(
-            matches!(err, Error::UnsupportedVersion { version: 5, .. }),
-            "{err}"
-        );
+        // A block's bytes by its own checksum: the digest still reads.
+        let mut bad = bytes.clone();
+        let at = base + digest.blocks[1].offset as usize + 3;
+        bad[at] ^= 0x40;
+        assert!(digest_of_file(path, &bad).is_ok());
+        let err = decode(path, &bad).expect_err("a damaged block");
+        assert!(err.is_corruption(), "{err}");
+        // Cut short: the last block is out of the file's bounds.
+        let err = decode(path, &bytes[..bytes.len() - 1]).expect_err("truncated");
+        assert!(err.is_corruption(), "{err}");
+    }
+
+    #[test]
+    fn the_parts_of_a_sidecar_come_back_in_trace_id_order_across_blocks() {
+        let set = set(2_100);
+        let path = Path::new("x.idx");
+        let mut parts =
+            SidecarParts::from_bytes(path, &encode(&set, blocks::BLOCK_PARTS)).expect("parts");
+        let wanted = [1u128, 5, 6, 1_500, 2_099];
+        for raw in wanted {
+            let id = TraceId(raw.to_be_bytes());
+            let part = parts.find(&id).expect("reads").expect("found");
+            assert_eq!(part.trace_id, id);
+            let original = &set.traces[set
+                .traces
+                .binary_search_by_key(&id, |t| t.trace_id)
+                .expect("in the set")];
+            let tags = |t: &TraceSummary, s: &dyn Fn(u32) -> String| -> Vec<(String, String)> {
+                t.tags.iter().map(|g| (s(g.key), s(g.value))).collect()
+            };
+            assert_eq!(
+                tags(&part, &|i| parts.str(i).to_owned()),
+                tags(original, &|i| set.str(i).to_owned())
+            );
+            assert_eq!(part.tags.is_empty(), raw >= 2, "traces 0 and 1 have a tag");
+            assert_eq!(part.start_unix_nano, original.start_unix_nano);
+        }
+        assert!(parts
+            .find(&TraceId(9_999u128.to_be_bytes()))
+            .expect("reads")
+            .is_none());
     }
 }

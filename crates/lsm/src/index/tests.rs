@@ -91,7 +91,7 @@ fn a_sidecar_built_part_by_part_is_the_sidecar_of_the_whole_set() {
     crate::sort::sort_by_trace_id(&mut spans);
     let dir = tempfile::tempdir().expect("tempdir");
     let table = dir.path().join("1.sst");
-    let mut builder = SidecarBuilder::default();
+    let mut builder = SidecarBuilder::new(16);
     for trace in spans.chunk_by(|x, y| x.trace_id == y.trace_id) {
         builder.add_trace(trace);
     }
@@ -102,7 +102,7 @@ fn a_sidecar_built_part_by_part_is_the_sidecar_of_the_whole_set() {
     // Trace by trace in reused scratch space, as span by span with a
     // fresh part per trace.
     assert_eq!(whole, SummarySet::from_spans(&spans));
-    assert_eq!(written, encode_sidecar(&whole));
+    assert_eq!(written, encode_sidecar(&whole, 16));
 }
 
 #[test]
@@ -128,11 +128,11 @@ fn parts_carried_over_from_several_sidecars_keep_their_own_strings() {
         .collect();
     let open = |name: &str, spans: &[Span]| {
         let table = dir.path().join(name);
-        write_sidecar(&table, &SummarySet::from_sorted_spans(spans)).expect("written");
+        write_sidecar(&table, &SummarySet::from_sorted_spans(spans), 16).expect("written");
         SidecarParts::open(&table).expect("opened")
     };
     let mut parts = [open("x.sst", &x), open("y.sst", &y)];
-    let mut builder = SidecarBuilder::default();
+    let mut builder = SidecarBuilder::new(16);
     for t in 0..6u128 {
         let input = (t % 2) as usize;
         let id = TraceId(t.to_be_bytes());
@@ -245,7 +245,7 @@ fn sidecar_round_trips_and_refuses_damage() {
         .collect();
     let set = SummarySet::from_spans(&spans);
     assert_eq!(set.traces.len(), 7);
-    let bytes = encode_sidecar(&set);
+    let bytes = encode_sidecar(&set, 16);
     let path = Path::new("x.idx");
     assert_eq!(decode_sidecar(path, &bytes).expect("decodes"), set);
     for cut in [0, 10, bytes.len() / 2, bytes.len() - 1] {

@@ -7,8 +7,8 @@ use std::{collections::BTreeSet, path::Path, sync::Arc};
 
 use bytes::Bytes;
 use tracedb_lsm::{
-    index::{read_sidecar, SearchQuery, SummarySet},
-    Engine, ScopeGroup, Span, SpanId, SsTable, TimeRange, TraceId,
+    index::{read_sidecar, OpNeed, SearchQuery, SummarySet},
+    Engine, ScopeGroup, Span, SpanId, SsTable, TimeRange, TraceId, WalkStats,
 };
 use tracedb_proto::wire::put_varint;
 
@@ -484,4 +484,68 @@ fn compaction_sidecars_carry_parts_over_as_a_rebuild_would_make_them() {
     }
     assert!(traces >= 44, "{traces} trace parts");
     engine.close().expect("close");
+}
+
+/// The candidates of a walk, in the order it proposed them.
+fn walk(engine: &Engine, q: &SearchQuery, most: usize) -> (Vec<(u128, u64)>, WalkStats) {
+    let mut w = engine.candidates(q).expect("walk");
+    let mut out = Vec::new();
+    while out.len() < most {
+        let Some(c) = w.next_candidate().expect("step") else {
+            break;
+        };
+        out.push((u128::from_be_bytes(c.trace_id.0), c.start_unix_nano));
+    }
+    (out, w.stats())
+}
+
+#[test]
+fn a_search_reads_only_the_blocks_that_may_hold_what_it_needs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let mut opts = small_tree(dir.path(), &clock);
+    opts.index_block_parts = 16;
+    // One flush, one file.
+    opts.memtable.flush_bytes = 64 << 20;
+    let engine = Engine::open(opts).expect("open");
+    // 640 traces, one per 10 ms; every 64th has a span of service "rare".
+    let rare = service("rare");
+    let spans: Vec<Span> = (1..=640u128)
+        .flat_map(|t| {
+            let start = T0 - 50 * SEC + t as u64 * 10_000_000;
+            let mut spans = trace(t, start);
+            if t % 64 == 0 {
+                spans.push(otlp_span(&rare, t, 9, Some(1), "lookup", start + 1, 10));
+            }
+            spans
+        })
+        .collect();
+    engine.write_blocking(spans).expect("write");
+    engine.flush().expect("flush");
+    let blocks = 640 / 16;
+
+    let need = |service: &str| SearchQuery {
+        needs: vec![OpNeed {
+            service: Some(service.into()),
+            ..OpNeed::default()
+        }],
+        ..SearchQuery::default()
+    };
+    let (found, stats) = walk(&engine, &need("rare"), usize::MAX);
+    let ids: Vec<u128> = found.iter().map(|f| f.0).collect();
+    assert_eq!(ids, (1..=10).rev().map(|i| i * 64).collect::<Vec<u128>>());
+    assert_eq!(stats.blocks_read + stats.blocks_skipped, blocks);
+    // Ten blocks hold a rare trace; a false positive of the filters may add one or two.
+    assert!(stats.blocks_read <= 12, "{stats:?}");
+
+    let (found, stats) = walk(&engine, &need("nowhere"), usize::MAX);
+    assert!(found.is_empty());
+    assert_eq!(stats.blocks_read, 0, "{stats:?}");
+
+    // With nothing needed, the 20 newest parts lie in the two newest blocks.
+    let (found, stats) = walk(&engine, &SearchQuery::default(), 20);
+    let ids: Vec<u128> = found.iter().map(|f| f.0).collect();
+    assert_eq!(ids, (621..=640).rev().collect::<Vec<u128>>());
+    assert!(found.windows(2).all(|w| w[0].1 >= w[1].1));
+    assert_eq!(stats.blocks_read, 2, "{stats:?}");
 }

@@ -1,0 +1,316 @@
+//! The newest-first walk of a search ([`Engine::candidates`]): trace parts
+//! in the order of their start, latest first, from the buffers and from the
+//! blocks of the files' sidecars, each checked against what the query
+//! needs; a block is read only when the walk reaches it and its digest may
+//! hold a part that meets the need.
+//!
+//! A part's start is never earlier than its trace's, so when the walk stands
+//! at start `s`, every trace it has not proposed yet starts at `s` or
+//! before. A caller that evaluates the candidates can stop once it has
+//! `limit` answers starting after the walk's position: the walk costs what
+//! the answer needs, not what the store holds.
+
+use std::{
+    cmp::Reverse,
+    collections::{BinaryHeap, HashSet},
+    sync::Arc,
+};
+
+use super::{search::rebuild, Engine, SuperVersion};
+use crate::{
+    error::Result,
+    index::{
+        blocks::{FileIndex, NeedTerms},
+        open_index, OpNeed, PartFilter, SearchQuery, SummarySet,
+    },
+    span::TraceId,
+    version::{TableFile, TimeRange},
+};
+
+/// A trace the walk proposes: its ID and the start of the part that
+/// proposed it (the trace starts then or earlier).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    pub trace_id: TraceId,
+    pub start_unix_nano: u64,
+}
+
+/// Counts of what a walk did, for benchmarks and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WalkStats {
+    /// Blocks whose digest ruled them out.
+    pub blocks_skipped: usize,
+    /// Blocks read and decoded.
+    pub blocks_read: usize,
+    /// Parts checked against the need.
+    pub parts_checked: usize,
+}
+
+/// A set of parts being walked: a buffer's, or the block of a file read last.
+struct Walking {
+    set: Arc<SummarySet>,
+    /// Its heap bytes, with its order made, as counted in the walk's.
+    bytes: usize,
+    filter: Option<PartFilter>,
+    /// Position in [`SummarySet::by_start`].
+    pos: usize,
+}
+
+impl Walking {
+    fn new(set: Arc<SummarySet>, need: Option<&OpNeed>) -> Walking {
+        let filter = need.map(|n| PartFilter::new(&set, n));
+        set.by_start();
+        Walking {
+            bytes: set.heap_bytes(),
+            set,
+            filter,
+            pos: 0,
+        }
+    }
+
+    fn next_start(&self) -> Option<(u64, TraceId)> {
+        let &i = self.set.by_start().get(self.pos)?;
+        let t = &self.set.traces[i as usize];
+        Some((t.start_unix_nano, t.trace_id))
+    }
+}
+
+enum Source {
+    Buffer(Walking),
+    File {
+        file: Arc<TableFile>,
+        index: Arc<FileIndex>,
+        /// The next block not yet read or skipped.
+        next_block: usize,
+        current: Option<Walking>,
+    },
+}
+
+/// The trace IDs of blocks in the heap: below every real ID in answer
+/// order at the same start, so a block is opened before any part of its
+/// start is proposed.
+const BLOCK: TraceId = TraceId([0; 16]);
+
+/// The walk; see the module docs. Holds the snapshot it was made from.
+pub struct Candidates {
+    _snapshot: Arc<SuperVersion>,
+    sources: Vec<Source>,
+    /// (start, reverse trace ID, source): the next part (or block) of each
+    /// source, latest start first.
+    heap: BinaryHeap<(u64, Reverse<TraceId>, usize)>,
+    need: Option<OpNeed>,
+    terms: Option<NeedTerms>,
+    start_min: u64,
+    start_max: u64,
+    expire_before: u64,
+    proposed: HashSet<TraceId>,
+    held: usize,
+    stats: WalkStats,
+    /// Parts per block of a sidecar rebuilt on the way.
+    block_parts: usize,
+}
+
+impl Engine {
+    /// The traces that may match `q`, newest part start first; see the
+    /// module docs. Uses `q`'s window and needs (of its needs, the one
+    /// with most conditions: each must be met by one span, so by one part);
+    /// the rest of `q` is left to the caller.
+    ///
+    /// A trace is proposed by the first of its parts that meets the need
+    /// and starts within the window: a trace whose parts meeting it all
+    /// start after the window's end is not proposed.
+    pub fn candidates(&self, q: &SearchQuery) -> Result<Candidates> {
+        let range = TimeRange::new(q.start_min, q.start_max);
+        let (buffers, snapshot) = self.buffer_sets();
+        let need = q
+            .needs
+            .iter()
+            .max_by_key(|n| {
+                n.tags.len()
+                    + usize::from(n.service.is_some())
+                    + usize::from(n.name.is_some())
+                    + usize::from(n.kind.is_some())
+                    + usize::from(n.error)
+            })
+            .cloned();
+        let mut sources = Vec::new();
+        for set in buffers {
+            sources.push(Source::Buffer(Walking::new(set, need.as_ref())));
+        }
+        for file in self.files_in(&snapshot, range) {
+            let index = self.file_index(file)?;
+            sources.push(Source::File {
+                file: file.clone(),
+                index,
+                next_block: 0,
+                current: None,
+            });
+        }
+        let mut walk = Candidates {
+            _snapshot: snapshot,
+            terms: need.as_ref().map(NeedTerms::new),
+            need,
+            sources,
+            heap: BinaryHeap::new(),
+            start_min: q.start_min,
+            start_max: q.start_max,
+            expire_before: self.inner.retention.expire_before(),
+            proposed: HashSet::new(),
+            held: 0,
+            stats: WalkStats::default(),
+            block_parts: self.inner.opts.index_block_parts,
+        };
+        for i in 0..walk.sources.len() {
+            walk.push(i);
+        }
+        Ok(walk)
+    }
+
+    /// A file's digest, from the cache or its sidecar; a sidecar that is
+    /// missing, damaged or of an older version is rebuilt from the file.
+    fn file_index(&self, file: &TableFile) -> Result<Arc<FileIndex>> {
+        let cache = &self.inner.summary_cache;
+        if let Some(index) = cache.digests.lock().get(file.id) {
+            return Ok(index);
+        }
+        let index = match open_index(file.path()) {
+            Ok(index) => index,
+            Err(e) => {
+                rebuild(file, &e, self.inner.opts.index_block_parts)?;
+                open_index(file.path())?
+            }
+        };
+        let index = Arc::new(index);
+        cache
+            .digests
+            .lock()
+            .insert(file.id, index.clone(), index.heap_bytes());
+        Ok(index)
+    }
+}
+
+impl Candidates {
+    /// Puts source `i` back in the heap at its next part or block, if any.
+    fn push(&mut self, i: usize) {
+        let key = match &self.sources[i] {
+            Source::Buffer(w) => w.next_start(),
+            Source::File {
+                index,
+                next_block,
+                current,
+                ..
+            } => match current.as_ref().and_then(Walking::next_start) {
+                Some(next) => Some(next),
+                None => index.blocks.get(*next_block).map(|b| (b.max_start, BLOCK)),
+            },
+        };
+        if let Some((start, id)) = key {
+            if start >= self.start_min {
+                self.heap.push((start, Reverse(id), i));
+            }
+        }
+    }
+
+    /// The next candidate, or `None` when the walk is done.
+    pub fn next_candidate(&mut self) -> Result<Option<Candidate>> {
+        while let Some((_, _, i)) = self.heap.pop() {
+            if let Some(found) = self.step(i)? {
+                self.push(i);
+                return Ok(Some(found));
+            }
+            self.push(i);
+        }
+        Ok(None)
+    }
+
+    /// Where the walk stands: every trace not yet proposed starts at or
+    /// before this (`None`: the walk is done).
+    pub fn position(&self) -> Option<u64> {
+        self.heap.peek().map(|(start, _, _)| *start)
+    }
+
+    /// Bytes the walk holds beyond the snapshot: the blocks it decoded and
+    /// the IDs it proposed.
+    pub fn held_bytes(&self) -> usize {
+        self.held + self.proposed.len() * 32
+    }
+
+    pub fn stats(&self) -> WalkStats {
+        self.stats
+    }
+
+    /// Takes one step in source `i`: opens or skips its next block, or
+    /// checks its next part (returned if it is a candidate).
+    fn step(&mut self, i: usize) -> Result<Option<Candidate>> {
+        let need = self.need.as_ref();
+        let walking = match &mut self.sources[i] {
+            Source::Buffer(w) => w,
+            Source::File {
+                file,
+                index,
+                next_block,
+                current,
+            } => {
+                if current.as_ref().is_some_and(|w| w.next_start().is_some()) {
+                    current.as_mut().expect("checked")
+                } else {
+                    // The current block is done: let it go, and open or skip the next.
+                    if let Some(done) = current.take() {
+                        self.held -= done.bytes;
+                    }
+                    let b = *next_block;
+                    *next_block += 1;
+                    let d = &index.blocks[b];
+                    let wanted = (self.start_max == 0 || d.min_start <= self.start_max)
+                        && d.max_end >= self.expire_before
+                        && self.terms.as_ref().is_none_or(|t| t.may_meet(d));
+                    if !wanted {
+                        self.stats.blocks_skipped += 1;
+                        return Ok(None);
+                    }
+                    self.stats.blocks_read += 1;
+                    let set = match index.block(b) {
+                        Ok(set) => Arc::new(set),
+                        Err(e) => {
+                            // Walk the rest of the file from its spans, from this block's start on.
+                            let max_start = d.max_start;
+                            let set = Arc::new(rebuild(file, &e, self.block_parts)?);
+                            let mut w = Walking::new(set, need);
+                            let order = w.set.by_start();
+                            w.pos = order.partition_point(|&t| {
+                                w.set.traces[t as usize].start_unix_nano > max_start
+                            });
+                            self.held += w.bytes;
+                            *next_block = index.blocks.len();
+                            *current = Some(w);
+                            return Ok(None);
+                        }
+                    };
+                    let w = Walking::new(set, need);
+                    self.held += w.bytes;
+                    *current = Some(w);
+                    return Ok(None);
+                }
+            }
+        };
+        let &t = walking
+            .set
+            .by_start()
+            .get(walking.pos)
+            .expect("in the heap");
+        walking.pos += 1;
+        let part = &walking.set.traces[t as usize];
+        self.stats.parts_checked += 1;
+        let wanted = (self.start_max == 0 || part.start_unix_nano <= self.start_max)
+            && part.end_unix_nano >= self.expire_before
+            && match (&walking.filter, need) {
+                (Some(f), Some(n)) => f.passes(n, part),
+                _ => true,
+            }
+            && self.proposed.insert(part.trace_id);
+        Ok(wanted.then_some(Candidate {
+            trace_id: part.trace_id,
+            start_unix_nano: part.start_unix_nano,
+        }))
+    }
+}
