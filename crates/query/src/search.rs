@@ -1,13 +1,15 @@
 //! TraceQL search over this process's storage engine: the one search every
 //! front end runs ([`Search`], answered by [`run`]).
 //!
-//! The search index proposes candidates, newest first, in pages: the traces
-//! whose summaries meet what the query needs ([`tracedb_traceql::needs`]) and
-//! start within the window. Each candidate is read whole and the query is
-//! evaluated on its spans; the search stops as soon as `limit` traces
-//! matched. Since the index only rules out traces that cannot match and the
-//! candidates come in answer order, the answer is the newest `limit`
-//! matching traces, the same every time.
+//! The search index proposes candidates as the engine walks its trace parts
+//! newest start first ([`Engine::candidates`]): the traces with a part that
+//! meets what the query needs ([`tracedb_traceql::needs`]) and starts within
+//! the window. Each candidate is read whole and the query is evaluated on
+//! its spans. A part never starts before its trace, so every trace the walk
+//! has not proposed starts no later than where the walk stands: the search
+//! stops once it holds `limit` matches that all started later than that.
+//! Since the index only rules out traces that cannot match, the answer is
+//! the newest `limit` matching traces, the same every time.
 //!
 //! A search inspects at most [`MAX_INSPECTED`] candidates; one that stops
 //! there answers what it found, marked partial with the reason, rather than
@@ -38,10 +40,6 @@ pub const DEFAULT_SPSS: usize = 3;
 pub const MAX_SPSS: usize = 1_000;
 /// Most traces one search may ask for.
 pub const MAX_LIMIT: usize = 1_000;
-/// Candidates asked of the index in the first page; each next page doubles,
-/// up to `MAX_PAGE`.
-const FIRST_PAGE: usize = 64;
-const MAX_PAGE: usize = 4_096;
 
 /// A TraceQL search, as every front end asks it.
 #[derive(Debug, Clone)]
@@ -103,15 +101,12 @@ pub struct Match {
 }
 
 impl Search {
-    /// The candidates query for the index: the window, what the query needs,
-    /// and a page of `page` after `after`.
-    fn page(&self, page: usize, after: Option<(u64, TraceId)>) -> SearchQuery {
+    /// What the index walks for: the window and what the query needs.
+    fn index_query(&self) -> SearchQuery {
         SearchQuery {
             start_min: self.start_unix_nano,
             start_max: self.end_unix_nano,
-            limit: page,
             needs: op_needs(tracedb_traceql::needs(&self.query.query)),
-            after,
             ..SearchQuery::default()
         }
     }
@@ -120,8 +115,6 @@ impl Search {
 /// Bytes a decoded span holds beyond its stored bytes (its strings and
 /// vectors), for the memory budget: a conservative estimate.
 const DECODED_SPAN_BYTES: usize = 512;
-/// Bytes one candidate of a page holds (its summary row).
-const CANDIDATE_BYTES: usize = 256;
 
 /// Why a search did not run: it could not have its share of the memory
 /// budget (retryable), or reading the store failed.
@@ -150,73 +143,84 @@ impl From<RunError> for Error {
 }
 
 /// Runs `search` on `engine` (blocking): see the module docs. What the
-/// search holds (a page of candidates, the trace being evaluated, the
-/// answer so far) is taken from the engine's memory budget as it grows; a
-/// search the budget cannot hold is refused, retryably.
+/// search holds (the index blocks the walk decoded, the trace being
+/// evaluated, the answer so far) is taken from the engine's memory budget
+/// as it grows; a search the budget cannot hold is refused, retryably.
 pub fn run(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunError> {
     let budget = engine.memory_budget();
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
     let limit = search.limit.clamp(1, MAX_LIMIT);
-    let mut found = Vec::new();
+    let mut walk = engine.candidates(&search.index_query())?;
+    let mut walk_bytes = 0;
+    // Newest first, at most `limit`.
+    let mut found: Vec<Match> = Vec::new();
     let mut partial: Vec<String> = Vec::new();
-    let mut after = None;
-    let mut page = FIRST_PAGE.max(limit * 2).min(MAX_PAGE);
     let mut inspected = 0;
     loop {
-        let hits = engine.search(&search.page(page, after))?;
-        let page_bytes = hits.len() * CANDIDATE_BYTES;
-        held.grow(page_bytes).map_err(RunError::Overloaded)?;
-        for hit in &hits {
-            inspected += 1;
-            let lookup = engine.lookup_trace(&hit.trace_id, TimeRange::ALL)?;
-            let trace_bytes: usize = lookup
-                .spans
-                .iter()
-                .map(|s| 2 * s.payload.len() + DECODED_SPAN_BYTES)
-                .sum();
-            held.grow(trace_bytes).map_err(RunError::Overloaded)?;
-            for skipped in &lookup.skipped {
-                let reason = file_reason(skipped);
-                if !partial.contains(&reason) {
-                    partial.push(reason);
-                }
-            }
-            let evaluated = evaluate(search, hit.trace_id, &lookup.spans);
-            held.shrink(trace_bytes);
-            match evaluated {
-                Ok(Some(m)) => {
-                    let bytes = match_bytes(&m);
-                    held.grow(bytes).map_err(RunError::Overloaded)?;
-                    found.push(m);
-                    if found.len() == limit {
-                        return Ok(Answer {
-                            value: found,
-                            partial,
-                        });
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => partial.push(format!("trace {} not evaluated: {e}", hit.trace_id)),
+        if let Some(last) = found.get(limit - 1) {
+            // A trace the walk has yet to propose starts at or before its
+            // position: none can come before `last` unless it starts then too.
+            if walk.position().is_none_or(|p| p < last.start_unix_nano) {
+                break;
             }
         }
-        held.shrink(page_bytes);
-        let Some(last) = hits.last() else { break };
-        if hits.len() < page {
+        let Some(candidate) = walk.next_candidate()? else {
             break;
+        };
+        let now = walk.held_bytes();
+        if now > walk_bytes {
+            held.grow(now - walk_bytes).map_err(RunError::Overloaded)?;
+        } else {
+            held.shrink(walk_bytes - now);
         }
-        if inspected >= MAX_INSPECTED {
+        walk_bytes = now;
+        inspected += 1;
+        let lookup = engine.lookup_trace(&candidate.trace_id, TimeRange::ALL)?;
+        let trace_bytes: usize = lookup
+            .spans
+            .iter()
+            .map(|s| 2 * s.payload.len() + DECODED_SPAN_BYTES)
+            .sum();
+        held.grow(trace_bytes).map_err(RunError::Overloaded)?;
+        for skipped in &lookup.skipped {
+            let reason = file_reason(skipped);
+            if !partial.contains(&reason) {
+                partial.push(reason);
+            }
+        }
+        let evaluated = evaluate(search, candidate.trace_id, &lookup.spans);
+        held.shrink(trace_bytes);
+        match evaluated {
+            Ok(Some(m)) => {
+                held.grow(match_bytes(&m)).map_err(RunError::Overloaded)?;
+                let at = found.partition_point(|f| answer_order(f, &m).is_lt());
+                found.insert(at, m);
+                if found.len() > limit {
+                    let dropped = found.pop().expect("over the limit");
+                    held.shrink(match_bytes(&dropped));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => partial.push(format!("trace {} not evaluated: {e}", candidate.trace_id)),
+        }
+        if inspected >= MAX_INSPECTED && walk.position().is_some() {
             partial.push(format!(
                 "the search stopped after inspecting {inspected} traces; older traces were not searched (narrow the time range or the query)"
             ));
             break;
         }
-        after = Some((last.start_unix_nano, last.trace_id));
-        page = (page * 2).min(MAX_PAGE);
     }
     Ok(Answer {
         value: found,
         partial,
     })
+}
+
+/// The order of answers: newest start first, then by trace ID.
+fn answer_order(a: &Match, b: &Match) -> std::cmp::Ordering {
+    b.start_unix_nano
+        .cmp(&a.start_unix_nano)
+        .then(a.trace_id.cmp(&b.trace_id))
 }
 
 /// About how many bytes a match holds.
@@ -917,6 +921,8 @@ mod tests {
             max_age: Duration::from_secs(3600),
         };
         opts.compaction_threads = 0;
+        // Small blocks, so that the walk crosses many and skips some.
+        opts.index_block_parts = 8;
         let engine = Engine::open(opts).expect("open");
 
         let mut rng = Rng::new(32);
