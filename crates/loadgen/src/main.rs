@@ -103,6 +103,17 @@ struct Args {
     /// Number of services (resources) in the workload.
     #[arg(long, default_value_t = 8)]
     services: usize,
+    /// Each pass over the request pool runs this many milliseconds later in
+    /// span time than the one before (0: every pass has the same times).
+    /// Near the wall time of a pass, the store fills in time as a real one
+    /// does, for searches that walk it newest first.
+    #[arg(long, default_value_t = 0)]
+    pass_shift_ms: u64,
+    /// The search workload's cardinalities: hundreds of span names, and on
+    /// each root span a `user.id` (up to a million values) and a `tenant`
+    /// (five).
+    #[arg(long)]
+    search_attributes: bool,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Traces to fetch and verify with GetTrace after the load (and as many absent IDs).
@@ -198,6 +209,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         batch_spans: args.batch_size,
         pool_spans: args.pool_spans.max(args.batch_size),
         services: args.services,
+        pass_shift_nanos: args.pass_shift_ms * 1_000_000,
+        search_attributes: args.search_attributes,
         ..WorkloadOptions::default()
     };
     let started = Instant::now();

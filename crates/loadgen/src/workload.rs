@@ -46,6 +46,13 @@ pub struct WorkloadOptions {
     /// When the first trace starts. The default is the current minute, so servers
     /// with a retention period keep the spans; all else follows the seed.
     pub start_unix_nano: u64,
+    /// How much later each pass over the pool runs than the one before (0:
+    /// every pass has the pool's times).
+    pub pass_shift_nanos: u64,
+    /// Cardinalities a search meets in production: non-root span names in
+    /// the hundreds, and on each root span a `user.id` with up to a million
+    /// values (one per trace of the pool at most) and a `tenant` of five.
+    pub search_attributes: bool,
 }
 
 impl Default for WorkloadOptions {
@@ -58,6 +65,8 @@ impl Default for WorkloadOptions {
             late_fraction: 0.05,
             error_fraction: 0.02,
             start_unix_nano: current_minute_unix_nano(),
+            pass_shift_nanos: 0,
+            search_attributes: false,
         }
     }
 }
@@ -76,10 +85,15 @@ pub struct Request {
     pub spans: usize,
     /// Offsets of every span's 16 trace ID bytes in `body`.
     trace_id_offsets: Vec<usize>,
+    /// Offsets of every time in `body` (span starts and ends, event times):
+    /// 8 bytes each, little-endian.
+    time_offsets: Vec<usize>,
+    pass_shift_nanos: u64,
 }
 
 impl Request {
-    /// The body for pass `pass` over the pool: trace IDs XORed with [`pass_mask`].
+    /// The body for pass `pass` over the pool: trace IDs XORed with
+    /// [`pass_mask`], times moved `pass` shifts later.
     pub fn body_for_pass(&self, pass: u64) -> Bytes {
         if pass == 0 {
             return self.body.clone();
@@ -89,6 +103,14 @@ impl Request {
         for &offset in &self.trace_id_offsets {
             for (b, m) in body[offset..offset + 16].iter_mut().zip(mask) {
                 *b ^= m;
+            }
+        }
+        let shift = pass * self.pass_shift_nanos;
+        if shift > 0 {
+            for &offset in &self.time_offsets {
+                let at = &mut body[offset..offset + 8];
+                let t = u64::from_le_bytes(at.try_into().expect("8 bytes"));
+                at.copy_from_slice(&(t + shift).to_le_bytes());
             }
         }
         body.freeze()
@@ -147,6 +169,11 @@ const ROUTES: &[&str] = &[
     "/api/user",
     "/healthz",
 ];
+/// Tenants of the search workload.
+const TENANTS: &[&str] = &["acme", "globex", "initech", "umbrella", "hooli"];
+/// Each operation of the search workload comes in this many names.
+const SEARCH_NAME_VARIANTS: u32 = 40;
+
 const OPERATIONS: &[&str] = &[
     "SELECT orders",
     "GET inventory",
@@ -207,7 +234,18 @@ pub fn generate(opts: &WorkloadOptions) -> anyhow::Result<Workload> {
             } else {
                 span::SpanKind::Internal
             };
-            let mut attributes = vec![
+            let mut attributes = Vec::new();
+            if i == 0 && opts.search_attributes {
+                attributes.push(string(
+                    "user.id",
+                    &format!("user-{}", rng.random_range(0..1_000_000u32)),
+                ));
+                attributes.push(string(
+                    "tenant",
+                    TENANTS[rng.random_range(0..TENANTS.len())],
+                ));
+            }
+            attributes.extend([
                 string(
                     "http.method",
                     if rng.random_bool(0.8) { "GET" } else { "POST" },
@@ -217,7 +255,7 @@ pub fn generate(opts: &WorkloadOptions) -> anyhow::Result<Workload> {
                     "http.status_code",
                     Value::IntValue(if error { 500 } else { 200 }),
                 ),
-            ];
+            ]);
             if kind == span::SpanKind::Client {
                 attributes.push(string("db.system", "postgresql"));
                 attributes.push(kv("net.peer.port", Value::IntValue(5432)));
@@ -257,6 +295,12 @@ pub fn generate(opts: &WorkloadOptions) -> anyhow::Result<Workload> {
                         .into(),
                     name: if i == 0 {
                         ROUTES[rng.random_range(0..ROUTES.len())].into()
+                    } else if opts.search_attributes {
+                        format!(
+                            "{} {}",
+                            OPERATIONS[rng.random_range(0..OPERATIONS.len())],
+                            rng.random_range(0..SEARCH_NAME_VARIANTS)
+                        )
                     } else {
                         OPERATIONS[rng.random_range(0..OPERATIONS.len())].into()
                     },
@@ -337,7 +381,7 @@ pub fn generate(opts: &WorkloadOptions) -> anyhow::Result<Workload> {
                 .collect(),
         };
         let body = Bytes::from(request.encode_to_vec());
-        let offsets = trace_id_offsets(&body)?;
+        let (offsets, times) = offsets(&body)?;
         let index = requests.len() as u32;
         for (_, span) in chunk {
             let id = u128::from_be_bytes(span.trace_id[..].try_into()?);
@@ -350,27 +394,80 @@ pub fn generate(opts: &WorkloadOptions) -> anyhow::Result<Workload> {
             body,
             spans: chunk.len(),
             trace_id_offsets: offsets,
+            time_offsets: times,
+            pass_shift_nanos: opts.pass_shift_nanos,
         });
     }
     Ok(Workload { requests, traces })
 }
 
-/// Where each span's trace ID sits in an encoded request, found with the same
-/// scanner the server uses. prost writes `trace_id` (field 1, 16 bytes) first.
-fn trace_id_offsets(body: &Bytes) -> anyhow::Result<Vec<usize>> {
+/// Where each span's trace ID, and each time, sits in an encoded request,
+/// found with the same scanner the server uses. prost writes `trace_id`
+/// (field 1, 16 bytes) first; the times are Span fields 7 and 8 and
+/// Span.Event field 1, all fixed64.
+fn offsets(body: &Bytes) -> anyhow::Result<(Vec<usize>, Vec<usize>)> {
     let mut spans = Vec::new();
     tracedb_ingest::scan_export_request(body, &mut spans, tracedb_ingest::TimeRules::ANY)?;
-    spans
-        .iter()
-        .map(|s| {
-            let start = s.payload.as_ptr() as usize - body.as_ptr() as usize;
-            anyhow::ensure!(
-                body[start..start + 2] == [0x0a, 16],
-                "trace_id is not the first field"
-            );
-            Ok(start + 2)
-        })
-        .collect()
+    let mut ids = Vec::with_capacity(spans.len());
+    let mut times = Vec::with_capacity(spans.len() * 3);
+    for s in &spans {
+        let start = s.payload.as_ptr() as usize - body.as_ptr() as usize;
+        anyhow::ensure!(
+            body[start..start + 2] == [0x0a, 16],
+            "trace_id is not the first field"
+        );
+        ids.push(start + 2);
+        fixed64_fields(&s.payload, start, &[7, 8], Some(11), &mut times)?;
+    }
+    Ok((ids, times))
+}
+
+/// Offsets (from `base`) of the fixed64 fields numbered in `fields` of the
+/// message `msg`, and of field 1 of each message in field `nested`.
+fn fixed64_fields(
+    msg: &[u8],
+    base: usize,
+    fields: &[u64],
+    nested: Option<u64>,
+    out: &mut Vec<usize>,
+) -> anyhow::Result<()> {
+    let mut at = 0;
+    let varint = |at: &mut usize| -> anyhow::Result<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = *msg.get(*at).ok_or_else(|| anyhow::anyhow!("truncated varint"))?;
+            *at += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        anyhow::bail!("varint too long")
+    };
+    while at < msg.len() {
+        let tag = varint(&mut at)?;
+        match tag & 7 {
+            0 => {
+                varint(&mut at)?;
+            }
+            1 => {
+                if fields.contains(&(tag >> 3)) {
+                    out.push(base + at);
+                }
+                at += 8;
+            }
+            2 => {
+                let len = varint(&mut at)? as usize;
+                if Some(tag >> 3) == nested {
+                    fixed64_fields(&msg[at..at + len], base + at, &[1], None, out)?;
+                }
+                at += len;
+            }
+            5 => at += 4,
+            w => anyhow::bail!("wire type {w}"),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -425,6 +522,55 @@ mod tests {
             }
         }
         assert!(w.traces.iter().all(|t| count[&t.id] == t.spans));
+    }
+
+    #[test]
+    fn later_passes_move_every_time_and_the_search_workload_has_its_cardinalities() {
+        let w = generate(&WorkloadOptions {
+            pass_shift_nanos: 700_000_000,
+            search_attributes: true,
+            ..small()
+        })
+        .expect("workload");
+        let r = &w.requests[0];
+        let pass0 = ExportTraceServiceRequest::decode(r.body.clone()).expect("valid");
+        let pass3 = ExportTraceServiceRequest::decode(r.body_for_pass(3)).expect("valid");
+        let spans = |req: &ExportTraceServiceRequest| -> Vec<Span> {
+            req.resource_spans
+                .iter()
+                .flat_map(|rs| &rs.scope_spans)
+                .flat_map(|ss| ss.spans.clone())
+                .collect()
+        };
+        let (a, b) = (spans(&pass0), spans(&pass3));
+        let shift = 3 * 700_000_000;
+        assert!(!a.is_empty() && a.len() == b.len());
+        assert!(a.iter().any(|s| !s.events.is_empty()));
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x.start_time_unix_nano + shift, y.start_time_unix_nano);
+            assert_eq!(x.end_time_unix_nano + shift, y.end_time_unix_nano);
+            for (e, f) in x.events.iter().zip(&y.events) {
+                assert_eq!(e.time_unix_nano + shift, f.time_unix_nano);
+            }
+            // Nothing else moved.
+            assert_eq!(x.attributes, y.attributes);
+            assert_eq!(x.name, y.name);
+        }
+        let names: std::collections::BTreeSet<&str> = w
+            .requests
+            .iter()
+            .flat_map(|r| spans(&ExportTraceServiceRequest::decode(r.body.clone()).expect("valid")))
+            .map(|s| s.name.clone())
+            .collect::<Vec<_>>()
+            .leak()
+            .iter()
+            .map(String::as_str)
+            .collect();
+        assert!(names.len() > 100, "{} span names", names.len());
+        assert!(a
+            .iter()
+            .filter(|s| s.parent_span_id.is_empty())
+            .all(|s| s.attributes.iter().any(|kv| kv.key == "user.id")));
     }
 
     #[test]
