@@ -435,7 +435,9 @@ fn fixed64_fields(
     let varint = |at: &mut usize| -> anyhow::Result<u64> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
-            let b = *msg.get(*at).ok_or_else(|| anyhow::anyhow!("truncated varint"))?;
+            let b = *msg
+                .get(*at)
+                .ok_or_else(|| anyhow::anyhow!("truncated varint"))?;
             *at += 1;
             v |= u64::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {
