@@ -198,10 +198,8 @@ impl Reads for LocalReads {
     }
 
     async fn tag_keys(&self, range: TimeRange) -> Result<Answer<TagKeys>, Error> {
-        self.union(range, move |index| {
-            index.tag_keys(range.start_unix_nano, range.end_unix_nano)
-        })
-        .await
+        self.blocking(move |engine| engine.tag_keys(range).map(Answer::whole))
+            .await
     }
 
     async fn tag_values(
@@ -212,14 +210,10 @@ impl Reads for LocalReads {
         query: String,
     ) -> Result<Answer<TagValues>, Error> {
         let needs = crate::search::narrowing(&query);
-        self.union(range, move |index| {
-            index.tag_values(
-                scope,
-                &key,
-                range.start_unix_nano,
-                range.end_unix_nano,
-                &needs,
-            )
+        self.blocking(move |engine| {
+            engine
+                .tag_values(scope, &key, range, &needs)
+                .map(Answer::whole)
         })
         .await
     }

@@ -28,8 +28,9 @@ use super::{Engine, SuperVersion};
 use crate::{
     error::Result,
     index::{
-        self, blocks::FileIndex, OpNeed, SearchQuery, SummaryBuilder, SummarySet, TagScope,
-        TraceHit, ValueKind,
+        self,
+        blocks::{BlockDigest, DigestTag, FileIndex, NeedTerms},
+        OpNeed, SearchQuery, SummaryBuilder, SummarySet, TagScope, TraceHit, ValueKind,
     },
     memtable::Chunk,
     span::TraceId,
@@ -224,11 +225,12 @@ impl Engine {
     }
 
     /// [`Engine::index`] one summary set at a time: `f` sees a snapshot of
-    /// each set in turn (the buffers', then each file's), and a file's
-    /// summaries are let go once `f` returns. For the queries whose answer is
-    /// a union or a sum over sets: services, operations, tag keys and values,
-    /// dependencies. Holding every file's summaries at once took 2.5 GiB for
-    /// the tag names of a store of 100 M spans.
+    /// each set in turn (each buffer's, then each block of each file's
+    /// sidecar that may hold parts in `range`), and a block is let go once
+    /// `f` returns. For the queries whose answer is a union or a sum over
+    /// sets: services, operations, dependencies. Holding every file's
+    /// summaries at once took 2.5 GiB for the tag names of a store of 100 M
+    /// spans.
     pub fn each_index(&self, range: TimeRange, mut f: impl FnMut(&SearchSnapshot)) -> Result<()> {
         let expire_before = self.inner.retention.expire_before();
         let one = |set: Arc<SummarySet>| SearchSnapshot {
@@ -240,9 +242,97 @@ impl Engine {
             f(&one(set));
         }
         for file in self.files_in(&snapshot, range) {
-            f(&one(self.file_set(file)?));
+            let index = self.file_index(file)?;
+            for (b, d) in index.blocks.iter().enumerate() {
+                if overlaps(d, range, expire_before) {
+                    f(&one(Arc::new(self.block(file, &index, b)?)));
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Block `b` of a file's sidecar; a damaged one has the sidecar rebuilt,
+    /// and the whole file's summaries stand for it.
+    fn block(&self, file: &TableFile, index: &FileIndex, b: usize) -> Result<SummarySet> {
+        index
+            .block(b)
+            .or_else(|e| rebuild(file, &e, self.inner.opts.index_block_parts))
+    }
+
+    /// Attribute keys (with their scopes) of parts that may lie in `range`:
+    /// from the digests of the files' sidecars, without reading their blocks.
+    pub fn tag_keys(&self, range: TimeRange) -> Result<BTreeSet<(TagScope, String)>> {
+        let expire_before = self.inner.retention.expire_before();
+        let (start, end) = (
+            range.start_unix_nano.max(expire_before),
+            range.end_unix_nano,
+        );
+        let (buffers, snapshot) = self.buffer_sets();
+        let mut out = index::tag_keys(&buffers, start, end);
+        for file in self.files_in(&snapshot, range) {
+            let index = self.file_index(file)?;
+            for d in &index.blocks {
+                if overlaps(d, range, expire_before) {
+                    out.extend(d.tags.iter().map(|t| (t.scope, t.key.to_string())));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Values of `key` (in `scope`, or either), with their types, of parts
+    /// overlapping `range` that meet `needs` (see [`index::tag_values`]).
+    /// A block whose digest rules out `needs` or lacks the key is not read;
+    /// nor is one that lies inside `range` whose digest lists the key's
+    /// values, when nothing is needed.
+    pub fn tag_values(
+        &self,
+        scope: Option<TagScope>,
+        key: &str,
+        range: TimeRange,
+        needs: &[OpNeed],
+    ) -> Result<BTreeSet<(String, ValueKind)>> {
+        let expire_before = self.inner.retention.expire_before();
+        let (start, end) = (
+            range.start_unix_nano.max(expire_before),
+            range.end_unix_nano,
+        );
+        let (buffers, snapshot) = self.buffer_sets();
+        let mut out = index::tag_values(&buffers, scope, key, start, end, needs);
+        let terms: Vec<NeedTerms> = needs.iter().map(NeedTerms::new).collect();
+        for file in self.files_in(&snapshot, range) {
+            let index = self.file_index(file)?;
+            for (b, d) in index.blocks.iter().enumerate() {
+                if !overlaps(d, range, expire_before) || !terms.iter().all(|t| t.may_meet(d)) {
+                    continue;
+                }
+                let tags: Vec<&DigestTag> = d
+                    .tags
+                    .iter()
+                    .filter(|t| {
+                        &*t.key == key
+                            && t.kind != ValueKind::Unindexed
+                            && scope.is_none_or(|s| t.scope == s)
+                    })
+                    .collect();
+                if tags.is_empty() {
+                    continue;
+                }
+                let inside = d.min_start >= start && (end == 0 || d.max_start <= end);
+                let listed = needs.is_empty() && inside && tags.iter().all(|t| t.values.is_some());
+                if listed {
+                    for t in tags {
+                        let values = t.values.as_deref().unwrap_or_default();
+                        out.extend(values.iter().map(|v| (v.to_string(), t.kind)));
+                    }
+                } else {
+                    let set = [Arc::new(self.block(file, &index, b)?)];
+                    out.extend(index::tag_values(&set, scope, key, start, end, needs));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Calls between services over `range`, one summary set at a time (see
@@ -335,6 +425,29 @@ impl Engine {
         (sets, snapshot)
     }
 
+    /// A file's sidecar digest, from the cache or its sidecar (then cached);
+    /// a sidecar that is missing, damaged or of an older version is rebuilt
+    /// from the file.
+    pub(super) fn file_index(&self, file: &TableFile) -> Result<Arc<FileIndex>> {
+        let cache = &self.inner.summary_cache;
+        if let Some(index) = cache.digests.lock().get(file.id) {
+            return Ok(index);
+        }
+        let index = match index::open_index(file.path()) {
+            Ok(index) => index,
+            Err(e) => {
+                rebuild(file, &e, self.inner.opts.index_block_parts)?;
+                index::open_index(file.path())?
+            }
+        };
+        let index = Arc::new(index);
+        cache
+            .digests
+            .lock()
+            .insert(file.id, index.clone(), index.heap_bytes());
+        Ok(index)
+    }
+
     /// A file's summary set, from the cache or its sidecar (then cached).
     fn file_set(&self, file: &TableFile) -> Result<Arc<SummarySet>> {
         let cache = &self.inner.summary_cache;
@@ -417,6 +530,12 @@ impl Engine {
         }
         Ok((hits, most_held))
     }
+}
+
+/// Whether a block may hold parts that overlap `range` and are not past
+/// retention.
+fn overlaps(d: &BlockDigest, range: TimeRange, expire_before: u64) -> bool {
+    d.max_end >= expire_before && range.overlaps(d.min_start, d.max_end)
 }
 
 /// A file's summary from its sidecar; rebuilt from the file (and the sidecar

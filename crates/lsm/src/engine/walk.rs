@@ -21,7 +21,7 @@ use crate::{
     error::Result,
     index::{
         blocks::{FileIndex, NeedTerms},
-        open_index, OpNeed, PartFilter, SearchQuery, SummarySet,
+        OpNeed, PartFilter, SearchQuery, SummarySet,
     },
     span::TraceId,
     version::{TableFile, TimeRange},
@@ -164,28 +164,6 @@ impl Engine {
             walk.push(i);
         }
         Ok(walk)
-    }
-
-    /// A file's digest, from the cache or its sidecar; a sidecar that is
-    /// missing, damaged or of an older version is rebuilt from the file.
-    fn file_index(&self, file: &TableFile) -> Result<Arc<FileIndex>> {
-        let cache = &self.inner.summary_cache;
-        if let Some(index) = cache.digests.lock().get(file.id) {
-            return Ok(index);
-        }
-        let index = match open_index(file.path()) {
-            Ok(index) => index,
-            Err(e) => {
-                rebuild(file, &e, self.inner.opts.index_block_parts)?;
-                open_index(file.path())?
-            }
-        };
-        let index = Arc::new(index);
-        cache
-            .digests
-            .lock()
-            .insert(file.id, index.clone(), index.heap_bytes());
-        Ok(index)
     }
 }
 

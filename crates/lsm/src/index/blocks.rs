@@ -22,6 +22,10 @@ pub const BLOCK_PARTS: usize = 1024;
 const BITS_PER_TERM: usize = 10;
 const PROBES: u32 = 7;
 
+/// Most values of one attribute a digest lists for a block; a block with
+/// more lists the key alone, and its values are read from the block.
+pub const DIGEST_VALUES: usize = 16;
+
 /// Block flag: some part has an error span.
 pub const FLAG_ERROR: u8 = 1;
 /// Block flag: some part's tags were cut at [`MAX_TAGS_PER_TRACE`], so the
@@ -135,6 +139,19 @@ pub struct BlockDigest {
     pub kinds: u8,
     pub flags: u8,
     pub bloom: Bloom,
+    /// Each distinct (scope, type, key) of the block's tags, sorted.
+    pub tags: Vec<DigestTag>,
+}
+
+/// An attribute key a block holds, and its values when there are few.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DigestTag {
+    pub scope: TagScope,
+    pub kind: ValueKind,
+    pub key: Box<str>,
+    /// Its distinct values in the block, sorted; `None` when over
+    /// [`DIGEST_VALUES`].
+    pub values: Option<Box<[Box<str>]>>,
 }
 
 /// The bit of `kind` in [`BlockDigest::kinds`].
@@ -147,10 +164,16 @@ pub fn kind_bit(kind: u8) -> u8 {
 }
 
 /// A block's digest fields from its parts (in their sidecar order, newest
-/// first) and the hashes of the set's strings; the caller fills in where
-/// the block is.
-pub fn digest_of(parts: &[TraceSummary], hash: &mut impl FnMut(u32) -> u64) -> BlockDigest {
+/// first), the hashes of the set's strings and the strings; the caller fills
+/// in where the block is.
+pub fn digest_of<'s>(
+    parts: &[TraceSummary],
+    hash: &mut impl FnMut(u32) -> u64,
+    text: impl Fn(u32) -> &'s str,
+) -> BlockDigest {
     let mut terms = Vec::with_capacity(parts.len() * 8);
+    let mut keys: std::collections::BTreeMap<(TagScope, ValueKind, u32), Vec<u32>> =
+        std::collections::BTreeMap::new();
     let mut kinds = 0u8;
     let mut flags = 0u8;
     let mut max_end = 0;
@@ -168,6 +191,10 @@ pub fn digest_of(parts: &[TraceSummary], hash: &mut impl FnMut(u32) -> u64) -> B
             terms.extend([term::service(s), term::name(n), term::op(s, n)]);
         }
         for g in &p.tags {
+            let values = keys.entry((g.scope, g.kind, g.key)).or_default();
+            if values.len() <= DIGEST_VALUES && !values.contains(&g.value) {
+                values.push(g.value);
+            }
             let key = hash(g.key);
             terms.push(match g.kind {
                 ValueKind::Unindexed => term::unkept(g.scope as u8, key),
@@ -187,6 +214,23 @@ pub fn digest_of(parts: &[TraceSummary], hash: &mut impl FnMut(u32) -> u64) -> B
         kinds,
         flags,
         bloom: Bloom::of(&mut terms),
+        tags: {
+            let mut tags: Vec<DigestTag> = keys
+                .into_iter()
+                .map(|((scope, kind, key), values)| DigestTag {
+                    scope,
+                    kind,
+                    key: text(key).into(),
+                    values: (values.len() <= DIGEST_VALUES).then(|| {
+                        let mut v: Vec<Box<str>> = values.iter().map(|&v| text(v).into()).collect();
+                        v.sort();
+                        v.into_boxed_slice()
+                    }),
+                })
+                .collect();
+            tags.sort();
+            tags
+        },
     }
 }
 
@@ -295,7 +339,20 @@ impl FileIndex {
             + self
                 .blocks
                 .iter()
-                .map(|b| std::mem::size_of::<BlockDigest>() + b.bloom.words.len() * 8)
+                .map(|b| {
+                    std::mem::size_of::<BlockDigest>()
+                        + b.bloom.words.len() * 8
+                        + b.tags
+                            .iter()
+                            .map(|t| {
+                                std::mem::size_of::<DigestTag>()
+                                    + t.key.len()
+                                    + t.values.as_ref().map_or(0, |v| {
+                                        v.iter().map(|s| s.len() + 16).sum::<usize>()
+                                    })
+                            })
+                            .sum::<usize>()
+                })
                 .sum::<usize>()
     }
 }

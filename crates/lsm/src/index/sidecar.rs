@@ -19,7 +19,7 @@ use std::{
 use tracedb_proto::wire::put_varint;
 
 use super::{
-    blocks::{self, BlockDigest, Bloom, FileIndex},
+    blocks::{self, BlockDigest, Bloom, DigestTag, FileIndex},
     Edge, Op, SummarySet, Tag, TagScope, TraceSummary, ValueKind,
 };
 use crate::{
@@ -101,7 +101,7 @@ pub(super) fn encode_parts(
         }
         used.sort_unstable();
         used.dedup();
-        let mut d = blocks::digest_of(&decoded, &mut hash);
+        let mut d = blocks::digest_of(&decoded, &mut hash, |id| strings[id as usize].as_str());
         // The block's parts name its strings by their place in its own
         // table, which keeps the order of the sidecar's.
         for (i, &id) in used.iter().enumerate() {
@@ -153,6 +153,20 @@ pub(super) fn encode_parts(
         for w in d.bloom.words() {
             digest.extend_from_slice(&w.to_le_bytes());
         }
+        put_varint(&mut digest, d.tags.len() as u64);
+        for t in &d.tags {
+            digest.push(t.scope as u8 | (t.kind as u8) << 4);
+            put_str(&mut digest, &t.key);
+            match &t.values {
+                None => put_varint(&mut digest, 0),
+                Some(values) => {
+                    put_varint(&mut digest, values.len() as u64 + 1);
+                    for v in values.iter() {
+                        put_str(&mut digest, v);
+                    }
+                }
+            }
+        }
     }
     let digest_frame =
         zstd::bulk::compress(&digest, ZSTD_LEVEL).expect("zstd compresses into memory");
@@ -167,6 +181,11 @@ pub(super) fn encode_parts(
     out.extend_from_slice(&digest_frame);
     out.extend_from_slice(&frames);
     out
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_varint(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
 }
 
 /// Every string index `part` holds, appended to `out`.
@@ -291,6 +310,16 @@ impl Reader<'_> {
         u32::try_from(v).map_err(|_| self.err("value over 32 bits"))
     }
 
+    /// A length-prefixed UTF-8 string.
+    fn text(&mut self) -> Result<Box<str>> {
+        let len = self.count(1)?;
+        let at = self.at;
+        let bytes = self.bytes(len)?;
+        std::str::from_utf8(bytes)
+            .map(Into::into)
+            .map_err(|_| corrupt(self.path, at as u64, "string is not UTF-8"))
+    }
+
     /// A string index below `strings`.
     fn string(&mut self, strings: usize) -> Result<u32> {
         let v = self.u32()?;
@@ -381,6 +410,29 @@ fn parse_digest(path: &Path, head: &[u8], frame: &[u8], blocks_len: u64) -> Resu
         let words: Box<[u64]> = (0..words).map(|_| r.u64()).collect::<Result<_>>()?;
         let bloom =
             Bloom::from_words(words).ok_or_else(|| r.err("filter length is not a power of two"))?;
+        let k = r.count(3)?;
+        let mut tags = Vec::with_capacity(k);
+        for _ in 0..k {
+            let (scope, kind) = scope_kind(&mut r)?;
+            let key = r.text()?;
+            let values = match r.varint()? {
+                0 => None,
+                n if n as usize > blocks::DIGEST_VALUES + 1 => {
+                    return Err(r.err("more values listed than a digest lists"))
+                }
+                n => Some(
+                    (1..n)
+                        .map(|_| r.text())
+                        .collect::<Result<Box<[Box<str>]>>>()?,
+                ),
+            };
+            tags.push(DigestTag {
+                scope,
+                kind,
+                key,
+                values,
+            });
+        }
         let fits = offset
             .checked_add(u64::from(frame_len))
             .is_some_and(|end| end <= blocks_len);
@@ -404,6 +456,7 @@ fn parse_digest(path: &Path, head: &[u8], frame: &[u8], blocks_len: u64) -> Resu
             kinds,
             flags,
             bloom,
+            tags,
         });
     }
     if r.at != body.len() {
@@ -710,6 +763,18 @@ impl SidecarParts {
     }
 }
 
+/// A tag's scope-and-type byte.
+fn scope_kind(r: &mut Reader<'_>) -> Result<(TagScope, ValueKind)> {
+    let byte = r.bytes(1)?[0];
+    let scope = match byte & 0x0f {
+        0 => TagScope::Resource,
+        1 => TagScope::Span,
+        _ => return Err(r.err("unknown tag scope")),
+    };
+    let kind = ValueKind::from_code(byte >> 4).ok_or_else(|| r.err("unknown value type"))?;
+    Ok((scope, kind))
+}
+
 /// One trace part of a body with `ns` strings.
 fn decode_part(r: &mut Reader<'_>, ns: usize) -> Result<TraceSummary> {
     let trace_id = TraceId(r.bytes(16)?.try_into().expect("16 bytes"));
@@ -737,13 +802,7 @@ fn decode_part(r: &mut Reader<'_>, ns: usize) -> Result<TraceSummary> {
     let k = r.count(3)?;
     let mut tags = Vec::with_capacity(k);
     for _ in 0..k {
-        let byte = r.bytes(1)?[0];
-        let scope = match byte & 0x0f {
-            0 => TagScope::Resource,
-            1 => TagScope::Span,
-            _ => return Err(r.err("unknown tag scope")),
-        };
-        let kind = ValueKind::from_code(byte >> 4).ok_or_else(|| r.err("unknown value type"))?;
+        let (scope, kind) = scope_kind(r)?;
         tags.push(Tag {
             scope,
             key: r.string(ns)?,

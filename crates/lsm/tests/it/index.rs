@@ -7,7 +7,7 @@ use std::{collections::BTreeSet, path::Path, sync::Arc};
 
 use bytes::Bytes;
 use tracedb_lsm::{
-    index::{read_sidecar, OpNeed, SearchQuery, SummarySet},
+    index::{read_sidecar, OpNeed, SearchQuery, SummarySet, TagScope},
     Engine, ScopeGroup, Span, SpanId, SsTable, TimeRange, TraceId, WalkStats,
 };
 use tracedb_proto::wire::put_varint;
@@ -63,6 +63,10 @@ fn otlp_span(
     put_varint(&mut p, 8 << 3 | 1);
     p.extend_from_slice(&(start + len).to_le_bytes());
     field(&mut p, 9, &kv("tenant", &format!("t{}", trace % 2)));
+    if id == 9 {
+        // A key with a value per trace: more than a digest lists per block.
+        field(&mut p, 9, &kv("user", &format!("u{trace}")));
+    }
     Span {
         trace_id: TraceId(trace.to_be_bytes()),
         span_id: SpanId(id.to_be_bytes()),
@@ -548,4 +552,67 @@ fn a_search_reads_only_the_blocks_that_may_hold_what_it_needs() {
     assert_eq!(ids, (621..=640).rev().collect::<Vec<u128>>());
     assert!(found.windows(2).all(|w| w[0].1 >= w[1].1));
     assert_eq!(stats.blocks_read, 2, "{stats:?}");
+}
+
+#[test]
+fn tag_keys_and_values_from_the_digests_are_those_of_the_parts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let mut opts = small_tree(dir.path(), &clock);
+    opts.index_block_parts = 16;
+    opts.memtable.flush_bytes = 64 << 20;
+    let engine = Engine::open(opts).expect("open");
+    let rare = service("rare");
+    let at = |t: u128| T0 - 50 * SEC + t as u64 * 10_000_000;
+    let batch = |from: u128, to: u128| -> Vec<Span> {
+        (from..=to)
+            .flat_map(|t| {
+                let mut spans = trace(t, at(t));
+                if t % 8 == 0 {
+                    spans.push(otlp_span(&rare, t, 9, Some(1), "lookup", at(t) + 1, 10));
+                }
+                spans
+            })
+            .collect()
+    };
+    // Two files and a buffer.
+    engine.write_blocking(batch(1, 300)).expect("write");
+    engine.flush().expect("flush");
+    engine.write_blocking(batch(301, 600)).expect("write");
+    engine.flush().expect("flush");
+    engine.write_blocking(batch(601, 640)).expect("write");
+
+    let needs = [OpNeed {
+        service: Some("rare".into()),
+        ..OpNeed::default()
+    }];
+    let windows = [
+        TimeRange::ALL,
+        // Cuts blocks in the middle.
+        TimeRange::new(at(77) + 5, at(505) + 5),
+        TimeRange::new(at(630), 0),
+    ];
+    let mut users_seen = 0;
+    for range in windows {
+        let whole = engine.index(range).expect("index");
+        let (start, end) = (range.start_unix_nano, range.end_unix_nano);
+        assert_eq!(
+            engine.tag_keys(range).expect("keys"),
+            whole.tag_keys(start, end),
+            "{range:?}"
+        );
+        for key in ["tenant", "user", "nothing"] {
+            for needs in [&[][..], &needs[..]] {
+                for scope in [None, Some(TagScope::Span), Some(TagScope::Resource)] {
+                    let got = engine.tag_values(scope, key, range, needs).expect("values");
+                    let want = whole.tag_values(scope, key, start, end, needs);
+                    assert_eq!(got, want, "{key} {scope:?} {needs:?} {range:?}");
+                    if key == "user" && scope != Some(TagScope::Resource) {
+                        users_seen += got.len();
+                    }
+                }
+            }
+        }
+    }
+    assert!(users_seen > 100, "{users_seen}");
 }
