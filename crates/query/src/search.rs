@@ -23,7 +23,10 @@ use tracedb_lsm::{
 };
 use tracedb_proto::query::v1 as proto;
 use tracedb_traceql::{
-    ast::{Attribute, BinaryOp, FieldExpr, Intrinsic, Query, SpansetExpr, SpansetOp, Stage},
+    ast::{
+        Attribute, BinaryOp, FieldExpr, Intrinsic, Query, Relation, ScalarExpr, Scope, SpansetExpr,
+        SpansetOp, Stage, Static, Structure,
+    },
     Compiled, EncodedSpan, Trace,
 };
 
@@ -503,10 +506,126 @@ pub fn refused(query: &Query) -> Result<(), String> {
         _ => {}
     };
     tracedb_traceql::eval::visit_query(query, &mut check);
-    match why {
-        Some(why) => Err(why.to_owned()),
-        None => Ok(()),
+    if let Some(why) = why {
+        return Err(why.to_owned());
     }
+    refused_in_pipeline(&query.pipeline)
+}
+
+/// The attributes Tempo 3.0.3 keeps by default in columns of their own, of
+/// one type (`tempodb/backend/block_meta.go`): there a value of another
+/// type counts as absent, and a span without one counts as the string
+/// `"nil"` in an aggregate.
+const TYPED_COLUMNS: &[(Scope, &str)] = &[
+    (Scope::Resource, "k8s.cluster.name"),
+    (Scope::Resource, "k8s.namespace.name"),
+    (Scope::Resource, "k8s.pod.name"),
+    (Scope::Resource, "k8s.container.name"),
+    (Scope::Span, "http.request.method"),
+    (Scope::Span, "http.response.status_code"),
+    (Scope::Span, "url.path"),
+    (Scope::Span, "url.route"),
+    (Scope::Span, "server.address"),
+    (Scope::Span, "server.port"),
+    (Scope::Span, "http.method"),
+    (Scope::Span, "http.url"),
+    (Scope::Span, "http.route"),
+    (Scope::Span, "http.status_code"),
+];
+
+/// The name of `e` if it is an attribute Tempo keeps in a typed column.
+fn typed_column(e: &FieldExpr) -> Option<&str> {
+    let FieldExpr::Attribute(Attribute::Attr { scope, name }) = e else {
+        return None;
+    };
+    TYPED_COLUMNS
+        .iter()
+        .any(|(s, n)| n == name && (scope == s || *scope == Scope::Unscoped))
+        .then_some(name.as_str())
+}
+
+/// Refusals that are not about one field: `!= nil` and aggregates on the
+/// attributes of [`TYPED_COLUMNS`], and the unions `&>>` and `&<<`.
+fn refused_in_pipeline(p: &tracedb_traceql::ast::Pipeline) -> Result<(), String> {
+    fn field(e: &FieldExpr) -> Result<(), String> {
+        match e {
+            FieldExpr::Binary {
+                op: BinaryOp::Cmp(tracedb_traceql::ast::CmpOp::Ne),
+                lhs,
+                rhs,
+            } => {
+                let nil = |e: &FieldExpr| matches!(e, FieldExpr::Static(Static::Nil));
+                let typed = match (lhs.as_ref(), rhs.as_ref()) {
+                    (a, b) if nil(b) => typed_column(a),
+                    (a, b) if nil(a) => typed_column(b),
+                    _ => None,
+                };
+                if let Some(name) = typed {
+                    return Err(format!(
+                        "!= nil is not supported on {name}: Tempo 3.0.3 keeps it in a column of one type and counts values of another type as absent; compare it with a value instead"
+                    ));
+                }
+                field(lhs)?;
+                field(rhs)
+            }
+            FieldExpr::Binary { lhs, rhs, .. } => {
+                field(lhs)?;
+                field(rhs)
+            }
+            FieldExpr::Unary(_, inner) => field(inner),
+            FieldExpr::Static(_) | FieldExpr::Attribute(_) => Ok(()),
+        }
+    }
+    fn scalar(s: &ScalarExpr) -> Result<(), String> {
+        match s {
+            ScalarExpr::Aggregate(_, e) => {
+                if let Some(name) = typed_column(e) {
+                    return Err(format!(
+                        "avg, min, max and sum are not supported on {name}: Tempo 3.0.3 keeps it in a column of one type and counts the spans without it in the aggregate"
+                    ));
+                }
+                field(e)
+            }
+            ScalarExpr::Arith { lhs, rhs, .. } => {
+                scalar(lhs)?;
+                scalar(rhs)
+            }
+            ScalarExpr::Static(_) | ScalarExpr::Count => Ok(()),
+        }
+    }
+    fn spansets(s: &SpansetExpr) -> Result<(), String> {
+        match s {
+            SpansetExpr::Filter(e) => field(e),
+            SpansetExpr::Pipeline(p) => pipeline(p),
+            SpansetExpr::Binary { op, lhs, rhs } => {
+                if let SpansetOp::Structural(
+                    Relation::Descendant | Relation::Ancestor,
+                    Structure::Union,
+                ) = op
+                {
+                    return Err("the unions &>> and &<< are not supported: Tempo 3.0.3 leaves nested spans out of them; >> and << work".to_owned());
+                }
+                spansets(lhs)?;
+                spansets(rhs)
+            }
+        }
+    }
+    fn pipeline(p: &tracedb_traceql::ast::Pipeline) -> Result<(), String> {
+        for stage in &p.stages {
+            match stage {
+                Stage::Spansets(s) => spansets(s)?,
+                Stage::ScalarFilter(f) => {
+                    scalar(&f.lhs)?;
+                    scalar(&f.rhs)?;
+                }
+                Stage::By(e) => field(e)?,
+                Stage::Select(fields) => fields.iter().try_for_each(field)?,
+                Stage::Coalesce => {}
+            }
+        }
+        Ok(())
+    }
+    pipeline(p)
 }
 
 /// Whether a query tier can answer `query` from its nodes' answers alone:
