@@ -24,7 +24,7 @@ const PROBES: u32 = 7;
 
 /// Most values of one attribute a digest lists for a block; a block with
 /// more lists the key alone, and its values are read from the block.
-pub const DIGEST_VALUES: usize = 16;
+pub const DIGEST_VALUES: usize = 64;
 
 /// Block flag: some part has an error span.
 pub const FLAG_ERROR: u8 = 1;
@@ -65,6 +65,12 @@ pub mod term {
 
     pub fn op(service: u64, name: u64) -> u64 {
         mix(service.rotate_left(23) ^ name ^ 0x4f50_4f50_4f50_4f50)
+    }
+
+    /// The service, name or (service, name) term of an operation with an
+    /// error span: `plain` is its term without the error.
+    pub fn with_error(plain: u64) -> u64 {
+        mix(plain ^ 0x4552_524f_5245_5252)
     }
 
     /// An attribute kept by value: `scope_kind` is the byte the sidecar
@@ -188,7 +194,11 @@ pub fn digest_of<'s>(
         for o in &p.ops {
             kinds |= kind_bit(o.kind);
             let (s, n) = (hash(o.service), hash(o.name));
-            terms.extend([term::service(s), term::name(n), term::op(s, n)]);
+            let plain = [term::service(s), term::name(n), term::op(s, n)];
+            terms.extend(plain);
+            if o.error {
+                terms.extend(plain.map(term::with_error));
+            }
         }
         for g in &p.tags {
             let values = keys.entry((g.scope, g.kind, g.key)).or_default();
@@ -256,6 +266,12 @@ impl NeedTerms {
             (Some(s), None) => all.push(term::service(h(s))),
             (None, Some(n)) => all.push(term::name(h(n))),
             (None, None) => {}
+        }
+        if need.error {
+            // One span has the operation and the error.
+            for t in &mut all {
+                *t = term::with_error(*t);
+            }
         }
         NeedTerms {
             all,

@@ -430,13 +430,18 @@ fn accumulate<'a>(
     if parent.is_none() && acc.root.is_none_or(|(t, _, _)| span.start_unix_nano < t) {
         acc.root = Some((span.start_unix_nano, service, name));
     }
-    let op = Op {
-        service,
-        name,
-        kind: f.kind,
-    };
-    if !acc.ops.contains(&op) {
-        acc.ops.push(op);
+    match acc
+        .ops
+        .iter_mut()
+        .find(|o| o.service == service && o.name == name && o.kind == f.kind)
+    {
+        Some(op) => op.error |= f.error,
+        None => acc.ops.push(Op {
+            service,
+            name,
+            kind: f.kind,
+            error: f.error,
+        }),
     }
     // A resource's tags are the same for every span under it.
     let resource_tags = if acc.groups.contains(&group) {

@@ -16,12 +16,15 @@ pub enum TagScope {
     Span = 1,
 }
 
-/// One operation of a trace part: (service, span name, OTLP span kind).
+/// One operation of a trace part: (service, span name, OTLP span kind),
+/// and whether one of its spans has an error status. A part has one `Op`
+/// per (service, name, kind).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Op {
     pub service: u32,
     pub name: u32,
     pub kind: u8,
+    pub error: bool,
 }
 
 /// The OTLP type of an indexed attribute value (its text is in the

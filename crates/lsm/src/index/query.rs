@@ -231,6 +231,7 @@ impl PartFilter {
         if need.error && part.error_count == 0 {
             return false;
         }
+        // The need is one span's: with an error, of an operation with one.
         if !need
             .tags
             .iter()
@@ -249,6 +250,7 @@ impl PartFilter {
             service.is_none_or(|s| o.service == s)
                 && name.is_none_or(|n| o.name == n)
                 && need.kind.is_none_or(|k| o.kind == k)
+                && (!need.error || o.error)
         })
     }
 }

@@ -233,7 +233,7 @@ fn put_ops_tags_edges(out: &mut Vec<u8>, t: &TraceSummary) {
     for o in &t.ops {
         put_varint(out, u64::from(o.service));
         put_varint(out, u64::from(o.name));
-        out.push(o.kind);
+        out.push(o.kind & 0x7f | u8::from(o.error) << 7);
     }
     put_varint(out, t.tags.len() as u64);
     for g in &t.tags {
@@ -796,7 +796,8 @@ fn decode_part(r: &mut Reader<'_>, ns: usize) -> Result<TraceSummary> {
         ops.push(Op {
             service,
             name,
-            kind,
+            kind: kind & 0x7f,
+            error: kind & 0x80 != 0,
         });
     }
     let k = r.count(3)?;

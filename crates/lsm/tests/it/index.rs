@@ -616,3 +616,55 @@ fn tag_keys_and_values_from_the_digests_are_those_of_the_parts() {
     }
     assert!(users_seen > 100, "{users_seen}");
 }
+
+/// `span` with an error status (Status.code = 2).
+fn failed(mut span: Span) -> Span {
+    let mut p = span.payload.to_vec();
+    let mut status = Vec::new();
+    put_varint(&mut status, 3 << 3);
+    put_varint(&mut status, 2);
+    field(&mut p, 15, &status);
+    span.payload = Bytes::from(p);
+    span
+}
+
+#[test]
+fn an_error_is_matched_to_the_operation_whose_span_has_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let mut opts = small_tree(dir.path(), &clock);
+    opts.index_block_parts = 16;
+    opts.memtable.flush_bytes = 64 << 20;
+    let engine = Engine::open(opts).expect("open");
+    let rare = service("rare");
+    // Every trace has a "rare" span; in even traces that span failed, in
+    // odd ones the root did.
+    let spans: Vec<Span> = (1..=64u128)
+        .flat_map(|t| {
+            let start = T0 - 50 * SEC + t as u64 * 10_000_000;
+            let mut spans = trace(t, start);
+            let lookup = otlp_span(&rare, t, 9, Some(1), "lookup", start + 1, 10);
+            if t % 2 == 0 {
+                spans.push(failed(lookup));
+            } else {
+                spans[0] = failed(spans[0].clone());
+                spans.push(lookup);
+            }
+            spans
+        })
+        .collect();
+    engine.write_blocking(spans).expect("write");
+    engine.flush().expect("flush");
+    let q = SearchQuery {
+        needs: vec![OpNeed {
+            service: Some("rare".into()),
+            error: true,
+            ..OpNeed::default()
+        }],
+        ..SearchQuery::default()
+    };
+    let (found, _) = walk(&engine, &q, usize::MAX);
+    let mut ids: Vec<u128> = found.iter().map(|f| f.0).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=32).map(|i| i * 2).collect::<Vec<u128>>());
+}
