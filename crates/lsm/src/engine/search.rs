@@ -284,8 +284,9 @@ impl Engine {
     /// Values of `key` (in `scope`, or either), with their types, of parts
     /// overlapping `range` that meet `needs` (see [`index::tag_values`]).
     /// A block whose digest rules out `needs` or lacks the key is not read;
-    /// nor is one that lies inside `range` whose digest lists the key's
-    /// values, when nothing is needed.
+    /// nor is one whose digest lists only values already answered, nor one
+    /// that lies inside `range` whose digest lists the key's values, when
+    /// nothing is needed.
     pub fn tag_values(
         &self,
         scope: Option<TagScope>,
@@ -320,7 +321,21 @@ impl Engine {
                     continue;
                 }
                 let inside = d.min_start >= start && (end == 0 || d.max_start <= end);
-                let listed = needs.is_empty() && inside && tags.iter().all(|t| t.values.is_some());
+                let all_listed = tags.iter().all(|t| t.values.is_some());
+                // The block's values of the key are all answered already:
+                // reading it could add none.
+                let nothing_new = all_listed
+                    && tags.iter().all(|t| {
+                        t.values
+                            .as_deref()
+                            .unwrap_or_default()
+                            .iter()
+                            .all(|v| out.contains(&(v.to_string(), t.kind)))
+                    });
+                if nothing_new {
+                    continue;
+                }
+                let listed = needs.is_empty() && inside && all_listed;
                 if listed {
                     for t in tags {
                         let values = t.values.as_deref().unwrap_or_default();
