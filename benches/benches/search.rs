@@ -3,7 +3,10 @@
 //! engine (files on disk with their sidecars): reading and decoding the
 //! sidecars (what a search pays for every file whose summaries are not
 //! cached), trace search by service over one hour, by service + operation +
-//! duration, services, and GetTrace by ID.
+//! duration, services, and GetTrace by ID; and the pruning step of a
+//! TraceQL search: writing a sidecar's blocks and digest, checking every
+//! block's digest against a need, decoding one block, and the newest-first
+//! walk to 20 candidates (or to none).
 //!
 //! `cargo bench -p tracedb-benches --bench search`
 //!
@@ -17,7 +20,10 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use prost::Message;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use tracedb_lsm::{
-    index::{read_sidecar, SearchQuery, SummarySet},
+    index::{
+        blocks::{NeedTerms, BLOCK_PARTS},
+        encode_sidecar, open_index, read_sidecar, OpNeed, SearchQuery, SummarySet,
+    },
     Engine, EngineOptions, ScopeGroup, Span, SpanId, TimeRange, TraceId,
 };
 use tracedb_proto::{
@@ -214,6 +220,62 @@ fn bench(c: &mut Criterion) {
             assert_eq!(spans.len(), SPANS_PER_TRACE as usize);
             black_box(spans)
         })
+    });
+    group.finish();
+
+    // The pruning step.
+    let set = engine.index(TimeRange::ALL).expect("index").sets;
+    let whole = set
+        .iter()
+        .max_by_key(|s| s.traces.len())
+        .expect("a set")
+        .clone();
+    let index = tables
+        .iter()
+        .map(|t| open_index(t).expect("digest"))
+        .max_by_key(|i| i.blocks.len())
+        .expect("a file");
+    eprintln!("largest file: {} blocks", index.blocks.len());
+    let need = |service: &str| OpNeed {
+        service: Some(service.into()),
+        ..OpNeed::default()
+    };
+    let walk = |service: Option<&str>, most: usize| {
+        let q = SearchQuery {
+            needs: service.map(need).into_iter().collect(),
+            ..SearchQuery::default()
+        };
+        let mut w = engine.candidates(&q).expect("walk");
+        let mut n = 0;
+        while n < most && w.next_candidate().expect("step").is_some() {
+            n += 1;
+        }
+        n
+    };
+    assert_eq!(walk(Some("svc-3"), 20), 20);
+    assert_eq!(walk(Some("nobody"), usize::MAX), 0);
+    let mut group = c.benchmark_group("index_prune");
+    group.sample_size(10);
+    group.bench_function("encode_sidecar_of_largest_file", |b| {
+        b.iter(|| black_box(encode_sidecar(&whole, BLOCK_PARTS)))
+    });
+    let terms = NeedTerms::new(&need("svc-3"));
+    let nobody = NeedTerms::new(&need("nobody"));
+    group.bench_function("digest_check_every_block", |b| {
+        b.iter(|| {
+            black_box(&index)
+                .blocks
+                .iter()
+                .filter(|d| black_box(&terms).may_meet(d) || black_box(&nobody).may_meet(d))
+                .count()
+        })
+    });
+    group.bench_function("decode_one_block", |b| {
+        b.iter(|| black_box(index.block(0).expect("block")))
+    });
+    group.bench_function("walk_service_to_20", |b| b.iter(|| walk(Some("svc-3"), 20)));
+    group.bench_function("walk_no_match", |b| {
+        b.iter(|| walk(Some("nobody"), usize::MAX))
     });
     group.finish();
 }
