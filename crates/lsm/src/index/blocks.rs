@@ -41,7 +41,8 @@ fn mix(mut h: u64) -> u64 {
     h ^ (h >> 31)
 }
 
-/// FNV-1a over `bytes`, then [`mix`]: the hash of a string in every term.
+/// FNV-1a over `bytes`, then splitmix64's finalizer: the hash of a string in
+/// every term.
 pub fn text_hash(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
