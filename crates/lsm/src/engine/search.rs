@@ -78,6 +78,11 @@ impl SummaryCache {
         }
     }
 
+    /// Forgets a file's digest (its sidecar was rebuilt).
+    pub(super) fn forget_digest(&self, id: u64) {
+        self.digests.lock().remove(id);
+    }
+
     /// Bytes of file summaries and digests cached, as estimated.
     pub(crate) fn file_bytes(&self) -> usize {
         self.files.lock().bytes + self.digests.lock().bytes
@@ -255,9 +260,10 @@ impl Engine {
     /// Block `b` of a file's sidecar; a damaged one has the sidecar rebuilt,
     /// and the whole file's summaries stand for it.
     fn block(&self, file: &TableFile, index: &FileIndex, b: usize) -> Result<SummarySet> {
-        index
-            .block(b)
-            .or_else(|e| rebuild(file, &e, self.inner.opts.index_block_parts))
+        index.block(b).or_else(|e| {
+            self.inner.summary_cache.forget_digest(file.id);
+            rebuild(file, &e, self.inner.opts.index_block_parts)
+        })
     }
 
     /// Attribute keys (with their scopes) of parts that may lie in `range`:

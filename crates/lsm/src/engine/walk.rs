@@ -16,7 +16,7 @@ use std::{
     sync::Arc,
 };
 
-use super::{search::rebuild, Engine, SuperVersion};
+use super::{search::rebuild, Engine, Inner, SuperVersion};
 use crate::{
     error::Result,
     index::{
@@ -106,8 +106,8 @@ pub struct Candidates {
     proposed: HashSet<TraceId>,
     held: usize,
     stats: WalkStats,
-    /// Parts per block of a sidecar rebuilt on the way.
-    block_parts: usize,
+    /// For a sidecar rebuilt on the way: its digest leaves the cache.
+    inner: Arc<Inner>,
 }
 
 impl Engine {
@@ -158,7 +158,7 @@ impl Engine {
             proposed: HashSet::new(),
             held: 0,
             stats: WalkStats::default(),
-            block_parts: self.inner.opts.index_block_parts,
+            inner: self.inner.clone(),
         };
         for i in 0..walk.sources.len() {
             walk.push(i);
@@ -252,7 +252,9 @@ impl Candidates {
                         Err(e) => {
                             // Walk the rest of the file from its spans, from this block's start on.
                             let max_start = d.max_start;
-                            let set = Arc::new(rebuild(file, &e, self.block_parts)?);
+                            self.inner.summary_cache.forget_digest(file.id);
+                            let set =
+                                Arc::new(rebuild(file, &e, self.inner.opts.index_block_parts)?);
                             let mut w = Walking::new(set, need);
                             let order = w.set.by_start();
                             w.pos = order.partition_point(|&t| {

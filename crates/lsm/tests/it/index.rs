@@ -668,3 +668,45 @@ fn an_error_is_matched_to_the_operation_whose_span_has_it() {
     ids.sort_unstable();
     assert_eq!(ids, (1..=32).map(|i| i * 2).collect::<Vec<u128>>());
 }
+
+#[test]
+fn a_damaged_block_is_walked_from_the_spans_and_its_sidecar_rebuilt_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let mut opts = small_tree(dir.path(), &clock);
+    opts.index_block_parts = 16;
+    opts.memtable.flush_bytes = 64 << 20;
+    let engine = Engine::open(opts).expect("open");
+    let spans: Vec<Span> = (1..=160u128)
+        .flat_map(|t| trace(t, T0 - 50 * SEC + t as u64 * 10_000_000))
+        .collect();
+    engine.write_blocking(spans).expect("write");
+    engine.flush().expect("flush");
+    let all = SearchQuery::default();
+    let (before, _) = walk(&engine, &all, usize::MAX);
+    assert_eq!(before.len(), 160);
+
+    // Flip a byte in the last block's frame (the oldest traces).
+    let idx = std::fs::read_dir(dir.path().join("tables"))
+        .expect("tables")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_some_and(|e| e == "idx"))
+        .expect("a sidecar");
+    let mut bytes = std::fs::read(&idx).expect("read");
+    let at = bytes.len() - 20;
+    bytes[at] ^= 0x55;
+    std::fs::write(&idx, &bytes).expect("write");
+
+    use std::os::unix::fs::MetadataExt;
+    let inode = || std::fs::metadata(&idx).expect("sidecar").ino();
+    let damaged = inode();
+    let (found, _) = walk(&engine, &all, usize::MAX);
+    assert_eq!(found, before);
+    let rebuilt = inode();
+    assert_ne!(rebuilt, damaged, "the sidecar was rebuilt");
+    // The next search reads the rebuilt sidecar, not the damaged one again.
+    let (found, stats) = walk(&engine, &all, usize::MAX);
+    assert_eq!(found, before);
+    assert_eq!(inode(), rebuilt, "rebuilt once");
+    assert_eq!(stats.blocks_read, 10, "{stats:?}");
+}
