@@ -363,7 +363,7 @@ fn remap(
     from: &SidecarParts,
     mut part: TraceSummary,
 ) -> TraceSummary {
-    let mut s = |id: u32| {
+    let s = |id: u32| {
         let i = id as usize;
         if i >= seen.len() {
             seen.resize(i + 1, u32::MAX);
@@ -373,22 +373,7 @@ fn remap(
         }
         seen[i]
     };
-    part.root = part.root.map(|(service, name)| (s(service), s(name)));
-    for op in &mut part.ops {
-        op.service = s(op.service);
-        op.name = s(op.name);
-    }
-    for tag in &mut part.tags {
-        tag.key = s(tag.key);
-        tag.value = s(tag.value);
-    }
-    for edge in &mut part.edges {
-        edge.parent = s(edge.parent);
-        edge.child = s(edge.child);
-    }
-    for (_, service) in &mut part.orphans {
-        *service = s(*service);
-    }
+    sidecar::remap_part(&mut part, s);
     part.ops.sort_unstable();
     part.tags.sort_unstable();
     part.edges.sort_unstable();

@@ -586,8 +586,9 @@ pub(super) fn decode_block(
 }
 
 /// Replaces every string index of `part` by `f` of it (the order of its
-/// lists is kept: `f` must keep the order of the indices).
-fn remap_part(part: &mut TraceSummary, mut f: impl FnMut(u32) -> u32) {
+/// lists is kept: a caller whose `f` does not keep the order of the indices
+/// sorts them again).
+pub(super) fn remap_part(part: &mut TraceSummary, mut f: impl FnMut(u32) -> u32) {
     if let Some((s, n)) = &mut part.root {
         *s = f(*s);
         *n = f(*n);

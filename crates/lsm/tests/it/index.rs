@@ -490,6 +490,15 @@ fn compaction_sidecars_carry_parts_over_as_a_rebuild_would_make_them() {
     engine.close().expect("close");
 }
 
+/// An engine writing sidecars in blocks of 16 parts, that flushes only
+/// when asked (one flush, one file).
+fn blocks_of_16(dir: &Path) -> Engine {
+    let mut opts = small_tree(dir, &TestClock::new());
+    opts.index_block_parts = 16;
+    opts.memtable.flush_bytes = 64 << 20;
+    Engine::open(opts).expect("open")
+}
+
 /// The candidates of a walk, in the order it proposed them.
 fn walk(engine: &Engine, q: &SearchQuery, most: usize) -> (Vec<(u128, u64)>, WalkStats) {
     let mut w = engine.candidates(q).expect("walk");
@@ -506,12 +515,7 @@ fn walk(engine: &Engine, q: &SearchQuery, most: usize) -> (Vec<(u128, u64)>, Wal
 #[test]
 fn a_search_reads_only_the_blocks_that_may_hold_what_it_needs() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let clock = TestClock::new();
-    let mut opts = small_tree(dir.path(), &clock);
-    opts.index_block_parts = 16;
-    // One flush, one file.
-    opts.memtable.flush_bytes = 64 << 20;
-    let engine = Engine::open(opts).expect("open");
+    let engine = blocks_of_16(dir.path());
     // 640 traces, one per 10 ms; every 64th has a span of service "rare".
     let rare = service("rare");
     let spans: Vec<Span> = (1..=640u128)
@@ -557,11 +561,7 @@ fn a_search_reads_only_the_blocks_that_may_hold_what_it_needs() {
 #[test]
 fn tag_keys_and_values_from_the_digests_are_those_of_the_parts() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let clock = TestClock::new();
-    let mut opts = small_tree(dir.path(), &clock);
-    opts.index_block_parts = 16;
-    opts.memtable.flush_bytes = 64 << 20;
-    let engine = Engine::open(opts).expect("open");
+    let engine = blocks_of_16(dir.path());
     let rare = service("rare");
     let at = |t: u128| T0 - 50 * SEC + t as u64 * 10_000_000;
     let batch = |from: u128, to: u128| -> Vec<Span> {
@@ -631,11 +631,7 @@ fn failed(mut span: Span) -> Span {
 #[test]
 fn an_error_is_matched_to_the_operation_whose_span_has_it() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let clock = TestClock::new();
-    let mut opts = small_tree(dir.path(), &clock);
-    opts.index_block_parts = 16;
-    opts.memtable.flush_bytes = 64 << 20;
-    let engine = Engine::open(opts).expect("open");
+    let engine = blocks_of_16(dir.path());
     let rare = service("rare");
     // Every trace has a "rare" span; in even traces that span failed, in
     // odd ones the root did.
@@ -672,11 +668,7 @@ fn an_error_is_matched_to_the_operation_whose_span_has_it() {
 #[test]
 fn a_damaged_block_is_walked_from_the_spans_and_its_sidecar_rebuilt_once() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let clock = TestClock::new();
-    let mut opts = small_tree(dir.path(), &clock);
-    opts.index_block_parts = 16;
-    opts.memtable.flush_bytes = 64 << 20;
-    let engine = Engine::open(opts).expect("open");
+    let engine = blocks_of_16(dir.path());
     let spans: Vec<Span> = (1..=160u128)
         .flat_map(|t| trace(t, T0 - 50 * SEC + t as u64 * 10_000_000))
         .collect();
