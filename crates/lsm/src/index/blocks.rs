@@ -12,7 +12,7 @@
 use std::{fs::File, os::unix::fs::FileExt, path::PathBuf};
 
 use super::{OpNeed, SummarySet, TagNeed, TagScope, TraceSummary, ValueKind, MAX_TAGS_PER_TRACE};
-use crate::{error::Result, table::corrupt};
+use crate::error::Result;
 
 /// Most trace parts in one block of a sidecar. Smaller blocks prune finer
 /// but cost more digest bytes and more block reads per answer.
@@ -340,13 +340,7 @@ impl FileIndex {
         self.file
             .read_exact_at(&mut frame, at)
             .map_err(|e| crate::error::Error::io(&self.path, e))?;
-        if crc32c::crc32c(&frame) != d.crc {
-            return Err(corrupt(&self.path, at, "block checksum mismatch"));
-        }
-        let body = zstd::bulk::decompress(&frame, d.body_len as usize)
-            .ok()
-            .filter(|b| b.len() == d.body_len as usize)
-            .ok_or_else(|| corrupt(&self.path, at, "block does not inflate to its length"))?;
+        let body = super::sidecar::inflate_frame(&self.path, at, &frame, d)?;
         super::sidecar::decode_block(&self.path, at, &body, self.strings, d.parts)
     }
 

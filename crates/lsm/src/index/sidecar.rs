@@ -484,14 +484,24 @@ fn digest_of_file(path: &Path, file: &[u8]) -> Result<(Digest, usize)> {
 /// Block `d` of a sidecar held whole, inflated.
 fn inflate_block(path: &Path, file: &[u8], base: usize, d: &BlockDigest) -> Result<Vec<u8>> {
     let at = base + d.offset as usize;
-    let frame = &file[at..at + d.frame_len as usize];
+    inflate_frame(path, at as u64, &file[at..at + d.frame_len as usize], d)
+}
+
+/// The body of block `d` from its `frame`, found at `at` in the sidecar,
+/// checked against the digest's checksum and length.
+pub(super) fn inflate_frame(
+    path: &Path,
+    at: u64,
+    frame: &[u8],
+    d: &BlockDigest,
+) -> Result<Vec<u8>> {
     if crc32c::crc32c(frame) != d.crc {
-        return Err(corrupt(path, at as u64, "block checksum mismatch"));
+        return Err(corrupt(path, at, "block checksum mismatch"));
     }
     zstd::bulk::decompress(frame, d.body_len as usize)
         .ok()
         .filter(|b| b.len() == d.body_len as usize)
-        .ok_or_else(|| corrupt(path, at as u64, "block does not inflate to its length"))
+        .ok_or_else(|| corrupt(path, at, "block does not inflate to its length"))
 }
 
 /// A block's body split up: its strings (ascending index, text) and where
