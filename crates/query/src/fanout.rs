@@ -635,12 +635,12 @@ impl NodeReads {
                     Err(Error::NotFound(_)) => continue,
                     Err(e) => return Err(e),
                 };
-                for reason in &trace.partial {
+                for reason in trace.partial() {
                     if !partial.contains(reason) {
                         partial.push(reason.clone());
                     }
                 }
-                match crate::search::evaluate(search, candidate.trace_id, &trace.spans) {
+                match crate::search::evaluate(search, candidate.trace_id, trace.spans()) {
                     Ok(Some(m)) => {
                         let at = found.partition_point(|f| {
                             newest_first(
@@ -697,30 +697,19 @@ impl Reads for NodeReads {
         for messages in gathered.answered() {
             unreadable.extend(spans_of(messages, &mut spans)?);
         }
-        if spans.is_empty() {
-            return Err(if gathered.all_not_found() {
-                Error::NotFound(trace_id)
-            } else {
-                let reasons = gathered.partial();
-                Error::Unavailable(if reasons.is_empty() {
-                    format!("trace {trace_id}: a node answered without spans")
-                } else {
-                    format!(
-                        "trace {trace_id} may be on a node that did not answer: {}",
-                        crate::read::describe(&reasons)
-                    )
-                })
-            });
-        }
-        let mut seen = std::collections::HashSet::with_capacity(spans.len());
-        spans.retain(|s| seen.insert(s.span_id));
-        spans.sort_by_key(|s| (s.start_unix_nano, s.span_id));
         let mut partial = gathered.partial();
         partial.extend(unreadable);
-        Ok(FoundTrace {
-            trace_id,
-            spans,
-            partial,
+        FoundTrace::new(trace_id, spans, partial, |partial| {
+            if gathered.all_not_found() {
+                Error::NotFound(trace_id)
+            } else if partial.is_empty() {
+                Error::Unavailable(format!("trace {trace_id}: a node answered without spans"))
+            } else {
+                Error::Unavailable(format!(
+                    "trace {trace_id} may be on a node that did not answer: {}",
+                    crate::read::describe(&partial)
+                ))
+            }
         })
     }
 

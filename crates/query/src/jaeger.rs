@@ -43,7 +43,7 @@ use crate::{
     error::Error,
     read::{self, Answer, Reads},
     search::{legacy, Search},
-    traces_data::{encode_traces_data, MAX_MESSAGE_BYTES},
+    traces_data::MAX_MESSAGE_BYTES,
 };
 
 /// Traces a search returns when the request does not say (Jaeger's default).
@@ -77,9 +77,13 @@ impl JaegerStorage {
                 let messages: Vec<Bytes> = match reads.trace(id, range).await {
                     Ok(found) => {
                         if found.is_partial() {
-                            read::note_partial(read::Api::Jaeger, &found.trace_id, &found.partial);
+                            read::note_partial(
+                                read::Api::Jaeger,
+                                &found.trace_id(),
+                                found.partial(),
+                            );
                         }
-                        encode_traces_data(&found.spans, MAX_MESSAGE_BYTES)
+                        found.encode(MAX_MESSAGE_BYTES)
                     }
                     Err(Error::NotFound(_)) => continue,
                     Err(e) => {

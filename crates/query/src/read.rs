@@ -19,13 +19,14 @@
 //! An answer with no spans is never a success.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashSet},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
     },
 };
 
+use bytes::Bytes;
 use tracedb_lsm::{
     index::{SearchQuery, TagScope, TraceHit, ValueKind},
     Engine, SearchSnapshot, SkippedFile, Span, TimeRange, TraceId,
@@ -34,6 +35,7 @@ use tracedb_lsm::{
 use crate::{
     error::Error,
     search::{Match, Search},
+    traces_data::encode_traces_data,
 };
 
 /// What the read front-ends ask of a store. Every method is answered off the
@@ -139,18 +141,18 @@ impl Reads for LocalReads {
         let found = self
             .blocking(move |engine| engine.lookup_trace(&trace_id, range))
             .await?;
-        match (found.spans.is_empty(), found.is_partial()) {
-            (true, true) => Err(Error::Unreadable {
-                trace: trace_id,
-                skipped: found.skipped,
-            }),
-            (true, false) => Err(Error::NotFound(trace_id)),
-            (false, _) => Ok(FoundTrace {
-                trace_id,
-                spans: found.spans,
-                partial: found.skipped.iter().map(file_reason).collect(),
-            }),
-        }
+        let partial: Vec<String> = found.skipped.iter().map(file_reason).collect();
+        let skipped = found.skipped;
+        FoundTrace::new(trace_id, found.spans, partial, |partial| {
+            if partial.is_empty() {
+                Error::NotFound(trace_id)
+            } else {
+                Error::Unreadable {
+                    trace: trace_id,
+                    skipped,
+                }
+            }
+        })
     }
 
     async fn search(&self, query: SearchQuery) -> Result<Answer<Vec<TraceHit>>, Error> {
@@ -224,20 +226,71 @@ impl Reads for LocalReads {
     }
 }
 
-/// A trace as read: never empty.
+/// A trace as read: at least one span of it, by construction. The only way
+/// to make one is [`FoundTrace::new`], which answers an error instead when
+/// no span is left, so no API can send an OK answer that carries no span.
 #[derive(Debug)]
 pub struct FoundTrace {
-    pub trace_id: TraceId,
-    /// At least one span, ordered by start time, each (trace ID, span ID) once.
-    pub spans: Vec<Span>,
-    /// Why more spans may exist (a damaged file, a node that did not
-    /// answer), one reason each; empty when the trace is whole.
-    pub partial: Vec<String>,
+    trace_id: TraceId,
+    /// Ordered by start time, each span ID once, all of `trace_id`.
+    spans: Vec<Span>,
+    partial: Vec<String>,
 }
 
 impl FoundTrace {
+    /// The trace `trace_id` from the spans read of it, or `empty(partial)`
+    /// when none is left. Spans of another trace are dropped (they are not
+    /// this trace's, whatever returned them); the rest are ordered by start
+    /// time, each span ID once. `partial` holds one reason per source that may
+    /// hold more spans and was not read.
+    pub fn new(
+        trace_id: TraceId,
+        mut spans: Vec<Span>,
+        partial: Vec<String>,
+        empty: impl FnOnce(Vec<String>) -> Error,
+    ) -> Result<FoundTrace, Error> {
+        let mut seen = HashSet::with_capacity(spans.len());
+        spans.retain(|s| s.trace_id == trace_id && seen.insert(s.span_id));
+        if spans.is_empty() {
+            return Err(empty(partial));
+        }
+        spans.sort_by_key(|s| (s.start_unix_nano, s.span_id));
+        Ok(FoundTrace {
+            trace_id,
+            spans,
+            partial,
+        })
+    }
+
+    pub fn trace_id(&self) -> TraceId {
+        self.trace_id
+    }
+
+    /// At least one span, ordered by start time, each (trace ID, span ID) once.
+    pub fn spans(&self) -> &[Span] {
+        &self.spans
+    }
+
+    /// Why more spans may exist (a damaged file, a node that did not
+    /// answer), one reason each; empty when the trace is whole.
+    pub fn partial(&self) -> &[String] {
+        &self.partial
+    }
+
     pub fn is_partial(&self) -> bool {
         !self.partial.is_empty()
+    }
+
+    /// The trace as encoded `TracesData` messages of about `max_bytes` each
+    /// (one span at least, whatever its size): never an empty list, and no
+    /// message without a span.
+    pub fn encode(&self, max_bytes: usize) -> Vec<Bytes> {
+        encode_traces_data(&self.spans, max_bytes)
+    }
+
+    /// The spans and the partial reasons.
+    pub fn into_parts(self) -> (Vec<Span>, Vec<String>) {
+        (self.spans, self.partial)
     }
 }
 
@@ -312,4 +365,80 @@ pub fn note_partial(api: Api, what: &dyn std::fmt::Display, reasons: &[String]) 
 /// Partial answers sent so far on `api`, since the process started.
 pub fn partial_answers(api: Api) -> u64 {
     PARTIAL_ANSWERS[api as usize].load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use prost::Message;
+    use tracedb_lsm::{ScopeGroup, SpanId};
+    use tracedb_proto::trace::v1::TracesData;
+
+    use super::*;
+
+    fn span(trace: u8, id: u8, start: u64) -> Span {
+        Span {
+            trace_id: TraceId([trace; 16]),
+            span_id: SpanId([id; 8]),
+            start_unix_nano: start,
+            end_unix_nano: start + 1,
+            group: Arc::new(ScopeGroup::default()),
+            payload: tracedb_proto::trace::v1::Span {
+                trace_id: vec![trace; 16].into(),
+                span_id: vec![id; 8].into(),
+                start_time_unix_nano: start,
+                ..Default::default()
+            }
+            .encode_to_vec()
+            .into(),
+        }
+    }
+
+    fn not_found(_: Vec<String>) -> Error {
+        Error::NotFound(TraceId([1; 16]))
+    }
+
+    #[test]
+    fn a_found_trace_holds_a_span_of_it_or_is_an_error() {
+        let id = TraceId([1; 16]);
+        let empty = FoundTrace::new(id, Vec::new(), Vec::new(), not_found);
+        assert!(matches!(empty, Err(Error::NotFound(_))), "{empty:?}");
+        // Only another trace's spans: not this trace, whatever read them.
+        let foreign = FoundTrace::new(id, vec![span(2, 1, 5)], Vec::new(), not_found);
+        assert!(matches!(foreign, Err(Error::NotFound(_))), "{foreign:?}");
+        // The reasons reach the caller's error when nothing is left.
+        let unreadable = FoundTrace::new(id, Vec::new(), vec!["damaged".into()], |reasons| {
+            Error::Unavailable(reasons.join(";"))
+        });
+        assert!(
+            matches!(&unreadable, Err(Error::Unavailable(r)) if r == "damaged"),
+            "{unreadable:?}"
+        );
+
+        let found = FoundTrace::new(
+            id,
+            vec![
+                span(1, 2, 20),
+                span(2, 9, 1),
+                span(1, 1, 10),
+                span(1, 2, 20),
+            ],
+            Vec::new(),
+            not_found,
+        )
+        .expect("a span of the trace");
+        let ids: Vec<u8> = found.spans().iter().map(|s| s.span_id.0[0]).collect();
+        assert_eq!(ids, [1, 2], "this trace's spans, by start, each once");
+        let messages = found.encode(usize::MAX);
+        assert_eq!(messages.len(), 1);
+        let data = TracesData::decode(messages[0].clone()).expect("decodes");
+        let spans: usize = data
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        assert_eq!(spans, 2);
+    }
 }

@@ -29,7 +29,7 @@ use crate::{
     error::Error,
     read::{self, Answer, Reads},
     search::Search,
-    traces_data::{encode_traces_data, MAX_MESSAGE_BYTES},
+    traces_data::MAX_MESSAGE_BYTES,
 };
 
 /// Response header set to `true` when spans of the trace may be missing.
@@ -130,12 +130,11 @@ impl QueryApi {
         }
         let found = self.reads.trace(id, range).await?;
         if found.is_partial() {
-            read::note_partial(read::Api::Grpc, &found.trace_id, &found.partial);
+            read::note_partial(read::Api::Grpc, &found.trace_id(), found.partial());
         }
-        Ok(TraceMessages {
-            messages: encode_traces_data(&found.spans, MAX_MESSAGE_BYTES),
-            partial: found.partial,
-        })
+        let messages = found.encode(MAX_MESSAGE_BYTES);
+        let (_, partial) = found.into_parts();
+        Ok(TraceMessages { messages, partial })
     }
 }
 

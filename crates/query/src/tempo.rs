@@ -44,7 +44,6 @@ use crate::{
     read::{self, Answer, Reads, TagKeys},
     search::{legacy, Field, MatchedSpanset, Search},
     service::{header_value, PARTIAL_HEADER, PARTIAL_REASON_HEADER},
-    traces_data::encode_traces_data,
 };
 
 /// The store's reads, once they can be answered (the router is mounted
@@ -159,16 +158,12 @@ async fn load_trace(
     let range = time_range(params)?;
     let found = reads(cell)?.trace(trace_id, range).await?;
     if found.is_partial() {
-        read::note_partial(read::Api::Tempo, &found.trace_id, &found.partial);
+        read::note_partial(read::Api::Tempo, &found.trace_id(), found.partial());
     }
-    let data = encode_traces_data(&found.spans, usize::MAX)
-        .into_iter()
-        .next()
-        .unwrap_or_default();
-    Ok(LoadedTrace {
-        data,
-        partial: found.partial,
-    })
+    // One message: no size limit splits it.
+    let data = found.encode(usize::MAX).concat().into();
+    let (_, partial) = found.into_parts();
+    Ok(LoadedTrace { data, partial })
 }
 
 fn decode(bytes: &Bytes) -> Result<TracesData> {

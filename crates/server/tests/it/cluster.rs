@@ -77,8 +77,8 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
 
     let tier = reads(&[&[&a1, &a2], &[&b1]], Duration::from_secs(1));
     let whole = tier.trace(id(SPLIT), TimeRange::ALL).await.expect("SPLIT");
-    assert_eq!(whole.spans.len(), 4, "both parts, each span once");
-    assert!(!whole.is_partial(), "{:?}", whole.partial);
+    assert_eq!(whole.spans().len(), 4, "both parts, each span once");
+    assert!(!whole.is_partial(), "{:?}", whole.partial());
     assert!(matches!(
         tier.trace(id(ABSENT), TimeRange::ALL).await,
         Err(Error::NotFound(_))
@@ -176,8 +176,8 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
         .trace(id(SPLIT), TimeRange::ALL)
         .await
         .expect("from group a");
-    assert_eq!(whole.spans.len(), 4);
-    assert!(!whole.is_partial(), "{:?}", whole.partial);
+    assert_eq!(whole.spans().len(), 4);
+    assert!(!whole.is_partial(), "{:?}", whole.partial());
     let found = patient.search(search_all()).await.expect("search");
     assert!(!found.is_partial(), "{:?}", found.partial);
     assert_eq!(found.value.len(), 2);
@@ -194,8 +194,8 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
         .trace(id(ONE_NODE), TimeRange::ALL)
         .await
         .expect("ONE_NODE");
-    assert_eq!(whole.spans.len(), 2);
-    assert!(!whole.is_partial(), "{:?}", whole.partial);
+    assert_eq!(whole.spans().len(), 2);
+    assert!(!whole.is_partial(), "{:?}", whole.partial());
     assert!(!tier
         .search(search_all())
         .await
@@ -211,8 +211,8 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
         .trace(id(SPLIT), TimeRange::ALL)
         .await
         .expect("a2's part");
-    assert_eq!(part.spans.len(), 2);
-    let reasons = part.partial.join("; ");
+    assert_eq!(part.spans().len(), 2);
+    let reasons = part.partial().join("; ");
     assert!(reasons.contains(&b1.addr.to_string()), "{reasons}");
     assert!(reasons.contains("no answer within"), "{reasons}");
     match tier.trace(id(ONE_NODE), TimeRange::ALL).await {
@@ -242,8 +242,8 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
     // Resumed: whole again.
     b1.resume();
     let whole = tier.trace(id(SPLIT), TimeRange::ALL).await.expect("SPLIT");
-    assert_eq!(whole.spans.len(), 4);
-    assert!(!whole.is_partial(), "{:?}", whole.partial);
+    assert_eq!(whole.spans().len(), 4);
+    assert!(!whole.is_partial(), "{:?}", whole.partial());
 }
 
 /// `tracedb query` as a user runs it: two groups of one node each (copies),
