@@ -12,7 +12,7 @@
 //! exporters. An answer is whole or it is a failure: an OK answer with
 //! missing spans (or none) fails the run as surely as NOT_FOUND does.
 //!
-//! `TRACEDB_CRASH_CYCLES` (default 20) and `TRACEDB_CRASH_SEED` (default: from the
+//! `TRACEDB_CRASH_CYCLES` (default 20, 10 beside load) and `TRACEDB_CRASH_SEED` (default: from the
 //! clock, printed) control the run; a long run is
 //! `TRACEDB_CRASH_CYCLES=300 scripts/test -p tracedb-server crash`.
 
@@ -39,9 +39,19 @@ use crate::{
     tempo::TraceByIdResponse,
 };
 
-const TRACES_PER_REQUEST: u128 = 4;
-const SPANS_PER_TRACE: u64 = 5;
-const CLIENTS: usize = 4;
+/// The traffic and server flags of one harness run.
+struct Shape {
+    /// Server flags on every start but the last (which uses the defaults).
+    flags: &'static [&'static str],
+    clients: usize,
+    traces_per_request: u128,
+    spans_per_trace: u64,
+    /// Each client's pause between exports.
+    pace: Duration,
+    /// Kills when `TRACEDB_CRASH_CYCLES` does not say.
+    cycles: u64,
+}
+
 /// Older traces read again after each restart, besides all of the last cycle's.
 const OLDER_SAMPLE: usize = 50;
 /// Jaeger's GetTraces is asked for this many traces at once.
@@ -53,7 +63,93 @@ fn env_u64(name: &str) -> Option<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_spans_survive_random_sigkills() {
-    let cycles = env_u64("TRACEDB_CRASH_CYCLES").unwrap_or(20);
+    harness(Shape {
+        // Small buffers so that kills land during flushes too.
+        flags: &["--flush-bytes", "50000", "--shards", "2"],
+        clients: 4,
+        traces_per_request: 4,
+        spans_per_trace: 5,
+        // Paced so the final check stays short; kills still land mid-flush.
+        pace: Duration::from_millis(5),
+        cycles: 20,
+    })
+    .await;
+}
+
+/// The harness beside CPU- and IO-heavy work, as a busy host runs it: both
+/// cores kept busy and a writer syncing to the same disk, with the default
+/// buffers, so a restart replays a WAL into buffers that are not sealed yet
+/// and the first read of a trace can race its first flush. (An acknowledged
+/// trace read back as an OK answer without spans was seen once this way.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_spans_survive_random_sigkills_beside_cpu_and_io_load() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _load = Load::start(dir.path());
+    harness(Shape {
+        flags: &[],
+        clients: 3,
+        traces_per_request: 20,
+        spans_per_trace: 8,
+        pace: Duration::from_millis(20),
+        cycles: 10,
+    })
+    .await;
+}
+
+/// Busy threads for as long as it lives: one spinning per core, and one
+/// writing 8 MiB at a time to a file under `dir` and syncing it.
+struct Load {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(dir: &std::path::Path) -> Load {
+        use std::{io::Write, sync::atomic::Ordering};
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let mut threads: Vec<_> = (0..cores)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 1u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..100_000 {
+                            x = std::hint::black_box(
+                                x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                            );
+                        }
+                    }
+                })
+            })
+            .collect();
+        let (path, writer_stop) = (dir.join("load.bin"), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            let block = vec![0x5a_u8; 8 << 20];
+            while !writer_stop.load(Ordering::Relaxed) {
+                let mut file = std::fs::File::create(&path).expect("load file");
+                for _ in 0..8 {
+                    file.write_all(&block).expect("load write");
+                }
+                file.sync_all().expect("load sync");
+            }
+            let _ = std::fs::remove_file(&path);
+        }));
+        Load { stop, threads }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn harness(shape: Shape) {
+    let cycles = env_u64("TRACEDB_CRASH_CYCLES").unwrap_or(shape.cycles);
     let seed = env_u64("TRACEDB_CRASH_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -62,8 +158,6 @@ async fn acknowledged_spans_survive_random_sigkills() {
     eprintln!("crash harness: {cycles} cycles, TRACEDB_CRASH_SEED={seed}");
     let mut rng = SmallRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().expect("tempdir");
-    // Small buffers so that kills land during flushes too.
-    let flags = ["--flush-bytes", "50000", "--shards", "2"];
     let acked: Arc<Mutex<Vec<u128>>> = Arc::default();
     let next_trace = Arc::new(std::sync::atomic::AtomicU64::new(1));
     let mut verified = 0;
@@ -71,7 +165,7 @@ async fn acknowledged_spans_survive_random_sigkills() {
     let mut last_cycle_from = 0;
 
     for cycle in 0..cycles {
-        let server = Server::start_with(dir.path(), &flags);
+        let server = Server::start_with(dir.path(), shape.flags);
         serving(&server).await;
         // What was acknowledged before the kill: all of the last cycle's
         // traces and a sample of the older ones.
@@ -82,7 +176,9 @@ async fn acknowledged_spans_survive_random_sigkills() {
 
         let endpoint = server.endpoint();
         let deadline = Instant::now() + Duration::from_millis(rng.random_range(100..1_200));
-        let clients: Vec<_> = (0..CLIENTS)
+        let (per_request, spans, pace) =
+            (shape.traces_per_request, shape.spans_per_trace, shape.pace);
+        let clients: Vec<_> = (0..shape.clients)
             .map(|_| {
                 let (acked, next_trace, endpoint) = (acked.clone(), next_trace.clone(), endpoint.clone());
                 tokio::spawn(async move {
@@ -90,14 +186,13 @@ async fn acknowledged_spans_survive_random_sigkills() {
                         return;
                     };
                     loop {
-                        let first = u128::from(next_trace.fetch_add(TRACES_PER_REQUEST as u64, std::sync::atomic::Ordering::Relaxed));
-                        let traces: Vec<u128> = (first..first + TRACES_PER_REQUEST).collect();
-                        match client.export(request("crash", &traces, SPANS_PER_TRACE)).await {
+                        let first = u128::from(next_trace.fetch_add(per_request as u64, std::sync::atomic::Ordering::Relaxed));
+                        let traces: Vec<u128> = (first..first + per_request).collect();
+                        match client.export(request("crash", &traces, spans)).await {
                             Ok(_) => acked.lock().expect("lock").extend(traces),
                             Err(_) => return, // the server died under us: not acknowledged
                         }
-                        // Paced so the final check stays short; kills still land mid-flush.
-                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        tokio::time::sleep(pace).await;
                     }
                 })
             })
@@ -107,6 +202,7 @@ async fn acknowledged_spans_survive_random_sigkills() {
         verify_all(
             &server,
             check,
+            shape.spans_per_trace,
             seed,
             &format!("right after restart {cycle}"),
         )
@@ -147,7 +243,14 @@ async fn acknowledged_spans_survive_random_sigkills() {
         "too little traffic to test anything: {}",
         acked.len()
     );
-    verify_all(&server, acked.clone(), seed, "after the last restart").await;
+    verify_all(
+        &server,
+        acked.clone(),
+        shape.spans_per_trace,
+        seed,
+        "after the last restart",
+    )
+    .await;
     eprintln!(
         "crash harness: {} acknowledged traces all present after {cycles} kills ({verified} read right after a restart)",
         acked.len()
@@ -164,7 +267,7 @@ async fn serving(server: &Server) {
 }
 
 /// Reads each trace through the three read APIs, four tasks at a time.
-async fn verify_all(server: &Server, traces: Vec<u128>, seed: u64, when: &str) {
+async fn verify_all(server: &Server, traces: Vec<u128>, spans: u64, seed: u64, when: &str) {
     let tasks: Vec<_> = traces
         .chunks(traces.len().div_ceil(4).max(1))
         .map(|chunk| {
@@ -182,15 +285,15 @@ async fn verify_all(server: &Server, traces: Vec<u128>, seed: u64, when: &str) {
                     let found = get_trace(&mut query, trace).await.unwrap_or_else(|e| {
                         panic!("{when}: GetTrace of acknowledged trace {trace:x} failed (seed {seed}): {e}")
                     });
-                    assert_whole(&found, trace, "GetTrace", &when, seed);
+                    assert_whole(&found, trace, spans, "GetTrace", &when, seed);
                 }
                 for batch in chunk.chunks(JAEGER_BATCH) {
-                    jaeger_whole(&mut jaeger, batch, &when, seed).await;
+                    jaeger_whole(&mut jaeger, batch, spans, &when, seed).await;
                 }
                 let tempo: Vec<u128> = chunk.iter().copied().step_by(4).collect();
                 tokio::task::spawn_blocking(move || {
                     for trace in tempo {
-                        tempo_whole(http, trace, &when, seed);
+                        tempo_whole(http, trace, spans, &when, seed);
                     }
                 })
                 .await
@@ -204,7 +307,14 @@ async fn verify_all(server: &Server, traces: Vec<u128>, seed: u64, when: &str) {
 }
 
 /// Every span of `trace` once; an OK answer with fewer (or none) is a failure.
-fn assert_whole(messages: &[TracesData], trace: u128, api: &str, when: &str, seed: u64) {
+fn assert_whole(
+    messages: &[TracesData],
+    trace: u128,
+    expected: u64,
+    api: &str,
+    when: &str,
+    seed: u64,
+) {
     let spans = spans_of(messages);
     let ids: HashSet<_> = spans.iter().map(|(_, s)| s.span_id.clone()).collect();
     assert_eq!(
@@ -214,8 +324,8 @@ fn assert_whole(messages: &[TracesData], trace: u128, api: &str, when: &str, see
     );
     assert_eq!(
         spans.len() as u64,
-        SPANS_PER_TRACE,
-        "{when}: {api} answered OK with {} of the {SPANS_PER_TRACE} spans of acknowledged trace {trace:x} (seed {seed})",
+        expected,
+        "{when}: {api} answered OK with {} of the {expected} spans of acknowledged trace {trace:x} (seed {seed})",
         spans.len()
     );
 }
@@ -223,6 +333,7 @@ fn assert_whole(messages: &[TracesData], trace: u128, api: &str, when: &str, see
 async fn jaeger_whole(
     client: &mut TraceReaderClient<Channel>,
     batch: &[u128],
+    spans: u64,
     when: &str,
     seed: u64,
 ) {
@@ -254,7 +365,7 @@ async fn jaeger_whole(
     }
     for &trace in batch {
         let messages = by_trace.remove(&trace).unwrap_or_default();
-        assert_whole(&messages, trace, "Jaeger GetTraces", when, seed);
+        assert_whole(&messages, trace, spans, "Jaeger GetTraces", when, seed);
     }
     assert!(
         by_trace.is_empty(),
@@ -262,7 +373,7 @@ async fn jaeger_whole(
     );
 }
 
-fn tempo_whole(http: SocketAddr, trace: u128, when: &str, seed: u64) {
+fn tempo_whole(http: SocketAddr, trace: u128, spans: u64, when: &str, seed: u64) {
     let path = format!("/api/v2/traces/{trace:032x}");
     let response = http_request(
         http,
@@ -281,5 +392,5 @@ fn tempo_whole(http: SocketAddr, trace: u128, when: &str, seed: u64) {
     );
     let decoded = TraceByIdResponse::decode(response.body.as_slice()).expect("TraceByIDResponse");
     let messages: Vec<TracesData> = decoded.trace.into_iter().collect();
-    assert_whole(&messages, trace, "Tempo", when, seed);
+    assert_whole(&messages, trace, spans, "Tempo", when, seed);
 }
