@@ -63,7 +63,7 @@ use quarantine::Quarantined;
 pub use quarantine::QUARANTINE_DIR;
 use retention::Retention;
 use scheduler::CompactionScheduler;
-pub use search::SearchSnapshot;
+pub use search::{SearchSnapshot, TagValues, ValuesLimit};
 pub use stats::EngineStats;
 use stats::{add, Counters};
 pub use walk::{Candidate, Candidates, WalkStats};

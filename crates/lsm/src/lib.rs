@@ -73,7 +73,8 @@ pub use budget::{MemoryBudget, Permit};
 pub use compaction::{CompactionOptions, CompactionTask};
 pub use engine::{
     Candidate, Candidates, Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks,
-    SearchSnapshot, SkippedFile, Snapshot, TraceLookup, WalkStats, QUARANTINE_DIR,
+    SearchSnapshot, SkippedFile, Snapshot, TagValues, TraceLookup, ValuesLimit, WalkStats,
+    QUARANTINE_DIR,
 };
 pub use error::{Backpressure, Error, Result};
 pub use memtable::MemTableOptions;

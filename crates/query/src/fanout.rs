@@ -70,7 +70,10 @@ pub use members::{
 
 use crate::{
     error::Error,
-    read::{Answer, Dependencies, FoundTrace, Reads, TagKeys, TagValues},
+    read::{
+        tag_values_cut, Answer, Dependencies, FoundTrace, Reads, TagKeys, TagValues,
+        TAG_VALUES_MAX_BYTES,
+    },
     search::{Match, Search},
     service::{proto_scope, PARTIAL_REASON_HEADER},
 };
@@ -838,12 +841,14 @@ impl Reads for NodeReads {
         key: String,
         range: TimeRange,
         query: String,
+        limit: usize,
     ) -> Result<Answer<TagValues>, Error> {
         let request = GetTagValuesRequest {
             scope: proto_scope(scope).into(),
             key,
             window: Some(window(range)),
             query,
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
         };
         let gathered = self
             .ask(|mut client| {
@@ -867,7 +872,27 @@ impl Reads for NodeReads {
                 }
             })
             .await;
-        gathered.answer(|g| union(g.answered().cloned()))
+        let mut answer = gathered.answer(|g| union(g.answered().cloned()))?;
+        // The nodes' answers together: the same limits as one node's.
+        let values = &mut answer.value;
+        let mut bytes: usize = values.iter().map(|(v, _)| v.len()).sum();
+        while limit > 0 && values.len() > limit {
+            if let Some((v, _)) = values.pop_last() {
+                bytes -= v.len();
+            }
+        }
+        let mut cut = false;
+        while bytes > TAG_VALUES_MAX_BYTES {
+            cut = true;
+            match values.pop_last() {
+                Some((v, _)) => bytes -= v.len(),
+                None => break,
+            }
+        }
+        if cut && !answer.partial.contains(&tag_values_cut()) {
+            answer.partial.push(tag_values_cut());
+        }
+        Ok(answer)
     }
 
     async fn dependencies(&self, range: TimeRange) -> Result<Answer<Dependencies>, Error> {

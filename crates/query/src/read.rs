@@ -29,7 +29,7 @@ use std::{
 use bytes::Bytes;
 use tracedb_lsm::{
     index::{SearchQuery, TagScope, TraceHit, ValueKind},
-    Engine, SearchSnapshot, SkippedFile, Span, TimeRange, TraceId,
+    Engine, SearchSnapshot, SkippedFile, Span, TimeRange, TraceId, ValuesLimit,
 };
 
 use crate::{
@@ -72,17 +72,34 @@ pub trait Reads: Send + Sync + 'static {
 
     /// Values of attribute `key` (in `scope`, or either) in `range`, with
     /// their types, of traces that can match `query` (TraceQL, possibly
-    /// unfinished; see [`crate::search::narrowing`]).
+    /// unfinished; see [`crate::search::narrowing`]): at most `limit` of
+    /// them when it is not 0 (as asked, so not partial). Past
+    /// [`TAG_VALUES_MAX_BYTES`] of values the answer stops there and is
+    /// partial.
     async fn tag_values(
         &self,
         scope: Option<TagScope>,
         key: String,
         range: TimeRange,
         query: String,
+        limit: usize,
     ) -> Result<Answer<TagValues>, Error>;
 
     /// Calls from one service to another in `range`: (parent, child) -> count.
     async fn dependencies(&self, range: TimeRange) -> Result<Answer<Dependencies>, Error>;
+}
+
+/// The most bytes of values a tag-values answer holds; past it the answer
+/// stops and is partial. Tempo's `max_bytes_per_tag_values_query` defaults
+/// to the same, and stops there too (without saying so).
+pub const TAG_VALUES_MAX_BYTES: usize = 1_000_000;
+
+/// The partial reason of a tag-values answer cut at [`TAG_VALUES_MAX_BYTES`].
+pub fn tag_values_cut() -> String {
+    format!(
+        "tag values stop at {TAG_VALUES_MAX_BYTES} bytes of values; \
+         narrow them with q, a shorter time range or limit"
+    )
 }
 
 /// Attribute keys with the scope each was seen in.
@@ -210,14 +227,25 @@ impl Reads for LocalReads {
         key: String,
         range: TimeRange,
         query: String,
+        limit: usize,
     ) -> Result<Answer<TagValues>, Error> {
         let needs = crate::search::narrowing(&query);
-        self.blocking(move |engine| {
-            engine
-                .tag_values(scope, &key, range, &needs)
-                .map(Answer::whole)
+        let most = ValuesLimit {
+            values: limit,
+            bytes: TAG_VALUES_MAX_BYTES,
+        };
+        let found = self
+            .blocking(move |engine| engine.tag_values(scope, &key, range, &needs, most))
+            .await?;
+        let asked = limit > 0 && found.values.len() >= limit;
+        Ok(Answer {
+            partial: if found.stopped && !asked {
+                vec![tag_values_cut()]
+            } else {
+                Vec::new()
+            },
+            value: found.values,
         })
-        .await
     }
 
     async fn dependencies(&self, range: TimeRange) -> Result<Answer<Dependencies>, Error> {

@@ -296,7 +296,13 @@ impl QueryService for QueryApi {
         };
         let values = self
             .reads
-            .tag_values(scope, r.key, window(r.window.as_ref()), r.query)
+            .tag_values(
+                scope,
+                r.key,
+                window(r.window.as_ref()),
+                r.query,
+                r.limit as usize,
+            )
             .await?;
         Ok(answer(values, "GetTagValues", |values| {
             let (names, types) = values

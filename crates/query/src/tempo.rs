@@ -312,6 +312,18 @@ fn count_param(
     }
 }
 
+/// The tag-values `limit` parameter: 0 (or absent) for none, as in Tempo.
+/// `maxStaleValues`, Tempo's hint to stop early, is accepted and not needed:
+/// a block whose values are all known already is not read.
+fn values_limit(params: &HashMap<String, String>) -> Result<usize> {
+    match params.get("limit").map(String::as_str) {
+        None | Some("") => Ok(0),
+        Some(v) => v
+            .parse::<usize>()
+            .map_err(|_| bad(format!("limit must be a number, got {v:?}"))),
+    }
+}
+
 /// The search `params` ask for: TraceQL in `q`, or the legacy parameters.
 fn search_request(params: &HashMap<String, String>) -> Result<Search> {
     let range = time_range(params)?;
@@ -507,11 +519,16 @@ fn keywords(names: &[&str]) -> Typed {
 /// narrows attribute values to traces that can match it. Fields the index
 /// does not keep (event, link and scope attributes, status messages) have no
 /// values listed.
+///
+/// `limit` (0: none) keeps that many values, as Tempo's `limit` parameter
+/// does; without it an attribute's values stop at
+/// [`read::TAG_VALUES_MAX_BYTES`] and the answer is partial.
 async fn values(
     cell: &ReadsCell,
     tag: &str,
     range: TimeRange,
     query: &str,
+    limit: usize,
 ) -> Result<(Typed, Vec<String>)> {
     let reads = reads(cell)?;
     match tag {
@@ -528,7 +545,10 @@ async fn values(
             return Ok((keywords(&kinds), Vec::new()));
         }
         "name" | "span:name" => {
-            let (names, partial) = noted(reads.span_names(range).await?, "span names");
+            let (mut names, partial) = noted(reads.span_names(range).await?, "span names");
+            if limit > 0 {
+                names.truncate(limit);
+            }
             return Ok((names.into_iter().map(|n| (n, "string")).collect(), partial));
         }
         _ => {}
@@ -552,7 +572,7 @@ async fn values(
     }
     let (values, partial) = noted(
         reads
-            .tag_values(scope, key.to_owned(), range, query.to_owned())
+            .tag_values(scope, key.to_owned(), range, query.to_owned(), limit)
             .await?,
         "tag values",
     );
@@ -572,7 +592,8 @@ async fn tag_values_v2(
 ) -> Result<Response> {
     let range = time_range(&params)?;
     let query = params.get("q").map_or("", String::as_str);
-    let (values, partial) = values(&cell, &tag, range, query).await?;
+    let limit = values_limit(&params)?;
+    let (values, partial) = values(&cell, &tag, range, query, limit).await?;
     let values: Vec<Value> = values
         .into_iter()
         .map(|(value, kind)| json!({ "type": kind, "value": value }))
@@ -589,7 +610,8 @@ async fn tag_values_v1(
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response> {
     let range = time_range(&params)?;
-    let (values, partial) = values(&cell, &tag, range, "").await?;
+    let limit = values_limit(&params)?;
+    let (values, partial) = values(&cell, &tag, range, "", limit).await?;
     let mut values: Vec<String> = values.into_iter().map(|(v, _)| v).collect();
     values.dedup();
     Ok(marked(

@@ -288,7 +288,11 @@ impl Engine {
     }
 
     /// Values of `key` (in `scope`, or either), with their types, of parts
-    /// overlapping `range` that meet `needs` (see [`index::tag_values`]).
+    /// overlapping `range` that meet `needs` (see [`index::tag_values`]),
+    /// until `limit` is reached: the buffers first, then the files newest
+    /// first, each a block at a time, so a key with a value per trace stops
+    /// after a few blocks. [`TagValues::stopped`] says whether it did.
+    ///
     /// A block whose digest rules out `needs` or lacks the key is not read;
     /// nor is one whose digest lists only values already answered, nor one
     /// that lies inside `range` whose digest lists the key's values, when
@@ -299,18 +303,28 @@ impl Engine {
         key: &str,
         range: TimeRange,
         needs: &[OpNeed],
-    ) -> Result<BTreeSet<(String, ValueKind)>> {
+        limit: ValuesLimit,
+    ) -> Result<TagValues> {
         let expire_before = self.inner.retention.expire_before();
         let (start, end) = (
             range.start_unix_nano.max(expire_before),
             range.end_unix_nano,
         );
         let (buffers, snapshot) = self.buffer_sets();
-        let mut out = index::tag_values(&buffers, scope, key, start, end, needs);
+        let mut out = TagValues::new(limit);
+        out.extend(index::tag_values(&buffers, scope, key, start, end, needs));
         let terms: Vec<NeedTerms> = needs.iter().map(NeedTerms::new).collect();
-        for file in self.files_in(&snapshot, range) {
+        let mut files = self.files_in(&snapshot, range);
+        files.sort_by_key(|f| std::cmp::Reverse(f.table().meta().max_time_unix_nano));
+        for file in files {
+            if out.stopped {
+                break;
+            }
             let index = self.file_index(file)?;
             for (b, d) in index.blocks.iter().enumerate() {
+                if out.stopped {
+                    break;
+                }
                 if !overlaps(d, range, expire_before) || !terms.iter().all(|t| t.may_meet(d)) {
                     continue;
                 }
@@ -336,7 +350,7 @@ impl Engine {
                             .as_deref()
                             .unwrap_or_default()
                             .iter()
-                            .all(|v| out.contains(&(v.to_string(), t.kind)))
+                            .all(|v| out.values.contains(&(v.to_string(), t.kind)))
                     });
                 if nothing_new {
                     continue;
@@ -353,6 +367,7 @@ impl Engine {
                 }
             }
         }
+        out.finish();
         Ok(out)
     }
 
@@ -636,5 +651,69 @@ mod tests {
         small.insert(9, set(1), one);
         assert!(small.get(9).is_none());
         assert_eq!(small.bytes, 0);
+    }
+}
+
+/// How many values [`Engine::tag_values`] gathers before it stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValuesLimit {
+    /// At most this many values; 0 for no limit.
+    pub values: usize,
+    /// Stop once the values hold this many bytes in all; 0 for no limit.
+    pub bytes: usize,
+}
+
+impl ValuesLimit {
+    pub const NONE: ValuesLimit = ValuesLimit {
+        values: 0,
+        bytes: 0,
+    };
+}
+
+/// Values of a key, and whether gathering them stopped at a
+/// [`ValuesLimit`] (more may exist).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagValues {
+    /// At most `limit.values` of them, of at most `limit.bytes` in all
+    /// (each when not 0), sorted.
+    pub values: BTreeSet<(String, ValueKind)>,
+    /// Bytes of the values' text.
+    pub bytes: usize,
+    /// A limit was reached before every block was read.
+    pub stopped: bool,
+    limit: ValuesLimit,
+}
+
+impl TagValues {
+    fn new(limit: ValuesLimit) -> Self {
+        TagValues {
+            values: BTreeSet::new(),
+            bytes: 0,
+            stopped: false,
+            limit,
+        }
+    }
+
+    fn extend(&mut self, values: impl IntoIterator<Item = (String, ValueKind)>) {
+        for v in values {
+            let len = v.0.len();
+            if self.values.insert(v) {
+                self.bytes += len;
+            }
+        }
+        let ValuesLimit { values, bytes } = self.limit;
+        self.stopped =
+            (values > 0 && self.values.len() >= values) || (bytes > 0 && self.bytes >= bytes);
+    }
+
+    /// Keeps at most `limit.values` values, of at most `limit.bytes`.
+    fn finish(&mut self) {
+        let ValuesLimit { values, bytes } = self.limit;
+        while (values > 0 && self.values.len() > values) || (bytes > 0 && self.bytes > bytes) {
+            match self.values.pop_last() {
+                Some((v, _)) => self.bytes -= v.len(),
+                None => break,
+            }
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::{collections::BTreeSet, path::Path, sync::Arc};
 use bytes::Bytes;
 use tracedb_lsm::{
     index::{read_sidecar, OpNeed, SearchQuery, SummarySet, TagScope},
-    Engine, ScopeGroup, Span, SpanId, SsTable, TimeRange, TraceId, WalkStats,
+    Engine, ScopeGroup, Span, SpanId, SsTable, TimeRange, TraceId, ValuesLimit, WalkStats,
 };
 use tracedb_proto::wire::put_varint;
 
@@ -604,11 +604,44 @@ fn tag_keys_and_values_from_the_digests_are_those_of_the_parts() {
         for key in ["tenant", "user", "nothing"] {
             for needs in [&[][..], &needs[..]] {
                 for scope in [None, Some(TagScope::Span), Some(TagScope::Resource)] {
-                    let got = engine.tag_values(scope, key, range, needs).expect("values");
+                    let got = engine
+                        .tag_values(scope, key, range, needs, ValuesLimit::NONE)
+                        .expect("values");
                     let want = whole.tag_values(scope, key, start, end, needs);
-                    assert_eq!(got, want, "{key} {scope:?} {needs:?} {range:?}");
+                    assert_eq!(got.values, want, "{key} {scope:?} {needs:?} {range:?}");
+                    assert!(!got.stopped);
                     if key == "user" && scope != Some(TagScope::Resource) {
-                        users_seen += got.len();
+                        users_seen += got.values.len();
+                    }
+                    // Limited: some of the same values, and a mark when more
+                    // may exist.
+                    let five = ValuesLimit {
+                        values: 5,
+                        bytes: 0,
+                    };
+                    let some = engine
+                        .tag_values(scope, key, range, needs, five)
+                        .expect("values");
+                    assert!(some.values.is_subset(&want), "{key} {range:?}");
+                    assert_eq!(some.values.len(), want.len().min(5), "{key} {range:?}");
+                    assert_eq!(some.stopped, want.len() >= 5, "{key} {range:?}");
+                    let text: usize = want.iter().map(|(v, _)| v.len()).sum();
+                    let bytes = ValuesLimit {
+                        values: 0,
+                        bytes: 40,
+                    };
+                    let some = engine
+                        .tag_values(scope, key, range, needs, bytes)
+                        .expect("values");
+                    assert!(some.values.is_subset(&want), "{key} {range:?}");
+                    assert_eq!(some.stopped, text >= 40, "{key} {range:?}");
+                    let kept: usize = some.values.iter().map(|(v, _)| v.len()).sum();
+                    assert!(kept <= 40 && kept == some.bytes, "{key} {range:?}: {kept}");
+                    if text > 200 {
+                        assert!(
+                            some.values.len() < want.len(),
+                            "{key} {range:?}: stopped early"
+                        );
                     }
                 }
             }

@@ -416,6 +416,7 @@ async fn query_service_lists_what_the_search_index_holds() {
             key: "service.name".into(),
             window: None,
             query: String::new(),
+            limit: 0,
         })
         .await
         .expect("values")
@@ -437,12 +438,26 @@ async fn query_service_lists_what_the_search_index_holds() {
                 key: "service.name".into(),
                 window: None,
                 query: typed.into(),
+                limit: 0,
             })
             .await
             .expect("values")
             .into_inner();
         assert_eq!(values.names, expected, "{typed}");
     }
+    // A limit keeps that many, as asked: not a partial answer.
+    let one = query
+        .get_tag_values(GetTagValuesRequest {
+            scope: TagScope::Resource.into(),
+            key: "service.name".into(),
+            window: None,
+            query: String::new(),
+            limit: 1,
+        })
+        .await
+        .expect("values");
+    assert!(one.metadata().get("tracedb-partial").is_none());
+    assert_eq!(one.into_inner().names.len(), 1);
     let dependencies = query
         .get_dependencies(all)
         .await

@@ -6,7 +6,7 @@ use prost::Message;
 use serde_json::Value;
 use tracedb_proto::trace::v1::TracesData;
 
-use crate::harness::{http_request, request, spans_of, HttpResponse, Server};
+use crate::harness::{http_request, request, spans_of, string_kv, HttpResponse, Server};
 
 const TRACE: u128 = 0x5b8e_fff7_9803_8103_d269_b633_813f_c60c;
 const HEX: &str = "5b8efff798038103d269b633813fc60c";
@@ -230,6 +230,12 @@ async fn tempo_api_serves_traces_search_and_tags() {
         serde_json::json!({ "type": "int", "value": "0" }),
         "{v}"
     );
+    // `limit` keeps that many, as asked: not a partial answer.
+    let r = get(&server, "/api/v2/search/tag/span.n/values?limit=2", "*/*");
+    assert_eq!(r.header("tracedb-partial"), None);
+    assert_eq!(json(&r)["tagValues"].as_array().map(Vec::len), Some(2));
+    let r = get(&server, "/api/v2/search/tag/span.n/values?limit=x", "*/*");
+    assert_eq!(r.status, 400);
     let v = json(&get(&server, "/api/v2/search/tag/status/values", "*/*"));
     assert_eq!(
         v["tagValues"],
@@ -269,4 +275,38 @@ async fn tempo_api_serves_traces_search_and_tags() {
             .is_some_and(|t| t.contains(&serde_json::json!("rootServiceName"))),
         "{v}"
     );
+}
+
+/// A key with a value per trace (a user or order ID) has more values than an
+/// answer can carry: the values stop at about a megabyte, as Tempo's do, and
+/// the answer says it is partial (Tempo's does not).
+#[tokio::test]
+async fn tag_values_stop_at_a_megabyte_and_say_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path());
+    let mut ingest = server.ingest().await;
+    // 12,000 values of 100 bytes: 1.2 MB.
+    for batch in 0..12u128 {
+        let traces: Vec<u128> = (batch * 1_000 + 1..=batch * 1_000 + 1_000).collect();
+        let mut sent = request("orders", &traces, 1);
+        for span in &mut sent.resource_spans[0].scope_spans[0].spans {
+            let t = u128::from_be_bytes(span.trace_id[..].try_into().expect("16 bytes"));
+            span.attributes
+                .push(string_kv("order.key", &format!("{t:0>100}")));
+        }
+        ingest.export(sent).await.expect("export");
+    }
+    let r = get(&server, "/api/v2/search/tag/span.order.key/values", "*/*");
+    assert_eq!(r.status, 200);
+    let partial = r.header("tracedb-partial-reason").unwrap_or_default();
+    assert!(partial.contains("1000000 bytes"), "{:?}", r.headers);
+    let values = json(&r)["tagValues"].as_array().map_or(0, Vec::len);
+    assert!((10_000..12_000).contains(&values), "{values} values");
+    // What fits is answered whole.
+    let r = get(
+        &server,
+        "/api/v2/search/tag/resource.service.name/values",
+        "*/*",
+    );
+    assert_eq!(r.header("tracedb-partial"), None, "{:?}", r.headers);
 }
