@@ -1,5 +1,5 @@
 //! The flush sort: spans by trace ID with a strict less; in place
-//! (`sort_by_trace_id`, which the flush used to do on a copy of its buffer),
+//! (`sort_by_trace_id`, for comparison: docs/decisions/0016-flush-sorts-keys.md),
 //! and as the flush does it now (`sorted_by_trace_id`: keys sorted, spans
 //! referenced).
 //!

@@ -291,10 +291,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
 /// Requests leave on a timetable; latency counts from the scheduled time.
 ///
 /// The timetable is kept by a thread of its own sleeping with the kernel's
-/// timer, not by tokio's, whose sleeps end on whole-millisecond ticks: with
-/// tokio's timer a request left 1.1 ms late at the median (measured at 70 k
-/// spans/s), and that lateness, the generator's and not the server's, was
-/// inside every latency. What lateness is left is reported as the send lag.
+/// timer, not by tokio's, whose sleeps end on whole-millisecond ticks and
+/// would put the generator's lateness inside every latency
+/// (docs/decisions/0025-loadgen-timetable-thread.md). What lateness is left
+/// is reported as the send lag.
 async fn open_loop(
     args: &Args,
     workload: &Arc<Workload>,

@@ -91,15 +91,15 @@ impl Default for CompactionOptions {
     fn default() -> Self {
         CompactionOptions {
             levels: 5,
-            // 32 and not 4: a level-0 merge writes the run that two merges
-            // wrote before (4 flushes, then 8 of those runs), so each span is
-            // rewritten once less (docs/BENCHMARKS.md, "Level-0 trigger 32").
+            // 32: a level-0 merge writes level 1's runs of 32 flushes
+            // directly, so a span takes one merge to get there
+            // (docs/decisions/0022-level-0-trigger-32.md).
             l0_trigger_files: 32,
             l0_quiet: Duration::from_secs(60),
             // Above level 1's 8 runs of 32 flushes: merged by count, not bytes.
             level_base_bytes: 2 << 30,
-            // 8 and not 4: a level fewer per partition, a third less
-            // compaction CPU per span (docs/BENCHMARKS.md, "Size ratio 8").
+            // 8: few levels per partition, so few rewrites per span
+            // (docs/decisions/0018-size-ratio-8.md).
             size_ratio: 8,
             target_file_bytes: 64 << 20,
             partition: Duration::from_secs(3600),

@@ -66,7 +66,7 @@
 //! An fdatasync after an append must also commit the file's new size and
 //! blocks to the file system's journal; one after an overwrite of blocks the
 //! file already has commits data alone, and costs about a quarter less (see
-//! `docs/BENCHMARKS.md`, "Zero-filled WAL segments"). So
+//! `docs/decisions/0017-zero-filled-wal-segments.md`). So
 //! [`Wal::delete_segments_before`] keeps up to [`MAX_SPARES`] of the segments
 //! it removes, the newest, as *spare* files (`{id:020}.wal.spare`, which the
 //! segment listing ignores), and the sync thread starts its next segment in a

@@ -8,8 +8,8 @@
 //! [`Writeback`] instead asks the kernel to start writing each [`STEP`] as soon
 //! as it is written, so the device sees a file's bytes at the pace they are
 //! produced and the final fsync finds little left to do. It does not wait for
-//! the writes: an earlier version waited for each step before the next, with
-//! the same export latency and flushes held up on the disk.
+//! the writes: waiting for each step gives the same export latency and holds
+//! flushes up on the disk (`docs/decisions/0012-paced-writeback-and-stepped-deletes.md`).
 //!
 //! The calls are `sync_file_range(2)`, which is Linux only and needs `unsafe`
 //! (it is a plain system call on a file descriptor the caller owns). Elsewhere

@@ -19,8 +19,7 @@
 //! threads go back to the default ([`use_default_slice`]); [`spawn`] starts
 //! a thread that way and returns once the thread has its slice. On a kernel
 //! without custom slices the value is ignored; on other systems the call does
-//! nothing. Measured in `docs/BENCHMARKS.md`, "Short slices for the
-//! threads an export waits on".
+//! nothing. Measured in `docs/decisions/0027-short-time-slices.md`.
 //!
 //! The `imp` module, two system calls, is the crate's only `unsafe` code.
 

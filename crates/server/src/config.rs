@@ -45,7 +45,7 @@ const MAX_MESSAGE_BYTES_LIMIT: u64 = 128 << 20;
 /// What the server holds besides admitted requests and buffered spans under
 /// heavy ingest: flush and compaction working memory, cached summaries, the
 /// runtime and the binary. About 180 MB measured at max ingest
-/// (docs/BENCHMARKS.md, "Resident memory held to `--max-memory`").
+/// (docs/decisions/0014-resident-memory-held-to-budget.md).
 const WORKING_SET_BYTES: u64 = 192 << 20;
 
 /// Everything `tracedb serve` can be told.
