@@ -50,14 +50,14 @@ use bytes::Bytes;
 use tonic::{codegen::http::uri::PathAndQuery, transport::Channel, Code, Response, Status};
 use tracedb_ingest::{scan_export_request, TimeRules};
 use tracedb_lsm::{
-    index::{SearchQuery, TagScope, TraceHit, ValueKind},
+    index::{TagScope, ValueKind},
     Span, TimeRange, TraceId,
 };
 use tracedb_proto::{
     codec::{RawCodec, RawRequest},
     query::v1::{
         query_service_client::QueryServiceClient, GetOperationsRequest, GetTagValuesRequest,
-        GetTraceRequest, SearchTracesRequest, Tag, TagScope as ProtoTagScope, TimeWindow,
+        GetTraceRequest, SearchTracesRequest, TagScope as ProtoTagScope, TimeWindow,
     },
 };
 
@@ -716,47 +716,6 @@ impl Reads for NodeReads {
         })
     }
 
-    async fn search(&self, query: SearchQuery) -> Result<Answer<Vec<TraceHit>>, Error> {
-        let limit = match query.limit {
-            0 => 20,
-            n => n,
-        };
-        let request = SearchTracesRequest {
-            service: query.service.clone(),
-            operation: query.operation.clone(),
-            start_time_unix_nano: query.start_min,
-            end_time_unix_nano: query.start_max,
-            min_duration_nanos: query.duration_min,
-            max_duration_nanos: query.duration_max,
-            limit: u32::try_from(limit).unwrap_or(u32::MAX),
-            query: String::new(),
-            spans_per_spanset: 0,
-            tags: query
-                .tags
-                .iter()
-                .map(|(key, value)| Tag {
-                    key: key.clone(),
-                    value: value.clone(),
-                })
-                .collect(),
-        };
-        let gathered = self
-            .ask(|mut client| {
-                let request = request.clone();
-                async move { Ok(with_partial(client.search_traces(request).await?)) }
-            })
-            .await;
-        gathered.answer(|gathered| {
-            merge_rows(
-                &gathered.groups,
-                hit,
-                |h| (h.trace_id, h.start_unix_nano, h.span_count),
-                combine,
-                limit,
-            )
-        })
-    }
-
     async fn find(&self, search: Search) -> Result<Answer<Vec<Match>>, Error> {
         if crate::search::per_span_only(&search.query.query) {
             self.find_per_span(&search).await
@@ -988,56 +947,10 @@ fn merge_rows<T>(
     rows
 }
 
-/// A node's search row as a hit; `None` for a row without a usable ID.
-fn hit(row: &tracedb_proto::query::v1::TraceSummary) -> Option<TraceHit> {
-    let nonempty = |s: &String| (!s.is_empty()).then(|| s.clone());
-    Some(TraceHit {
-        trace_id: TraceId::from_slice(&row.trace_id)?,
-        start_unix_nano: row.start_time_unix_nano,
-        end_unix_nano: row.start_time_unix_nano.saturating_add(row.duration_nanos),
-        span_count: row.span_count,
-        error_count: row.error_span_count,
-        root_service: nonempty(&row.root_service),
-        root_name: nonempty(&row.root_name),
-        services: row.services.clone(),
-    })
-}
-
-/// Adds `other`, another part of the same trace, to `hit`.
-fn combine(hit: &mut TraceHit, other: &TraceHit) {
-    hit.start_unix_nano = hit.start_unix_nano.min(other.start_unix_nano);
-    hit.end_unix_nano = hit.end_unix_nano.max(other.end_unix_nano);
-    hit.span_count += other.span_count;
-    hit.error_count += other.error_count;
-    if hit.root_service.is_none() {
-        hit.root_service.clone_from(&other.root_service);
-        hit.root_name.clone_from(&other.root_name);
-    }
-    let services: BTreeSet<String> = hit
-        .services
-        .drain(..)
-        .chain(other.services.iter().cloned())
-        .collect();
-    hit.services = services.into_iter().collect();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use tracedb_lsm::SpanId;
-
-    fn row(id: u8, start: u64, spans: u64, root: &str) -> TraceHit {
-        TraceHit {
-            trace_id: TraceId([id; 16]),
-            start_unix_nano: start,
-            end_unix_nano: start + 10,
-            span_count: spans,
-            error_count: 1,
-            root_service: (!root.is_empty()).then(|| root.to_owned()),
-            root_name: (!root.is_empty()).then(|| "GET /".to_owned()),
-            services: vec![format!("svc-{id}")],
-        }
-    }
 
     #[test]
     fn node_answers_are_cut_into_spans_and_unreadable_ones_are_named() {
@@ -1071,17 +984,5 @@ mod tests {
             "{left_out:?}"
         );
         assert!(spans_of(&[Bytes::from_static(&[0x0a, 0x05, 1])], &mut out).is_err());
-    }
-
-    #[test]
-    fn parts_of_a_trace_combine_into_one_row() {
-        let mut a = row(1, 100, 3, "");
-        let mut b = row(1, 90, 2, "front");
-        b.services = vec!["back".into()];
-        combine(&mut a, &b);
-        assert_eq!((a.start_unix_nano, a.end_unix_nano), (90, 110));
-        assert_eq!((a.span_count, a.error_count), (5, 2));
-        assert_eq!(a.root_service.as_deref(), Some("front"));
-        assert_eq!(a.services, ["back", "svc-1"]);
     }
 }

@@ -28,7 +28,7 @@ use std::{
 
 use bytes::Bytes;
 use tracedb_lsm::{
-    index::{SearchQuery, TagScope, TraceHit, ValueKind},
+    index::{TagScope, ValueKind},
     Engine, SearchSnapshot, SkippedFile, Span, TimeRange, TraceId, ValuesLimit,
 };
 
@@ -44,9 +44,6 @@ use crate::{
 pub trait Reads: Send + Sync + 'static {
     /// A whole trace, or why not: see the module documentation.
     async fn trace(&self, trace_id: TraceId, range: TimeRange) -> Result<FoundTrace, Error>;
-
-    /// Traces matching `query`, newest first, at most `query.limit`.
-    async fn search(&self, query: SearchQuery) -> Result<Answer<Vec<TraceHit>>, Error>;
 
     /// The newest traces a TraceQL search matches, at most `search.limit`,
     /// with their matched spansets ([`crate::search`]).
@@ -170,11 +167,6 @@ impl Reads for LocalReads {
                 }
             }
         })
-    }
-
-    async fn search(&self, query: SearchQuery) -> Result<Answer<Vec<TraceHit>>, Error> {
-        self.blocking(move |engine| engine.search(&query).map(Answer::whole))
-            .await
     }
 
     async fn find(&self, search: Search) -> Result<Answer<Vec<Match>>, Error> {

@@ -886,7 +886,7 @@ pub fn combine(m: &mut Match, other: &Match, spans_per_spanset: usize) {
 pub mod legacy {
     use tracedb_traceql::ast::{
         Attribute, BinaryOp, CmpOp, FieldExpr, Intrinsic, Pipeline, Query, Scope, SpansetExpr,
-        Stage, Static,
+        SpansetOp, Stage, Static,
     };
 
     fn cmp(op: CmpOp, lhs: FieldExpr, rhs: Static) -> FieldExpr {
@@ -963,6 +963,31 @@ pub mod legacy {
             FieldExpr::Attribute(Attribute::Intrinsic(field)),
             Static::Duration(nanos),
         )
+    }
+
+    /// The conditions joined with `&&` in one field expression (all on the
+    /// same span); `None` without conditions.
+    pub fn all(conds: Vec<FieldExpr>) -> Option<FieldExpr> {
+        join(BinaryOp::And, conds)
+    }
+
+    /// `{ a } && { b } && ...`: a span of the trace meets each condition
+    /// (not necessarily the same span); `{ }` without conditions.
+    pub fn each(conds: Vec<FieldExpr>) -> Query {
+        let filters = conds.into_iter().map(SpansetExpr::Filter);
+        let expr = filters
+            .reduce(|lhs, rhs| SpansetExpr::Binary {
+                op: SpansetOp::And,
+                lhs: Box::new(lhs),
+                rhs: Box::new(rhs),
+            })
+            .unwrap_or(SpansetExpr::Filter(FieldExpr::Static(Static::Bool(true))));
+        Query {
+            pipeline: Pipeline {
+                stages: vec![Stage::Spansets(expr)],
+            },
+            most_recent: false,
+        }
     }
 
     /// One spanset filter of every condition (each on the same span); `None`

@@ -12,7 +12,7 @@ use std::{pin::Pin, sync::Arc};
 
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status};
-use tracedb_lsm::index::{SearchQuery, TagScope};
+use tracedb_lsm::index::TagScope;
 use tracedb_lsm::{SkippedFile, TimeRange, TraceId};
 use tracedb_proto::{
     codec::EncodedMessage,
@@ -24,11 +24,15 @@ use tracedb_proto::{
     },
     query_service_server::QueryService,
 };
+use tracedb_traceql::{
+    ast::{CmpOp, Intrinsic},
+    Compiled,
+};
 
 use crate::{
     error::Error,
     read::{self, Answer, Reads},
-    search::Search,
+    search::{legacy, Search},
     traces_data::MAX_MESSAGE_BYTES,
 };
 
@@ -168,39 +172,67 @@ impl QueryService for QueryApi {
         if !r.query.trim().is_empty() {
             return self.search_traceql(r).await;
         }
-        let q = SearchQuery {
-            service: r.service,
-            operation: r.operation,
-            tags: r.tags.into_iter().map(|t| (t.key, t.value)).collect(),
-            start_min: r.start_time_unix_nano,
-            start_max: r.end_time_unix_nano,
-            duration_min: r.min_duration_nanos,
-            duration_max: r.max_duration_nanos,
-            limit: (r.limit as usize).min(crate::jaeger::MAX_SEARCH_DEPTH),
-            ..SearchQuery::default()
-        };
-        let hits = self.reads.search(q).await?;
-        if hits.is_partial() {
-            read::note_partial(read::Api::Grpc, &"SearchTraces", &hits.partial);
+        // The fields' meaning, as TraceQL: `{ service && operation }` (one
+        // span has both), `&& { tag }` for each tag (any span or resource),
+        // `&& { traceDuration >= min && traceDuration <= max }`; answered by
+        // the same newest-first search as a query.
+        let mut filters = Vec::new();
+        let mut span = Vec::new();
+        if !r.service.is_empty() {
+            span.push(legacy::service(&r.service));
         }
-        let traces = hits
+        if !r.operation.is_empty() {
+            span.push(legacy::span_name(&r.operation));
+        }
+        filters.extend(legacy::all(span));
+        filters.extend(r.tags.iter().map(|t| legacy::tag(&t.key, &t.value)));
+        let mut lasts = Vec::new();
+        for (nanos, op) in [
+            (r.min_duration_nanos, CmpOp::Ge),
+            (r.max_duration_nanos, CmpOp::Le),
+        ] {
+            if nanos != 0 {
+                lasts.push(legacy::duration(Intrinsic::TraceDuration, op, nanos));
+            }
+        }
+        filters.extend(legacy::all(lasts));
+        let query = legacy::each(filters);
+        if r.start_time_unix_nano != 0
+            && r.end_time_unix_nano != 0
+            && r.start_time_unix_nano > r.end_time_unix_nano
+        {
+            return Err(Error::TimeRange {
+                start: r.start_time_unix_nano,
+                end: r.end_time_unix_nano,
+            }
+            .into());
+        }
+        let search = Search {
+            text: query.to_string(),
+            query: Arc::new(Compiled::new(query).map_err(|e| Status::internal(e.to_string()))?),
+            start_unix_nano: r.start_time_unix_nano,
+            end_unix_nano: r.end_time_unix_nano,
+            limit: match r.limit {
+                0 => 20,
+                n => (n as usize).min(crate::jaeger::MAX_SEARCH_DEPTH),
+            },
+            spans_per_spanset: 1,
+        };
+        let found = self.reads.find(search).await?;
+        if found.is_partial() {
+            read::note_partial(read::Api::Grpc, &"SearchTraces", &found.partial);
+        }
+        let traces = found
             .value
-            .into_iter()
-            .map(|h| TraceSummary {
-                trace_id: h.trace_id.0.to_vec().into(),
-                duration_nanos: h.duration_nanos(),
-                root_service: h.root_service.unwrap_or_default(),
-                root_name: h.root_name.unwrap_or_default(),
-                start_time_unix_nano: h.start_unix_nano,
-                span_count: h.span_count,
-                error_span_count: h.error_count,
-                services: h.services,
+            .iter()
+            .map(|m| TraceSummary {
                 spansets: Vec::new(),
+                ..crate::search::to_proto(m)
             })
             .collect();
         Ok(marked(
             Response::new(SearchTracesResponse { traces }),
-            &hits.partial,
+            &found.partial,
         ))
     }
 

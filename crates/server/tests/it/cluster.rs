@@ -9,10 +9,11 @@
 
 use std::time::{Duration, Instant};
 
-use tracedb_lsm::{index::SearchQuery, TimeRange, TraceId};
+use tracedb_lsm::{TimeRange, TraceId};
 use tracedb_query::{
     fanout::NodeReads,
     read::{Answer, Reads},
+    search::Search,
     Error,
 };
 
@@ -40,17 +41,15 @@ async fn export(server: &Server, service: &str, spans: Vec<tracedb_proto::trace:
     server.ingest().await.export(request).await.expect("export");
 }
 
-fn search_all() -> SearchQuery {
-    SearchQuery {
-        service: String::new(),
-        operation: String::new(),
-        tags: Vec::new(),
-        start_min: 0,
-        start_max: 0,
-        duration_min: 0,
-        duration_max: 0,
+/// `{ }`: the newest 20 traces.
+fn search_all() -> Search {
+    Search {
+        query: tracedb_query::search::compile("{ }").expect("compiles"),
+        text: "{ }".into(),
+        start_unix_nano: 0,
+        end_unix_nano: 0,
         limit: 20,
-        ..SearchQuery::default()
+        spans_per_spanset: 1,
     }
 }
 
@@ -84,7 +83,7 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
         Err(Error::NotFound(_))
     ));
 
-    let found = tier.search(search_all()).await.expect("search");
+    let found = tier.find(search_all()).await.expect("search");
     assert!(!found.is_partial());
     let rows: Vec<(TraceId, u64)> = found
         .value
@@ -99,7 +98,7 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
     // TraceQL whose conditions hold on one span: the node holding a
     // matching span finds the trace, and a split trace's matched spans are
     // the union of its parts'.
-    let traceql = |q: &str| tracedb_query::search::Search {
+    let traceql = |q: &str| Search {
         query: tracedb_query::search::compile(q).expect("valid TraceQL"),
         text: q.to_owned(),
         start_unix_nano: 0,
@@ -178,7 +177,7 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
         .expect("from group a");
     assert_eq!(whole.spans().len(), 4);
     assert!(!whole.is_partial(), "{:?}", whole.partial());
-    let found = patient.search(search_all()).await.expect("search");
+    let found = patient.find(search_all()).await.expect("search");
     assert!(!found.is_partial(), "{:?}", found.partial);
     assert_eq!(found.value.len(), 2);
     assert!(
@@ -196,11 +195,7 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
         .expect("ONE_NODE");
     assert_eq!(whole.spans().len(), 2);
     assert!(!whole.is_partial(), "{:?}", whole.partial());
-    assert!(!tier
-        .search(search_all())
-        .await
-        .expect("search")
-        .is_partial());
+    assert!(!tier.find(search_all()).await.expect("search").is_partial());
 
     // And group b's node hung: what a2 holds comes back marked partial,
     // naming both nodes; what only a1 and b1 hold is UNAVAILABLE, not
@@ -219,7 +214,7 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
         Err(Error::Unavailable(why)) => assert!(why.contains(&b1.addr.to_string()), "{why}"),
         other => panic!("ONE_NODE with its nodes down: {other:?}"),
     }
-    let listed = tier.search(search_all()).await.expect("search");
+    let listed = tier.find(search_all()).await.expect("search");
     assert!(listed.is_partial());
     assert!(
         started.elapsed() < Duration::from_secs(5),
