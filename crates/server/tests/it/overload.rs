@@ -324,3 +324,156 @@ async fn a_process_over_its_memory_limit_narrows_admission_to_the_floor() {
         assert_eq!(spans_of(&messages).len(), 100, "trace {n}");
     }
 }
+
+/// The resident memory of process `pid` in bytes: (anonymous now, all of it
+/// now, the peak of all of it so far). Pages of the sorted files a search
+/// maps are in the last two: page cache, which the kernel takes back before
+/// anything else.
+fn rss(pid: u32) -> (u64, u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let kib = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{name} in /proc/{pid}/status"))
+            * 1024
+    };
+    (kib("RssAnon:"), kib("VmRSS:"), kib("VmHWM:"))
+}
+
+/// `--max-memory` holds with searches too: exports at full speed from
+/// several streams while four clients search at once (the newest traces,
+/// a query that matches nothing and so reads every block, an aggregate over
+/// many traces, tag names, the values of a key with a value per trace). The
+/// server's peak resident memory (`VmHWM`) stays inside the budget; searches
+/// the budget cannot hold now are refused retryably (503), never answered
+/// by growing past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peak_memory_stays_inside_the_budget_under_ingest_and_concurrent_searches() {
+    use std::{
+        sync::atomic::{AtomicBool, AtomicU64, Ordering},
+        time::{Duration, Instant},
+    };
+
+    use crate::harness::{http_request, string_kv};
+
+    const BUDGET: u64 = 512 << 20;
+    const STREAMS: u128 = 6;
+    let seconds = std::env::var("TRACEDB_MEMORY_TEST_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(25u64);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Arc::new(Server::start_with(dir.path(), &["--max-memory", "512MiB"]));
+    let pid = server.pid();
+    let running = Arc::new(AtomicBool::new(true));
+    let mut streams = Vec::new();
+    for stream in 0..STREAMS {
+        let (server, running) = (server.clone(), running.clone());
+        streams.push(tokio::spawn(async move {
+            let mut client = server.ingest().await;
+            let mut taken = 0u64;
+            let mut n = 0u128;
+            while running.load(Ordering::Relaxed) {
+                let traces: Vec<u128> = (0..50).map(|i| (stream + 1) << 64 | (n + i)).collect();
+                n += 50;
+                let mut sent = request("memory", &traces, 8);
+                for span in &mut sent.resource_spans[0].scope_spans[0].spans {
+                    let t = u128::from_be_bytes(span.trace_id[..].try_into().expect("16 bytes"));
+                    span.attributes
+                        .push(string_kv("user.id", &format!("user-{t:x}")));
+                    // Each trace starts a microsecond after the one before,
+                    // as traces do (the newest-first search stops by start).
+                    let later = (n as u64 * 8 + stream as u64) * 1_000;
+                    span.start_time_unix_nano += later;
+                    span.end_time_unix_nano += later;
+                }
+                match client.export(sent).await {
+                    Ok(_) => taken += 1,
+                    Err(status) => {
+                        assert_eq!(status.code(), tonic::Code::Unavailable, "{status}");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+            }
+            taken
+        }));
+    }
+
+    let paths = [
+        "/api/search?q=%7B%7D&limit=300&spss=100",
+        "/api/search?q=%7Bspan.user.id%3D%22nobody%22%7D&limit=20",
+        "/api/search?q=%7B%20%7D%20%7C%20count()%20%3E%203&limit=300",
+        "/api/v2/search/tags",
+        "/api/v2/search/tag/span.user.id/values",
+        "/api/v2/search/tag/span.http.route/values",
+    ];
+    // TRACEDB_MEMORY_TEST_BASELINE=1: no searches, for the peak of the
+    // ingest alone (the test then fails on its count of searches).
+    let baseline = std::env::var_os("TRACEDB_MEMORY_TEST_BASELINE").is_some();
+    let (answered, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut searchers = Vec::new();
+    for client in 0..4 {
+        let (http, running) = (server.http, running.clone());
+        let (answered, refused) = (answered.clone(), refused.clone());
+        searchers.push(tokio::task::spawn_blocking(move || {
+            // Searches begin once some files exist.
+            let begin = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < begin || baseline {
+                if !running.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let mut i = client;
+            while running.load(Ordering::Relaxed) {
+                let path = paths[i % paths.len()];
+                i += 1;
+                let r = http_request(http, "GET", path, &[], b"").expect("search");
+                match r.status {
+                    200 => answered.fetch_add(1, Ordering::Relaxed),
+                    503 => refused.fetch_add(1, Ordering::Relaxed),
+                    other => panic!("{path}: {other} {}", String::from_utf8_lossy(&r.body)),
+                };
+            }
+        }));
+    }
+
+    let ends = Instant::now() + Duration::from_secs(seconds);
+    let mut anon = 0;
+    while Instant::now() < ends {
+        anon = anon.max(rss(pid).0);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (_, _, peak) = rss(pid);
+    running.store(false, Ordering::Relaxed);
+    let mut taken = 0;
+    for s in streams {
+        taken += s.await.expect("stream");
+    }
+    for s in searchers {
+        s.await.expect("searcher");
+    }
+    let (answered, refused) = (
+        answered.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed),
+    );
+    eprintln!(
+        "memory: anonymous peak {} MiB (sampled every 20 ms), VmHWM {} MiB with mapped files, of {} MiB; {taken} exports taken; {answered} searches answered, {refused} refused",
+        anon >> 20,
+        peak >> 20,
+        BUDGET >> 20
+    );
+    assert!(
+        taken > 100,
+        "too little ingest to test anything: {taken} exports"
+    );
+    assert!(answered >= 50, "too few searches answered: {answered}");
+    assert!(
+        anon <= BUDGET,
+        "resident anonymous memory {} MiB over --max-memory {} MiB",
+        anon >> 20,
+        BUDGET >> 20
+    );
+}
