@@ -197,6 +197,7 @@ impl QueryService for QueryApi {
                 error_span_count: h.error_count,
                 services: h.services,
                 spansets: Vec::new(),
+                service_stats: Vec::new(),
             })
             .collect();
         Ok(marked(
