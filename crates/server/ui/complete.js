@@ -82,8 +82,12 @@ export function attachCompletion(input, list, source) {
       if (ctx.type === 'name') {
         const names = await source.names();
         const p = ctx.partial.toLowerCase();
+        // Names that start with what was typed first, shortest first; then
+        // those that only contain it.
+        const rank = (n) => (n.name.toLowerCase().startsWith(p) ? 0 : 1);
         found = names
           .filter((n) => n.name.toLowerCase().startsWith(p) || (p.length > 1 && n.name.toLowerCase().includes(p)))
+          .sort((a, b) => rank(a) - rank(b) || a.name.length - b.name.length || (a.name < b.name ? -1 : 1))
           .slice(0, 100)
           .map((n) => ({ label: n.name, kind: n.scope, insert: `${n.name} ` }));
       } else {
