@@ -100,7 +100,31 @@ pub struct Match {
     pub root_name: Option<String>,
     /// Services of the trace, sorted.
     pub services: Vec<String>,
+    /// Spans and error spans per service, sorted by service (`""` for spans
+    /// without one): Tempo's `serviceStats`.
+    pub service_stats: Vec<ServiceStats>,
     pub spansets: Vec<MatchedSpanset>,
+}
+
+/// The spans of one service in a matched trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceStats {
+    pub service: String,
+    pub spans: u64,
+    pub errors: u64,
+}
+
+/// `stats` with `more` added, service by service, sorted by service.
+fn add_stats(stats: &mut Vec<ServiceStats>, more: &[ServiceStats]) {
+    for m in more {
+        match stats.binary_search_by(|s| s.service.as_str().cmp(&m.service)) {
+            Ok(i) => {
+                stats[i].spans += m.spans;
+                stats[i].errors += m.errors;
+            }
+            Err(i) => stats.insert(i, m.clone()),
+        }
+    }
 }
 
 impl Search {
@@ -231,6 +255,10 @@ fn match_bytes(m: &Match) -> usize {
     let field = |f: &Field| f.key.len() + f.value.len() + f.kind.len() + 72;
     std::mem::size_of::<Match>()
         + m.services.iter().map(|s| s.len() + 24).sum::<usize>()
+        + m.service_stats
+            .iter()
+            .map(|s| s.service.len() + std::mem::size_of::<ServiceStats>())
+            .sum::<usize>()
         + m.spansets
             .iter()
             .map(|set| {
@@ -295,6 +323,22 @@ fn matched(search: &Search, trace: &Trace, sets: Vec<tracedb_traceql::Spanset>) 
         .collect();
     services.sort();
     services.dedup();
+    let mut per_service: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+    for span in &trace.spans {
+        let counts = per_service
+            .entry(span.service().unwrap_or_default())
+            .or_default();
+        counts.0 += 1;
+        counts.1 += u64::from(span.status == tracedb_traceql::ast::Status::Error);
+    }
+    let service_stats = per_service
+        .into_iter()
+        .map(|(service, (spans, errors))| ServiceStats {
+            service: service.to_owned(),
+            spans,
+            errors,
+        })
+        .collect();
     let spansets = sets
         .into_iter()
         .map(|set| MatchedSpanset {
@@ -329,6 +373,7 @@ fn matched(search: &Search, trace: &Trace, sets: Vec<tracedb_traceql::Spanset>) 
         root_service: trace.root_service().map(str::to_owned),
         root_name: trace.root_name().map(str::to_owned),
         services,
+        service_stats,
         spansets,
     }
 }
@@ -784,6 +829,15 @@ pub fn to_proto(m: &Match) -> proto::TraceSummary {
         span_count: m.span_count,
         error_span_count: m.error_count,
         services: m.services.clone(),
+        service_stats: m
+            .service_stats
+            .iter()
+            .map(|s| proto::ServiceStats {
+                service: s.service.clone(),
+                span_count: s.spans,
+                error_span_count: s.errors,
+            })
+            .collect(),
         spansets: m
             .spansets
             .iter()
@@ -842,6 +896,20 @@ pub fn from_proto(row: &proto::TraceSummary) -> Option<Match> {
         root_service: nonempty(&row.root_service),
         root_name: nonempty(&row.root_name),
         services: row.services.clone(),
+        service_stats: {
+            let mut stats = Vec::new();
+            let rows: Vec<ServiceStats> = row
+                .service_stats
+                .iter()
+                .map(|s| ServiceStats {
+                    service: s.service.clone(),
+                    spans: s.span_count,
+                    errors: s.error_span_count,
+                })
+                .collect();
+            add_stats(&mut stats, &rows);
+            stats
+        },
         spansets,
     })
 }
@@ -863,6 +931,7 @@ pub fn combine(m: &mut Match, other: &Match, spans_per_spanset: usize) {
     m.services.extend(other.services.iter().cloned());
     m.services.sort();
     m.services.dedup();
+    add_stats(&mut m.service_stats, &other.service_stats);
     match (m.spansets.first_mut(), other.spansets.first()) {
         (Some(mine), Some(theirs)) => {
             mine.matched += theirs.matched;
@@ -1128,6 +1197,23 @@ mod tests {
                 "query {query:?}, limit {limit}"
             );
             assert_eq!(got.value, want, "query {query:?}");
+            for m in &got.value {
+                // serviceStats counts every span once, under its service.
+                let stats = &m.service_stats;
+                assert_eq!(stats.iter().map(|s| s.spans).sum::<u64>(), m.span_count);
+                assert_eq!(stats.iter().map(|s| s.errors).sum::<u64>(), m.error_count);
+                assert!(stats.windows(2).all(|w| w[0].service < w[1].service));
+                // Through a node's answer to the tier and back; two parts of
+                // a trace add up service by service.
+                let wire = super::from_proto(&super::to_proto(m)).expect("round trip");
+                assert_eq!(&wire, m);
+                let mut twice = wire.clone();
+                super::combine(&mut twice, m, 1000);
+                assert_eq!(twice.service_stats.len(), stats.len());
+                for (a, b) in twice.service_stats.iter().zip(stats) {
+                    assert_eq!((a.spans, a.errors), (2 * b.spans, 2 * b.errors));
+                }
+            }
             answered += usize::from(!want.is_empty());
         }
         assert!(answered > 50, "only {answered} queries matched anything");

@@ -6,7 +6,7 @@
 //! | `GET /api/echo` | `echo` |
 //! | `GET /api/v2/traces/{id}` | `Accept: application/protobuf`: a message wire-compatible with Tempo's `TraceByIDResponse` (field 1 = the trace as OTLP `TracesData`); otherwise `{"trace": {"resourceSpans": [...]}}` (OTLP/JSON) |
 //! | `GET /api/traces/{id}` | the trace alone: `TracesData` in protobuf, `{"batches": [...]}` in JSON |
-//! | `GET /api/search` | `{"traces": [{traceID, rootServiceName, rootTraceName, startTimeUnixNano, durationMs, spanSets: [{spans: [{spanID, name, startTimeUnixNano, durationNanos, attributes}], matched}]}], "metrics": {...}}` |
+//! | `GET /api/search` | `{"traces": [{traceID, rootServiceName, rootTraceName, startTimeUnixNano, durationMs, serviceStats: {service: {spanCount, errorCount}}, spanSets: [{spans: [{spanID, name, startTimeUnixNano, durationNanos, attributes}], matched}]}], "metrics": {...}}` |
 //! | `GET /api/v2/search/tags`, `/api/search/tags` | tag names (by scope in v2) |
 //! | `GET /api/v2/search/tag/{tag}/values`, `/api/search/tag/{tag}/values` | tag values |
 //!
@@ -411,6 +411,19 @@ async fn search(
             if let Some(name) = &m.root_name {
                 t["rootTraceName"] = json!(name);
             }
+            // Tempo's serviceStats; as in its JSON, a zero errorCount is left out.
+            let stats: serde_json::Map<String, Value> = m
+                .service_stats
+                .iter()
+                .map(|s| {
+                    let mut v = json!({ "spanCount": s.spans });
+                    if s.errors > 0 {
+                        v["errorCount"] = json!(s.errors);
+                    }
+                    (s.service.clone(), v)
+                })
+                .collect();
+            t["serviceStats"] = Value::Object(stats);
             if let Some(first) = sets.first() {
                 t["spanSet"] = first.clone();
             }

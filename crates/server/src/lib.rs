@@ -8,7 +8,8 @@
 //!    `DependencyReader`), `grpc.health.v1.Health` and reflection. On the HTTP
 //!    address: OTLP/HTTP `POST /v1/traces`, [`ops`]' `GET /metrics` and
 //!    `GET /ready`, and the Grafana Tempo API (`tracedb_query::tempo`:
-//!    `/api/traces`, `/api/v2/traces`, `/api/search`, tags). `services` builds
+//!    `/api/traces`, `/api/v2/traces`, `/api/search`, tags), and the trace
+//!    viewer that reads it at `GET /` ([`ui`]). `services` builds
 //!    both; the query services are [`deferred`] until the engine exists
 //!    (like everything that waits for the engine: the Tempo API, `/metrics`'
 //!    engine counters and ingest, through `tracedb_proto::start::StartCell`).
@@ -49,6 +50,7 @@ mod sampler;
 mod services;
 pub mod tier;
 pub mod tls;
+pub mod ui;
 
 use std::{future::Future, sync::Arc, time::Instant};
 
@@ -150,7 +152,7 @@ pub async fn serve(
         tls = %tls_mode,
         data_dir = %config.data_dir.display(),
         max_memory = %config.max_memory,
-        "tracedb listening (grpc: OTLP TraceService, QueryService, Jaeger TraceReader and DependencyReader, health, reflection; http: POST /v1/traces, GET /metrics, GET /ready, Tempo /api)"
+        "tracedb listening (grpc: OTLP TraceService, QueryService, Jaeger TraceReader and DependencyReader, health, reflection; http: POST /v1/traces, GET /metrics, GET /ready, Tempo /api, the viewer at GET /)"
     );
 
     // 4. On the signal: refuse exports, stop accepting, finish in-flight

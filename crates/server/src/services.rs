@@ -1,6 +1,6 @@
 //! What the two listeners serve: the gRPC services (OTLP ingest, the query
 //! API, Jaeger remote storage, health, reflection) and the HTTP routes
-//! (OTLP/HTTP, `/metrics` and `/ready`, the Tempo API). The query services
+//! (OTLP/HTTP, `/metrics` and `/ready`, the Tempo API, the trace viewer). The query services
 //! are registered before the engine exists and answer once it is open.
 
 use std::{sync::Arc, time::Duration};
@@ -19,7 +19,7 @@ use tracedb_query::{
     JaegerStorage, QueryApi,
 };
 
-use crate::{config::Config, deferred::Deferred, memory, ops, tls::HandshakeLog};
+use crate::{config::Config, deferred::Deferred, memory, ops, tls::HandshakeLog, ui};
 
 type IngestServer = TraceServiceServer<OtlpTraceService>;
 type QueryServer = QueryServiceServer<QueryApi>;
@@ -139,8 +139,8 @@ pub(crate) fn reflection() -> anyhow::Result<tonic::service::Routes> {
     Ok(tonic::service::Routes::new(reflection_v1).add_service(reflection_v1alpha))
 }
 
-/// The HTTP server's routes: OTLP/HTTP, `/metrics` and `/ready`, and the Tempo
-/// API, which answers once `tempo` is set.
+/// The HTTP server's routes: OTLP/HTTP, `/metrics` and `/ready`, the Tempo
+/// API, which answers once `tempo` is set, and the trace viewer that reads it.
 pub(crate) fn http_router(
     ingest: &Arc<Ingest>,
     engine: &StartCell<Arc<Engine>>,
@@ -156,4 +156,5 @@ pub(crate) fn http_router(
             tls_handshakes,
         }))
         .merge(tracedb_query::tempo::router(tempo.clone()))
+        .merge(ui::router())
 }

@@ -8,7 +8,8 @@
 //! over [`tracedb_query::read::Reads`]): on the gRPC address
 //! `tracedb.query.v1.QueryService`, Jaeger's `TraceReader` and
 //! `DependencyReader`, health and reflection; on the HTTP address the Tempo
-//! API, `GET /metrics` and `GET /ready`. An export sent to it is refused with
+//! API, the trace viewer (`GET /`, [`crate::ui`]), `GET /metrics` and
+//! `GET /ready`. An export sent to it is refused with
 //! a message naming the Collector (UNIMPLEMENTED on gRPC, 404 on HTTP), never
 //! dropped.
 //!
@@ -109,19 +110,21 @@ pub async fn serve(
         .serve_grpc(query.clone().add_to(grpc_router), stopped(stop_rx.clone()));
 
     let serving = Arc::new(AtomicBool::new(false));
-    let http_router = tracedb_query::tempo::router(query.tempo.clone()).merge(
-        Router::new()
-            .route("/metrics", get(metrics))
-            .route("/ready", get(ready))
-            .route(
-                "/v1/traces",
-                axum::routing::post(|| async { (StatusCode::NOT_FOUND, NO_INGEST) }),
-            )
-            .with_state(TierState {
-                nodes: nodes.clone(),
-                serving: serving.clone(),
-            }),
-    );
+    let http_router = tracedb_query::tempo::router(query.tempo.clone())
+        .merge(
+            Router::new()
+                .route("/metrics", get(metrics))
+                .route("/ready", get(ready))
+                .route(
+                    "/v1/traces",
+                    axum::routing::post(|| async { (StatusCode::NOT_FOUND, NO_INGEST) }),
+                )
+                .with_state(TierState {
+                    nodes: nodes.clone(),
+                    serving: serving.clone(),
+                }),
+        )
+        .merge(crate::ui::router());
     let http_task = Incoming::http(listeners.http, tls.as_ref())?
         .serve_http(http_router, stopped(stop_rx.clone()));
     let resolver = tokio::spawn({
@@ -141,7 +144,7 @@ pub async fn serve(
         node_tls = config.node_tls_ca.is_some(),
         groups = ?config.groups(),
         node_timeout_ms = config.node_timeout_ms,
-        "tracedb query listening (grpc: QueryService, Jaeger TraceReader and DependencyReader, health, reflection; http: Tempo /api, GET /metrics, GET /ready)"
+        "tracedb query listening (grpc: QueryService, Jaeger TraceReader and DependencyReader, health, reflection; http: Tempo /api, the viewer at GET /, GET /metrics, GET /ready)"
     );
 
     shutdown.await;

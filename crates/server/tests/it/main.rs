@@ -23,3 +23,4 @@ mod tempo;
 mod time_rules;
 mod tls;
 mod traceql;
+mod ui;

@@ -154,6 +154,11 @@ async fn tempo_api_serves_traces_search_and_tags() {
     assert_eq!(traces[0]["traceID"], HEX);
     assert_eq!(traces[0]["rootServiceName"], "checkout");
     assert_eq!(traces[0]["rootTraceName"], "op-0");
+    // Tempo's serviceStats: every span of the service, each one an error.
+    assert_eq!(
+        traces[0]["serviceStats"],
+        serde_json::json!({ "checkout": { "spanCount": 5, "errorCount": 5 } })
+    );
     assert!(traces[0]["startTimeUnixNano"]
         .as_str()
         .is_some_and(|s| s.parse::<u64>().is_ok()));

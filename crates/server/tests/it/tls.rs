@@ -480,6 +480,13 @@ async fn mutual_tls_needs_a_client_certificate_from_the_client_ca() {
     ];
     let mut traces = python_sdk_round_trip(&server, "grpc", &env, dir.path()).await;
     traces.extend(python_sdk_round_trip(&server, "http", &env, dir.path()).await);
+    // The trace viewer and the API it reads are on the same HTTPS listener.
+    let tls = server.tls.as_ref().expect("TLS");
+    for path in ["/", "/ui/app.js", "/api/v2/search/tags"] {
+        let r = crate::harness::https_request(server.http, tls, "GET", path, &[], b"")
+            .expect("HTTPS with a client certificate");
+        assert_eq!(r.status, 200, "{path}");
+    }
     let (ok, out, err) = tracedb(&[
         "get",
         &format!("{:032x}", traces[0]),

@@ -1,0 +1,244 @@
+//! The trace viewer (`GET /`, `crates/server/src/ui.rs`): its routes and
+//! headers, on a node and on the query tier; and the page itself in headless
+//! Chromium, driven by Playwright for Python (`tests/browser/ui_test.py`),
+//! over traces the Python SDK exported (`tests/browser/export_ui_traces.py`).
+//!
+//! With `TRACEDB_UPDATE_SCREENSHOTS=1` the browser test writes its screenshots
+//! of the search page and of a trace to `docs/img/`, where the README shows
+//! them.
+
+use std::{
+    io::Read,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use crate::{
+    harness::{http_request, HttpResponse, Server},
+    python_sdk::python,
+};
+
+fn get(server: &Server, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
+    http_request(server.http, "GET", path, headers, b"").expect("GET")
+}
+
+/// The page's own headers: a CSP that allows no inline script or style,
+/// nosniff, an ETag that revalidates.
+fn assert_viewer_headers(r: &HttpResponse, content_type: &str) {
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some(content_type));
+    let csp = r.header("content-security-policy").expect("a CSP");
+    for directive in [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "connect-src 'self'",
+        "frame-ancestors 'none'",
+    ] {
+        assert!(csp.contains(directive), "{directive} in {csp}");
+    }
+    assert!(!csp.contains("unsafe"), "{csp}");
+    assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+    assert_eq!(r.header("cache-control"), Some("no-cache"));
+    assert!(r.header("etag").is_some_and(|e| e.starts_with('"')));
+}
+
+/// What a page or module names by relative URL: `src="…"`, `href="…"` and
+/// `from './x.js'`.
+fn references(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (open, close) in [("src=\"", '"'), ("href=\"", '"'), ("from './", '\'')] {
+        let mut rest = text;
+        while let Some(at) = rest.find(open) {
+            rest = &rest[at + open.len()..];
+            let end = rest.find(close).expect("closed");
+            let url = &rest[..end];
+            if !url.starts_with('#') && !url.starts_with("${") {
+                out.push(if open.starts_with("from") {
+                    format!("ui/{url}")
+                } else {
+                    url.to_owned()
+                });
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_viewer_is_served_at_the_root_of_a_node_and_of_the_query_tier() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Server::start(&dir.path().join("data"));
+    let tier = Server::start_tier(&[&[&node]], &[]);
+    for server in [&node, &tier] {
+        let page = get(server, "/", &[]);
+        assert_viewer_headers(&page, "text/html; charset=utf-8");
+        let html = String::from_utf8(page.body.clone()).expect("UTF-8");
+        assert!(html.contains("<title>tracedb</title>"), "{html}");
+        // No inline script or style: the CSP would refuse them anyway.
+        assert!(!html.contains(" style="), "an inline style");
+        assert!(
+            html.matches("<script").count() == html.matches("<script type=\"module\" src=").count(),
+            "an inline script"
+        );
+        assert!(!html.contains("http://") && !html.contains("https://"));
+
+        // Everything the page loads, and every module those load, is served
+        // with its type; nothing is fetched from elsewhere.
+        let mut pending = references(&html);
+        let mut seen = Vec::new();
+        while let Some(url) = pending.pop() {
+            if seen.contains(&url) {
+                continue;
+            }
+            assert!(
+                url.starts_with("ui/"),
+                "{url} is not one of the page's files"
+            );
+            let r = get(server, &format!("/{url}"), &[]);
+            let kind = match url.rsplit('.').next() {
+                Some("js") => "text/javascript; charset=utf-8",
+                Some("css") => "text/css; charset=utf-8",
+                Some("svg") => "image/svg+xml",
+                other => panic!("unexpected asset type {other:?}"),
+            };
+            assert_viewer_headers(&r, kind);
+            let text = String::from_utf8(r.body.clone()).expect("UTF-8");
+            assert!(
+                !text.contains("innerHTML") && !text.contains("insertAdjacentHTML"),
+                "{url} writes markup"
+            );
+            // (The icon's XML namespace is a name, not an address.)
+            assert!(
+                url.ends_with(".svg") || !text.contains("http://"),
+                "{url} names an http:// address"
+            );
+            pending.extend(references(&text));
+            seen.push(url);
+        }
+        assert!(seen.len() >= 10, "the page's files: {seen:?}");
+
+        // A cached copy is revalidated, and stays while unchanged.
+        let etag = page.header("etag").expect("etag").to_owned();
+        let again = get(server, "/", &[("If-None-Match", &etag)]);
+        assert_eq!(again.status, 304);
+        assert!(again.body.is_empty());
+        assert_eq!(get(server, "/", &[("If-None-Match", "\"x\"")]).status, 200);
+        assert_eq!(get(server, "/ui/nothing.js", &[]).status, 404);
+        // The API the page reads is beside it.
+        assert_eq!(get(server, "/api/echo", &[]).status, 200);
+    }
+}
+
+/// Chromium and Playwright, or a panic that says how to get them.
+fn browser() -> (PathBuf, PathBuf) {
+    let chromium = std::env::var_os("TRACEDB_TEST_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    assert!(
+        chromium.exists(),
+        "the trace viewer's browser test needs Chromium at {}: run scripts/test as root (it \
+         installs Debian's chromium with apt-get), `apt-get install chromium`, or set \
+         TRACEDB_TEST_CHROMIUM",
+        chromium.display()
+    );
+    let python = python();
+    let import = Command::new(&python)
+        .args(["-c", "import playwright.sync_api"])
+        .output()
+        .expect("run python");
+    assert!(
+        import.status.success(),
+        "the trace viewer's browser test needs Playwright for Python in {}: run scripts/test (it \
+         installs scripts/requirements-test.txt into .venv)\n{}",
+        python.display(),
+        String::from_utf8_lossy(&import.stderr)
+    );
+    (python, chromium)
+}
+
+/// Runs `command` to its end or `limit`, whichever comes first; its output.
+fn run_bounded(command: &mut Command, limit: Duration) -> (bool, String) {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pipe = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = r.read_to_string(&mut text);
+            text
+        })
+    };
+    let out = pipe(Box::new(child.stdout.take().expect("stdout")));
+    let err = pipe(Box::new(child.stderr.take().expect("stderr")));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = format!(
+        "{}{}",
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default()
+    );
+    match status {
+        Some(s) => (s.success(), text),
+        None => (false, format!("{text}\n(killed after {limit:?})")),
+    }
+}
+
+#[test]
+fn the_viewer_searches_and_shows_traces_in_a_real_browser() {
+    let (python, chromium) = browser();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let base = format!("http://{}", server.http);
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let ids = dir.path().join("ids.json");
+
+    let (ok, out) = run_bounded(
+        Command::new(&python)
+            .arg(scripts.join("export_ui_traces.py"))
+            .arg(&base)
+            .arg(&ids),
+        Duration::from_secs(120),
+    );
+    assert!(ok, "exporting with the Python SDK failed:\n{out}");
+
+    let shots = if std::env::var_os("TRACEDB_UPDATE_SCREENSHOTS").is_some_and(|v| v == "1") {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/img")
+    } else {
+        dir.path().join("shots")
+    };
+    std::fs::create_dir_all(&shots).expect("screenshot directory");
+    let (ok, out) = run_bounded(
+        Command::new(&python)
+            .arg(scripts.join("ui_test.py"))
+            .arg(&base)
+            .arg(&ids)
+            .arg(&shots)
+            .env("TRACEDB_TEST_CHROMIUM", &chromium),
+        Duration::from_secs(180),
+    );
+    assert!(ok, "the browser test failed:\n{out}");
+    assert!(out.contains("every check passed"), "{out}");
+    for shot in ["ui-search.png", "ui-trace.png"] {
+        let png = std::fs::read(shots.join(shot)).expect("a screenshot");
+        assert!(
+            png.starts_with(b"\x89PNG") && png.len() > 10_000,
+            "{shot}: {} bytes",
+            png.len()
+        );
+    }
+    eprintln!("{}", out.trim());
+}

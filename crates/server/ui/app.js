@@ -1,0 +1,43 @@
+// The trace viewer's entry point: routes the address's fragment to the
+// search page (`#/?q=...`) or a trace (`#/trace/<id>?span=<id>`).
+
+import { showSearch } from './search.js';
+import { openTrace } from './trace.js';
+
+const $ = (id) => document.getElementById(id);
+
+function route() {
+  const hash = location.hash || '#/';
+  const trace = /^#\/trace\/([^?]*)(?:\?(.*))?$/.exec(hash);
+  $('search-view').hidden = Boolean(trace);
+  $('trace-view').hidden = !trace;
+  if (trace) {
+    let id = trace[1];
+    try {
+      id = decodeURIComponent(id);
+    } catch {
+      // shown as typed; the server says it is not an ID
+    }
+    openTrace(id, new URLSearchParams(trace[2] || '').get('span') || undefined);
+  } else {
+    const at = hash.indexOf('?');
+    showSearch(new URLSearchParams(at >= 0 ? hash.slice(at + 1) : ''));
+  }
+}
+
+$('open-trace').addEventListener('submit', (e) => {
+  e.preventDefault();
+  const id = $('trace-id-input').value.trim();
+  if (id) location.hash = `#/trace/${encodeURIComponent(id)}`;
+});
+
+// A request that could not reach the server says so at the top of the page
+// until one gets through.
+addEventListener('tracedb:reachable', (e) => {
+  const banner = $('banner');
+  banner.hidden = !e.detail;
+  banner.textContent = e.detail ? e.detail.message : '';
+});
+
+addEventListener('hashchange', route);
+route();
