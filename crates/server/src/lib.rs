@@ -145,6 +145,12 @@ pub async fn serve(
     query.start(&engine);
     ingest.start(engine.clone());
     set_health(&health, tonic_health::ServingStatus::Serving).await;
+    // The search index's digests, read before the first search needs them.
+    let warm = engine.clone();
+    tokio::task::spawn_blocking(move || match warm.warm_index() {
+        Ok(files) => tracing::info!(files, "search index digests read"),
+        Err(e) => tracing::warn!(error = %e, "reading the search index digests"),
+    });
     let sampler = Sampler::spawn(ingest.budget().clone(), engine.clone(), governor.clone());
     tracing::info!(
         grpc = %grpc_addr,

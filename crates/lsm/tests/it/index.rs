@@ -735,3 +735,25 @@ fn a_damaged_block_is_walked_from_the_spans_and_its_sidecar_rebuilt_once() {
     assert_eq!(inode(), rebuilt, "rebuilt once");
     assert_eq!(stats.blocks_read, 10, "{stats:?}");
 }
+
+#[test]
+fn warming_reads_each_digest_once_and_the_walk_then_reads_none_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let at = |t: u128| T0 - 50 * SEC + t as u64 * 10_000_000;
+    {
+        let engine = blocks_of_16(dir.path());
+        for (from, to) in [(1, 100), (101, 200), (201, 300)] {
+            let spans: Vec<Span> = (from..=to).flat_map(|t| trace(t, at(t))).collect();
+            engine.write_blocking(spans).expect("write");
+            engine.flush().expect("flush");
+        }
+    }
+    let engine = blocks_of_16(dir.path());
+    let files = engine.stats().tables;
+    assert!(files >= 2, "{files} files");
+    assert_eq!(engine.warm_index().expect("warm"), files);
+    assert_eq!(engine.warm_index().expect("warm"), 0, "all cached");
+    let (found, _) = walk(&engine, &SearchQuery::default(), 5);
+    assert_eq!(found.len(), 5);
+    assert_eq!(engine.warm_index().expect("warm"), 0, "the walk read none anew");
+}
