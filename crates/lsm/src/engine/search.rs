@@ -476,7 +476,14 @@ impl Engine {
             if self.inner.closed.load(std::sync::atomic::Ordering::Acquire) {
                 break;
             }
-            if self.inner.summary_cache.digests.lock().get(file.id).is_none() {
+            if self
+                .inner
+                .summary_cache
+                .digests
+                .lock()
+                .get(file.id)
+                .is_none()
+            {
                 self.file_index(file)?;
                 read += 1;
             }

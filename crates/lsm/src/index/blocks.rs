@@ -68,8 +68,13 @@ pub mod term {
         mix(service.rotate_left(23) ^ name ^ 0x4f50_4f50_4f50_4f50)
     }
 
-    /// The service, name or (service, name) term of an operation with an
-    /// error span: `plain` is its term without the error.
+    /// A service's spans of one OTLP `SpanKind`.
+    pub fn service_kind(service: u64, kind: u8) -> u64 {
+        mix(service.rotate_left(17) ^ (u64::from(kind) << 56) ^ 0x4b49_4e44_4b49_4e44)
+    }
+
+    /// The service, name, (service, name) or (service, kind) term of an
+    /// operation with an error span: `plain` is its term without the error.
     pub fn with_error(plain: u64) -> u64 {
         mix(plain ^ 0x4552_524f_5245_5252)
     }
@@ -195,7 +200,12 @@ pub fn digest_of<'s>(
         for o in &p.ops {
             kinds |= kind_bit(o.kind);
             let (s, n) = (hash(o.service), hash(o.name));
-            let plain = [term::service(s), term::name(n), term::op(s, n)];
+            let plain = [
+                term::service(s),
+                term::name(n),
+                term::op(s, n),
+                term::service_kind(s, o.kind),
+            ];
             terms.extend(plain);
             if o.error {
                 terms.extend(plain.map(term::with_error));
@@ -267,6 +277,10 @@ impl NeedTerms {
             (Some(s), None) => all.push(term::service(h(s))),
             (None, Some(n)) => all.push(term::name(h(n))),
             (None, None) => {}
+        }
+        if let (Some(s), Some(k)) = (&need.service, need.kind) {
+            // One span is of the service and of the kind.
+            all.push(term::service_kind(h(s), k));
         }
         if need.error {
             // One span has the operation and the error.

@@ -33,10 +33,11 @@ const MAGIC: &[u8; 8] = b"TDB-IDX\0";
 /// 1: the body as is; 2: the body as one zstd frame, after its length; 3:
 /// as 2, with each trace's end as a duration and without its span list; 4:
 /// as 3, with each tag's value type; 5: parts in blocks newest first, each
-/// its own frame, after a digest of every block (`index::blocks`). Other
+/// its own frame, after a digest of every block (`index::blocks`); 6: as 5,
+/// with (service, kind) terms in each block's filter. Other
 /// versions are refused, so a store's older sidecars are rebuilt from their
 /// files when first read.
-const VERSION: u32 = 5;
+const VERSION: u32 = 6;
 /// zstd level of the digest and blocks: level 1 got within 1% of level 9
 /// (trace IDs and times, which hardly compress, are most of the bytes).
 const ZSTD_LEVEL: i32 = 1;

@@ -755,5 +755,57 @@ fn warming_reads_each_digest_once_and_the_walk_then_reads_none_again() {
     assert_eq!(engine.warm_index().expect("warm"), 0, "all cached");
     let (found, _) = walk(&engine, &SearchQuery::default(), 5);
     assert_eq!(found.len(), 5);
-    assert_eq!(engine.warm_index().expect("warm"), 0, "the walk read none anew");
+    assert_eq!(
+        engine.warm_index().expect("warm"),
+        0,
+        "the walk read none anew"
+    );
+}
+
+/// `span` with OTLP kind `kind` (a later field 6 wins, as protobuf reads it).
+fn of_kind(mut span: Span, kind: u64) -> Span {
+    let mut p = span.payload.to_vec();
+    put_varint(&mut p, 6 << 3);
+    put_varint(&mut p, kind);
+    span.payload = Bytes::from(p);
+    span
+}
+
+#[test]
+fn a_block_without_an_error_span_of_the_service_and_kind_is_not_read() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = blocks_of_16(dir.path());
+    let rare = service("rare");
+    // Every block has failed spans of "rare" and server spans of "rare";
+    // only the newest block (traces 49 to 64) has a failed server span of it.
+    let spans: Vec<Span> = (1..=64u128)
+        .flat_map(|t| {
+            let start = T0 - 50 * SEC + t as u64 * 10_000_000;
+            let mut spans = trace(t, start);
+            let lookup = otlp_span(&rare, t, 9, Some(1), "lookup", start + 1, 10);
+            if t > 48 {
+                spans.push(failed(lookup));
+            } else {
+                spans.push(failed(of_kind(lookup, 3)));
+                spans.push(otlp_span(&rare, t, 10, Some(1), "serve", start + 2, 10));
+            }
+            spans
+        })
+        .collect();
+    engine.write_blocking(spans).expect("write");
+    engine.flush().expect("flush");
+    let q = SearchQuery {
+        needs: vec![OpNeed {
+            service: Some("rare".into()),
+            kind: Some(2),
+            error: true,
+            ..OpNeed::default()
+        }],
+        ..SearchQuery::default()
+    };
+    let (found, stats) = walk(&engine, &q, usize::MAX);
+    let mut ids: Vec<u128> = found.iter().map(|f| f.0).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (49..=64).collect::<Vec<u128>>());
+    assert_eq!(stats.blocks_read, 1, "{stats:?}");
 }
