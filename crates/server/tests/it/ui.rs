@@ -3,6 +3,9 @@
 //! Chromium, driven by Playwright for Python (`tests/browser/ui_test.py`),
 //! over traces the Python SDK exported (`tests/browser/export_ui_traces.py`).
 //!
+//! A trace read through a query tier one of whose nodes did not answer is
+//! shown with the page's partial warning (`tests/browser/ui_partial_test.py`).
+//!
 //! With `TRACEDB_UPDATE_SCREENSHOTS=1` the browser test writes its screenshots
 //! of the search page and of a trace to `docs/img/`, where the README shows
 //! them.
@@ -15,7 +18,7 @@ use std::{
 };
 
 use crate::{
-    harness::{http_request, HttpResponse, Server},
+    harness::{http_request, request, HttpResponse, Server},
     python_sdk::python,
 };
 
@@ -241,4 +244,42 @@ fn the_viewer_searches_and_shows_traces_in_a_real_browser() {
         );
     }
     eprintln!("{}", out.trim());
+}
+
+#[test]
+fn the_viewer_warns_that_a_trace_is_partial_when_a_node_did_not_answer() {
+    const TRACE: u128 = 0x0a11_ce00_0000_0000_0000_0000_0000_0042;
+    let (python, chromium) = browser();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (
+        Server::start(&dir.path().join("a")),
+        Server::start(&dir.path().join("b")),
+    );
+    // One replica group of two nodes: with b down, no group answers in
+    // full, so a trace read from a alone may lack spans kept on b.
+    let tier = Server::start_tier(&[&[&a, &b]], &[]);
+    tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(async {
+            a.ingest()
+                .await
+                .export(request("partial", &[TRACE], 3))
+                .await
+        })
+        .expect("export to a");
+    let b_addr = b.addr.to_string();
+    let _b_port = b.kill9_keeping_port();
+
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let (ok, out) = run_bounded(
+        Command::new(&python)
+            .arg(scripts.join("ui_partial_test.py"))
+            .arg(format!("http://{}", tier.http))
+            .arg(format!("{TRACE:032x}"))
+            .arg(&b_addr)
+            .env("TRACEDB_TEST_CHROMIUM", &chromium),
+        Duration::from_secs(120),
+    );
+    assert!(ok, "the partial-trace browser test failed:\n{out}");
+    assert!(out.contains("every check passed"), "{out}");
 }
