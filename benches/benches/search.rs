@@ -165,11 +165,13 @@ fn bench(c: &mut Criterion) {
         stats.table_bytes,
         TRACES * SPANS_PER_TRACE
     );
-    let tables: Vec<std::path::PathBuf> = std::fs::read_dir(dir.path().join("tables"))
-        .expect("tables")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "sst"))
-        .collect();
+    let tables: Vec<std::path::PathBuf> =
+        std::fs::read_dir(tracedb_lsm::layout::tables_dir(dir.path()))
+            .expect("tables")
+            .map(|e| e.expect("entry"))
+            .filter(|e| tracedb_lsm::layout::table_id(&e.file_name().to_string_lossy()).is_some())
+            .map(|e| e.path())
+            .collect();
     assert!(!tables.is_empty(), "no sorted file");
     let mut group = c.benchmark_group("index_load");
     group

@@ -25,8 +25,8 @@ use bytes::Bytes;
 
 use crate::{
     batch::decode_batch,
-    compaction::table_path,
     error::{Error, Result},
+    layout::{self, table_path},
     manifest,
     table::SsTable,
     wal::segment,
@@ -131,10 +131,10 @@ pub fn check_data_dir(dir: &Path) -> Result<CheckReport> {
         ));
     }
     let mut report = CheckReport::default();
-    let tables_dir = dir.join("tables");
+    let tables_dir = layout::tables_dir(dir);
     let on_disk = list_tables(&tables_dir, &mut report)?;
 
-    let manifest_path = dir.join("MANIFEST");
+    let manifest_path = layout::manifest_path(dir);
     let live: Vec<(u64, Option<u64>)> = match manifest::read(&manifest_path) {
         Ok(Some((state, intact))) => {
             if state.torn_tail {
@@ -167,7 +167,7 @@ pub fn check_data_dir(dir: &Path) -> Result<CheckReport> {
         }
     };
 
-    let quarantine = dir.join("quarantine");
+    let quarantine = layout::quarantine_dir(dir);
     for &(id, size) in &live {
         let path = table_path(&tables_dir, id);
         if !path.exists() {
@@ -201,7 +201,7 @@ pub fn check_data_dir(dir: &Path) -> Result<CheckReport> {
         }
     }
 
-    let wal_dir = dir.join("wal");
+    let wal_dir = layout::wal_dir(dir);
     if wal_dir.is_dir() {
         check_wal(&wal_dir, &mut report)?;
     }
@@ -243,16 +243,13 @@ fn list_tables(dir: &Path, report: &mut CheckReport) -> Result<Vec<u64>> {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if name.ends_with(".tmp") {
+        if layout::is_tmp(&name) {
             report.note(
                 &entry.path(),
                 None,
                 "unfinished write of an interrupted flush or compaction; removed at the next open",
             );
-        } else if let Some(id) = name
-            .strip_suffix(".sst")
-            .and_then(|s| s.parse::<u64>().ok())
-        {
+        } else if let Some(id) = layout::table_id(&name) {
             ids.push(id);
         }
     }

@@ -58,7 +58,7 @@ mod rate;
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 pub use merge::MergeIterator;
-pub use output::{merge, table_path, MergeContext, MergeOutput};
+pub use output::{merge, MergeContext, MergeOutput};
 pub use rate::RateLimiter;
 
 use crate::version::{SortedRuns, TableFile, Version};

@@ -60,7 +60,6 @@ pub use flush::write_sorted_buffer;
 use flush::{FlushQueue, Task, FLUSH_RETRY};
 pub use options::{Clock, CrashPoint, EngineOptions, Hooks};
 use quarantine::Quarantined;
-pub use quarantine::QUARANTINE_DIR;
 use retention::Retention;
 use scheduler::CompactionScheduler;
 pub use search::{SearchSnapshot, TagValues, ValuesLimit};
@@ -74,6 +73,7 @@ use crate::{
     compaction::RateLimiter,
     error::{Backpressure, Error, Result},
     fault::Faults,
+    layout,
     manifest::Manifest,
     memtable::{MemTable, Sealed},
     span::{Span, TraceId},
@@ -225,7 +225,7 @@ struct DataDir {
 impl DataDir {
     fn open(opts: &EngineOptions, faults: &Faults) -> Result<DataDir> {
         let dir = &opts.data_dir;
-        let tables_dir = dir.join("tables");
+        let tables_dir = layout::tables_dir(dir);
         fs::create_dir_all(&tables_dir).map_err(|e| Error::io(&tables_dir, e))?;
         let lock = lock_data_dir(dir)?;
         let trash = Trash::open(dir)?;
@@ -241,7 +241,7 @@ impl DataDir {
         if !quarantined.is_empty() {
             tracing::warn!(
                 files = quarantined.len(),
-                dir = %dir.join(QUARANTINE_DIR).display(),
+                dir = %layout::quarantine_dir(dir).display(),
                 "damaged sorted files are in quarantine; lookups they may have answered are reported incomplete until they are removed"
             );
         }
@@ -273,7 +273,7 @@ impl Replayed {
         let mut sealed = Vec::new();
         let mut bytes = 0usize;
         let wal_opts = WalOptions {
-            dir: opts.data_dir.join("wal"),
+            dir: layout::wal_dir(&opts.data_dir),
             segment_bytes: opts.wal_segment_bytes,
             sync_thread_slice: opts.request_thread_slice,
             faults: faults.clone(),
@@ -750,7 +750,7 @@ impl Inner {
 }
 
 fn lock_data_dir(dir: &Path) -> Result<File> {
-    let path = dir.join("LOCK");
+    let path = layout::lock_path(dir);
     let file = File::options()
         .create(true)
         .truncate(false)

@@ -148,7 +148,7 @@ fn mutated_manifests_are_refused_or_give_the_state_of_a_prefix_of_edits() {
         prefixes.push(files.keys().copied().collect());
     }
     drop(m);
-    let path = dir.path().join("MANIFEST");
+    let path = crate::layout::manifest_path(dir.path());
     let good = std::fs::read(&path).expect("read");
     let mut rng = SmallRng::seed_from_u64(0x3a2);
     let (mut refused, mut torn) = (0, 0);

@@ -24,6 +24,7 @@
 //! - [`fault`] (doc-hidden): the file layer durable writes go through, where
 //!   tests inject `ENOSPC` and `EIO`.
 //! - [`check`]: offline verification of a data directory, file by file.
+//! - [`layout`]: the name of every file and folder of a data directory.
 //! - [`index`]: the search index: a summary per trace per file, written
 //!   beside each file by flush and compaction (a sidecar), and the searches
 //!   over it (services, operations, traces, dependencies, tags).
@@ -53,6 +54,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fault;
 pub mod index;
+pub mod layout;
 pub mod manifest;
 pub mod memtable;
 mod mmap;
@@ -74,9 +76,9 @@ pub use compaction::{CompactionOptions, CompactionTask};
 pub use engine::{
     Candidate, Candidates, Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks,
     SearchSnapshot, SkippedFile, Snapshot, TagValues, TraceLookup, ValuesLimit, WalkStats,
-    QUARANTINE_DIR,
 };
 pub use error::{Backpressure, Error, Result};
+pub use layout::QUARANTINE_DIR;
 pub use memtable::MemTableOptions;
 pub use span::{ParseIdError, ScopeGroup, Span, SpanId, TraceId};
 pub use table::{SsTable, SsTableBuilder, SsTableIterator, TableMeta, TableOptions};

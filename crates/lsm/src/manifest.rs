@@ -32,6 +32,7 @@ use std::{
 use crate::{
     error::{Error, Result},
     fault::{FaultTarget, Faults},
+    layout,
 };
 
 /// `"TDB-MAN\0"`.
@@ -298,8 +299,8 @@ impl Manifest {
     /// atomically (temporary file, fsync, rename, directory fsync), and opens
     /// it for appending.
     pub fn create(dir: &Path, state: &ManifestState, faults: &Faults) -> Result<Manifest> {
-        let path = dir.join("MANIFEST");
-        let tmp = dir.join("MANIFEST.tmp");
+        let path = layout::manifest_path(dir);
+        let tmp = layout::manifest_tmp_path(dir);
         let mut buf = header().to_vec();
         frame(
             &Edit {
@@ -427,7 +428,7 @@ mod tests {
             added: vec![entry(4, 1)],
         })
         .expect("append");
-        let (state, _) = read(&dir.path().join("MANIFEST"))
+        let (state, _) = read(&layout::manifest_path(dir.path()))
             .expect("read")
             .expect("exists");
         assert_eq!(state.next_file_id, 5);
@@ -441,7 +442,7 @@ mod tests {
     #[test]
     fn a_torn_last_record_is_ignored_at_every_cut() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("MANIFEST");
+        let path = layout::manifest_path(dir.path());
         let mut m = Manifest::create(dir.path(), &state_of(&[entry(1, 0)], 2), &Faults::default())
             .expect("create");
         let good_len = fs::metadata(&path).expect("meta").len();
@@ -466,7 +467,7 @@ mod tests {
     #[test]
     fn damage_before_the_tail_is_an_error_not_a_guess() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("MANIFEST");
+        let path = layout::manifest_path(dir.path());
         let mut m = Manifest::create(dir.path(), &state_of(&[entry(1, 0)], 2), &Faults::default())
             .expect("create");
         m.append(&Edit {

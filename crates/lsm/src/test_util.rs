@@ -44,7 +44,7 @@ pub fn table_file(
         version::{Janitor, TableFile},
     };
     let g = group("svc");
-    let path = dir.join(format!("{id:020}.sst"));
+    let path = crate::layout::table_path(dir, id);
     let mut builder = SsTableBuilder::create(&path, TableOptions::default()).expect("create");
     for (i, &t) in traces.iter().enumerate() {
         builder

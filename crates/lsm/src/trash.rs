@@ -34,9 +34,6 @@ use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 
-/// The directory under the data directory that holds files being deleted.
-pub const TRASH_DIR: &str = "trash";
-
 /// Bytes freed at a time.
 pub const STEP: u64 = 4 << 20;
 
@@ -70,7 +67,7 @@ impl Trash {
     /// Creates `{data_dir}/trash` if needed, starts the deleting thread, and
     /// queues whatever an earlier run left there.
     pub fn open(data_dir: &Path) -> Result<Arc<Trash>> {
-        let dir = data_dir.join(TRASH_DIR);
+        let dir = crate::layout::trash_dir(data_dir);
         fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         let (tx, rx) = crossbeam_channel::unbounded();
         let backlog = Arc::new(AtomicU64::new(0));
@@ -258,7 +255,7 @@ mod tests {
     fn a_deleted_file_leaves_its_place_at_once_and_the_trash_soon() {
         let dir = tempfile::tempdir().expect("tempdir");
         let trash = Trash::open(dir.path()).expect("open");
-        let victim = dir.path().join("00000000000000000007.sst");
+        let victim = crate::layout::table_path(dir.path(), 7);
         file(&victim, 3 * STEP + 5);
         trash.delete(&victim).expect("delete");
         assert!(
@@ -273,7 +270,7 @@ mod tests {
     #[test]
     fn leftovers_of_an_earlier_run_are_deleted_at_open() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let trash_dir = dir.path().join(TRASH_DIR);
+        let trash_dir = crate::layout::trash_dir(dir.path());
         fs::create_dir_all(&trash_dir).expect("mkdir");
         for i in 0..3 {
             file(

@@ -11,6 +11,7 @@ use std::{
 use crate::{
     error::Result,
     index::{remove_sidecar, SidecarBuilder, SidecarParts},
+    layout::table_path,
     manifest::FileEntry,
     span::Span,
     table::{SsTableBuilder, TableOptions},
@@ -49,10 +50,6 @@ pub struct MergeOutput {
     /// Traces whose search-index part was carried over from an input's
     /// sidecar instead of summarized from their spans.
     pub parts_reused: u64,
-}
-
-pub fn table_path(dir: &Path, id: u64) -> PathBuf {
-    dir.join(format!("{id:020}.sst"))
 }
 
 /// One open output per partition.

@@ -21,9 +21,9 @@ use parking_lot::{Condvar, MutexGuard};
 
 use super::{add, Inner};
 use crate::{
-    compaction::table_path,
     error::{Error, Result},
     index::{write_sidecar, SummaryBuilder, SummarySet},
+    layout::table_path,
     manifest::{Edit, FileEntry, NO_PARTITION},
     memtable::Sealed,
     sort::sorted_by_trace_id,

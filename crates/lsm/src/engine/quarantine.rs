@@ -28,14 +28,12 @@ use std::{
 use super::Inner;
 use crate::{
     error::{Error, Result},
+    layout,
     manifest::Edit,
     span::TraceId,
     table::SsTable,
     version::SuperVersion,
 };
-
-/// Name of the directory under the data directory.
-pub const QUARANTINE_DIR: &str = "quarantine";
 
 /// A file in `quarantine/`.
 pub(super) struct Quarantined {
@@ -74,7 +72,7 @@ impl Quarantined {
 /// Moves the sorted file at `path` into `data_dir/quarantine/` durably;
 /// returns its new path.
 pub(super) fn move_to_quarantine(data_dir: &Path, path: &Path) -> Result<PathBuf> {
-    let dir = data_dir.join(QUARANTINE_DIR);
+    let dir = layout::quarantine_dir(data_dir);
     fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     let name = path.file_name().ok_or_else(|| {
         Error::io(
@@ -99,7 +97,7 @@ fn sync_dir(dir: &Path) -> Result<()> {
 
 /// Every `.sst` file in `data_dir/quarantine/`.
 pub(super) fn list_quarantined(data_dir: &Path) -> Result<Vec<Quarantined>> {
-    let dir = data_dir.join(QUARANTINE_DIR);
+    let dir = layout::quarantine_dir(data_dir);
     let mut out = Vec::new();
     if !dir.is_dir() {
         return Ok(out);
@@ -107,11 +105,7 @@ pub(super) fn list_quarantined(data_dir: &Path) -> Result<Vec<Quarantined>> {
     for entry in fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
         let entry = entry.map_err(|e| Error::io(&dir, e))?;
         let name = entry.file_name();
-        if let Some(id) = name
-            .to_str()
-            .and_then(|n| n.strip_suffix(".sst"))
-            .and_then(|n| n.parse::<u64>().ok())
-        {
+        if let Some(id) = name.to_str().and_then(layout::table_id) {
             out.push(Quarantined::open(id, entry.path(), None));
         }
     }

@@ -18,10 +18,10 @@
 use std::{collections::BTreeMap, fs, path::Path, sync::Arc};
 
 use crate::{
-    compaction::table_path,
-    engine::quarantine::{move_to_quarantine, QUARANTINE_DIR},
+    engine::quarantine::move_to_quarantine,
     error::{Error, Result},
     fault::Faults,
+    layout::{self, table_path},
     manifest::{self, FileEntry, Manifest, ManifestState, NO_PARTITION},
     table::SsTable,
     version::{Janitor, TableFile, Version},
@@ -43,7 +43,7 @@ pub(super) fn recover(
 ) -> Result<Recovered> {
     let on_disk = list_tables(tables_dir)?;
     let max_on_disk = on_disk.keys().next_back().map_or(0, |id| id + 1);
-    let manifest_path = dir.join("MANIFEST");
+    let manifest_path = layout::manifest_path(dir);
     let read = manifest::read(&manifest_path).map_err(|e| match e.location() {
         Some((_, Some(offset))) if e.is_corruption() => Error::ManifestUnreadable {
             file: manifest_path.clone(),
@@ -96,7 +96,7 @@ pub(super) fn recover(
     for entry in state.files.values() {
         let path = table_path(tables_dir, entry.id);
         if !path.exists() {
-            if table_path(&dir.join(QUARANTINE_DIR), entry.id).exists() {
+            if table_path(&layout::quarantine_dir(dir), entry.id).exists() {
                 tracing::warn!(
                     file = %path.display(),
                     "file was moved to quarantine before the last stop; dropping it from the live set"
@@ -164,13 +164,10 @@ fn list_tables(dir: &Path) -> Result<BTreeMap<u64, std::path::PathBuf>> {
         let path = entry.path();
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if name.ends_with(".tmp") {
+        if layout::is_tmp(&name) {
             tracing::warn!(file = %path.display(), "removing an unfinished file of an interrupted write");
             fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
-        } else if let Some(id) = name
-            .strip_suffix(".sst")
-            .and_then(|s| s.parse::<u64>().ok())
-        {
+        } else if let Some(id) = layout::table_id(&name) {
             found.insert(id, path);
         }
     }

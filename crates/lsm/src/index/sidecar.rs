@@ -47,10 +47,7 @@ const MAX_BODY_BYTES: u32 = 1 << 30;
 /// length, digest checksum.
 const HEAD_BYTES: usize = 24;
 
-/// `tables/{id:020}.sst` -> `tables/{id:020}.idx`.
-pub fn sidecar_path(table: &Path) -> PathBuf {
-    table.with_extension("idx")
-}
+pub use crate::layout::sidecar_path;
 
 /// Encodes a set; see `docs/FORMAT.md`.
 /// `block_parts`: most parts per block (at least 1).
@@ -872,9 +869,7 @@ pub(super) fn write_parts(
 
 fn write_file(table: &Path, bytes: &[u8]) -> Result<()> {
     let path = sidecar_path(table);
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
+    let tmp = crate::layout::tmp_path(&path);
     let written = (|| {
         let mut f = fs::File::create(&tmp)?;
         let mut writeback = Writeback::default();
@@ -917,11 +912,7 @@ pub fn remove_orphans(tables_dir: &Path, live: &HashSet<u64>) -> Result<usize> {
     for entry in fs::read_dir(tables_dir).map_err(|e| Error::io(tables_dir, e))? {
         let entry = entry.map_err(|e| Error::io(tables_dir, e))?;
         let name = entry.file_name();
-        let Some(id) = name
-            .to_str()
-            .and_then(|n| n.strip_suffix(".idx"))
-            .and_then(|n| n.parse::<u64>().ok())
-        else {
+        let Some(id) = name.to_str().and_then(crate::layout::sidecar_id) else {
             continue;
         };
         if !live.contains(&id) {

@@ -27,6 +27,7 @@ use std::{
 use crate::{
     error::{Error, Result},
     fault::{FaultTarget, Faults},
+    layout::tmp_path,
     span::{ScopeGroup, Span, TraceId},
     writeback::Writeback,
 };
@@ -330,12 +331,6 @@ impl Drop for SsTableBuilder {
             let _ = fs::remove_file(&self.tmp);
         }
     }
-}
-
-fn tmp_path(path: &Path) -> PathBuf {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    PathBuf::from(tmp)
 }
 
 /// Bytes a group takes in a batch, at most: four length varints and the fields.

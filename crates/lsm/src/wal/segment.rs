@@ -66,10 +66,10 @@ pub const MAX_RECORD_LEN: usize = 256 << 20;
 pub(crate) const END_MARK_LEN: u32 = u32::MAX;
 
 /// File name suffix of segment files.
-const SUFFIX: &str = ".wal";
+use crate::layout::SEGMENT_SUFFIX as SUFFIX;
 /// File name suffix of spare files: flushed segments kept for reuse, named by
 /// their old id. [`list_segments`] does not see them.
-const SPARE_SUFFIX: &str = ".wal.spare";
+use crate::layout::SPARE_SUFFIX;
 /// Decimal digits in a segment file name; enough for any `u64`, and fixed width
 /// so that a directory listing sorts in id order.
 const ID_DIGITS: usize = 20;

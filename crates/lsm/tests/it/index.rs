@@ -8,7 +8,7 @@ use std::{collections::BTreeSet, path::Path, sync::Arc};
 use bytes::Bytes;
 use tracedb_lsm::{
     index::{read_sidecar, OpNeed, SearchQuery, SummarySet, TagScope},
-    Engine, ScopeGroup, Span, SpanId, SsTable, TimeRange, TraceId, ValuesLimit, WalkStats,
+    layout, Engine, ScopeGroup, Span, SpanId, SsTable, TimeRange, TraceId, ValuesLimit, WalkStats,
 };
 use tracedb_proto::wire::put_varint;
 
@@ -98,12 +98,9 @@ fn found(engine: &Engine, q: &SearchQuery) -> BTreeSet<u128> {
 }
 
 fn sidecars_on_disk(dir: &Path) -> BTreeSet<u64> {
-    std::fs::read_dir(dir.join("tables"))
+    std::fs::read_dir(layout::tables_dir(dir))
         .expect("tables dir")
-        .filter_map(|e| {
-            let name = e.expect("entry").file_name().to_string_lossy().into_owned();
-            name.strip_suffix(".idx").and_then(|n| n.parse().ok())
-        })
+        .filter_map(|e| layout::sidecar_id(&e.expect("entry").file_name().to_string_lossy()))
         .collect()
 }
 

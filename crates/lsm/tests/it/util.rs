@@ -13,8 +13,8 @@ use std::{
 
 use bytes::Bytes;
 use tracedb_lsm::{
-    Clock, CompactionOptions, Engine, EngineOptions, MemTableOptions, ScopeGroup, Span, SpanId,
-    TableOptions, TraceId,
+    layout, Clock, CompactionOptions, Engine, EngineOptions, MemTableOptions, ScopeGroup, Span,
+    SpanId, TableOptions, TraceId,
 };
 
 pub const SEC: u64 = 1_000_000_000;
@@ -113,13 +113,9 @@ pub fn ids(engine: &Engine, trace: u128) -> Vec<(u64, u64)> {
 
 /// The `.sst` file IDs in the data directory.
 pub fn files_on_disk(dir: &Path) -> BTreeSet<u64> {
-    std::fs::read_dir(dir.join("tables"))
+    std::fs::read_dir(layout::tables_dir(dir))
         .expect("tables dir")
-        .filter_map(|e| {
-            let name = e.expect("entry").file_name();
-            let name = name.to_string_lossy().into_owned();
-            name.strip_suffix(".sst").and_then(|n| n.parse().ok())
-        })
+        .filter_map(|e| layout::table_id(&e.expect("entry").file_name().to_string_lossy()))
         .collect()
 }
 

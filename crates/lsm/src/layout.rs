@@ -1,0 +1,137 @@
+//! The name of every file and folder of a data directory; no other module
+//! spells one. `docs/FORMAT.md` describes each file.
+//!
+//! ```text
+//! DATA_DIR/
+//!   LOCK                       held (flock) by the one process using the directory
+//!   MANIFEST                   the log of edits to the set of live files (`manifest`)
+//!   MANIFEST.tmp               a rewrite of it, before the rename
+//!   tables/{id:020}.sst        sorted files (`table`)
+//!   tables/{id:020}.idx        each one's search-index sidecar (`index`)
+//!   tables/*.tmp               a sorted file or sidecar being written
+//!   wal/{id:020}.wal           WAL segments (`wal`)
+//!   wal/{id:020}.wal.spare     flushed segments kept for reuse
+//!   quarantine/{id:020}.sst    damaged sorted files, kept for inspection
+//!   trash/{pid}-{n}-{name}     files being deleted a step at a time (`trash`
+//!                              makes each name unique)
+//! ```
+
+use std::path::{Path, PathBuf};
+
+/// The lock file: one process per data directory.
+pub const LOCK: &str = "LOCK";
+/// The manifest.
+pub const MANIFEST: &str = "MANIFEST";
+/// The folder of sorted files and their sidecars.
+pub const TABLES_DIR: &str = "tables";
+/// The folder of WAL segments.
+pub const WAL_DIR: &str = "wal";
+/// The folder damaged sorted files are moved to.
+pub const QUARANTINE_DIR: &str = "quarantine";
+/// The folder of files being deleted.
+pub const TRASH_DIR: &str = "trash";
+
+/// File name suffix of sorted files.
+pub const TABLE_SUFFIX: &str = ".sst";
+/// File name suffix of search-index sidecars (`.idx`, as an extension).
+const SIDECAR_EXTENSION: &str = "idx";
+/// File name suffix of a file being written, before its rename.
+pub const TMP_SUFFIX: &str = ".tmp";
+/// File name suffix of WAL segments.
+pub const SEGMENT_SUFFIX: &str = ".wal";
+/// File name suffix of spare WAL files.
+pub const SPARE_SUFFIX: &str = ".wal.spare";
+
+pub fn lock_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(LOCK)
+}
+
+pub fn manifest_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(MANIFEST)
+}
+
+/// Where a rewrite of the manifest is written before it is renamed over it.
+pub fn manifest_tmp_path(data_dir: &Path) -> PathBuf {
+    tmp_path(&manifest_path(data_dir))
+}
+
+pub fn tables_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join(TABLES_DIR)
+}
+
+pub fn wal_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join(WAL_DIR)
+}
+
+pub fn quarantine_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join(QUARANTINE_DIR)
+}
+
+pub fn trash_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join(TRASH_DIR)
+}
+
+/// The sorted file `id` in `dir` (`tables/` or `quarantine/`).
+pub fn table_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:020}{TABLE_SUFFIX}"))
+}
+
+/// The ID of a sorted file's name, or `None` for any other name.
+pub fn table_id(name: &str) -> Option<u64> {
+    name.strip_suffix(TABLE_SUFFIX)?.parse().ok()
+}
+
+/// `tables/{id:020}.sst` -> `tables/{id:020}.idx`.
+pub fn sidecar_path(table: &Path) -> PathBuf {
+    table.with_extension(SIDECAR_EXTENSION)
+}
+
+/// The ID of a sidecar's name, or `None` for any other name.
+pub fn sidecar_id(name: &str) -> Option<u64> {
+    name.strip_suffix(SIDECAR_EXTENSION)?
+        .strip_suffix('.')?
+        .parse()
+        .ok()
+}
+
+/// Whether a name is a file being written (removed by recovery).
+pub fn is_tmp(name: &str) -> bool {
+    name.ends_with(TMP_SUFFIX)
+}
+
+/// `path` with `.tmp` appended: where it is written before the rename.
+pub fn tmp_path(path: &Path) -> PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(TMP_SUFFIX);
+    PathBuf::from(tmp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_other_names_are_not_taken_for_files() {
+        let dir = Path::new("/d");
+        let table = table_path(&tables_dir(dir), 7);
+        assert_eq!(table, Path::new("/d/tables/00000000000000000007.sst"));
+        assert_eq!(
+            sidecar_path(&table),
+            Path::new("/d/tables/00000000000000000007.idx")
+        );
+        assert_eq!(
+            tmp_path(&table),
+            Path::new("/d/tables/00000000000000000007.sst.tmp")
+        );
+        assert_eq!(manifest_tmp_path(dir), Path::new("/d/MANIFEST.tmp"));
+        assert_eq!(table_id("00000000000000000007.sst"), Some(7));
+        assert_eq!(sidecar_id("00000000000000000007.idx"), Some(7));
+        for other in ["7.sst.tmp", "7.idx", "x.sst", "7.wal"] {
+            assert_eq!(table_id(other), None, "{other}");
+        }
+        for other in ["7.idx.tmp", "7.sst", "7idx", "x.idx"] {
+            assert_eq!(sidecar_id(other), None, "{other}");
+        }
+        assert!(is_tmp("00000000000000000007.idx.tmp"));
+    }
+}
