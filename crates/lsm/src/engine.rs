@@ -31,6 +31,7 @@
 
 mod compact;
 mod flush;
+mod hooks;
 mod install;
 mod options;
 mod quarantine;
@@ -58,7 +59,9 @@ use parking_lot::Mutex;
 
 pub use flush::write_sorted_buffer;
 use flush::{FlushQueue, Task, FLUSH_RETRY};
-pub use options::{Clock, CrashPoint, EngineOptions, Hooks};
+#[cfg(feature = "test-support")]
+pub use hooks::{CrashPoint, Hooks};
+pub use options::{Clock, EngineOptions};
 use quarantine::Quarantined;
 use retention::Retention;
 use scheduler::CompactionScheduler;
@@ -314,7 +317,7 @@ impl Engine {
     /// names, replays the WAL into the memtable, and starts the flusher and
     /// the compaction threads.
     pub fn open(mut opts: EngineOptions) -> Result<Engine> {
-        let faults = Faults::new(opts.hooks.faults.clone());
+        let faults = Faults::new(opts.fault_injector());
         opts.table.faults = faults.clone();
         let dir = DataDir::open(&opts, &faults)?;
         let replayed = Replayed::from_wal(&opts, &faults)?;

@@ -124,6 +124,7 @@ pub enum Error {
 
     /// A crash point set by a test was reached; the engine does nothing more
     /// and must be abandoned ([`crate::Engine::abandon`]).
+    #[cfg(feature = "test-support")]
     #[error("simulated crash at {0:?}")]
     SimulatedCrash(crate::engine::CrashPoint),
 }

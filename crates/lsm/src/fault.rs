@@ -10,8 +10,8 @@
 //! error would, so the code above must cope with garbage after its last good
 //! byte. The cost when no injector is set is one branch per call.
 //!
-//! Tests reach it through `EngineOptions::hooks` (doc-hidden); production
-//! code never sets one.
+//! Tests reach it through `EngineOptions::hooks`, which only a build with
+//! the `test-support` feature has; production code never sets one.
 
 use std::{
     fs::File,

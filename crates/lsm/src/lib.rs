@@ -42,8 +42,9 @@
 //!   `install` (how flush, compaction and retention change the tree:
 //!   manifest edit, then version swap; `flush` also swaps in versions with a
 //!   new sealed buffer, and `quarantine` installs its own edits), `recovery` (start-up), `quarantine` (damaged files), `search`
-//!   (the search index's view of a snapshot and its cache), `stats` and
-//!   `options`.
+//!   (the search index's view of a snapshot and its cache), `stats`,
+//!   `options`, and `hooks` (the crash points and hooks of tests, which exist
+//!   only with the `test-support` feature).
 
 pub mod batch;
 pub mod budget;
@@ -74,9 +75,11 @@ mod test_util;
 pub use budget::{MemoryBudget, Permit};
 pub use compaction::{CompactionOptions, CompactionTask};
 pub use engine::{
-    Candidate, Candidates, Clock, CrashPoint, Engine, EngineOptions, EngineStats, Hooks,
-    SearchSnapshot, SkippedFile, Snapshot, TagValues, TraceLookup, ValuesLimit, WalkStats,
+    Candidate, Candidates, Clock, Engine, EngineOptions, EngineStats, SearchSnapshot, SkippedFile,
+    Snapshot, TagValues, TraceLookup, ValuesLimit, WalkStats,
 };
+#[cfg(feature = "test-support")]
+pub use engine::{CrashPoint, Hooks};
 pub use error::{Backpressure, Error, Result};
 pub use layout::QUARANTINE_DIR;
 pub use memtable::MemTableOptions;

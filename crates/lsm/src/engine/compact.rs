@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{add, scheduler::Next, CrashPoint, Inner};
+use super::{add, hooks::NO_CRASH, scheduler::Next, Inner};
 use crate::{
     compaction::{merge, CompactionTask, MergeContext, TaskKind},
     error::{Error, Result},
@@ -63,7 +63,7 @@ impl Inner {
                 }
                 add(&self.counters.compaction_errors, 1);
                 tracing::error!(error = %e, "compaction failed; retrying later");
-                std::thread::sleep(self.opts.hooks.retry_delay.unwrap_or(COMPACTION_RETRY));
+                std::thread::sleep(self.opts.retry_delay(COMPACTION_RETRY));
             }
         }
     }
@@ -130,7 +130,7 @@ impl Inner {
                 },
                 moved,
                 None,
-                None,
+                NO_CRASH,
             )?;
             add(&self.counters.compaction_moves, task.inputs.len() as u64);
             tracing::debug!(
@@ -154,7 +154,7 @@ impl Inner {
         let next_check_ms = AtomicU64::new(0);
         let stop = || {
             if deeper {
-                if let Some(hook) = &self.opts.hooks.between_deeper_traces {
+                if let Some(hook) = self.opts.between_deeper_traces() {
                     hook();
                 }
                 let now_ms = started.elapsed().as_millis() as u64;
@@ -173,7 +173,7 @@ impl Inner {
             limiter: &self.limiter,
             expire_before: self.retention.expire_before(),
             should_stop: &stop,
-            after_first_trace: self.opts.hooks.after_first_trace.as_deref(),
+            after_first_trace: self.opts.after_first_trace(),
             index_block_parts: self.opts.index_block_parts,
         };
         let merged = merge(task, &ctx).inspect_err(|e| {
@@ -188,18 +188,8 @@ impl Inner {
             tracing::info!("compaction stopped before it finished; outputs removed");
             return Ok(());
         };
-        let crash = self.opts.hooks.crash_at;
-        if let Some(point @ CrashPoint::BeforeOutputsSynced) = crash {
-            for (entry, path) in &out.files {
-                let f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .map_err(|e| Error::io(path, e))?;
-                f.set_len(entry.file_size / 2)
-                    .map_err(|e| Error::io(path, e))?;
-            }
-            return Err(self.crash(point));
-        }
+        let crash = self.opts.crash_at();
+        self.crash_before_outputs_synced(crash, &out.files)?;
         let mut added = Vec::with_capacity(out.files.len());
         for (entry, path) in &out.files {
             match SsTable::open(path) {

@@ -19,7 +19,7 @@ use std::{
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Condvar, MutexGuard};
 
-use super::{add, Inner};
+use super::{add, hooks::NO_CRASH, Inner};
 use crate::{
     error::{Error, Result},
     index::{write_sidecar, SummaryBuilder, SummarySet},
@@ -139,7 +139,7 @@ impl Inner {
                     if self.closed.load(Ordering::Acquire) {
                         return;
                     }
-                    std::thread::sleep(self.opts.hooks.retry_delay.unwrap_or(FLUSH_RETRY));
+                    std::thread::sleep(self.opts.retry_delay(FLUSH_RETRY));
                 }
             }
         }
@@ -179,7 +179,7 @@ impl Inner {
                 },
                 vec![file],
                 Some(sealed.id),
-                None,
+                NO_CRASH,
             )
         });
         if let Err(e) = installed {

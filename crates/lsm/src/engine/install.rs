@@ -15,15 +15,15 @@
 //!
 //! Also here: what happens when an append fails (the manifest is rewritten
 //! from the live version, so whether the edit is durable is never left
-//! unknown), removing the files of an edit that was not installed, and the
-//! simulated crashes of tests ([`CrashPoint`]).
+//! unknown), and removing the files of an edit that was not installed. The
+//! simulated crashes of tests are in `hooks`.
 
 use std::{
     collections::HashSet,
     sync::{atomic::Ordering, Arc},
 };
 
-use super::{CrashPoint, Inner};
+use super::{hooks::CrashAt, Inner};
 use crate::{
     error::{Error, Result},
     manifest::{Edit, Manifest, ManifestState},
@@ -33,32 +33,21 @@ use crate::{
 impl Inner {
     /// Writes `edit` to the manifest, then swaps in the version with `added`
     /// and without `edit.removed` (and without the sealed buffer `flushed`).
-    /// `crash` makes a test crash at one of the steps.
+    /// `crash` makes a test crash at one of the steps (see `hooks`).
     pub(super) fn install(
         &self,
         edit: Edit,
         added: Vec<Arc<TableFile>>,
         flushed: Option<u64>,
-        crash: Option<CrashPoint>,
+        crash: CrashAt,
     ) -> Result<()> {
         let mut manifest = self.manifest.lock();
         if self.crashed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
         self.settle_manifest(&mut manifest)?;
-        match crash {
-            Some(point @ CrashPoint::TornManifestAppend) => {
-                let mut full = Vec::new();
-                edit.encode(&mut full);
-                manifest.append_torn(&edit, 8 + full.len() / 2)?;
-                return Err(self.crash(point));
-            }
-            Some(point @ CrashPoint::AfterManifestAppend) => {
-                manifest.append(&edit)?;
-                return Err(self.crash(point));
-            }
-            _ => self.append_edit(&mut manifest, &edit)?,
-        }
+        self.crash_in_append(crash, &mut manifest, &edit)?;
+        self.append_edit(&mut manifest, &edit)?;
         let removed: HashSet<u64> = edit.removed.iter().copied().collect();
         let kept: HashSet<u64> = added.iter().map(|f| f.id).collect();
         let (obsolete, current) = {
@@ -82,9 +71,7 @@ impl Inner {
         self.l0_files
             .store(current.version.l0.len(), Ordering::Relaxed);
         self.summary_cache.remove_files(&edit.removed);
-        if let Some(point @ CrashPoint::BeforeInputsDeleted) = crash {
-            return Err(self.crash(point));
-        }
+        self.crash_before_inputs_deleted(crash)?;
         for f in obsolete {
             f.mark_obsolete();
         }
@@ -169,13 +156,5 @@ impl Inner {
                 tracing::warn!(file = %path.display(), error = %e, "removing an uninstalled file");
             }
         }
-    }
-
-    /// Simulates a crash: from now on nothing is written or deleted.
-    pub(super) fn crash(&self, point: CrashPoint) -> Error {
-        tracing::warn!(?point, "simulated crash");
-        self.crashed.store(true, Ordering::SeqCst);
-        self.janitor.enabled.store(false, Ordering::SeqCst);
-        Error::SimulatedCrash(point)
     }
 }

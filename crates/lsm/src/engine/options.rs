@@ -1,5 +1,5 @@
-//! Engine configuration, the clock, and the hooks tests use to simulate
-//! crashes and stalls.
+//! Engine configuration and the clock. The hooks tests use to simulate
+//! crashes and stalls are in `hooks`.
 
 use std::{
     fmt,
@@ -66,9 +66,10 @@ pub struct EngineOptions {
     pub l0_stop_files: usize,
     /// Where "now" comes from, for retention. Default: the system clock.
     pub clock: Clock,
-    /// Test hooks; [`Hooks::default`] does nothing.
+    /// Test hooks; [`Hooks::default`](crate::Hooks::default) does nothing.
+    #[cfg(feature = "test-support")]
     #[doc(hidden)]
-    pub hooks: Hooks,
+    pub hooks: super::Hooks,
 }
 
 impl EngineOptions {
@@ -91,7 +92,8 @@ impl EngineOptions {
             index_block_parts: crate::index::blocks::BLOCK_PARTS,
             l0_stop_files: 64,
             clock: Clock::system(),
-            hooks: Hooks::default(),
+            #[cfg(feature = "test-support")]
+            hooks: super::Hooks::default(),
         }
     }
 }
@@ -122,52 +124,5 @@ impl Clock {
 impl fmt::Debug for Clock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Clock({})", self.now_unix_nano())
-    }
-}
-
-/// A step of a compaction at which a test can make the engine "crash": stop
-/// writing anything at that point, as a killed process would.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CrashPoint {
-    /// Outputs written but not durable: each is left cut to half its length.
-    BeforeOutputsSynced,
-    /// The manifest edit is half appended (a torn record).
-    TornManifestAppend,
-    /// The manifest edit is durable; the new version is not installed.
-    AfterManifestAppend,
-    /// The new version is installed; the inputs are not deleted.
-    BeforeInputsDeleted,
-}
-
-/// Test hooks.
-#[derive(Clone, Default)]
-pub struct Hooks {
-    /// Crash at this step of the next merge compaction.
-    pub crash_at: Option<CrashPoint>,
-    /// Called by a merge after its first trace; a test can block in it to hold
-    /// a merge half done.
-    pub after_first_trace: Option<Arc<dyn Fn() + Send + Sync>>,
-    /// Makes chosen writes and fsyncs of the WAL, the sorted files and the
-    /// manifest fail ([`crate::fault`]).
-    pub faults: Option<Arc<crate::fault::FaultInjector>>,
-    /// Pause before retrying a failed flush or compaction, instead of 1 s.
-    pub retry_delay: Option<Duration>,
-    /// Called between traces by merges of levels 1 and deeper; a test can
-    /// sleep in it to make such a merge last.
-    pub between_deeper_traces: Option<Arc<dyn Fn() + Send + Sync>>,
-}
-
-impl fmt::Debug for Hooks {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Hooks")
-            .field("crash_at", &self.crash_at)
-            .field("after_first_trace", &self.after_first_trace.is_some())
-            .field("faults", &self.faults.is_some())
-            .field("retry_delay", &self.retry_delay)
-            .field(
-                "between_deeper_traces",
-                &self.between_deeper_traces.is_some(),
-            )
-            .finish()
     }
 }

@@ -14,7 +14,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{add, Inner};
+use super::{add, hooks::NO_CRASH, Inner};
 use crate::{
     compaction::{CompactionTask, TaskKind},
     error::Result,
@@ -105,7 +105,7 @@ impl Inner {
             },
             Vec::new(),
             None,
-            None,
+            NO_CRASH,
         );
         self.scheduler.finish(&task);
         result?;
