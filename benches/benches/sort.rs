@@ -16,20 +16,16 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use tracedb_lsm::{
     sort::{sort_by_trace_id, sorted_by_trace_id},
-    ScopeGroup, Span, SpanId, TraceId,
+    test_util::span_with,
+    ScopeGroup, Span,
 };
 
 const N: usize = 1_000_000;
 
+/// Span `i` of `trace`, 1 ns long at `i` ns, with no payload: the sort moves
+/// only keys and references.
 fn span(group: &Arc<ScopeGroup>, trace: u128, i: u64) -> Span {
-    Span {
-        trace_id: TraceId(trace.to_be_bytes()),
-        span_id: SpanId(i.to_be_bytes()),
-        start_unix_nano: i,
-        end_unix_nano: i + 1,
-        group: group.clone(),
-        payload: Bytes::new(),
-    }
+    span_with(group, trace, i, (i, i + 1), Bytes::new())
 }
 
 fn inputs() -> Vec<(&'static str, Vec<Span>)> {

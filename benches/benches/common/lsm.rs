@@ -5,12 +5,12 @@
 
 use std::{path::Path, sync::Arc};
 
-use bytes::Bytes;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use tracedb_lsm::{
     manifest::FileEntry,
+    test_util::span_with,
     version::{Janitor, TableFile},
-    ScopeGroup, Span, SpanId, SsTable, SsTableBuilder, TableOptions, TraceId,
+    ScopeGroup, Span, SsTable, SsTableBuilder, TableOptions, TraceId,
 };
 
 /// A span whose payload is encoded as OTLP encoders write a span: its trace
@@ -43,14 +43,7 @@ pub fn span(group: &Arc<ScopeGroup>, trace: u128, i: u64) -> Span {
     let text = b"GET /api/v1/orders http.method=GET http.status_code=200 net.peer.name=orders-db \
                  service.name=checkout span.kind=server otel.library.name=io.opentelemetry.http ";
     payload.extend(text.iter().cycle().take(160));
-    Span {
-        trace_id: TraceId(trace_id),
-        span_id: SpanId(span_id),
-        start_unix_nano: start,
-        end_unix_nano: end,
-        group: group.clone(),
-        payload: Bytes::from(payload),
-    }
+    span_with(group, trace, i + 1, (start, end), payload)
 }
 
 /// `n` spans sorted by trace ID, 5-50 spans per trace, random IDs.

@@ -45,6 +45,8 @@
 //!   (the search index's view of a snapshot and its cache), `stats`,
 //!   `options`, and `hooks` (the crash points and hooks of tests, which exist
 //!   only with the `test-support` feature).
+//! - `test_util` (with the `test-support` feature): the span and group
+//!   generators every test and benchmark of the workspace uses.
 
 pub mod batch;
 pub mod budget;
@@ -69,8 +71,9 @@ mod writeback;
 
 #[cfg(test)]
 mod hostile_tests;
-#[cfg(test)]
-mod test_util;
+#[cfg(any(test, feature = "test-support"))]
+#[doc(hidden)]
+pub mod test_util;
 
 pub use budget::{MemoryBudget, Permit};
 pub use compaction::{CompactionOptions, CompactionTask};

@@ -1,4 +1,7 @@
-//! Helpers shared by this crate's unit tests: span and group generators.
+//! The span and group generators of every test and benchmark of the
+//! workspace: this crate's unit and integration tests, the server's tests
+//! and the benchmarks. With the `test-support` feature (and in this crate's
+//! unit tests).
 
 use std::sync::Arc;
 
@@ -6,26 +9,55 @@ use bytes::Bytes;
 
 use crate::span::{ScopeGroup, Span, SpanId, TraceId};
 
-/// A group whose resource bytes name `service`.
+/// A group whose resource bytes are `resource {service}` and whose scope
+/// bytes are `scope`.
 pub fn group(service: &str) -> Arc<ScopeGroup> {
+    group_of(
+        format!("resource {service}"),
+        Some(Bytes::from_static(b"scope")),
+    )
+}
+
+/// A group of `resource` and `scope` bytes (encoded OTLP messages where a
+/// test reads them back), without schema URLs.
+pub fn group_of(resource: impl Into<Bytes>, scope: Option<Bytes>) -> Arc<ScopeGroup> {
     Arc::new(ScopeGroup {
-        resource: Some(Bytes::from(format!("resource:{service}"))),
-        resource_schema_url: Bytes::from_static(b"https://opentelemetry.io/schemas/1.21.0"),
-        scope: Some(Bytes::from_static(b"scope")),
+        resource: Some(resource.into()),
+        resource_schema_url: Bytes::new(),
+        scope,
         scope_schema_url: Bytes::new(),
     })
 }
 
-/// A span of trace `trace` with span ID `span` starting at `start`; its payload is
-/// unique per (trace, span) so tests can tell spans apart.
+/// A span of trace `trace` with span ID `span` starting at `start`, lasting
+/// 1 µs; its payload is unique per (trace, span) so tests can tell spans
+/// apart.
 pub fn span(group: &Arc<ScopeGroup>, trace: u128, span: u64, start: u64) -> Span {
+    span_with(
+        group,
+        trace,
+        span,
+        (start, start + 1_000),
+        format!("payload {trace:x}/{span:x}"),
+    )
+}
+
+/// Span `span` of trace `trace` (both IDs big-endian), from `start` to `end`
+/// (Unix nanoseconds), with `payload`.
+pub fn span_with(
+    group: &Arc<ScopeGroup>,
+    trace: u128,
+    span: u64,
+    (start, end): (u64, u64),
+    payload: impl Into<Bytes>,
+) -> Span {
     Span {
         trace_id: TraceId(trace.to_be_bytes()),
         span_id: SpanId(span.to_be_bytes()),
         start_unix_nano: start,
-        end_unix_nano: start + 1_000,
+        end_unix_nano: end,
         group: group.clone(),
-        payload: Bytes::from(format!("payload {trace:x}/{span:x}")),
+        payload: payload.into(),
     }
 }
 

@@ -19,30 +19,20 @@ use std::{sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use tracedb_lsm::{
-    Engine, EngineOptions, Error, MemTableOptions, ScopeGroup, Span, SpanId, TraceId,
+    test_util::{group, span_with},
+    Engine, EngineOptions, Error, MemTableOptions, ScopeGroup, Span, TraceId,
 };
 
-fn group(service: &str) -> Arc<ScopeGroup> {
-    Arc::new(ScopeGroup {
-        resource: Some(Bytes::from(format!("resource {service}"))),
-        resource_schema_url: Bytes::new(),
-        scope: None,
-        scope_schema_url: Bytes::from_static(b"schema"),
-    })
-}
-
+/// Span `id` of `trace` (span ID `id + 1`), starting at `id` ns, with a
+/// payload of 14 to 63 bytes.
 fn span(group: &Arc<ScopeGroup>, trace: u128, id: u64) -> Span {
-    Span {
-        trace_id: TraceId(trace.to_be_bytes()),
-        span_id: SpanId((id + 1).to_be_bytes()),
-        start_unix_nano: id,
-        end_unix_nano: id + 10,
-        group: group.clone(),
-        payload: Bytes::from(format!(
-            "span {trace:x} {id} {}",
-            "p".repeat((id % 50) as usize)
-        )),
-    }
+    span_with(
+        group,
+        trace,
+        id + 1,
+        (id, id + 10),
+        format!("span {trace:x} {id} {}", "p".repeat((id % 50) as usize)),
+    )
 }
 
 fn options(dir: &std::path::Path, flush_bytes: usize) -> EngineOptions {

@@ -11,10 +11,9 @@ use std::{
     time::Duration,
 };
 
-use bytes::Bytes;
 use tracedb_lsm::{
-    layout, Clock, CompactionOptions, Engine, EngineOptions, MemTableOptions, ScopeGroup, Span,
-    SpanId, TableOptions, TraceId,
+    layout, test_util, Clock, CompactionOptions, Engine, EngineOptions, MemTableOptions,
+    ScopeGroup, Span, TableOptions, TraceId,
 };
 
 pub const SEC: u64 = 1_000_000_000;
@@ -73,28 +72,19 @@ pub fn small_tree(dir: &Path, clock: &TestClock) -> EngineOptions {
 }
 
 pub fn group(i: u64) -> Arc<ScopeGroup> {
-    Arc::new(ScopeGroup {
-        resource: Some(Bytes::from(format!("resource svc-{i}"))),
-        resource_schema_url: Bytes::new(),
-        scope: Some(Bytes::from_static(b"scope")),
-        scope_schema_url: Bytes::new(),
-    })
+    test_util::group(&format!("svc-{i}"))
 }
 
 /// Span `id` of `trace`, starting at `start`; its bytes depend only on
 /// (trace, id, start), so a retry is an identical copy.
 pub fn span_at(trace: u128, id: u64, start: u64) -> Span {
-    Span {
-        trace_id: TraceId(trace.to_be_bytes()),
-        span_id: SpanId(id.to_be_bytes()),
-        start_unix_nano: start,
-        end_unix_nano: start + 1_000,
-        group: group((trace % 3) as u64),
-        payload: Bytes::from(format!(
-            "{trace:x}/{id}/{start}/{}",
-            "x".repeat((id % 40) as usize)
-        )),
-    }
+    test_util::span_with(
+        &group((trace % 3) as u64),
+        trace,
+        id,
+        (start, start + 1_000),
+        format!("{trace:x}/{id}/{start}/{}", "x".repeat((id % 40) as usize)),
+    )
 }
 
 pub fn tid(trace: u128) -> TraceId {

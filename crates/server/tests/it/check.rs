@@ -8,11 +8,13 @@ use std::{
     io::{Seek, SeekFrom, Write},
     path::{Path, PathBuf},
     process::{Command, Output},
-    sync::Arc,
 };
 
 use prost::Message;
-use tracedb_lsm::{Engine, EngineOptions, ScopeGroup, SpanId, TraceId};
+use tracedb_lsm::{
+    test_util::{group_of, span_with},
+    Engine, EngineOptions,
+};
 use tracedb_proto::{
     jaeger::storage::v2::{
         trace_reader_client::TraceReaderClient, GetTraceParams, GetTracesRequest,
@@ -66,25 +68,19 @@ fn write_file(dir: &Path, traces: &[u128], span_nos: std::ops::Range<u64>) {
     let mut opts = EngineOptions::new(dir);
     opts.memtable.shards = 1;
     let engine = Engine::open(opts).expect("open engine");
-    let group = Arc::new(ScopeGroup {
-        resource: Some(resource("svc").encode_to_vec().into()),
-        resource_schema_url: Default::default(),
-        scope: None,
-        scope_schema_url: Default::default(),
-    });
+    let group = group_of(resource("svc").encode_to_vec(), None);
     for &t in traces {
         let spans = span_nos
             .clone()
             .map(|i| {
                 let otlp = rich_span(t, i, None);
-                tracedb_lsm::Span {
-                    trace_id: TraceId(t.to_be_bytes()),
-                    span_id: SpanId(otlp.span_id[..].try_into().expect("8 bytes")),
-                    start_unix_nano: otlp.start_time_unix_nano,
-                    end_unix_nano: otlp.end_time_unix_nano,
-                    group: group.clone(),
-                    payload: otlp.encode_to_vec().into(),
-                }
+                span_with(
+                    &group,
+                    t,
+                    u64::from_be_bytes(otlp.span_id[..].try_into().expect("8 bytes")),
+                    (otlp.start_time_unix_nano, otlp.end_time_unix_nano),
+                    otlp.encode_to_vec(),
+                )
             })
             .collect();
         engine.write_blocking(spans).expect("write");
