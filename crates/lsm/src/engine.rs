@@ -16,7 +16,8 @@
 //!
 //! Compaction and retention run on their own threads (`compact`, scheduled
 //! by `scheduler`, retention's rule in `retention`); they too end in
-//! "manifest edit, then pointer swap" (`install`). That swap, under the
+//! "manifest edit, then pointer swap" (`tree`, whose `TreeState` is the only
+//! code that changes the set of live files). That swap, under the
 //! state lock, is all a reader or writer can ever wait for: sorting, merging
 //! and writing files happen outside every lock readers or writers take.
 //!
@@ -32,7 +33,6 @@
 mod compact;
 mod flush;
 mod hooks;
-mod install;
 mod options;
 mod quarantine;
 mod recovery;
@@ -40,6 +40,7 @@ mod retention;
 mod scheduler;
 mod search;
 mod stats;
+mod tree;
 mod walk;
 
 use std::{
@@ -47,7 +48,7 @@ use std::{
     fs::{self, File},
     path::{Path, PathBuf},
     sync::{
-        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
     },
     thread::JoinHandle,
@@ -68,6 +69,7 @@ use scheduler::CompactionScheduler;
 pub use search::{SearchSnapshot, TagValues, ValuesLimit};
 pub use stats::EngineStats;
 use stats::{add, Counters};
+use tree::TreeState;
 pub use walk::{Candidate, Candidates, WalkStats};
 
 use crate::{
@@ -77,11 +79,11 @@ use crate::{
     error::{Backpressure, Error, Result},
     fault::Faults,
     layout,
-    manifest::Manifest,
+    manifest::Edit,
     memtable::{MemTable, Sealed},
     span::{Span, TraceId},
     trash::Trash,
-    version::{Janitor, SuperVersion, TimeRange, Version},
+    version::{Janitor, SuperVersion, TableFile, TimeRange, Version},
     wal::{ReplayStats, Wal, WalOptions},
 };
 
@@ -120,33 +122,25 @@ pub type Snapshot = SuperVersion;
 const RETRY_MEMORY: Duration = Duration::from_millis(200);
 const RETRY_L0: Duration = Duration::from_secs(1);
 
-/// The state every engine thread shares. Flush, compaction scheduling and
-/// retention each have an owner holding their own state ([`FlushQueue`],
-/// [`CompactionScheduler`], [`Retention`]); the rest is the tree itself and
-/// the write path's.
+/// The state every engine thread shares. The tree ([`TreeState`]), flush,
+/// compaction scheduling and retention each have an owner holding their
+/// own state ([`FlushQueue`], [`CompactionScheduler`], [`Retention`]); the
+/// rest is the write path's.
 struct Inner {
     opts: EngineOptions,
     tables_dir: PathBuf,
     wal: Wal,
     memtable: MemTable,
-    /// The current super-version. Locked only to clone or swap the `Arc`.
-    state: Mutex<Arc<SuperVersion>>,
+    /// The live files: the current super-version, the manifest, the next
+    /// file ID, the level-0 count. The only way the tree changes.
+    tree: TreeState,
     /// The flush queue and its "flushed" signal.
     flush: FlushQueue,
     /// Requests between WAL append and memtable append, by the lowest WAL
     /// segment they can be in: their segments must not be deleted yet.
     in_flight: Mutex<BTreeMap<u64, usize>>,
-    /// The install lock: held while an edit is appended and the version
-    /// swapped, so edits reach the manifest in the order they are installed.
-    manifest: Mutex<Manifest>,
-    /// Files written for edits that failed while the manifest was damaged:
-    /// removed by the rewrite that repairs it.
-    orphans: Mutex<Vec<PathBuf>>,
     /// Files in `quarantine/`: lookups they may have answered are incomplete.
     quarantined: Mutex<Vec<Quarantined>>,
-    next_file_id: AtomicU64,
-    /// Level-0 files in the current version, for admission without a lock.
-    l0_files: AtomicUsize,
     /// The memory budget this engine's buffered spans count against (shared
     /// with the ingest layer in a server): admission asks it, flushes give
     /// back to it.
@@ -157,16 +151,13 @@ struct Inner {
     retention: Retention,
     /// Caps the bytes compaction writes per second.
     limiter: RateLimiter,
+    /// Given to each new file: deletes it once obsolete.
     janitor: Arc<Janitor>,
     /// Frees deleted files a step at a time (WAL segments and, through the
     /// janitor, sorted files).
     trash: Arc<Trash>,
     closed: AtomicBool,
-    /// A simulated crash happened (or `abandon` was called): write nothing more.
-    crashed: AtomicBool,
     counters: Counters,
-    /// File operations of manifest rewrites (with faults injected by tests).
-    faults: Faults,
     /// Summaries of files and buffers for the search index.
     summary_cache: search::SummaryCache,
     /// Held for the engine's lifetime: one process per data directory.
@@ -456,7 +447,7 @@ impl Engine {
 
     /// The current sealed buffers and files.
     pub fn snapshot(&self) -> Arc<SuperVersion> {
-        self.inner.state.lock().clone()
+        self.inner.tree.current()
     }
 
     /// Seals every buffer and waits until all sealed buffers are in files.
@@ -464,17 +455,13 @@ impl Engine {
         self.inner
             .memtable
             .seal_where(true, |s| self.inner.publish(s));
-        let mut state = self.inner.state.lock();
-        while !state.sealed.is_empty() {
-            if self.inner.crashed.load(Ordering::Acquire)
-                || (self.inner.closed.load(Ordering::Acquire)
-                    && self.threads.lock().flusher.is_none())
-            {
-                return Err(Error::Closed);
-            }
-            self.inner.flush.wait(&mut state, FLUSH_RETRY);
-        }
-        Ok(())
+        self.inner
+            .tree
+            .wait_for_sealed(&self.inner.flush, FLUSH_RETRY, || {
+                self.inner.tree.is_crashed()
+                    || (self.inner.closed.load(Ordering::Acquire)
+                        && self.threads.lock().flusher.is_none())
+            })
     }
 
     /// Runs compaction in the calling thread until [`crate::compaction::pick`]
@@ -565,8 +552,7 @@ impl Engine {
     fn shut_down(&self, crash: bool) -> Result<()> {
         let inner = &self.inner;
         if crash {
-            inner.crashed.store(true, Ordering::SeqCst);
-            inner.janitor.enabled.store(false, Ordering::SeqCst);
+            inner.tree.crash();
         }
         {
             let _in_flight = inner.in_flight.lock();
@@ -574,7 +560,7 @@ impl Engine {
                 return Ok(());
             }
         }
-        let crashed = inner.crashed.load(Ordering::SeqCst);
+        let crashed = inner.tree.is_crashed();
         if !crashed {
             inner.memtable.seal_where(true, |s| inner.publish(s));
         }
@@ -654,32 +640,31 @@ impl Inner {
             .clone()
             .unwrap_or_else(|| MemoryBudget::new(opts.memory_budget_bytes));
         budget.hold(replayed.bytes);
-        let version = dir.recovered.version;
+        let tree = TreeState::new(
+            opts.data_dir.clone(),
+            faults,
+            dir.janitor.clone(),
+            dir.recovered.manifest,
+            dir.recovered.next_file_id,
+            dir.recovered.version,
+            replayed.sealed.clone(),
+        );
         let inner = Arc::new(Inner {
             tables_dir: dir.tables_dir,
             wal: replayed.wal,
             memtable: replayed.memtable,
+            tree,
             flush,
             in_flight: Mutex::new(BTreeMap::new()),
-            manifest: Mutex::new(dir.recovered.manifest),
-            orphans: Mutex::new(Vec::new()),
             quarantined: Mutex::new(dir.quarantined),
-            next_file_id: AtomicU64::new(dir.recovered.next_file_id),
-            l0_files: AtomicUsize::new(level_files(&version)[0]),
             budget,
-            state: Mutex::new(Arc::new(SuperVersion {
-                sealed: replayed.sealed.clone(),
-                version: Arc::new(version),
-            })),
             scheduler: CompactionScheduler::new(opts.compaction.clone(), opts.compaction_threads),
             retention: Retention::new(opts.retention, opts.retention_interval, opts.clock.clone()),
             limiter: RateLimiter::new(opts.compaction_bytes_per_sec),
             janitor: dir.janitor,
             trash: dir.trash,
             closed: AtomicBool::new(false),
-            crashed: AtomicBool::new(false),
             counters: Counters::default(),
-            faults,
             summary_cache: search::SummaryCache::new(opts.index_cache_bytes),
             _lock: dir.lock,
             opts,
@@ -690,15 +675,24 @@ impl Inner {
         (inner, flush_rx)
     }
 
-    /// The next file ID not yet given out, as edits record it.
-    fn next_file_id(&self) -> u64 {
-        self.next_file_id.load(Ordering::Relaxed)
+    /// Installs `edit` ([`TreeState::install`]), then forgets the
+    /// search-index summaries of the files it removed.
+    fn install(
+        &self,
+        edit: Edit,
+        added: Vec<Arc<TableFile>>,
+        flushed: Option<u64>,
+        crash: hooks::CrashAt,
+    ) -> Result<()> {
+        self.tree.install(&edit, added, flushed, crash)?;
+        self.summary_cache.remove_files(&edit.removed);
+        Ok(())
     }
 
     /// Refuses writes while level 0 holds `l0_stop_files` files: compaction is
     /// behind, and more flushes would only make every lookup slower.
     fn l0_pressure(&self) -> Result<()> {
-        let files = self.l0_files.load(Ordering::Relaxed);
+        let files = self.tree.l0_files();
         let limit = self.opts.l0_stop_files;
         if limit > 0 && files >= limit {
             add(&self.counters.backpressure_rejections, 1);

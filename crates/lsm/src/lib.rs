@@ -39,9 +39,12 @@
 //!   files running compactions hold, pause and stop: the choice of the next
 //!   task), `compact` (the compaction threads, which run those tasks),
 //!   `retention` (the retention rule and the dropping of expired files),
-//!   `install` (how flush, compaction and retention change the tree:
-//!   manifest edit, then version swap; `flush` also swaps in versions with a
-//!   new sealed buffer, and `quarantine` installs its own edits), `recovery` (start-up), `quarantine` (damaged files), `search`
+//!   `tree` (`TreeState`, the one owner of the live files: the current
+//!   super-version, the manifest, the next file ID; its methods are the only
+//!   code that changes the tree: a sealed buffer published, an edit of
+//!   flush, compaction or retention installed (manifest edit, then version
+//!   swap), a damaged file removed), `recovery` (start-up), `quarantine`
+//!   (damaged files), `search`
 //!   (the search index's view of a snapshot and its cache), `stats`,
 //!   `options`, and `hooks` (the crash points and hooks of tests, which exist
 //!   only with the `test-support` feature).

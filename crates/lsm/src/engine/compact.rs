@@ -32,7 +32,7 @@ const UPPER_CHECK: Duration = Duration::from_millis(100);
 
 impl Inner {
     fn current_version(&self) -> Arc<Version> {
-        self.state.lock().version.clone()
+        self.tree.version()
     }
 
     /// Body of a compaction thread: pick, run, repeat; apply retention every
@@ -41,24 +41,25 @@ impl Inner {
         let mut last_retention = Instant::now();
         loop {
             let due = self.retention.next_due(last_retention);
-            let task = match self
-                .scheduler
-                .next(|| self.current_version(), &self.crashed, due)
-            {
-                Next::Task(task) => task,
-                Next::Retention => {
-                    last_retention = Instant::now();
-                    if let Err(e) = self.apply_retention() {
-                        tracing::error!(error = %e, "retention failed");
+            let task =
+                match self
+                    .scheduler
+                    .next(|| self.current_version(), self.tree.crashed_flag(), due)
+                {
+                    Next::Task(task) => task,
+                    Next::Retention => {
+                        last_retention = Instant::now();
+                        if let Err(e) = self.apply_retention() {
+                            tracing::error!(error = %e, "retention failed");
+                        }
+                        continue;
                     }
-                    continue;
-                }
-                Next::Stop => return,
-            };
+                    Next::Stop => return,
+                };
             let result = self.run_task(&task);
             self.scheduler.finish(&task);
             if let Err(e) = result {
-                if self.crashed.load(Ordering::Acquire) {
+                if self.tree.is_crashed() {
                     return;
                 }
                 add(&self.counters.compaction_errors, 1);
@@ -72,8 +73,7 @@ impl Inner {
     pub(super) fn compact_until_idle(&self) -> Result<usize> {
         let mut done = 0;
         loop {
-            let closed =
-                || self.closed.load(Ordering::Acquire) || self.crashed.load(Ordering::Acquire);
+            let closed = || self.closed.load(Ordering::Acquire) || self.tree.is_crashed();
             let task = match self.scheduler.next_now(|| self.current_version(), closed) {
                 Ok(Some(task)) => task,
                 Ok(None) => return Ok(done),
@@ -96,7 +96,7 @@ impl Inner {
     fn upper_inside_deeper_merge(&self, level: usize) {
         let Some(task) =
             self.scheduler
-                .claim_above(|| self.current_version(), &self.crashed, level)
+                .claim_above(|| self.current_version(), self.tree.crashed_flag(), level)
         else {
             return;
         };
@@ -124,7 +124,7 @@ impl Inner {
                 .collect();
             self.install(
                 Edit {
-                    next_file_id: self.next_file_id(),
+                    next_file_id: self.tree.next_file_id(),
                     removed: task.inputs.iter().map(|f| f.id).collect(),
                     added: moved.iter().map(|f| f.entry()).collect(),
                 },
@@ -163,13 +163,13 @@ impl Inner {
                     self.upper_inside_deeper_merge(task.input_level);
                 }
             }
-            self.scheduler.merge_should_stop(&self.crashed)
+            self.scheduler.merge_should_stop(self.tree.crashed_flag())
         };
         let ctx = MergeContext {
             opts: &self.opts.compaction,
             table_opts: &self.opts.table,
             tables_dir: &self.tables_dir,
-            next_file_id: &self.next_file_id,
+            next_file_id: self.tree.file_ids(),
             limiter: &self.limiter,
             expire_before: self.retention.expire_before(),
             should_stop: &stop,
@@ -200,19 +200,19 @@ impl Inner {
                 ))),
                 Err(e) => {
                     let paths: Vec<_> = out.files.iter().map(|(_, p)| p.clone()).collect();
-                    self.discard_uninstalled(&paths);
+                    self.tree.discard_uninstalled(&paths);
                     return Err(e);
                 }
             }
         }
         let edit = Edit {
-            next_file_id: self.next_file_id(),
+            next_file_id: self.tree.next_file_id(),
             removed: task.inputs.iter().map(|f| f.id).collect(),
             added: out.files.iter().map(|(e, _)| *e).collect(),
         };
         if let Err(e) = self.install(edit, added, None, crash) {
             let paths: Vec<_> = out.files.iter().map(|(_, p)| p.clone()).collect();
-            self.discard_uninstalled(&paths);
+            self.tree.discard_uninstalled(&paths);
             return Err(e);
         }
         let c = &self.counters;

@@ -29,7 +29,7 @@ use crate::{
     sort::sorted_by_trace_id,
     span::Span,
     table::{SsTable, SsTableBuilder, TableMeta, TableOptions},
-    version::{SuperVersion, TableFile},
+    version::TableFile,
 };
 
 /// How long the flusher waits before retrying a failed flush.
@@ -97,15 +97,7 @@ impl Inner {
     /// Called with the shard lock held (see `memtable`).
     pub(super) fn publish(&self, sealed: Sealed) {
         let sealed = Arc::new(sealed);
-        {
-            let mut state = self.state.lock();
-            let mut sealed_list = state.sealed.clone();
-            sealed_list.push(sealed.clone());
-            *state = Arc::new(SuperVersion {
-                sealed: sealed_list,
-                version: state.version.clone(),
-            });
-        }
+        self.tree.publish(sealed.clone());
         self.flush.push(sealed);
     }
 
@@ -131,7 +123,7 @@ impl Inner {
             match self.flush_one(sealed) {
                 Ok(()) => return,
                 Err(e) => {
-                    if self.crashed.load(Ordering::Acquire) {
+                    if self.tree.is_crashed() {
                         return;
                     }
                     self.counters.flush_errors.fetch_add(1, Ordering::Relaxed);
@@ -148,12 +140,12 @@ impl Inner {
     /// Sorts and writes one sealed buffer as a level-0 file, then installs it.
     /// No lock is held while sorting or writing.
     fn flush_one(&self, sealed: &Arc<Sealed>) -> Result<()> {
-        if self.crashed.load(Ordering::Acquire) {
+        if self.tree.is_crashed() {
             return Err(Error::Closed);
         }
         let started = Instant::now();
         let spans = sorted_by_trace_id(sealed.chunks.iter().flat_map(|c| c.iter()));
-        let id = self.next_file_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.tree.new_file_id();
         let path = table_path(&self.tables_dir, id);
         let table = TableOptions {
             zstd_level: self.opts.flush_zstd_level,
@@ -173,7 +165,7 @@ impl Inner {
             let file = Arc::new(TableFile::new(entry, table, self.janitor.clone()));
             self.install(
                 Edit {
-                    next_file_id: self.next_file_id(),
+                    next_file_id: self.tree.next_file_id(),
                     removed: Vec::new(),
                     added: vec![entry],
                 },
@@ -183,7 +175,7 @@ impl Inner {
             )
         });
         if let Err(e) = installed {
-            self.discard_uninstalled(&[path]);
+            self.tree.discard_uninstalled(&[path]);
             return Err(e);
         }
         self.budget.release(sealed.bytes);
@@ -211,7 +203,7 @@ impl Inner {
         if let Some((&seg, _)) = self.in_flight.lock().first_key_value() {
             keep_from = keep_from.min(seg);
         }
-        let snapshot = self.state.lock().clone();
+        let snapshot = self.tree.current();
         for sealed in &snapshot.sealed {
             keep_from = keep_from.min(sealed.min_wal_segment);
         }

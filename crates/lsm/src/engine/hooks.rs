@@ -5,10 +5,10 @@
 //! calls, so the code that calls them carries no `cfg`.
 
 #[cfg(feature = "test-support")]
-use std::{fmt, sync::atomic::Ordering};
+use std::fmt;
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use super::{EngineOptions, Inner};
+use super::{tree::TreeState, EngineOptions, Inner};
 #[cfg(feature = "test-support")]
 use crate::error::Error;
 use crate::{
@@ -79,14 +79,6 @@ impl EngineOptions {
 
 #[cfg(feature = "test-support")]
 impl Inner {
-    /// Simulates a crash: from now on nothing is written or deleted.
-    fn crash(&self, point: CrashPoint) -> Error {
-        tracing::warn!(?point, "simulated crash");
-        self.crashed.store(true, Ordering::SeqCst);
-        self.janitor.enabled.store(false, Ordering::SeqCst);
-        Error::SimulatedCrash(point)
-    }
-
     /// [`CrashPoint::BeforeOutputsSynced`]: cuts each output of a merge to
     /// half its length and crashes.
     pub(super) fn crash_before_outputs_synced(
@@ -103,9 +95,19 @@ impl Inner {
                 f.set_len(entry.file_size / 2)
                     .map_err(|e| Error::io(path, e))?;
             }
-            return Err(self.crash(point));
+            return Err(self.tree.simulate_crash(point));
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "test-support")]
+impl TreeState {
+    /// Simulates a crash: from now on nothing is written or deleted.
+    fn simulate_crash(&self, point: CrashPoint) -> Error {
+        tracing::warn!(?point, "simulated crash");
+        self.crash();
+        Error::SimulatedCrash(point)
     }
 
     /// [`CrashPoint::TornManifestAppend`] (half the record appended) and
@@ -122,11 +124,11 @@ impl Inner {
                 let mut full = Vec::new();
                 edit.encode(&mut full);
                 manifest.append_torn(edit, 8 + full.len() / 2)?;
-                Err(self.crash(point))
+                Err(self.simulate_crash(point))
             }
             Some(point @ CrashPoint::AfterManifestAppend) => {
                 manifest.append(edit)?;
-                Err(self.crash(point))
+                Err(self.simulate_crash(point))
             }
             _ => Ok(()),
         }
@@ -136,7 +138,7 @@ impl Inner {
     /// swapped, before the removed files are marked obsolete.
     pub(super) fn crash_before_inputs_deleted(&self, crash: CrashAt) -> Result<()> {
         if let Some(point @ CrashPoint::BeforeInputsDeleted) = crash {
-            return Err(self.crash(point));
+            return Err(self.simulate_crash(point));
         }
         Ok(())
     }
@@ -151,7 +153,10 @@ impl Inner {
     ) -> Result<()> {
         Ok(())
     }
+}
 
+#[cfg(not(feature = "test-support"))]
+impl TreeState {
     pub(super) fn crash_in_append(&self, _: CrashAt, _: &mut Manifest, _: &Edit) -> Result<()> {
         Ok(())
     }

@@ -19,20 +19,16 @@
 //! lookup. Removing the file from `quarantine/` (after inspection) ends that.
 
 use std::{
-    collections::HashSet,
     fs,
     path::{Path, PathBuf},
-    sync::{atomic::Ordering, Arc},
 };
 
 use super::Inner;
 use crate::{
     error::{Error, Result},
     layout,
-    manifest::Edit,
     span::TraceId,
     table::SsTable,
-    version::SuperVersion,
 };
 
 /// A file in `quarantine/`.
@@ -118,18 +114,11 @@ impl Inner {
     /// `error` (see the module docs). Returns false if the file could not be
     /// moved: it then stays live, and lookups keep reporting it as skipped.
     pub(super) fn quarantine(&self, id: u64, error: &Error) -> bool {
-        let mut manifest = self.manifest.lock();
-        if self.crashed.load(Ordering::Acquire) {
+        let mut installing = self.tree.lock();
+        if self.tree.is_crashed() {
             return false;
         }
-        let live = self
-            .state
-            .lock()
-            .version
-            .files()
-            .find(|f| f.id == id)
-            .cloned();
-        let Some(file) = live else {
+        let Some(file) = installing.live_file(id) else {
             // Already gone: quarantined by another reader, or compacted away.
             return self.quarantined.lock().iter().any(|q| q.id == id);
         };
@@ -154,29 +143,11 @@ impl Inner {
             moved_to = %dest.display(),
             "damaged sorted file quarantined; the rest of the data is served, lookups it may have answered are reported incomplete"
         );
-        let edit = Edit {
-            next_file_id: self.next_file_id(),
-            removed: vec![id],
-            added: Vec::new(),
-        };
-        if let Err(e) = self.append_edit(&mut manifest, &edit) {
-            // The file is in quarantine/ whatever the manifest says; the next
-            // open drops it from the live set if the manifest still names it.
-            tracing::error!(error = %e, "recording a quarantine in the manifest");
-        }
-        let l0 = {
-            let mut state = self.state.lock();
-            let version = Arc::new(state.version.apply(&HashSet::from([id]), Vec::new()));
-            let l0 = version.l0.len();
-            *state = Arc::new(SuperVersion {
-                sealed: state.sealed.clone(),
-                version,
-            });
-            l0
-        };
-        self.l0_files.store(l0, Ordering::Relaxed);
+        installing.remove_damaged(id);
         // Not marked obsolete: nothing may delete it.
         drop(file);
+        // Still under the install lock: a reader that finds the file gone
+        // finds it here.
         self.quarantined
             .lock()
             .push(Quarantined::open(id, dest, Some(error.to_string())));

@@ -84,7 +84,7 @@ impl Inner {
             return Ok(0);
         }
         let expired = self.scheduler.claim_files(|busy| {
-            let version = self.state.lock().version.clone();
+            let version = self.tree.version();
             Retention::expired(&version, busy, expire_before)
         });
         if expired.is_empty() {
@@ -99,7 +99,7 @@ impl Inner {
         };
         let result = self.install(
             Edit {
-                next_file_id: self.next_file_id(),
+                next_file_id: self.tree.next_file_id(),
                 removed: task.inputs.iter().map(|f| f.id).collect(),
                 added: Vec::new(),
             },
