@@ -39,10 +39,12 @@
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     future::Future,
+    pin::Pin,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
     },
+    task::Poll,
     time::{Duration, Instant},
 };
 
@@ -466,6 +468,37 @@ fn found_in_full<T>(group: &[Option<NodeOutcome<T>>]) -> bool {
     found
 }
 
+/// Candidate traces [`NodeReads::find_whole`] reads at once.
+const WHOLE_READS_AT_ONCE: usize = 8;
+
+/// The outputs of `futures`, run concurrently on this task, in their order.
+async fn join_in_order<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            // A future that finished is not polled again.
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(value) => *output = Some(value),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    outputs
+        .into_iter()
+        .map(|o| o.expect("every future finished"))
+        .collect()
+}
+
 /// A node response's value and its partial reason, if it marked one.
 fn with_partial<T>(response: Response<T>) -> (T, Option<String>) {
     let partial = response
@@ -612,53 +645,77 @@ impl NodeReads {
             }
             let exhausted = candidates.value.len() < page;
             let last = candidates.value.last().map(|m| m.start_unix_nano);
-            let mut new = 0;
-            for candidate in candidates.value {
-                if !seen.insert(candidate.trace_id) {
-                    continue;
-                }
-                new += 1;
-                if found.len() >= limit {
+            let fresh: Vec<Match> = candidates
+                .value
+                .into_iter()
+                .filter(|c| seen.insert(c.trace_id))
+                .collect();
+            let new = fresh.len();
+            // Whether no candidate from this one on can be newer than the
+            // `limit`th match: candidates come newest first.
+            let done = |found: &[Match], candidate: &Match| {
+                found.len() >= limit && {
                     let kth = &found[limit - 1];
-                    let after_kth = newest_first(
+                    newest_first(
                         (kth.start_unix_nano, kth.trace_id),
                         (candidate.start_unix_nano, candidate.trace_id),
                     )
-                    .is_lt();
-                    if after_kth {
+                    .is_lt()
+                }
+            };
+            // A few candidates are read at once (the nodes answer each in
+            // about a round trip); they are evaluated in order, so the answer
+            // and where the walk stops are those of reading one at a time.
+            for batch in fresh.chunks(WHOLE_READS_AT_ONCE) {
+                let wanted = batch.iter().take_while(|c| !done(&found, c)).count();
+                let traces = join_in_order(
+                    batch[..wanted]
+                        .iter()
+                        .map(|c| self.trace(c.trace_id, TimeRange::ALL)),
+                )
+                .await;
+                for (candidate, trace) in batch.iter().zip(traces) {
+                    if done(&found, candidate) {
                         return Ok(Answer {
                             value: found,
                             partial,
                         });
                     }
-                }
-                let trace = match self.trace(candidate.trace_id, TimeRange::ALL).await {
-                    Ok(trace) => trace,
-                    // Gone since it was found (retention).
-                    Err(Error::NotFound(_)) => continue,
-                    Err(e) => return Err(e),
-                };
-                for reason in trace.partial() {
-                    if !partial.contains(reason) {
-                        partial.push(reason.clone());
+                    let trace = match trace {
+                        Ok(trace) => trace,
+                        // Gone since it was found (retention).
+                        Err(Error::NotFound(_)) => continue,
+                        Err(e) => return Err(e),
+                    };
+                    for reason in trace.partial() {
+                        if !partial.contains(reason) {
+                            partial.push(reason.clone());
+                        }
+                    }
+                    match crate::search::evaluate(search, candidate.trace_id, trace.spans()) {
+                        Ok(Some(m)) => {
+                            let at = found.partition_point(|f| {
+                                newest_first(
+                                    (f.start_unix_nano, f.trace_id),
+                                    (m.start_unix_nano, m.trace_id),
+                                )
+                                .is_lt()
+                            });
+                            found.insert(at, m);
+                            found.truncate(limit);
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            partial.push(format!("trace {} not evaluated: {e}", candidate.trace_id))
+                        }
                     }
                 }
-                match crate::search::evaluate(search, candidate.trace_id, trace.spans()) {
-                    Ok(Some(m)) => {
-                        let at = found.partition_point(|f| {
-                            newest_first(
-                                (f.start_unix_nano, f.trace_id),
-                                (m.start_unix_nano, m.trace_id),
-                            )
-                            .is_lt()
-                        });
-                        found.insert(at, m);
-                        found.truncate(limit);
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        partial.push(format!("trace {} not evaluated: {e}", candidate.trace_id))
-                    }
+                if wanted < batch.len() {
+                    // The rest of the batch, and of the page, is older.
+                    return Ok(Answer {
+                        value: found,
+                        partial,
+                    });
                 }
             }
             if exhausted {
