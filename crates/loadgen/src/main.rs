@@ -114,6 +114,9 @@ struct Args {
     /// (five).
     #[arg(long)]
     search_attributes: bool,
+    /// The workload's seed: the same seed sends the same trace IDs, so a
+    /// second load into one store needs another (or its traces join the
+    /// first load's, minutes apart).
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Traces to fetch and verify with GetTrace after the load (and as many absent IDs).
