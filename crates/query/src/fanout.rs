@@ -586,6 +586,7 @@ impl NodeReads {
             end_time_unix_nano: search.end_unix_nano,
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
             spans_per_spanset: u32::try_from(spss).unwrap_or(u32::MAX),
+            candidates_only: search.candidates_only,
             ..SearchTracesRequest::default()
         };
         let gathered = self
@@ -636,6 +637,9 @@ impl NodeReads {
                     end_unix_nano: end,
                     limit: page,
                     spans_per_spanset: 1,
+                    // The nodes name candidates from their indexes; the
+                    // query is evaluated here on each trace read whole.
+                    candidates_only: true,
                 })
                 .await?;
             for reason in candidates.partial {

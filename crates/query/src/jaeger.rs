@@ -203,6 +203,7 @@ fn search(p: &TraceQueryParameters) -> Result<Search, Status> {
         end_unix_nano: nanos(p.start_time_max.as_ref()),
         limit: depth,
         spans_per_spanset: 1,
+        candidates_only: false,
     })
 }
 

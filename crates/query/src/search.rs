@@ -57,6 +57,10 @@ pub struct Search {
     pub limit: usize,
     /// Most spans shown per spanset (the `matched` count counts them all).
     pub spans_per_spanset: usize,
+    /// Answer the traces the index cannot rule out instead of the matches
+    /// (see [`candidates`]): what a tier asks its nodes for when it
+    /// evaluates each trace whole itself.
+    pub candidates_only: bool,
 }
 
 /// A field of a matched span or spanset, as the answer shows it.
@@ -174,6 +178,9 @@ impl From<RunError> for Error {
 /// evaluated, the answer so far) is taken from the engine's memory budget
 /// as it grows; a search the budget cannot hold is refused, retryably.
 pub fn run(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunError> {
+    if search.candidates_only {
+        return candidates(engine, search);
+    }
     let budget = engine.memory_budget();
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
     let limit = search.limit.clamp(1, MAX_LIMIT);
@@ -240,6 +247,54 @@ pub fn run(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunEr
     Ok(Answer {
         value: found,
         partial,
+    })
+}
+
+/// The traces whose parts the index cannot rule out for `search`, at most
+/// `limit`, newest first by the start of their newest such part (never
+/// earlier than the trace's): a superset of the matches in the window, read
+/// from the index alone, for a tier that reads each one whole and evaluates
+/// the query on it. A row holds the trace ID and that start, nothing else.
+fn candidates(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunError> {
+    let budget = engine.memory_budget();
+    let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
+    let limit = search.limit.clamp(1, MAX_LIMIT);
+    let mut walk = engine.candidates(&search.index_query())?;
+    let mut walk_bytes = 0;
+    let mut seen = std::collections::HashSet::new();
+    let mut found = Vec::new();
+    while found.len() < limit {
+        let Some(candidate) = walk.next_candidate()? else {
+            break;
+        };
+        let now = walk.held_bytes();
+        if now > walk_bytes {
+            held.grow(now - walk_bytes).map_err(RunError::Overloaded)?;
+        } else {
+            held.shrink(walk_bytes - now);
+        }
+        walk_bytes = now;
+        // The walk goes newest part first: a trace's first part is its newest.
+        if seen.insert(candidate.trace_id) {
+            found.push(Match {
+                trace_id: candidate.trace_id,
+                start_unix_nano: candidate.start_unix_nano,
+                duration_nanos: 0,
+                span_count: 0,
+                error_count: 0,
+                root_service: None,
+                root_name: None,
+                services: Vec::new(),
+                service_stats: Vec::new(),
+                spansets: Vec::new(),
+            });
+        }
+    }
+    // Ties at one start in trace ID order, as the answers of `run`.
+    found.sort_by(answer_order);
+    Ok(Answer {
+        value: found,
+        partial: Vec::new(),
     })
 }
 
@@ -1085,7 +1140,7 @@ mod tests {
         Compiled,
     };
 
-    use super::{run, Search};
+    use super::{answer_order, run, Search};
 
     const SEC: u64 = 1_000_000_000;
 
@@ -1178,6 +1233,7 @@ mod tests {
                 end_unix_nano: if round % 5 == 0 { base + 120 * SEC } else { 0 },
                 limit,
                 spans_per_spanset: 1000,
+                candidates_only: false,
             };
             let mut want: Vec<super::Match> = every
                 .iter()
@@ -1197,6 +1253,32 @@ mod tests {
                 "query {query:?}, limit {limit}"
             );
             assert_eq!(got.value, want, "query {query:?}");
+
+            // What a tier asks for: every trace the search finds, at the
+            // start of its newest part the index could not rule out, which
+            // is never earlier than the trace's.
+            let wide = |candidates_only| Search {
+                query: search.query.clone(),
+                text: String::new(),
+                start_unix_nano: search.start_unix_nano,
+                end_unix_nano: search.end_unix_nano,
+                limit: super::MAX_LIMIT,
+                spans_per_spanset: 1,
+                candidates_only,
+            };
+            let all = run(&engine, &wide(false)).expect("search").value;
+            let candidates = run(&engine, &wide(true)).expect("candidates").value;
+            assert!(candidates
+                .windows(2)
+                .all(|w| answer_order(&w[0], &w[1]).is_lt()));
+            for m in &all {
+                let c = candidates.iter().find(|c| c.trace_id == m.trace_id);
+                assert!(
+                    c.is_some_and(|c| c.start_unix_nano >= m.start_unix_nano),
+                    "query {query:?}: {} found but {c:?}",
+                    m.trace_id
+                );
+            }
             for m in &got.value {
                 // serviceStats counts every span once, under its service.
                 let stats = &m.service_stats;
@@ -1275,6 +1357,7 @@ mod tests {
                 end_unix_nano: 0,
                 limit: 20,
                 spans_per_spanset: 3,
+                candidates_only: false,
             };
             run(&engine, &search).expect("search").value.len()
         };
@@ -1326,6 +1409,7 @@ mod tests {
             end_unix_nano: 0,
             limit,
             spans_per_spanset: 1000,
+            candidates_only: false,
         };
         let budget = engine.memory_budget();
         assert_eq!(run(&engine, &search(5)).expect("fits").value.len(), 5);

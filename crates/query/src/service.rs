@@ -106,6 +106,7 @@ impl QueryApi {
                 0 => crate::search::DEFAULT_SPSS,
                 n => (n as usize).min(crate::search::MAX_SPSS),
             },
+            candidates_only: r.candidates_only,
         };
         let found = self.reads.find(search).await?;
         if found.is_partial() {
@@ -217,6 +218,7 @@ impl QueryService for QueryApi {
                 n => (n as usize).min(crate::jaeger::MAX_SEARCH_DEPTH),
             },
             spans_per_spanset: 1,
+            candidates_only: false,
         };
         let found = self.reads.find(search).await?;
         if found.is_partial() {

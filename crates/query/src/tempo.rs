@@ -353,6 +353,7 @@ fn search_request(params: &HashMap<String, String>) -> Result<Search> {
             crate::search::DEFAULT_SPSS,
             crate::search::MAX_SPSS,
         )?,
+        candidates_only: false,
     })
 }
 

@@ -50,6 +50,7 @@ fn search_all() -> Search {
         end_unix_nano: 0,
         limit: 20,
         spans_per_spanset: 1,
+        candidates_only: false,
     }
 }
 
@@ -105,6 +106,7 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
         end_unix_nano: 0,
         limit: 20,
         spans_per_spanset: 10,
+        candidates_only: false,
     };
     let found = tier
         .find(traceql(
