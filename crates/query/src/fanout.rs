@@ -655,6 +655,10 @@ impl NodeReads {
                 .filter(|c| seen.insert(c.trace_id))
                 .collect();
             let new = fresh.len();
+            // At most MAX_INSPECTED traces read whole, as on a node.
+            let allowed = crate::search::MAX_INSPECTED.saturating_sub(seen.len() - new);
+            let capped = new > allowed;
+            let fresh = &fresh[..new.min(allowed)];
             // Whether no candidate from this one on can be newer than the
             // `limit`th match: candidates come newest first.
             let done = |found: &[Match], candidate: &Match| {
@@ -721,6 +725,12 @@ impl NodeReads {
                         partial,
                     });
                 }
+            }
+            if capped {
+                partial.push(crate::search::stopped_inspecting(
+                    crate::search::MAX_INSPECTED,
+                ));
+                break;
             }
             if exhausted {
                 break;

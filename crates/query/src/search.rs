@@ -238,9 +238,7 @@ pub fn run(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunEr
             Err(e) => partial.push(format!("trace {} not evaluated: {e}", candidate.trace_id)),
         }
         if inspected >= MAX_INSPECTED && walk.position().is_some() {
-            partial.push(format!(
-                "the search stopped after inspecting {inspected} traces; older traces were not searched (narrow the time range or the query)"
-            ));
+            partial.push(stopped_inspecting(inspected));
             break;
         }
     }
@@ -296,6 +294,14 @@ fn candidates(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, Ru
         value: found,
         partial: Vec::new(),
     })
+}
+
+/// The partial mark of a search that stopped after reading `inspected`
+/// candidate traces ([`MAX_INSPECTED`]).
+pub fn stopped_inspecting(inspected: usize) -> String {
+    format!(
+        "the search stopped after inspecting {inspected} traces; older traces were not searched (narrow the time range or the query)"
+    )
 }
 
 /// The order of answers: newest start first, then by trace ID.
