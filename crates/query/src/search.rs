@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use tracedb_lsm::{
     index::{OpNeed, SearchQuery, TagNeed, TagScope, ValueKind},
-    Engine, Span, SpanId, TimeRange, TraceId,
+    Candidate, Candidates, Engine, Permit, Span, SpanId, TimeRange, TraceId,
 };
 use tracedb_proto::query::v1 as proto;
 use tracedb_traceql::{
@@ -198,16 +198,9 @@ pub fn run(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunEr
                 break;
             }
         }
-        let Some(candidate) = walk.next_candidate()? else {
+        let Some(candidate) = next_counted(&mut walk, &mut held, &mut walk_bytes)? else {
             break;
         };
-        let now = walk.held_bytes();
-        if now > walk_bytes {
-            held.grow(now - walk_bytes).map_err(RunError::Overloaded)?;
-        } else {
-            held.shrink(walk_bytes - now);
-        }
-        walk_bytes = now;
         inspected += 1;
         let lookup = engine.lookup_trace(&candidate.trace_id, TimeRange::ALL)?;
         let trace_bytes: usize = lookup
@@ -248,6 +241,24 @@ pub fn run(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunEr
     })
 }
 
+/// The walk's next candidate, with `held` grown or shrunk to the bytes the
+/// walk holds now (`walk_bytes` is what it held at the last call).
+fn next_counted(
+    walk: &mut Candidates,
+    held: &mut Permit,
+    walk_bytes: &mut usize,
+) -> Result<Option<Candidate>, RunError> {
+    let candidate = walk.next_candidate()?;
+    let now = walk.held_bytes();
+    if now > *walk_bytes {
+        held.grow(now - *walk_bytes).map_err(RunError::Overloaded)?;
+    } else {
+        held.shrink(*walk_bytes - now);
+    }
+    *walk_bytes = now;
+    Ok(candidate)
+}
+
 /// The traces whose parts the index cannot rule out for `search`, at most
 /// `limit`, newest first by the start of their newest such part (never
 /// earlier than the trace's): a superset of the matches in the window, read
@@ -262,16 +273,9 @@ fn candidates(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, Ru
     let mut seen = std::collections::HashSet::new();
     let mut found = Vec::new();
     while found.len() < limit {
-        let Some(candidate) = walk.next_candidate()? else {
+        let Some(candidate) = next_counted(&mut walk, &mut held, &mut walk_bytes)? else {
             break;
         };
-        let now = walk.held_bytes();
-        if now > walk_bytes {
-            held.grow(now - walk_bytes).map_err(RunError::Overloaded)?;
-        } else {
-            held.shrink(walk_bytes - now);
-        }
-        walk_bytes = now;
         // The walk goes newest part first: a trace's first part is its newest.
         if seen.insert(candidate.trace_id) {
             found.push(Match {
