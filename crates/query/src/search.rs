@@ -57,9 +57,10 @@ pub struct Search {
     pub limit: usize,
     /// Most spans shown per spanset (the `matched` count counts them all).
     pub spans_per_spanset: usize,
-    /// Answer the traces the index cannot rule out instead of the matches
-    /// (see [`candidates`]): what a tier asks its nodes for when it
-    /// evaluates each trace whole itself.
+    /// Answer, newest first, the traces the index cannot rule out instead of
+    /// the matches, each with only its ID and the start of its newest such
+    /// part: what a tier asks its nodes for when it evaluates each trace
+    /// whole itself.
     pub candidates_only: bool,
 }
 
