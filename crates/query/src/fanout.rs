@@ -626,7 +626,7 @@ impl NodeReads {
         let mut found: Vec<Match> = Vec::new();
         let mut partial: Vec<String> = Vec::new();
         let mut seen: std::collections::HashSet<TraceId> = std::collections::HashSet::new();
-        let mut page = (2 * limit).clamp(64, 4096);
+        let mut page = (4 * limit).clamp(128, 4096);
         let mut end = search.end_unix_nano;
         loop {
             let candidates = self
