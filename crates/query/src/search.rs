@@ -789,12 +789,14 @@ pub fn per_span_only(query: &Query) -> bool {
 }
 
 /// A query whose matches include every trace `query` matches, and whose
-/// filters each hold on one span alone ([`per_span_only`]): every filter of
-/// `query` joined by `||`, with each comparison of a trace-level field
-/// (`rootName`, `rootServiceName`, `traceDuration`, `span:childCount`)
-/// replaced by `true`. A span of every matching trace passes some filter of
-/// the query, and so the weaker one, on whichever node holds it: a query
-/// tier finds candidates with it and evaluates `query` on each whole trace.
+/// filters each hold on one span alone ([`per_span_only`]): the filters of
+/// `query` joined by `||` (of an operator between spansets other than `||`,
+/// those of its right side only, which must have spans for it to answer),
+/// with each comparison of a trace-level field (`rootName`,
+/// `rootServiceName`, `traceDuration`, `span:childCount`) replaced by
+/// `true`. A span of every matching trace passes one of those filters, and
+/// so the weaker one, on whichever node holds it: a query tier finds
+/// candidates with it and evaluates `query` on each whole trace.
 pub fn relaxed(query: &Query) -> Query {
     fn trace_level(e: &FieldExpr) -> bool {
         match e {
@@ -830,8 +832,14 @@ pub fn relaxed(query: &Query) -> Query {
         match s {
             SpansetExpr::Filter(e) => out.push(weaken(e)),
             SpansetExpr::Pipeline(p) => pipeline(p, out),
-            SpansetExpr::Binary { lhs, rhs, .. } => {
-                filters(lhs, out);
+            SpansetExpr::Binary { op, lhs, rhs } => {
+                // Every operator but `||` answers only when its right side
+                // has spans (`&&` and the structural ones, `!>>` and `&>>`
+                // included), so a span of every trace it matches passes a
+                // filter of the right side.
+                if matches!(op, SpansetOp::Or) {
+                    filters(lhs, out);
+                }
                 filters(rhs, out);
             }
         }
@@ -1277,6 +1285,26 @@ mod tests {
                 spans_per_spanset: 1,
                 candidates_only,
             };
+            // The relaxation a tier finds those candidates with matches
+            // every trace the query matches.
+            let relaxation = super::relaxed(&query);
+            let relaxed = Search {
+                query: Arc::new(Compiled::new(relaxation.clone()).expect("compiles")),
+                ..wide(false)
+            };
+            for (id, spans) in &every {
+                if super::evaluate(&search, *id, spans)
+                    .expect("decodes")
+                    .is_some()
+                {
+                    assert!(
+                        super::evaluate(&relaxed, *id, spans)
+                            .expect("decodes")
+                            .is_some(),
+                        "{id} matches {query:?} but not its relaxation {relaxation}"
+                    );
+                }
+            }
             let all = run(&engine, &wide(false)).expect("search").value;
             let candidates = run(&engine, &wide(true)).expect("candidates").value;
             assert!(candidates
@@ -1439,7 +1467,8 @@ mod tests {
         );
     }
 
-    /// The per-span relaxation keeps every filter, joined by `||`, with the
+    /// The per-span relaxation keeps the filters a match needs, joined by
+    /// `||` (the right side of `&&` and of a structural operator), with the
     /// conditions on trace-level fields made true; a per-span query needs none.
     #[test]
     fn the_relaxation_keeps_each_filter_and_drops_trace_level_conditions() {
@@ -1449,11 +1478,15 @@ mod tests {
             relaxed(
                 r#"{ kind = server } >> { status = error && rootServiceName = "a" } | count() > 1"#
             ),
-            "{ span:kind = server } || { span:status = error && true }"
+            "{ span:status = error && true }"
         );
         assert_eq!(
             relaxed("({ .a = 1 } | count() > 2) && ({ .b = 2 })"),
-            "{ .a = 1 } || { .b = 2 }"
+            "{ .b = 2 }"
+        );
+        assert_eq!(
+            relaxed("({ .a = 1 } !>> { .b = 2 }) || { .c = 3 }"),
+            "{ .b = 2 } || { .c = 3 }"
         );
         for (q, per_span) in [
             (r#"{ .a = 1 } || { name = "x" } | select(.b)"#, true),
