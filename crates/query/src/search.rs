@@ -1273,11 +1273,14 @@ mod tests {
             );
             assert_eq!(got.value, want, "query {query:?}");
 
-            // What a tier asks for: every trace the search finds, at the
-            // start of its newest part the index could not rule out, which
-            // is never earlier than the trace's.
-            let wide = |candidates_only| Search {
-                query: search.query.clone(),
+            // What a tier asks its nodes for: the candidates of the query's
+            // relaxation. The relaxation matches every trace the query
+            // matches, and its candidates hold every trace the search finds,
+            // each at the start of its newest part the index could not rule
+            // out, which is never earlier than the trace's.
+            let relaxation = super::relaxed(&query);
+            let wide = |query: Arc<Compiled>, candidates_only| Search {
+                query,
                 text: String::new(),
                 start_unix_nano: search.start_unix_nano,
                 end_unix_nano: search.end_unix_nano,
@@ -1285,28 +1288,26 @@ mod tests {
                 spans_per_spanset: 1,
                 candidates_only,
             };
-            // The relaxation a tier finds those candidates with matches
-            // every trace the query matches.
-            let relaxation = super::relaxed(&query);
-            let relaxed = Search {
-                query: Arc::new(Compiled::new(relaxation.clone()).expect("compiles")),
-                ..wide(false)
-            };
+            let relaxed = Arc::new(Compiled::new(relaxation.clone()).expect("compiles"));
             for (id, spans) in &every {
                 if super::evaluate(&search, *id, spans)
                     .expect("decodes")
                     .is_some()
                 {
                     assert!(
-                        super::evaluate(&relaxed, *id, spans)
+                        super::evaluate(&wide(relaxed.clone(), false), *id, spans)
                             .expect("decodes")
                             .is_some(),
                         "{id} matches {query:?} but not its relaxation {relaxation}"
                     );
                 }
             }
-            let all = run(&engine, &wide(false)).expect("search").value;
-            let candidates = run(&engine, &wide(true)).expect("candidates").value;
+            let all = run(&engine, &wide(search.query.clone(), false))
+                .expect("search")
+                .value;
+            let candidates = run(&engine, &wide(relaxed, true))
+                .expect("candidates")
+                .value;
             assert!(candidates
                 .windows(2)
                 .all(|w| answer_order(&w[0], &w[1]).is_lt()));
@@ -1314,7 +1315,7 @@ mod tests {
                 let c = candidates.iter().find(|c| c.trace_id == m.trace_id);
                 assert!(
                     c.is_some_and(|c| c.start_unix_nano >= m.start_unix_nano),
-                    "query {query:?}: {} found but {c:?}",
+                    "query {query:?}: {} found but {c:?} among the candidates of {relaxation}",
                     m.trace_id
                 );
             }
