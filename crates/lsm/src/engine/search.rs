@@ -260,10 +260,15 @@ impl Engine {
     /// Block `b` of a file's sidecar; a damaged one has the sidecar rebuilt,
     /// and the whole file's summaries stand for it.
     fn block(&self, file: &TableFile, index: &FileIndex, b: usize) -> Result<SummarySet> {
-        index.block(b).or_else(|e| {
-            self.inner.summary_cache.forget_digest(file.id);
-            rebuild(file, &e, self.inner.opts.index_block_parts)
-        })
+        index.block(b).or_else(|e| self.rebuilt_block(file, e))
+    }
+
+    /// What stands for a block of `file`'s sidecar that failed to read with
+    /// `e`: the sidecar is rebuilt, and the whole file's summaries are
+    /// answered.
+    fn rebuilt_block(&self, file: &TableFile, e: crate::Error) -> Result<SummarySet> {
+        self.inner.summary_cache.forget_digest(file.id);
+        rebuild(file, &e, self.inner.opts.index_block_parts)
     }
 
     /// Attribute keys (with their scopes) of parts that may lie in `range`:
@@ -350,7 +355,7 @@ impl Engine {
                             .as_deref()
                             .unwrap_or_default()
                             .iter()
-                            .all(|v| out.values.contains(&(v.to_string(), t.kind)))
+                            .all(|v| out.seen.contains(&(v.to_string(), t.kind)))
                     });
                 if nothing_new {
                     continue;
@@ -360,6 +365,13 @@ impl Engine {
                     for t in tags {
                         let values = t.values.as_deref().unwrap_or_default();
                         out.extend(values.iter().map(|v| (v.to_string(), t.kind)));
+                    }
+                } else if needs.is_empty() {
+                    let scanned = index
+                        .block_tag_values(b, scope, key, (start, end), |v, kind| out.add(v, kind));
+                    if let Err(e) = scanned {
+                        let set = [Arc::new(self.rebuilt_block(file, e)?)];
+                        out.extend(index::tag_values(&set, scope, key, start, end, needs));
                     }
                 } else {
                     let set = [Arc::new(self.block(file, &index, b)?)];
@@ -709,6 +721,12 @@ pub struct TagValues {
     /// A limit was reached before every block was read.
     pub stopped: bool,
     limit: ValuesLimit,
+    /// The values met so far: `values` once finished. A hash set, because
+    /// listing the values of a key with a value per trace looks up every
+    /// occurrence of the key.
+    seen: HashSet<(String, ValueKind)>,
+    /// A buffer to look a value up in `seen` with.
+    probe: String,
 }
 
 impl TagValues {
@@ -718,23 +736,43 @@ impl TagValues {
             bytes: 0,
             stopped: false,
             limit,
+            seen: HashSet::new(),
+            probe: String::new(),
         }
     }
 
     fn extend(&mut self, values: impl IntoIterator<Item = (String, ValueKind)>) {
         for v in values {
             let len = v.0.len();
-            if self.values.insert(v) {
+            if self.seen.insert(v) {
                 self.bytes += len;
             }
         }
+        self.check_limit();
+    }
+
+    /// One value: allocates only for a value not yet in the answer.
+    fn add(&mut self, value: &str, kind: ValueKind) {
+        let mut probe = (std::mem::take(&mut self.probe), kind);
+        probe.0.clear();
+        probe.0.push_str(value);
+        if !self.seen.contains(&probe) {
+            self.bytes += value.len();
+            self.seen.insert((value.to_owned(), kind));
+            self.check_limit();
+        }
+        self.probe = probe.0;
+    }
+
+    fn check_limit(&mut self) {
         let ValuesLimit { values, bytes } = self.limit;
         self.stopped =
-            (values > 0 && self.values.len() >= values) || (bytes > 0 && self.bytes >= bytes);
+            (values > 0 && self.seen.len() >= values) || (bytes > 0 && self.bytes >= bytes);
     }
 
     /// Keeps at most `limit.values` values, of at most `limit.bytes`.
     fn finish(&mut self) {
+        self.values = std::mem::take(&mut self.seen).into_iter().collect();
         let ValuesLimit { values, bytes } = self.limit;
         while (values > 0 && self.values.len() > values) || (bytes > 0 && self.bytes > bytes) {
             match self.values.pop_last() {

@@ -348,14 +348,48 @@ impl FileIndex {
     /// use); its traces are in trace-ID order, [`SummarySet::by_start`]
     /// gives them newest first.
     pub fn block(&self, i: usize) -> Result<SummarySet> {
+        let (at, body) = self.body(i)?;
+        super::sidecar::decode_block(&self.path, at, &body, self.strings, self.blocks[i].parts)
+    }
+
+    /// Block `i`'s place in the sidecar and its body, read and inflated.
+    fn body(&self, i: usize) -> Result<(u64, Vec<u8>)> {
         let d = &self.blocks[i];
         let at = self.base + d.offset;
         let mut frame = vec![0u8; d.frame_len as usize];
         self.file
             .read_exact_at(&mut frame, at)
             .map_err(|e| crate::error::Error::io(&self.path, e))?;
-        let body = super::sidecar::inflate_frame(&self.path, at, &frame, d)?;
-        super::sidecar::decode_block(&self.path, at, &body, self.strings, d.parts)
+        Ok((
+            at,
+            super::sidecar::inflate_frame(&self.path, at, &frame, d)?,
+        ))
+    }
+
+    /// The distinct values of the attribute `key` (in `scope`, or either) in
+    /// block `i`'s parts that may lie in `window` (start, end; 0: open),
+    /// each given to `f` with its type; reads the block without building its
+    /// parts (see [`FileIndex::block`]).
+    pub fn block_tag_values(
+        &self,
+        i: usize,
+        scope: Option<TagScope>,
+        key: &str,
+        window: (u64, u64),
+        f: impl FnMut(&str, ValueKind),
+    ) -> Result<()> {
+        let (at, body) = self.body(i)?;
+        super::sidecar::block_tag_values(
+            &self.path,
+            at,
+            &body,
+            self.strings,
+            self.blocks[i].parts,
+            scope,
+            key,
+            window,
+            f,
+        )
     }
 
     /// About how many heap bytes the digest holds.

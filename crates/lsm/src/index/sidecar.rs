@@ -259,6 +259,7 @@ impl Reader<'_> {
         corrupt(self.path, self.at as u64, reason)
     }
 
+    #[inline]
     fn bytes(&mut self, n: usize) -> Result<&[u8]> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.buf.len());
         let Some(end) = end else {
@@ -269,11 +270,13 @@ impl Reader<'_> {
         Ok(out)
     }
 
+    #[inline]
     fn u64(&mut self) -> Result<u64> {
         let b = self.bytes(8)?;
         Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
     }
 
+    #[inline]
     fn varint(&mut self) -> Result<u64> {
         // Most values (string indices, counts, small numbers) take one byte.
         if let Some(&byte) = self.buf.get(self.at) {
@@ -294,6 +297,7 @@ impl Reader<'_> {
     }
 
     /// A count of items each at least `min_bytes` long: bounded by what is left.
+    #[inline]
     fn count(&mut self, min_bytes: usize) -> Result<usize> {
         let n = self.varint()?;
         let left = (self.buf.len() - self.at) as u64;
@@ -303,6 +307,7 @@ impl Reader<'_> {
         Ok(n as usize)
     }
 
+    #[inline]
     fn u32(&mut self) -> Result<u32> {
         let v = self.varint()?;
         u32::try_from(v).map_err(|_| self.err("value over 32 bits"))
@@ -319,6 +324,7 @@ impl Reader<'_> {
     }
 
     /// A string index below `strings`.
+    #[inline]
     fn string(&mut self, strings: usize) -> Result<u32> {
         let v = self.u32()?;
         if v as usize >= strings {
@@ -591,6 +597,71 @@ pub(super) fn decode_block(
     }
     let strings = block.strings.into_iter().map(|s| s.1.to_owned()).collect();
     Ok(SummarySet::new(strings, traces))
+}
+
+/// Calls `f` once with each distinct value (and its type) of the attribute
+/// `key` (in `scope`, or either) held by a part of a block's `body` that may
+/// lie in `start..=end` (0: open), without building the parts: listing a
+/// key's values reads only each part's times, operations and tags, and
+/// allocates nothing per part. Values the index does not keep are left out.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn block_tag_values(
+    path: &Path,
+    at: u64,
+    body: &[u8],
+    ns: usize,
+    parts: u32,
+    scope: Option<TagScope>,
+    key: &str,
+    (start, end): (u64, u64),
+    mut f: impl FnMut(&str, ValueKind),
+) -> Result<()> {
+    let block = split_block(path, at, body, ns, parts)?;
+    let Some(k) = block.strings.iter().position(|s| s.1 == key) else {
+        return Ok(());
+    };
+    let local = block.strings.len();
+    // Per string of the block, a bit per value type already met.
+    let mut met = vec![0u8; local];
+    for range in block.parts {
+        let mut r = Reader {
+            path,
+            buf: &body[..range.end],
+            at: range.start,
+        };
+        r.bytes(16)?;
+        let first = r.u64()?;
+        let last = first.wrapping_add(r.varint()?);
+        if (start != 0 && last < start) || (end != 0 && first > end) {
+            continue;
+        }
+        r.u32()?;
+        r.u32()?;
+        if r.u32()? != 0 {
+            r.string(local)?;
+        }
+        for _ in 0..r.count(3)? {
+            r.string(local)?;
+            r.string(local)?;
+            r.bytes(1)?;
+        }
+        for _ in 0..r.count(3)? {
+            let (s, kind) = scope_kind(&mut r)?;
+            let (g, v) = (r.string(local)?, r.string(local)?);
+            if g as usize == k && kind != ValueKind::Unindexed && scope.is_none_or(|x| x == s) {
+                met[v as usize] |= 1 << kind as u8;
+            }
+        }
+    }
+    for (v, &kinds) in met.iter().enumerate() {
+        for code in 0..8u8 {
+            if kinds & (1 << code) != 0 {
+                let kind = ValueKind::from_code(code).expect("a code set from a ValueKind");
+                f(block.strings[v].1, kind);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Replaces every string index of `part` by `f` of it (the order of its

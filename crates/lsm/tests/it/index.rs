@@ -7,7 +7,7 @@ use std::{collections::BTreeSet, path::Path, sync::Arc};
 
 use bytes::Bytes;
 use tracedb_lsm::{
-    index::{read_sidecar, OpNeed, SearchQuery, SummarySet, TagScope},
+    index::{read_sidecar, OpNeed, SearchQuery, SummarySet, TagScope, ValueKind},
     layout, Engine, ScopeGroup, Span, SpanId, SsTable, TimeRange, TraceId, ValuesLimit, WalkStats,
 };
 use tracedb_proto::wire::put_varint;
@@ -66,6 +66,9 @@ fn otlp_span(
     if id == 9 {
         // A key with a value per trace: more than a digest lists per block.
         field(&mut p, 9, &kv("user", &format!("u{trace}")));
+    } else if id >= 11 {
+        // More of it: a value per span.
+        field(&mut p, 9, &kv("user", &format!("u{trace}-{id}")));
     }
     Span {
         trace_id: TraceId(trace.to_be_bytes()),
@@ -568,6 +571,14 @@ fn tag_keys_and_values_from_the_digests_are_those_of_the_parts() {
                 if t % 8 == 0 {
                     spans.push(otlp_span(&rare, t, 9, Some(1), "lookup", at(t) + 1, 10));
                 }
+                // Five values of "user" a trace in the first file: 80 a
+                // block, more than its digest lists.
+                if t <= 300 {
+                    let back = service("back");
+                    spans.extend(
+                        (11..=15).map(|id| otlp_span(&back, t, id, Some(1), "q", at(t), 1)),
+                    );
+                }
                 spans
             })
             .collect()
@@ -644,7 +655,9 @@ fn tag_keys_and_values_from_the_digests_are_those_of_the_parts() {
             }
         }
     }
-    assert!(users_seen > 100, "{users_seen}");
+    // Over the three windows: the 1,500 values of the first file's blocks
+    // and the rare traces' are read.
+    assert!(users_seen > 2000, "{users_seen}");
 }
 
 /// `span` with an error status (Status.code = 2).
@@ -722,6 +735,17 @@ fn a_damaged_block_is_walked_from_the_spans_and_its_sidecar_rebuilt_once() {
     use std::os::unix::fs::MetadataExt;
     let inode = || std::fs::metadata(&idx).expect("sidecar").ino();
     let damaged = inode();
+    // Listing values from the damaged block (a window within it, so its
+    // digest's list is not enough) answers from the spans and rebuilds.
+    let at = |t: u64| T0 - 50 * SEC + t * 10_000_000;
+    let cut = TimeRange::new(at(5) + 5, at(10));
+    let values = engine
+        .tag_values(None, "tenant", cut, &[], ValuesLimit::NONE)
+        .expect("values");
+    let want: BTreeSet<(String, ValueKind)> =
+        [("t0".into(), ValueKind::Str), ("t1".into(), ValueKind::Str)].into();
+    assert_eq!(values.values, want);
+    assert_ne!(inode(), damaged, "the sidecar was rebuilt");
     let (found, _) = walk(&engine, &all, usize::MAX);
     assert_eq!(found, before);
     let rebuilt = inode();
