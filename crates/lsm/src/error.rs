@@ -112,6 +112,14 @@ pub enum Error {
     #[error("storage engine is closed")]
     Closed,
 
+    /// A data directory with tenants' stores opened without tenancy.
+    #[error("{} holds the stores of {tenants} tenant(s), which are read only with tenancy on; start with --tenancy header or certificate", dir.display())]
+    TenantsWithoutTenancy { dir: PathBuf, tenants: usize },
+
+    /// A store for a tenant other than the single one, without tenancy.
+    #[error("tenancy is off: there is no store for the tenant {0:?}")]
+    NoSuchTenant(String),
+
     /// The write was refused, not queued: buffered spans are over the memory
     /// budget, or flushing or compaction is behind. Nothing was logged; the
     /// client should retry after about `retry_after`. The ingest layer maps

@@ -14,6 +14,10 @@
 //!   quarantine/{id:020}.sst    damaged sorted files, kept for inspection
 //!   trash/{pid}-{n}-{name}     files being deleted a step at a time (`trash`
 //!                              makes each name unique)
+//!   tenants/{tenant}/          with tenancy on, each tenant's own store, laid
+//!                              out as above (`stores`); the store at the top
+//!                              is the tenant `single-tenant`
+//!   tenants.deleting/{tenant}/ a tenant's store being deleted
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -30,6 +34,10 @@ pub const WAL_DIR: &str = "wal";
 pub const QUARANTINE_DIR: &str = "quarantine";
 /// The folder of files being deleted.
 pub const TRASH_DIR: &str = "trash";
+/// The folder of the tenants' stores.
+pub const TENANTS_DIR: &str = "tenants";
+/// The folder tenants' stores are moved to while they are deleted.
+pub const DELETING_TENANTS_DIR: &str = "tenants.deleting";
 
 /// File name suffix of sorted files.
 pub const TABLE_SUFFIX: &str = ".sst";
@@ -69,6 +77,20 @@ pub fn quarantine_dir(data_dir: &Path) -> PathBuf {
 
 pub fn trash_dir(data_dir: &Path) -> PathBuf {
     data_dir.join(TRASH_DIR)
+}
+
+pub fn tenants_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join(TENANTS_DIR)
+}
+
+/// The store of `tenant` (a valid tenant ID: a safe folder name).
+pub fn tenant_dir(data_dir: &Path, tenant: &str) -> PathBuf {
+    tenants_dir(data_dir).join(tenant)
+}
+
+/// Where a tenant's store is moved to while it is deleted.
+pub fn deleting_tenant_dir(data_dir: &Path, tenant: &str) -> PathBuf {
+    data_dir.join(DELETING_TENANTS_DIR).join(tenant)
 }
 
 /// The sorted file `id` in `dir` (`tables/` or `quarantine/`).

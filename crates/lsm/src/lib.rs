@@ -48,6 +48,9 @@
 //!   (the search index's view of a snapshot and its cache), `stats`,
 //!   `options`, and `hooks` (the crash points and hooks of tests, which exist
 //!   only with the `test-support` feature).
+//! - [`stores`]: one engine per tenant, each in a folder of its own, and
+//!   the store at the top of the data directory as the tenant
+//!   `single-tenant`.
 //! - `test_util` (with the `test-support` feature): the span and group
 //!   generators every test and benchmark of the workspace uses.
 
@@ -66,6 +69,7 @@ pub mod memtable;
 mod mmap;
 pub mod sort;
 pub mod span;
+pub mod stores;
 pub mod table;
 mod trash;
 pub mod version;
@@ -90,6 +94,7 @@ pub use error::{Backpressure, Error, Result};
 pub use layout::QUARANTINE_DIR;
 pub use memtable::MemTableOptions;
 pub use span::{ParseIdError, ScopeGroup, Span, SpanId, TraceId};
+pub use stores::Stores;
 pub use table::{SsTable, SsTableBuilder, SsTableIterator, TableMeta, TableOptions};
 pub use version::{LevelStats, SuperVersion, TableFile, TimeRange, Version};
 pub use wal::{ReplayStats, Wal, WalOptions, WalStats, WalTicket};

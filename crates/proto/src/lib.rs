@@ -18,6 +18,7 @@
 //!   when to retry.
 //! - [`start`]: [`start::StartCell`], the one way anything waits for the
 //!   storage engine to open, and [`start::Starting`], what it says meanwhile.
+//! - [`tenant`]: tenant IDs, their rules, and the tenants a request names.
 //! - [`time`]: Unix nanoseconds as a UTC calendar time, for people.
 //! - [`wire`]: the varint writer of the storage engine's own formats and of
 //!   tests that build protobuf bytes by hand (`tracedb_query::traces_data`
@@ -26,6 +27,7 @@
 pub mod codec;
 pub mod retry;
 pub mod start;
+pub mod tenant;
 pub mod time;
 pub mod wire;
 

@@ -1,0 +1,231 @@
+//! One store per tenant: each tenant's spans live in an [`Engine`] of their
+//! own, in a folder of their own (`tenants/{tenant}/`, laid out as any data
+//! directory), so a read of one tenant never opens another's files, and one
+//! tenant's store is expired or deleted without touching the others'.
+//!
+//! The store at the top of the data directory is the tenant
+//! [`SINGLE_TENANT`]: without tenancy it is the only one, so a data directory
+//! written before tenancy existed opens as that tenant when tenancy is turned
+//! on. All the stores share one memory budget
+//! ([`EngineOptions::memory_budget`]).
+//!
+//! Every store found at start-up is opened then (its WAL replayed), so what
+//! was acknowledged is readable at once; a tenant's store is created by its
+//! first write. A tenant without a store reads as an empty one.
+
+use std::{collections::BTreeMap, fs, path::PathBuf, sync::Arc};
+
+use parking_lot::{Mutex, RwLock};
+use tracedb_proto::tenant::{TenantId, SINGLE_TENANT};
+
+use crate::{
+    engine::EngineOptions,
+    error::{Error, Result},
+    layout, Engine,
+};
+
+/// The tenants' stores of one data directory.
+pub struct Stores {
+    root: PathBuf,
+    /// Each tenant's store is opened with these, but for its folder.
+    template: EngineOptions,
+    tenancy: bool,
+    engines: RwLock<BTreeMap<TenantId, Arc<Engine>>>,
+    /// Held while a store is created or deleted.
+    changing: Mutex<()>,
+}
+
+impl Stores {
+    /// Opens the store at `opts.data_dir` as [`SINGLE_TENANT`] and, with
+    /// `tenancy`, every tenant's store under it. Without `tenancy`, a data
+    /// directory that holds tenants' stores is refused: their spans would be
+    /// silently left out of every answer.
+    pub fn open(opts: EngineOptions, tenancy: bool) -> Result<Stores> {
+        let root = opts.data_dir.clone();
+        let found = tenant_dirs(&root)?;
+        if !tenancy && !found.is_empty() {
+            return Err(Error::TenantsWithoutTenancy {
+                dir: layout::tenants_dir(&root),
+                tenants: found.len(),
+            });
+        }
+        clear_deleting(&root)?;
+        let mut engines = BTreeMap::new();
+        let single = TenantId::new(SINGLE_TENANT).expect("a valid tenant ID");
+        engines.insert(single, Arc::new(Engine::open(opts.clone())?));
+        let stores = Stores {
+            root,
+            template: opts,
+            tenancy,
+            engines: RwLock::new(BTreeMap::new()),
+            changing: Mutex::new(()),
+        };
+        for tenant in found {
+            let engine = match Engine::open(stores.options_of(&tenant)) {
+                Ok(engine) => engine,
+                Err(e) => {
+                    for engine in engines.values() {
+                        let _ = engine.close();
+                    }
+                    return Err(e);
+                }
+            };
+            tracing::info!(%tenant, "tenant store opened");
+            engines.insert(tenant, Arc::new(engine));
+        }
+        *stores.engines.write() = engines;
+        Ok(stores)
+    }
+
+    /// Whether stores other than [`SINGLE_TENANT`]'s may exist.
+    pub fn tenancy(&self) -> bool {
+        self.tenancy
+    }
+
+    /// The store of `tenant`, if it has one.
+    pub fn get(&self, tenant: &TenantId) -> Option<Arc<Engine>> {
+        self.engines.read().get(tenant).cloned()
+    }
+
+    /// The store of `tenant`, created if it has none (blocking: a new store
+    /// is made on disk). Without tenancy only [`SINGLE_TENANT`] has one.
+    pub fn get_or_create(&self, tenant: &TenantId) -> Result<Arc<Engine>> {
+        if let Some(engine) = self.get(tenant) {
+            return Ok(engine);
+        }
+        if !self.tenancy {
+            return Err(Error::NoSuchTenant(tenant.to_string()));
+        }
+        let _changing = self.changing.lock();
+        if let Some(engine) = self.get(tenant) {
+            return Ok(engine);
+        }
+        let tenants = layout::tenants_dir(&self.root);
+        fs::create_dir_all(&tenants).map_err(|e| Error::io(&tenants, e))?;
+        let engine = Arc::new(Engine::open(self.options_of(tenant))?);
+        // The tenant's folder must survive a crash with the WAL in it.
+        sync_dir(&tenants)?;
+        tracing::info!(%tenant, "tenant store created");
+        self.engines.write().insert(tenant.clone(), engine.clone());
+        Ok(engine)
+    }
+
+    /// Every tenant's store, by tenant ID.
+    pub fn all(&self) -> Vec<(TenantId, Arc<Engine>)> {
+        self.engines
+            .read()
+            .iter()
+            .map(|(t, e)| (t.clone(), e.clone()))
+            .collect()
+    }
+
+    /// Flushes and closes every store; the first error is returned once all
+    /// were tried.
+    pub fn close(&self) -> Result<()> {
+        let mut first = Ok(());
+        for (tenant, engine) in self.all() {
+            if let Err(e) = engine.close() {
+                tracing::warn!(%tenant, error = %e, "closing a tenant's store");
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+
+    fn options_of(&self, tenant: &TenantId) -> EngineOptions {
+        let mut opts = self.template.clone();
+        opts.data_dir = layout::tenant_dir(&self.root, tenant.as_str());
+        opts
+    }
+}
+
+/// The tenants with a store under `root`'s `tenants/`.
+fn tenant_dirs(root: &std::path::Path) -> Result<Vec<TenantId>> {
+    let dir = layout::tenants_dir(root);
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(&dir, e)),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(&dir, e))?;
+        let name = entry.file_name();
+        let tenant = name.to_str().and_then(|n| TenantId::new(n).ok());
+        match tenant {
+            Some(t) if entry.path().is_dir() && t.as_str() != SINGLE_TENANT => out.push(t),
+            _ => tracing::warn!(
+                path = %entry.path().display(),
+                "not a tenant's store; left alone"
+            ),
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Finishes deleting the stores a crash left in `tenants.deleting/`.
+fn clear_deleting(root: &std::path::Path) -> Result<()> {
+    let dir = root.join(layout::DELETING_TENANTS_DIR);
+    match fs::remove_dir_all(&dir) {
+        Ok(()) => sync_dir(root),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(&dir, e)),
+    }
+}
+
+fn sync_dir(dir: &std::path::Path) -> Result<()> {
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(dir, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(t: &str) -> TenantId {
+        TenantId::new(t).expect("valid")
+    }
+
+    #[test]
+    fn each_tenant_has_a_store_of_its_own_made_by_its_first_write() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = EngineOptions::new(dir.path());
+        let stores = Stores::open(opts.clone(), true).expect("open");
+        assert!(stores.get(&id(SINGLE_TENANT)).is_some());
+        assert!(stores.get(&id("a")).is_none());
+        let a = stores.get_or_create(&id("a")).expect("create");
+        assert!(Arc::ptr_eq(
+            &a,
+            &stores.get_or_create(&id("a")).expect("again")
+        ));
+        assert!(dir.path().join("tenants/a/wal").is_dir());
+        // Not a tenant's store: left alone.
+        fs::create_dir_all(dir.path().join("tenants/not a tenant")).expect("mkdir");
+        stores.close().expect("close");
+        drop((a, stores));
+
+        let stores = Stores::open(opts.clone(), true).expect("reopen");
+        let names: Vec<String> = stores.all().iter().map(|(t, _)| t.to_string()).collect();
+        assert_eq!(names, ["a", SINGLE_TENANT]);
+        stores.close().expect("close");
+        drop(stores);
+
+        // Without tenancy, the tenants' stores would go unread: refused.
+        let e = Stores::open(opts.clone(), false).err().expect("refused");
+        assert!(
+            matches!(e, Error::TenantsWithoutTenancy { tenants: 1, .. }),
+            "{e}"
+        );
+        fs::remove_dir_all(dir.path().join("tenants/a")).expect("rm");
+        let stores = Stores::open(opts, false).expect("no tenants left");
+        assert!(matches!(
+            stores.get_or_create(&id("a")),
+            Err(Error::NoSuchTenant(_))
+        ));
+        stores.close().expect("close");
+    }
+}
