@@ -61,6 +61,10 @@ pub enum Error {
     #[error("spans not stored: {0}")]
     Storage(#[from] tracedb_lsm::Error),
 
+    /// The request's tenant is not one a write can go to.
+    #[error("{0}")]
+    Tenant(tracedb_proto::tenant::InvalidTenant),
+
     /// The server is starting up and does not take exports yet.
     #[error("server is starting up; retry later")]
     Starting,

@@ -25,9 +25,12 @@ use std::{
 use bytes::Bytes;
 use tracedb_lsm::{
     budget::{MemoryBudget, Permit},
-    Engine,
+    Engine, Stores,
 };
-use tracedb_proto::start::StartCell;
+use tracedb_proto::{
+    start::StartCell,
+    tenant::{TenantId, Tenants, SINGLE_TENANT},
+};
 
 use crate::{
     error::Error,
@@ -75,8 +78,8 @@ impl IngestOptions {
 pub struct Ingest {
     options: IngestOptions,
     phase: AtomicU8,
-    /// Set once, when the engine has opened; `Starting` until then.
-    engine: StartCell<Arc<Engine>>,
+    /// Set once, when the stores have opened; `Starting` until then.
+    stores: StartCell<Arc<Stores>>,
     budget: Arc<MemoryBudget>,
     metrics: IngestMetrics,
 }
@@ -92,14 +95,14 @@ impl Ingest {
             ),
             options,
             phase: AtomicU8::new(Phase::Starting as u8),
-            engine: StartCell::new(),
+            stores: StartCell::new(),
             metrics: IngestMetrics::default(),
         })
     }
 
-    /// Starts taking exports into `engine`.
-    pub fn start(&self, engine: Arc<Engine>) {
-        if self.engine.set(engine) {
+    /// Starts taking exports into the tenants' `stores`.
+    pub fn start(&self, stores: Arc<Stores>) {
+        if self.stores.set(stores) {
             let _ = self.phase.compare_exchange(
                 Phase::Starting as u8,
                 Phase::Serving as u8,
@@ -138,14 +141,14 @@ impl Ingest {
         &self.metrics
     }
 
-    /// Admits a request of `bytes` (0 when its size is not known yet): checks
-    /// the phase and the storage engine's back-pressure, and asks the memory
-    /// budget for the bytes.
-    pub fn admit(&self, bytes: usize) -> Result<Permit, Error> {
+    /// Admits a request of `bytes` (0 when its size is not known yet) for
+    /// `tenant`: checks the phase and the back-pressure of the tenant's
+    /// store, and asks the memory budget for the bytes.
+    pub fn admit(&self, tenant: &TenantId, bytes: usize) -> Result<Permit, Error> {
         // Storage pushing back refuses the request before its body is read.
-        self.serving_engine()?
-            .check_pressure()
-            .map_err(Error::Storage)?;
+        if let Some(engine) = self.serving_stores()?.get(tenant) {
+            engine.check_pressure().map_err(Error::Storage)?;
+        }
         if bytes > self.options.max_message_bytes {
             return Err(Error::TooLarge {
                 limit: self.options.max_message_bytes,
@@ -154,18 +157,39 @@ impl Ingest {
         Ok(self.budget.acquire(bytes)?)
     }
 
-    fn serving_engine(&self) -> Result<&Arc<Engine>, Error> {
+    fn serving_stores(&self) -> Result<&Arc<Stores>, Error> {
         match self.phase() {
             Phase::Starting => Err(Error::Starting),
             Phase::ShuttingDown => Err(Error::ShuttingDown),
-            Phase::Serving => Ok(self.engine.get()?),
+            Phase::Serving => Ok(self.stores.get()?),
         }
     }
 
-    /// Scans an encoded `ExportTraceServiceRequest` and stores its valid spans.
-    /// Returns once they are durable; `permit` holds the body's bytes meanwhile.
-    pub async fn store(&self, body: Bytes, permit: Permit) -> Result<ScanOutcome, Error> {
-        let engine = self.serving_engine()?.clone();
+    /// The store of `tenant`, made on its first write.
+    async fn store_of(&self, tenant: &TenantId) -> Result<Arc<Engine>, Error> {
+        let stores = self.serving_stores()?;
+        if let Some(engine) = stores.get(tenant) {
+            return Ok(engine);
+        }
+        let (stores, tenant) = (stores.clone(), tenant.clone());
+        match tokio::task::spawn_blocking(move || stores.get_or_create(&tenant)).await {
+            Ok(made) => made.map_err(Error::Storage),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // Cancelled: the runtime is stopping.
+            Err(_) => Err(Error::ShuttingDown),
+        }
+    }
+
+    /// Scans an encoded `ExportTraceServiceRequest` and stores its valid spans
+    /// in `tenant`'s store. Returns once they are durable; `permit` holds the
+    /// body's bytes meanwhile.
+    pub async fn store(
+        &self,
+        tenant: &TenantId,
+        body: Bytes,
+        permit: Permit,
+    ) -> Result<ScanOutcome, Error> {
+        let engine = self.store_of(tenant).await?;
         let mut spans = Vec::with_capacity(body.len() / TYPICAL_SPAN_BYTES + 1);
         let rules = TimeRules::at(engine.now_unix_nano(), engine.expire_before());
         let outcome = scan_export_request(&body, &mut spans, rules)?;
@@ -213,5 +237,16 @@ impl Ingest {
             }
             Err(e) => tracing::info!(protocol = protocol.label(), error = %e, "export refused"),
         }
+    }
+}
+
+/// The tenant a request writes to: the one its [`Tenants`] extension names
+/// (`tenants`)
+/// (set by the server's tenancy layer), or [`SINGLE_TENANT`] without one (no
+/// tenancy). A request naming several tenants is refused.
+pub fn tenant_of(tenants: Option<&Tenants>) -> Result<TenantId, Error> {
+    match tenants {
+        Some(tenants) => Ok(tenants.single().map_err(Error::Tenant)?.clone()),
+        None => Ok(TenantId::new(SINGLE_TENANT).expect("a valid tenant ID")),
     }
 }

@@ -25,16 +25,22 @@ use axum::{
     http::{header, HeaderMap, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
     routing::post,
-    Router,
+    Extension, Router,
 };
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use prost::Message as _;
 use tracedb_lsm::budget::Permit;
+use tracedb_proto::tenant::{TenantId, Tenants};
 
 use crate::{
-    error::Error, export::Ingest, json::json_to_protobuf, metrics::Protocol, scan::ScanOutcome,
-    service::export_response, status,
+    error::Error,
+    export::{tenant_of, Ingest},
+    json::json_to_protobuf,
+    metrics::Protocol,
+    scan::ScanOutcome,
+    service::export_response,
+    status,
 };
 
 /// The path OTLP/HTTP exporters send traces to.
@@ -68,6 +74,7 @@ impl Format {
 #[tracing::instrument(skip_all)]
 async fn export_traces(
     State(ingest): State<Arc<Ingest>>,
+    tenants: Option<Extension<Tenants>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -81,13 +88,17 @@ async fn export_traces(
             return respond(Format::Json, result);
         }
     };
-    let result = export(&ingest, format, &headers, body).await;
+    let result = match tenant_of(tenants.as_deref()) {
+        Ok(tenant) => export(&ingest, &tenant, format, &headers, body).await,
+        Err(e) => Err(e),
+    };
     ingest.finish(format.protocol(), &result, started);
     respond(format, result)
 }
 
 async fn export(
     ingest: &Ingest,
+    tenant: &TenantId,
     format: Format,
     headers: &HeaderMap,
     body: Body,
@@ -99,7 +110,7 @@ async fn export(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(0);
-    let mut permit = ingest.admit(declared)?;
+    let mut permit = ingest.admit(tenant, declared)?;
 
     let body = read_body(body, limit).await?;
     ingest.metrics().record_bytes(format.protocol(), body.len());
@@ -122,7 +133,7 @@ async fn export(
             encoded
         }
     };
-    ingest.store(body, permit).await
+    ingest.store(tenant, body, permit).await
 }
 
 /// `application/x-protobuf` or `application/json`, parameters ignored.

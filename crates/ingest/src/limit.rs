@@ -26,7 +26,14 @@ use tonic::{
 };
 use tower_service::Service;
 
-use crate::{export::Ingest, metrics::Protocol, scan::ScanOutcome, status::grpc_status};
+use tracedb_proto::tenant::Tenants;
+
+use crate::{
+    export::{tenant_of, Ingest},
+    metrics::Protocol,
+    scan::ScanOutcome,
+    status::grpc_status,
+};
 
 /// Where tonic's message for a frame over the limit begins.
 const TOO_LARGE: &str = "Error, decoded message length too large";
@@ -117,7 +124,9 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let started = Instant::now();
-        if let Err(error) = self.ingest.admit(0) {
+        let admitted =
+            tenant_of(request.extensions().get::<Tenants>()).and_then(|t| self.ingest.admit(&t, 0));
+        if let Err(error) = admitted {
             let response = grpc_status(&error).into_http();
             self.ingest
                 .finish(Protocol::Grpc, &Err::<ScanOutcome, _>(error), started);

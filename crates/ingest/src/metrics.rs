@@ -67,7 +67,7 @@ impl SpanReason {
 }
 
 /// How a request ended, for `tracedb_export_requests_total{outcome}`.
-const OUTCOMES: [&str; 11] = [
+const OUTCOMES: [&str; 12] = [
     "ok",
     "partial",
     "malformed",
@@ -79,6 +79,7 @@ const OUTCOMES: [&str; 11] = [
     "overloaded",
     "storage_error",
     "unavailable",
+    "invalid_tenant",
 ];
 
 fn outcome_index(result: &Result<ScanOutcome, Error>) -> usize {
@@ -96,6 +97,7 @@ fn outcome_index(result: &Result<ScanOutcome, Error>) -> usize {
         Err(Error::Storage(tracedb_lsm::Error::Backpressure { .. })) => 8,
         Err(Error::Storage(_)) => 9,
         Err(Error::Starting | Error::ShuttingDown) => 10,
+        Err(Error::Tenant(_)) => 11,
     }
 }
 

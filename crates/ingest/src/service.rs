@@ -12,10 +12,16 @@ use tonic::{Request, Response, Status};
 use tracedb_proto::{
     codec::RawRequest,
     collector::trace::v1::{ExportTracePartialSuccess, ExportTraceServiceResponse},
+    tenant::Tenants,
     trace_service_server::TraceService,
 };
 
-use crate::{export::Ingest, metrics::Protocol, scan::ScanOutcome, status::grpc_status};
+use crate::{
+    export::{tenant_of, Ingest},
+    metrics::Protocol,
+    scan::ScanOutcome,
+    status::grpc_status,
+};
 
 /// The OTLP trace receiver over gRPC.
 #[derive(Clone)]
@@ -37,12 +43,16 @@ impl TraceService for OtlpTraceService {
         request: Request<RawRequest>,
     ) -> Result<Response<ExportTraceServiceResponse>, Status> {
         let started = Instant::now();
+        let tenant = tenant_of(request.extensions().get::<Tenants>());
         let body = request.into_inner().0;
         self.ingest
             .metrics()
             .record_bytes(Protocol::Grpc, body.len());
-        let result = match self.ingest.admit(body.len()) {
-            Ok(permit) => self.ingest.store(body, permit).await,
+        let result = match tenant {
+            Ok(tenant) => match self.ingest.admit(&tenant, body.len()) {
+                Ok(permit) => self.ingest.store(&tenant, body, permit).await,
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         };
         self.ingest.finish(Protocol::Grpc, &result, started);

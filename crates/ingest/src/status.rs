@@ -32,7 +32,7 @@ pub const UNAVAILABLE_RETRY_DELAY: Duration = Duration::from_secs(5);
 /// The gRPC code of a refused export, and the retry delay if it is retryable.
 pub fn grpc_code(error: &Error) -> (Code, Option<Duration>) {
     match error {
-        Error::Scan(_) | Error::Json(_) | Error::Gzip(_) | Error::Body(_) => {
+        Error::Scan(_) | Error::Json(_) | Error::Gzip(_) | Error::Body(_) | Error::Tenant(_) => {
             (Code::InvalidArgument, None)
         }
         Error::UnsupportedContentType(_) | Error::UnsupportedEncoding(_) => {
@@ -52,7 +52,7 @@ pub fn grpc_code(error: &Error) -> (Code, Option<Duration>) {
 /// The HTTP status code of a refused export.
 pub fn http_code(error: &Error) -> u16 {
     match error {
-        Error::Scan(_) | Error::Json(_) | Error::Gzip(_) | Error::Body(_) => 400,
+        Error::Scan(_) | Error::Json(_) | Error::Gzip(_) | Error::Body(_) | Error::Tenant(_) => 400,
         Error::TooLarge { .. } => 413,
         Error::UnsupportedContentType(_) | Error::UnsupportedEncoding(_) => 415,
         Error::Overloaded { .. } => 429,

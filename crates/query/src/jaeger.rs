@@ -32,6 +32,7 @@ use tracedb_proto::{
         GetOperationsResponse, GetServicesRequest, GetServicesResponse, GetTracesRequest,
         Operation, TraceQueryParameters,
     },
+    tenant::Tenants,
     trace_reader_server::TraceReader,
 };
 use tracedb_traceql::{
@@ -43,6 +44,7 @@ use crate::{
     error::Error,
     read::{self, Answer, Reads},
     search::{legacy, Search},
+    tenants::ReadsFor,
     traces_data::MAX_MESSAGE_BYTES,
 };
 
@@ -56,12 +58,18 @@ type MessageStream = Pin<Box<dyn Stream<Item = Result<EncodedMessage, Status>> +
 /// `jaeger.storage.v2.TraceReader` and `DependencyReader` over a store's [`Reads`].
 #[derive(Clone)]
 pub struct JaegerStorage {
-    reads: Arc<dyn Reads>,
+    /// Each request reads the stores of the tenants it names.
+    reads: Arc<dyn ReadsFor>,
 }
 
 impl JaegerStorage {
-    pub fn new(reads: Arc<dyn Reads>) -> Self {
+    pub fn new(reads: Arc<dyn ReadsFor>) -> Self {
         JaegerStorage { reads }
+    }
+
+    /// The reads of the tenants `request` names.
+    fn reads_of<T>(&self, request: &Request<T>) -> Arc<dyn Reads> {
+        self.reads.reads(request.extensions().get::<Tenants>())
     }
 
     /// Streams the traces one after the other, each as its messages; a
@@ -69,9 +77,8 @@ impl JaegerStorage {
     /// spans cannot be read at all ends the stream with DATA_LOSS; a partial
     /// one is sent, logged and counted (Jaeger's API cannot mark it). Lookups
     /// run on the blocking pool, one trace ahead of the client at most.
-    fn stream_traces(&self, traces: Vec<(TraceId, TimeRange)>) -> MessageStream {
+    fn stream_traces(reads: Arc<dyn Reads>, traces: Vec<(TraceId, TimeRange)>) -> MessageStream {
         let (tx, rx) = mpsc::channel::<Result<EncodedMessage, Status>>(4);
-        let reads = self.reads.clone();
         tokio::spawn(async move {
             for (id, range) in traces {
                 let messages: Vec<Bytes> = match reads.trace(id, range).await {
@@ -208,9 +215,12 @@ fn search(p: &TraceQueryParameters) -> Result<Search, Status> {
 }
 
 impl JaegerStorage {
-    async fn find(&self, p: Option<TraceQueryParameters>) -> Result<Vec<FoundTraceId>, Status> {
+    async fn find(
+        reads: &dyn Reads,
+        p: Option<TraceQueryParameters>,
+    ) -> Result<Vec<FoundTraceId>, Status> {
         let search = search(&p.unwrap_or_default())?;
-        let found = jaeger_whole(self.reads.find(search).await?, "FindTraces");
+        let found = jaeger_whole(reads.find(search).await?, "FindTraces");
         Ok(found
             .into_iter()
             .map(|m| FoundTraceId {
@@ -234,6 +244,7 @@ impl TraceReader for JaegerStorage {
         &self,
         request: Request<GetTracesRequest>,
     ) -> Result<Response<Self::GetTracesStream>, Status> {
+        let reads = self.reads_of(&request);
         let mut traces = Vec::new();
         for q in &request.get_ref().query {
             let id =
@@ -251,16 +262,17 @@ impl TraceReader for JaegerStorage {
             }
             traces.push((id, range));
         }
-        Ok(Response::new(self.stream_traces(traces)))
+        Ok(Response::new(Self::stream_traces(reads, traces)))
     }
 
     #[tracing::instrument(skip_all)]
     async fn get_services(
         &self,
-        _request: Request<GetServicesRequest>,
+        request: Request<GetServicesRequest>,
     ) -> Result<Response<GetServicesResponse>, Status> {
+        let reads = self.reads_of(&request);
         Ok(Response::new(GetServicesResponse {
-            services: jaeger_whole(self.reads.services(TimeRange::ALL).await?, "GetServices"),
+            services: jaeger_whole(reads.services(TimeRange::ALL).await?, "GetServices"),
         }))
     }
 
@@ -269,6 +281,7 @@ impl TraceReader for JaegerStorage {
         &self,
         request: Request<GetOperationsRequest>,
     ) -> Result<Response<GetOperationsResponse>, Status> {
+        let reads = self.reads_of(&request);
         let req = request.into_inner();
         let kind = match req.span_kind.as_str() {
             "" => None,
@@ -278,10 +291,7 @@ impl TraceReader for JaegerStorage {
                 )))
             })?),
         };
-        let operations = self
-            .reads
-            .operations(req.service, kind, TimeRange::ALL)
-            .await?;
+        let operations = reads.operations(req.service, kind, TimeRange::ALL).await?;
         let operations = jaeger_whole(operations, "GetOperations")
             .into_iter()
             .map(|(name, kind)| Operation {
@@ -297,7 +307,8 @@ impl TraceReader for JaegerStorage {
         &self,
         request: Request<FindTracesRequest>,
     ) -> Result<Response<Self::FindTracesStream>, Status> {
-        let found = self.find(request.into_inner().query).await?;
+        let reads = self.reads_of(&request);
+        let found = Self::find(&*reads, request.into_inner().query).await?;
         let traces = found
             .into_iter()
             .filter_map(|f| {
@@ -307,7 +318,7 @@ impl TraceReader for JaegerStorage {
                 Some((id, range))
             })
             .collect();
-        Ok(Response::new(self.stream_traces(traces)))
+        Ok(Response::new(Self::stream_traces(reads, traces)))
     }
 
     #[tracing::instrument(skip_all)]
@@ -315,7 +326,8 @@ impl TraceReader for JaegerStorage {
         &self,
         request: Request<FindTraceIDsRequest>,
     ) -> Result<Response<FindTraceIDsResponse>, Status> {
-        let trace_ids = self.find(request.into_inner().query).await?;
+        let reads = self.reads_of(&request);
+        let trace_ids = Self::find(&*reads, request.into_inner().query).await?;
         Ok(Response::new(FindTraceIDsResponse { trace_ids }))
     }
 }
@@ -327,9 +339,10 @@ impl DependencyReader for JaegerStorage {
         &self,
         request: Request<GetDependenciesRequest>,
     ) -> Result<Response<GetDependenciesResponse>, Status> {
+        let reads = self.reads_of(&request);
         let req = request.into_inner();
         let (start, end) = (nanos(req.start_time.as_ref()), nanos(req.end_time.as_ref()));
-        let found = self.reads.dependencies(TimeRange::new(start, end)).await?;
+        let found = reads.dependencies(TimeRange::new(start, end)).await?;
         let found = jaeger_whole(found, "GetDependencies");
         let dependencies = found
             .into_iter()

@@ -8,6 +8,8 @@
 //! - [`search`]: TraceQL search, the one search every front end runs: the
 //!   index proposes candidates newest first, the query is evaluated on each
 //!   candidate's spans, and the search stops at the limit.
+//! - [`tenants`]: which [`read::Reads`] a request gets: the stores of the
+//!   tenants it names ([`tenants::ReadsFor`]); every front-end asks it first.
 //! - [`fanout`]: [`read::Reads`] over replica groups of storage nodes, for
 //!   the query tier: every node asked at once, answers merged.
 //! - [`service`]: `tracedb.query.v1.QueryService` (GetTrace, SearchTraces).
@@ -29,6 +31,7 @@ pub mod read;
 pub mod search;
 pub mod service;
 pub mod tempo;
+pub mod tenants;
 pub mod traces_data;
 
 pub use error::{Error, Result};

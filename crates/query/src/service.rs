@@ -23,6 +23,7 @@ use tracedb_proto::{
         TraceSummary,
     },
     query_service_server::QueryService,
+    tenant::Tenants,
 };
 use tracedb_traceql::{
     ast::{CmpOp, Intrinsic},
@@ -33,6 +34,7 @@ use crate::{
     error::Error,
     read::{self, Answer, Reads},
     search::{legacy, Search},
+    tenants::ReadsFor,
     traces_data::MAX_MESSAGE_BYTES,
 };
 
@@ -61,13 +63,14 @@ pub fn describe_skipped(skipped: &[SkippedFile]) -> String {
 /// The query service over a store's [`Reads`].
 #[derive(Clone)]
 pub struct QueryApi {
-    reads: Arc<dyn Reads>,
+    /// Each request reads the stores of the tenants it names.
+    reads: Arc<dyn ReadsFor>,
 }
 
 impl QueryApi {
     /// SearchTraces with a TraceQL `query` ([`crate::search`]).
     async fn search_traceql(
-        &self,
+        reads: &dyn Reads,
         r: SearchTracesRequest,
     ) -> Result<Response<SearchTracesResponse>, Status> {
         if !r.service.is_empty()
@@ -108,7 +111,7 @@ impl QueryApi {
             },
             candidates_only: r.candidates_only,
         };
-        let found = self.reads.find(search).await?;
+        let found = reads.find(search).await?;
         if found.is_partial() {
             read::note_partial(read::Api::Grpc, &"SearchTraces", &found.partial);
         }
@@ -121,19 +124,23 @@ impl QueryApi {
 }
 
 impl QueryApi {
-    pub fn new(reads: Arc<dyn Reads>) -> Self {
+    pub fn new(reads: Arc<dyn ReadsFor>) -> Self {
         QueryApi { reads }
     }
 
     /// The trace as `TracesData` messages under the gRPC size limit, and
     /// whether it may be incomplete; `range` holds the request's time hints.
-    pub async fn trace(&self, trace_id: &[u8], range: TimeRange) -> Result<TraceMessages, Error> {
+    pub async fn trace(
+        reads: &dyn Reads,
+        trace_id: &[u8],
+        range: TimeRange,
+    ) -> Result<TraceMessages, Error> {
         let id = TraceId::from_slice(trace_id).ok_or(Error::TraceIdLength(trace_id.len()))?;
         let (start, end) = (range.start_unix_nano, range.end_unix_nano);
         if start != 0 && end != 0 && start > end {
             return Err(Error::TimeRange { start, end });
         }
-        let found = self.reads.trace(id, range).await?;
+        let found = reads.trace(id, range).await?;
         if found.is_partial() {
             read::note_partial(read::Api::Grpc, &found.trace_id(), found.partial());
         }
@@ -154,9 +161,10 @@ impl QueryService for QueryApi {
         &self,
         request: Request<GetTraceRequest>,
     ) -> Result<Response<Self::GetTraceStream>, Status> {
+        let reads = self.reads.reads(request.extensions().get::<Tenants>());
         let req = request.get_ref();
         let range = TimeRange::new(req.start_time_unix_nano, req.end_time_unix_nano);
-        let found = self.trace(&req.trace_id, range).await?;
+        let found = Self::trace(&*reads, &req.trace_id, range).await?;
         let stream = tokio_stream::iter(found.messages.into_iter().map(|m| Ok(EncodedMessage(m))));
         Ok(marked(
             Response::new(Box::pin(stream) as Self::GetTraceStream),
@@ -169,9 +177,10 @@ impl QueryService for QueryApi {
         &self,
         request: Request<SearchTracesRequest>,
     ) -> Result<Response<SearchTracesResponse>, Status> {
+        let reads = self.reads.reads(request.extensions().get::<Tenants>());
         let r = request.into_inner();
         if !r.query.trim().is_empty() {
-            return self.search_traceql(r).await;
+            return Self::search_traceql(&*reads, r).await;
         }
         // The fields' meaning, as TraceQL: `{ service && operation }` (one
         // span has both), `&& { tag }` for each tag (any span or resource),
@@ -220,7 +229,7 @@ impl QueryService for QueryApi {
             spans_per_spanset: 1,
             candidates_only: false,
         };
-        let found = self.reads.find(search).await?;
+        let found = reads.find(search).await?;
         if found.is_partial() {
             read::note_partial(read::Api::Grpc, &"SearchTraces", &found.partial);
         }
@@ -240,7 +249,8 @@ impl QueryService for QueryApi {
 
     #[tracing::instrument(skip_all)]
     async fn get_services(&self, request: Request<TimeWindow>) -> Result<Response<Names>, Status> {
-        let names = self.reads.services(window(Some(request.get_ref()))).await?;
+        let reads = self.reads.reads(request.extensions().get::<Tenants>());
+        let names = reads.services(window(Some(request.get_ref()))).await?;
         Ok(answer(names, "GetServices", |names| Names {
             names,
             types: Vec::new(),
@@ -252,6 +262,7 @@ impl QueryService for QueryApi {
         &self,
         request: Request<GetOperationsRequest>,
     ) -> Result<Response<GetOperationsResponse>, Status> {
+        let reads = self.reads.reads(request.extensions().get::<Tenants>());
         let r = request.into_inner();
         let kind = match r.span_kind {
             0 => None,
@@ -262,8 +273,7 @@ impl QueryService for QueryApi {
                 ))))
             }
         };
-        let operations = self
-            .reads
+        let operations = reads
             .operations(r.service, kind, window(r.window.as_ref()))
             .await?;
         Ok(answer(operations, "GetOperations", |ops| {
@@ -284,10 +294,8 @@ impl QueryService for QueryApi {
         &self,
         request: Request<TimeWindow>,
     ) -> Result<Response<Names>, Status> {
-        let names = self
-            .reads
-            .span_names(window(Some(request.get_ref())))
-            .await?;
+        let reads = self.reads.reads(request.extensions().get::<Tenants>());
+        let names = reads.span_names(window(Some(request.get_ref()))).await?;
         Ok(answer(names, "GetSpanNames", |names| Names {
             names,
             types: Vec::new(),
@@ -299,7 +307,8 @@ impl QueryService for QueryApi {
         &self,
         request: Request<TimeWindow>,
     ) -> Result<Response<GetTagKeysResponse>, Status> {
-        let keys = self.reads.tag_keys(window(Some(request.get_ref()))).await?;
+        let reads = self.reads.reads(request.extensions().get::<Tenants>());
+        let keys = reads.tag_keys(window(Some(request.get_ref()))).await?;
         Ok(answer(keys, "GetTagKeys", |keys| GetTagKeysResponse {
             keys: keys
                 .into_iter()
@@ -316,6 +325,7 @@ impl QueryService for QueryApi {
         &self,
         request: Request<GetTagValuesRequest>,
     ) -> Result<Response<Names>, Status> {
+        let reads = self.reads.reads(request.extensions().get::<Tenants>());
         let r = request.into_inner();
         let scope = match ProtoTagScope::try_from(r.scope) {
             Ok(ProtoTagScope::Any) => None,
@@ -328,8 +338,7 @@ impl QueryService for QueryApi {
                 ))))
             }
         };
-        let values = self
-            .reads
+        let values = reads
             .tag_values(
                 scope,
                 r.key,
@@ -352,10 +361,8 @@ impl QueryService for QueryApi {
         &self,
         request: Request<TimeWindow>,
     ) -> Result<Response<GetDependenciesResponse>, Status> {
-        let found = self
-            .reads
-            .dependencies(window(Some(request.get_ref())))
-            .await?;
+        let reads = self.reads.reads(request.extensions().get::<Tenants>());
+        let found = reads.dependencies(window(Some(request.get_ref()))).await?;
         Ok(answer(found, "GetDependencies", |found| {
             GetDependenciesResponse {
                 dependencies: found

@@ -22,8 +22,8 @@
 use std::{collections::HashMap, sync::Arc};
 
 use axum::{
-    extract::{Path, Query, State},
-    http::{header, HeaderMap},
+    extract::{FromRequestParts, Path, Query},
+    http::{header, request::Parts, HeaderMap},
     response::{IntoResponse, Response},
     routing::get,
     Router,
@@ -32,7 +32,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message as _;
 use serde_json::{json, Value};
 use tracedb_lsm::{index::TagScope, TimeRange, TraceId};
-use tracedb_proto::{start::StartCell, trace::v1::TracesData};
+use tracedb_proto::{start::StartCell, tenant::Tenants, trace::v1::TracesData};
 use tracedb_traceql::{
     ast::{CmpOp, FieldExpr, Intrinsic, Query as TraceQl},
     Compiled,
@@ -44,11 +44,12 @@ use crate::{
     read::{self, Answer, Reads, TagKeys},
     search::{legacy, Field, MatchedSpanset, Search},
     service::{header_value, PARTIAL_HEADER, PARTIAL_REASON_HEADER},
+    tenants::ReadsFor,
 };
 
-/// The store's reads, once they can be answered (the router is mounted
+/// The stores' reads, once they can be answered (the router is mounted
 /// before storage is open; until then every route but `/api/echo` is 503).
-pub type ReadsCell = StartCell<Arc<dyn Reads>>;
+pub type ReadsCell = StartCell<Arc<dyn ReadsFor>>;
 
 const PROTOBUF: &str = "application/protobuf";
 const SEC: u64 = 1_000_000_000;
@@ -73,8 +74,17 @@ fn bad(msg: impl Into<String>) -> Error {
     Error::InvalidArgument(msg.into())
 }
 
-fn reads(cell: &ReadsCell) -> Result<Arc<dyn Reads>> {
-    Ok(cell.get()?.clone())
+/// The reads of the tenants a request names (the [`Tenants`] the server's
+/// tenancy layer put in its extensions); 503 until the stores are open.
+struct Scoped(Arc<dyn Reads>);
+
+impl FromRequestParts<ReadsCell> for Scoped {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, cell: &ReadsCell) -> Result<Self> {
+        let reads = cell.get()?;
+        Ok(Scoped(reads.reads(parts.extensions.get::<Tenants>())))
+    }
 }
 
 /// A Tempo trace ID: 1 to 32 hex digits, left-padded.
@@ -149,14 +159,14 @@ impl LoadedTrace {
 /// The trace as one encoded `TracesData`; 404 when no span is stored, 500
 /// when damaged files keep every span of it from being read.
 async fn load_trace(
-    cell: &ReadsCell,
+    reads: &Arc<dyn Reads>,
     id: &str,
     params: &HashMap<String, String>,
 ) -> Result<LoadedTrace> {
     let trace_id = parse_trace_id(id)
         .ok_or_else(|| bad(format!("trace ID must be 1 to 32 hex digits, got {id:?}")))?;
     let range = time_range(params)?;
-    let found = reads(cell)?.trace(trace_id, range).await?;
+    let found = reads.trace(trace_id, range).await?;
     if found.is_partial() {
         read::note_partial(read::Api::Tempo, &found.trace_id(), found.partial());
     }
@@ -180,12 +190,12 @@ fn json_response(v: Value) -> Response {
 
 #[tracing::instrument(skip_all)]
 async fn trace_v2(
-    State(cell): State<ReadsCell>,
+    Scoped(reads): Scoped,
     Path(id): Path<String>,
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response> {
-    let trace = load_trace(&cell, &id, &params).await?;
+    let trace = load_trace(&reads, &id, &params).await?;
     if wants_protobuf(&headers) {
         // TraceByIDResponse { Trace trace = 1; }: Trace is wire-identical to TracesData.
         let mut out = BytesMut::with_capacity(trace.data.len() + 11);
@@ -202,12 +212,12 @@ async fn trace_v2(
 
 #[tracing::instrument(skip_all)]
 async fn trace_v1(
-    State(cell): State<ReadsCell>,
+    Scoped(reads): Scoped,
     Path(id): Path<String>,
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Result<Response> {
-    let trace = load_trace(&cell, &id, &params).await?;
+    let trace = load_trace(&reads, &id, &params).await?;
     if wants_protobuf(&headers) {
         return Ok(trace.marked(protobuf(trace.data.clone())));
     }
@@ -394,11 +404,11 @@ fn spanset_json(s: &MatchedSpanset) -> Value {
 
 #[tracing::instrument(skip_all)]
 async fn search(
-    State(cell): State<ReadsCell>,
+    Scoped(reads): Scoped,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response> {
     let request = search_request(&params)?;
-    let (found, partial) = noted(reads(&cell)?.find(request).await?, "search");
+    let (found, partial) = noted(reads.find(request).await?, "search");
     let traces: Vec<Value> = found
         .iter()
         .map(|m| {
@@ -441,8 +451,8 @@ async fn search(
     ))
 }
 
-async fn tag_keys(cell: &ReadsCell, range: TimeRange) -> Result<(TagKeys, Vec<String>)> {
-    Ok(noted(reads(cell)?.tag_keys(range).await?, "tag names"))
+async fn tag_keys(reads: &Arc<dyn Reads>, range: TimeRange) -> Result<(TagKeys, Vec<String>)> {
+    Ok(noted(reads.tag_keys(range).await?, "tag names"))
 }
 
 /// The intrinsics a query can name, as Grafana's editor offers them.
@@ -476,12 +486,12 @@ const INTRINSICS: &[&str] = &[
 ];
 
 async fn tags_v2(
-    State(cell): State<ReadsCell>,
+    Scoped(reads): Scoped,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response> {
     let range = time_range(&params)?;
     let wanted = params.get("scope").map_or("", String::as_str);
-    let (keys, partial) = tag_keys(&cell, range).await?;
+    let (keys, partial) = tag_keys(&reads, range).await?;
     let of = |scope: TagScope| -> Vec<&str> {
         keys.iter()
             .filter(|(s, _)| *s == scope)
@@ -507,11 +517,11 @@ async fn tags_v2(
 }
 
 async fn tags_v1(
-    State(cell): State<ReadsCell>,
+    Scoped(reads): Scoped,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response> {
     let range = time_range(&params)?;
-    let (keys, partial) = tag_keys(&cell, range).await?;
+    let (keys, partial) = tag_keys(&reads, range).await?;
     let mut names: Vec<&str> = keys.iter().map(|(_, k)| k.as_str()).collect();
     names.dedup();
     Ok(marked(
@@ -538,13 +548,12 @@ fn keywords(names: &[&str]) -> Typed {
 /// does; without it an attribute's values stop at
 /// [`read::TAG_VALUES_MAX_BYTES`] and the answer is partial.
 async fn values(
-    cell: &ReadsCell,
+    reads: &Arc<dyn Reads>,
     tag: &str,
     range: TimeRange,
     query: &str,
     limit: usize,
 ) -> Result<(Typed, Vec<String>)> {
-    let reads = reads(cell)?;
     match tag {
         "status" | "span:status" => return Ok((keywords(&["error", "ok", "unset"]), Vec::new())),
         "kind" | "span:kind" => {
@@ -600,14 +609,14 @@ async fn values(
 }
 
 async fn tag_values_v2(
-    State(cell): State<ReadsCell>,
+    Scoped(reads): Scoped,
     Path(tag): Path<String>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response> {
     let range = time_range(&params)?;
     let query = params.get("q").map_or("", String::as_str);
     let limit = values_limit(&params)?;
-    let (values, partial) = values(&cell, &tag, range, query, limit).await?;
+    let (values, partial) = values(&reads, &tag, range, query, limit).await?;
     let values: Vec<Value> = values
         .into_iter()
         .map(|(value, kind)| json!({ "type": kind, "value": value }))
@@ -619,13 +628,13 @@ async fn tag_values_v2(
 }
 
 async fn tag_values_v1(
-    State(cell): State<ReadsCell>,
+    Scoped(reads): Scoped,
     Path(tag): Path<String>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response> {
     let range = time_range(&params)?;
     let limit = values_limit(&params)?;
-    let (values, partial) = values(&cell, &tag, range, "", limit).await?;
+    let (values, partial) = values(&reads, &tag, range, "", limit).await?;
     let mut values: Vec<String> = values.into_iter().map(|(v, _)| v).collect();
     values.dedup();
     Ok(marked(

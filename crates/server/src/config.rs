@@ -18,6 +18,7 @@ use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
     str::FromStr,
+    sync::Arc,
     time::Duration,
 };
 
@@ -26,7 +27,10 @@ use serde::{Deserialize, Serialize};
 use tracedb_ingest::IngestOptions;
 use tracedb_lsm::{EngineOptions, MemTableOptions};
 
-use crate::tls::{ServerTls, TlsFiles};
+use crate::{
+    tenancy::{Rule, Tenancy},
+    tls::{ServerTls, TlsFiles},
+};
 
 mod tier;
 pub use tier::TierConfig;
@@ -138,6 +142,24 @@ pub struct Config {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_client_ca: Option<PathBuf>,
 
+    /// How requests name their tenant: "off" (one tenant; the data
+    /// directory as it always was) or "header" (each request names its
+    /// tenants in --tenant-header, and each tenant's spans are kept in a
+    /// store of their own under tenants/).
+    #[arg(long, env = "TRACEDB_TENANCY", value_enum, default_value = "off")]
+    pub tenancy: Tenancy,
+
+    /// With --tenancy header: the HTTP header and gRPC metadata key that
+    /// names a request's tenant ("a|b" reads several together).
+    #[arg(long, env = "TRACEDB_TENANT_HEADER", default_value = tracedb_proto::tenant::DEFAULT_HEADER_NAME)]
+    pub tenant_header: String,
+
+    /// With --tenancy header: the tenant of requests that name none
+    /// [default: none: they are refused, gRPC UNAUTHENTICATED, HTTP 401].
+    #[arg(long, env = "TRACEDB_DEFAULT_TENANT", value_name = "TENANT")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_tenant: Option<String>,
+
     /// Log filter: error, warn, info, debug, trace, or RUST_LOG directives
     /// such as "info,tracedb_ingest=debug".
     #[arg(long, env = "RUST_LOG", default_value = "info")]
@@ -193,6 +215,17 @@ impl Config {
     pub fn data_budget(&self) -> usize {
         let all = self.max_memory.as_usize();
         all - all / 4
+    }
+
+    /// How each request's tenants are found; `None` with tenancy off.
+    pub fn tenancy_rule(&self) -> Option<Arc<Rule>> {
+        match self.tenancy {
+            Tenancy::Off => None,
+            Tenancy::Header => Some(Arc::new(
+                Rule::new(&self.tenant_header, self.default_tenant.as_deref())
+                    .expect("checked by validate"),
+            )),
+        }
     }
 
     /// The TLS files, if both a certificate and a key are set.
@@ -339,6 +372,18 @@ impl Config {
             &self.log_level,
             &mut problems,
         );
+        if let Err(e) = Rule::new(&self.tenant_header, self.default_tenant.as_deref()) {
+            problems.push(format!(
+                "{e}: tenant_header must be a header name, default_tenant a tenant ID"
+            ));
+        }
+        if self.tenancy == Tenancy::Off && self.default_tenant.is_some() {
+            problems.push(
+                "default_tenant is set but tenancy is off: turn tenancy on (--tenancy header), \
+                 or leave default_tenant out"
+                    .to_string(),
+            );
+        }
         if problems.is_empty() {
             Ok(())
         } else {

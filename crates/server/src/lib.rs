@@ -48,6 +48,7 @@ pub mod ops;
 pub mod runtime;
 mod sampler;
 mod services;
+pub mod tenancy;
 pub mod tier;
 pub mod tls;
 pub mod ui;
@@ -57,7 +58,7 @@ use std::{future::Future, sync::Arc, time::Instant};
 use anyhow::Context;
 use tokio::sync::watch;
 use tracedb_ingest::Ingest;
-use tracedb_lsm::Engine;
+use tracedb_lsm::Stores;
 use tracedb_proto::start::StartCell;
 
 pub use config::{
@@ -70,6 +71,7 @@ use crate::{
     listen::{Incoming, Tls},
     sampler::Sampler,
     services::{grpc_router, http_router, set_health, QueryServices},
+    tenancy::Tenancy,
 };
 
 /// Binds both addresses and runs the server until `shutdown` resolves.
@@ -107,7 +109,8 @@ pub async fn serve(
     }
     let ingest = Ingest::new(config.ingest_options());
     let governor = Arc::new(memory::Governor::new(config.max_memory.as_usize()));
-    let engine_cell: StartCell<Arc<Engine>> = StartCell::new();
+    let stores_cell: StartCell<Arc<Stores>> = StartCell::new();
+    let tenancy = config.tenancy_rule();
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, tonic_health::ServingStatus::NotServing).await;
 
@@ -115,24 +118,39 @@ pub async fn serve(
     let query = QueryServices::default();
     let grpc_incoming = Incoming::grpc(listeners.grpc, tls.as_ref())?;
     let grpc_task = grpc_incoming.serve_grpc(
-        grpc_router(&config, ingest.clone(), query.clone(), health_service)?,
+        grpc_router(
+            &config,
+            ingest.clone(),
+            query.clone(),
+            health_service,
+            tenancy.clone(),
+        )?,
         stopped(stop_rx.clone()),
     );
     let handshakes = Tls::handshake_logs(tls.as_ref());
-    let http_router = http_router(&ingest, &engine_cell, &query.tempo, &governor, handshakes);
+    let http_router = http_router(
+        &ingest,
+        &stores_cell,
+        &query.tempo,
+        &governor,
+        handshakes,
+        tenancy,
+    );
     let http_task =
         Incoming::http(listeners.http, tls.as_ref())?.serve_http(http_router, stopped(stop_rx));
     tracing::info!(grpc = %grpc_addr, http = %http_addr, tls = %tls_mode, "tracedb starting: opening storage");
 
-    // 2. The engine opens (the WAL is replayed).
-    // The engine counts its buffered spans in the budget ingest admits against.
+    // 2. The stores open (their WALs are replayed): the single tenant's, and
+    // with tenancy every tenant's.
+    // They count their buffered spans in the budget ingest admits against.
     let mut engine_opts = config.engine_options();
     engine_opts.memory_budget = Some(ingest.budget().clone());
-    let opened = tokio::task::spawn_blocking(move || Engine::open(engine_opts))
+    let tenancy_on = config.tenancy != Tenancy::Off;
+    let opened = tokio::task::spawn_blocking(move || Stores::open(engine_opts, tenancy_on))
         .await?
         .with_context(|| format!("opening the data directory {}", config.data_dir.display()));
-    let engine = match opened {
-        Ok(engine) => Arc::new(engine),
+    let stores = match opened {
+        Ok(stores) => Arc::new(stores),
         Err(e) => {
             let _ = stop_tx.send(true);
             let _ = tokio::join!(grpc_task, http_task);
@@ -141,17 +159,23 @@ pub async fn serve(
     };
 
     // 3. Ingest and queries switched on, health SERVING.
-    engine_cell.set(engine.clone());
-    query.start(&engine);
-    ingest.start(engine.clone());
+    stores_cell.set(stores.clone());
+    query.start(&stores);
+    ingest.start(stores.clone());
     set_health(&health, tonic_health::ServingStatus::Serving).await;
     // The search index's digests, read before the first search needs them.
-    let warm = engine.clone();
-    tokio::task::spawn_blocking(move || match warm.warm_index() {
-        Ok(files) => tracing::info!(files, "search index digests read"),
-        Err(e) => tracing::warn!(error = %e, "reading the search index digests"),
+    let warm = stores.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut files = 0;
+        for (tenant, engine) in warm.all() {
+            match engine.warm_index() {
+                Ok(n) => files += n,
+                Err(e) => tracing::warn!(%tenant, error = %e, "reading the search index digests"),
+            }
+        }
+        tracing::info!(files, "search index digests read");
     });
-    let sampler = Sampler::spawn(ingest.budget().clone(), engine.clone(), governor.clone());
+    let sampler = Sampler::spawn(ingest.budget().clone(), stores.clone(), governor.clone());
     tracing::info!(
         grpc = %grpc_addr,
         http = %http_addr,
@@ -189,7 +213,7 @@ pub async fn serve(
 
     sampler.stop(deadline).await;
     tracing::info!("flushing buffers to files");
-    let close = tokio::task::spawn_blocking(move || engine.close());
+    let close = tokio::task::spawn_blocking(move || stores.close());
     match tokio::time::timeout_at(deadline.into(), close).await {
         Ok(closed) => closed?.context("closing storage")?,
         Err(_) => {

@@ -16,7 +16,7 @@ use axum::{
     Router,
 };
 use tracedb_ingest::{Exposition, Ingest, Phase};
-use tracedb_lsm::Engine;
+use tracedb_lsm::Stores;
 use tracedb_proto::start::StartCell;
 
 use crate::{memory::Governor, tls::HandshakeLog};
@@ -25,9 +25,9 @@ use crate::{memory::Governor, tls::HandshakeLog};
 #[derive(Clone)]
 pub struct Ops {
     pub ingest: Arc<Ingest>,
-    /// Set once the engine has opened: until then `/metrics` has no engine
-    /// counters.
-    pub engine: StartCell<Arc<Engine>>,
+    /// Set once the stores have opened: until then `/metrics` has no
+    /// storage counters. With tenancy on, each has a `tenant` label.
+    pub stores: StartCell<Arc<Stores>>,
     /// The process's memory against `--max-memory`.
     pub memory: Arc<Governor>,
     /// The listeners' failed TLS handshakes; empty without TLS.
@@ -63,137 +63,194 @@ async fn metrics(State(ops): State<Ops>) -> impl IntoResponse {
 
 /// The storage engine's levels, compaction, retention, lookup and WAL latency
 /// counters.
-fn write_lsm(out: &mut Exposition, s: &tracedb_lsm::EngineStats) {
+fn write_lsm(out: &mut Exposition, engines: &[Sampled]) {
     out.header(
         "tracedb_level_files",
         "gauge",
         "Sorted span files per level (0 = flush outputs).",
     );
-    for (level, stats) in s.levels.iter().enumerate() {
-        out.sample(
-            "tracedb_level_files",
-            &format!("level=\"{level}\""),
-            stats.files,
-        );
+    for e in engines {
+        for (level, stats) in e.stats.levels.iter().enumerate() {
+            out.sample(
+                "tracedb_level_files",
+                &e.with(&format!("level=\"{level}\"")),
+                stats.files,
+            );
+        }
     }
     out.header(
         "tracedb_level_runs",
         "gauge",
         "Sorted runs per level, summed over time partitions: the most files of the level a lookup probes.",
     );
-    for (level, stats) in s.levels.iter().enumerate() {
-        out.sample(
-            "tracedb_level_runs",
-            &format!("level=\"{level}\""),
-            stats.runs,
-        );
+    for e in engines {
+        for (level, stats) in e.stats.levels.iter().enumerate() {
+            out.sample(
+                "tracedb_level_runs",
+                &e.with(&format!("level=\"{level}\"")),
+                stats.runs,
+            );
+        }
     }
     out.header(
         "tracedb_level_bytes",
         "gauge",
         "Bytes of sorted span files per level.",
     );
-    for (level, stats) in s.levels.iter().enumerate() {
-        out.sample(
-            "tracedb_level_bytes",
-            &format!("level=\"{level}\""),
-            stats.bytes,
-        );
+    for e in engines {
+        for (level, stats) in e.stats.levels.iter().enumerate() {
+            out.sample(
+                "tracedb_level_bytes",
+                &e.with(&format!("level=\"{level}\"")),
+                stats.bytes,
+            );
+        }
     }
-    let counters: [(&str, &str, u64); 15] = [
+    let counters: [Family; 15] = [
         (
             "tracedb_compactions_total",
             "Compactions that merged files.",
-            s.compactions,
+            |e| e.stats.compactions,
         ),
         (
             "tracedb_compaction_moves_total",
             "Files moved to a deeper level without rewriting.",
-            s.compaction_moves,
+            |e| e.stats.compaction_moves,
         ),
         (
             "tracedb_compaction_errors_total",
             "Failed compactions (retried).",
-            s.compaction_errors,
+            |e| e.stats.compaction_errors,
         ),
         (
             "tracedb_merges_run_first_total",
             "Merges of upper levels run between the traces of a merge of deeper levels.",
-            s.merges_run_first,
+            |e| e.stats.merges_run_first,
         ),
         (
             "tracedb_compaction_read_bytes_total",
             "Bytes compaction read.",
-            s.compaction_bytes_read,
+            |e| e.stats.compaction_bytes_read,
         ),
         (
             "tracedb_compaction_written_bytes_total",
             "Bytes compaction wrote (with flushed bytes: write amplification).",
-            s.compaction_bytes_written,
+            |e| e.stats.compaction_bytes_written,
         ),
         (
             "tracedb_flush_written_bytes_total",
             "Bytes flushes wrote to sorted files.",
-            s.flush_bytes_written,
+            |e| e.stats.flush_bytes_written,
         ),
         (
             "tracedb_compaction_duplicates_total",
             "Duplicate spans (same trace and span ID) compaction dropped.",
-            s.compaction_duplicates,
+            |e| e.stats.compaction_duplicates,
         ),
         (
             "tracedb_compaction_index_parts_reused_total",
             "Traces whose search-index summary compaction copied from an input file's sidecar instead of scanning their spans.",
-            s.compaction_index_parts_reused,
+            |e| e.stats.compaction_index_parts_reused,
         ),
         (
             "tracedb_retention_dropped_files_total",
             "Sorted files dropped by retention.",
-            s.retention_files_dropped,
+            |e| e.stats.retention_files_dropped,
         ),
         (
             "tracedb_retention_dropped_bytes_total",
             "Bytes dropped by retention.",
-            s.retention_bytes_dropped,
+            |e| e.stats.retention_bytes_dropped,
         ),
-        ("tracedb_lookups_total", "Trace lookups by ID.", s.lookups),
+        ("tracedb_lookups_total", "Trace lookups by ID.", |e| e.stats.lookups),
         (
             "tracedb_lookup_files_read_total",
             "Sorted files a lookup had to open a block of.",
-            s.lookup_files_read,
+            |e| e.stats.lookup_files_read,
         ),
         (
             "tracedb_blocks_read_total",
             "Data blocks read (checksummed and inflated).",
-            s.blocks_read,
+            |e| e.stats.blocks_read,
         ),
         (
             "tracedb_backpressure_rejections_total",
             "Writes refused because flushing or compaction was behind.",
-            s.backpressure_rejections,
+            |e| e.stats.backpressure_rejections,
         ),
     ];
     for (name, help, value) in counters {
-        out.single(name, "counter", help, value);
+        family(out, name, "counter", help, engines, value);
     }
-    out.single(
+    out.header(
         "tracedb_wal_data_sync_seconds_sum",
         "counter",
         "Time spent in group-commit fdatasyncs of the write-ahead log.",
-        s.wal.data_sync_nanos as f64 / 1e9,
     );
-    out.single(
+    for e in engines {
+        out.sample(
+            "tracedb_wal_data_sync_seconds_sum",
+            &e.label,
+            e.stats.wal.data_sync_nanos as f64 / 1e9,
+        );
+    }
+    family(
+        out,
         "tracedb_wal_data_syncs_total",
         "counter",
         "Group-commit fdatasyncs of the write-ahead log.",
-        s.wal.data_syncs,
+        engines,
+        |e| e.stats.wal.data_syncs,
     );
-    out.single(
+    out.header(
         "tracedb_wal_data_sync_max_seconds",
         "gauge",
         "Longest group-commit fdatasync since start.",
-        s.wal.data_sync_max_nanos as f64 / 1e9,
     );
+    for e in engines {
+        out.sample(
+            "tracedb_wal_data_sync_max_seconds",
+            &e.label,
+            e.stats.wal.data_sync_max_nanos as f64 / 1e9,
+        );
+    }
+}
+
+/// One store's counters, sampled for one scrape.
+struct Sampled {
+    /// `tenant="..."` with tenancy on; empty without.
+    label: String,
+    stats: tracedb_lsm::EngineStats,
+    sealed_bytes: usize,
+}
+
+impl Sampled {
+    /// The store's label and `more`, as one label set.
+    fn with(&self, more: &str) -> String {
+        if self.label.is_empty() {
+            more.to_owned()
+        } else {
+            format!("{},{more}", self.label)
+        }
+    }
+}
+
+/// A metric family's name, help and value per store.
+type Family = (&'static str, &'static str, fn(&Sampled) -> u64);
+
+/// A family with one sample per store.
+fn family(
+    out: &mut Exposition,
+    name: &str,
+    kind: &str,
+    help: &str,
+    engines: &[Sampled],
+    value: fn(&Sampled) -> u64,
+) {
+    out.header(name, kind, help);
+    for e in engines {
+        out.sample(name, &e.label, value(e));
+    }
 }
 
 /// The whole `/metrics` document.
@@ -284,95 +341,106 @@ pub fn render(ops: &Ops) -> String {
         }
     }
 
-    if let Ok(engine) = ops.engine.get() {
-        let s = engine.stats();
-        let sealed_bytes: usize = engine.snapshot().sealed.iter().map(|b| b.bytes).sum();
-        let gauges: [(&str, &str, u64); 7] = [
+    if let Ok(stores) = ops.stores.get() {
+        let engines: Vec<Sampled> = stores
+            .all()
+            .into_iter()
+            .map(|(tenant, engine)| Sampled {
+                label: if stores.tenancy() {
+                    format!("tenant=\"{tenant}\"")
+                } else {
+                    String::new()
+                },
+                stats: engine.stats(),
+                sealed_bytes: engine.snapshot().sealed.iter().map(|b| b.bytes).sum(),
+            })
+            .collect();
+        let gauges: [Family; 7] = [
             (
                 "tracedb_memtable_spans",
                 "Spans in the memtable.",
-                s.memtable_spans as u64,
+                |e| e.stats.memtable_spans as u64,
             ),
             (
                 "tracedb_memtable_bytes",
                 "Bytes of spans in the memtable.",
-                s.memtable_bytes as u64,
+                |e| e.stats.memtable_bytes as u64,
             ),
             (
                 "tracedb_sealed_buffers",
                 "Sealed buffers waiting to be flushed.",
-                s.sealed_buffers as u64,
+                |e| e.stats.sealed_buffers as u64,
             ),
             (
                 "tracedb_sealed_bytes",
                 "Bytes of spans in sealed buffers.",
-                sealed_bytes as u64,
+                |e| e.sealed_bytes as u64,
             ),
             (
                 "tracedb_index_cache_bytes",
                 "Bytes of sorted files' search-index summaries cached in memory (bounded by a share of --max-memory).",
-                s.index_cache_bytes as u64,
+                |e| e.stats.index_cache_bytes as u64,
             ),
             (
                 "tracedb_sorted_files",
                 "Sorted span files on disk.",
-                s.tables as u64,
+                |e| e.stats.tables as u64,
             ),
             (
                 "tracedb_sorted_file_bytes",
                 "Bytes of sorted span files on disk.",
-                s.table_bytes,
+                |e| e.stats.table_bytes,
             ),
         ];
         for (name, help, value) in gauges {
-            out.single(name, "gauge", help, value);
+            family(&mut out, name, "gauge", help, &engines, value);
         }
-        let counters: [(&str, &str, u64); 8] = [
+        let counters: [Family; 8] = [
             (
                 "tracedb_flushes_total",
                 "Buffers flushed to sorted files.",
-                s.flushes,
+                |e| e.stats.flushes,
             ),
             (
                 "tracedb_flush_errors_total",
                 "Failed flush attempts (retried).",
-                s.flush_errors,
+                |e| e.stats.flush_errors,
             ),
             (
                 "tracedb_wal_fsyncs_total",
                 "fdatasync calls on the write-ahead log.",
-                s.wal.fsyncs,
+                |e| e.stats.wal.fsyncs,
             ),
             (
                 "tracedb_wal_group_commits_total",
                 "WAL writes that made records durable, each covering one or more requests.",
-                s.wal.group_commits,
+                |e| e.stats.wal.group_commits,
             ),
             (
                 "tracedb_wal_records_total",
                 "Records appended to the write-ahead log (one per request).",
-                s.wal.records,
+                |e| e.stats.wal.records,
             ),
             (
                 "tracedb_wal_written_bytes_total",
                 "Bytes written to the write-ahead log.",
-                s.wal.bytes_written,
+                |e| e.stats.wal.bytes_written,
             ),
             (
                 "tracedb_wal_segments_created_total",
                 "Write-ahead log segment files created.",
-                s.wal.segments_created,
+                |e| e.stats.wal.segments_created,
             ),
             (
                 "tracedb_wal_segments_recycled_total",
                 "Of the write-ahead log segments created, those that reused a flushed segment's file.",
-                s.wal.segments_recycled,
+                |e| e.stats.wal.segments_recycled,
             ),
         ];
         for (name, help, value) in counters {
-            out.single(name, "counter", help, value);
+            family(&mut out, name, "counter", help, &engines, value);
         }
-        write_lsm(&mut out, &s);
+        write_lsm(&mut out, &engines);
     }
     out.finish()
 }

@@ -14,7 +14,7 @@ use std::{
 };
 
 use tokio::task::JoinHandle;
-use tracedb_lsm::{Engine, MemoryBudget};
+use tracedb_lsm::{Engine, MemoryBudget, Stores};
 
 use crate::memory;
 
@@ -32,7 +32,7 @@ pub(crate) struct Sampler {
 impl Sampler {
     pub(crate) fn spawn(
         budget: Arc<MemoryBudget>,
-        engine: Arc<Engine>,
+        stores: Arc<Stores>,
         governor: Arc<memory::Governor>,
     ) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
@@ -44,22 +44,36 @@ impl Sampler {
             while !task_stop.load(Ordering::Acquire) {
                 tick.tick().await;
                 let sampled = {
-                    let (budget, engine, governor) =
-                        (budget.clone(), engine.clone(), governor.clone());
+                    let (budget, stores, governor) =
+                        (budget.clone(), stores.clone(), governor.clone());
                     tokio::task::spawn_blocking(move || {
                         if let Some(resident) = governor.sample() {
                             budget.set_resident(resident);
                         }
-                        budget.wants_early_flush(engine.stats().memtable_bytes)
+                        // The memtables of every tenant's store count, and
+                        // the fullest is flushed.
+                        let mut fullest: Option<(usize, Arc<Engine>)> = None;
+                        let mut all = 0;
+                        for (_, engine) in stores.all() {
+                            let bytes = engine.stats().memtable_bytes;
+                            all += bytes;
+                            if fullest.as_ref().is_none_or(|f| bytes > f.0) {
+                                fullest = Some((bytes, engine));
+                            }
+                        }
+                        fullest.filter(|_| budget.wants_early_flush(all))
                     })
                     .await
                 };
-                let needs_flush = sampled.unwrap_or(false);
+                let fullest = sampled.ok().flatten();
                 let mut running = task_flush.lock().await;
                 let idle = running.as_ref().is_none_or(|h| h.is_finished());
-                if needs_flush && idle && !task_stop.load(Ordering::Acquire) {
-                    tracing::debug!("the memtable fills half the memory budget: flushing early");
-                    let engine = engine.clone();
+                if let Some((_, engine)) =
+                    fullest.filter(|_| idle && !task_stop.load(Ordering::Acquire))
+                {
+                    tracing::debug!(
+                        "the memtables fill half the memory budget: flushing the fullest early"
+                    );
                     *running = Some(tokio::task::spawn_blocking(move || {
                         if let Err(e) = engine.flush() {
                             tracing::warn!(error = %e, "early flush failed");

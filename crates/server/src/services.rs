@@ -7,19 +7,26 @@ use std::{sync::Arc, time::Duration};
 
 use tonic::codec::CompressionEncoding;
 use tracedb_ingest::{GrpcAdmission, Ingest, OtlpSizeStatus, OtlpTraceService};
-use tracedb_lsm::Engine;
+use tracedb_lsm::Stores;
 use tracedb_proto::{
     dependency_reader_server::DependencyReaderServer, query_service_server::QueryServiceServer,
     start::StartCell, trace_reader_server::TraceReaderServer,
     trace_service_server::TraceServiceServer,
 };
 use tracedb_query::{
-    read::{LocalReads, Reads},
     tempo::ReadsCell,
+    tenants::{ReadsFor, StoreReads},
     JaegerStorage, QueryApi,
 };
 
-use crate::{config::Config, deferred::Deferred, memory, ops, tls::HandshakeLog, ui};
+use crate::{
+    config::Config,
+    deferred::Deferred,
+    memory, ops,
+    tenancy::{scope_http, Rule, Tenanted},
+    tls::HandshakeLog,
+    ui,
+};
 
 type IngestServer = TraceServiceServer<OtlpTraceService>;
 type QueryServer = QueryServiceServer<QueryApi>;
@@ -38,25 +45,28 @@ pub(crate) struct QueryServices {
 }
 
 impl QueryServices {
-    /// Switches the read services on, reading `engine` through the one read
-    /// interface every front-end calls.
-    pub(crate) fn start(&self, engine: &Arc<Engine>) {
-        self.start_with(Arc::new(LocalReads::new(engine.clone())));
+    /// Switches the read services on, each request reading the stores of
+    /// the tenants it names, through the one read interface every front-end
+    /// calls.
+    pub(crate) fn start(&self, stores: &Arc<Stores>) {
+        self.start_with(Arc::new(StoreReads::new(stores.clone())));
     }
 
-    /// Adds the read services to a gRPC server's routes.
+    /// Adds the read services to a gRPC server's routes, each scoped to its
+    /// requests' tenants by `tenancy` (`None`: tenancy off).
     pub(crate) fn add_to(
         self,
         router: tonic::transport::server::Router,
+        tenancy: Option<Arc<Rule>>,
     ) -> tonic::transport::server::Router {
         router
-            .add_service(self.query)
-            .add_service(self.jaeger_traces)
-            .add_service(self.jaeger_dependencies)
+            .add_service(Tenanted::new(self.query, tenancy.clone()))
+            .add_service(Tenanted::new(self.jaeger_traces, tenancy.clone()))
+            .add_service(Tenanted::new(self.jaeger_dependencies, tenancy))
     }
 
     /// Switches the read services on, reading `reads`.
-    pub(crate) fn start_with(&self, reads: Arc<dyn Reads>) {
+    pub(crate) fn start_with(&self, reads: Arc<dyn ReadsFor>) {
         self.tempo.set(reads.clone());
         self.query.set(
             QueryServiceServer::new(QueryApi::new(reads.clone()))
@@ -108,6 +118,7 @@ pub(crate) fn grpc_router(
     health_service: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
+    tenancy: Option<Arc<Rule>>,
 ) -> anyhow::Result<tonic::transport::server::Router> {
     let export = GrpcAdmission::new(
         OtlpSizeStatus::new(
@@ -122,8 +133,8 @@ pub(crate) fn grpc_router(
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .add_routes(reflection()?)
         .add_service(health_service)
-        .add_service(export);
-    Ok(query.add_to(router))
+        .add_service(Tenanted::new(export, tenancy.clone()));
+    Ok(query.add_to(router, tenancy))
 }
 
 /// gRPC server reflection, v1 and v1alpha, over tracedb's services and health.
@@ -141,20 +152,25 @@ pub(crate) fn reflection() -> anyhow::Result<tonic::service::Routes> {
 
 /// The HTTP server's routes: OTLP/HTTP, `/metrics` and `/ready`, the Tempo
 /// API, which answers once `tempo` is set, and the trace viewer that reads it.
+/// OTLP/HTTP and the Tempo API are scoped to their requests' tenants by
+/// `tenancy` (`None`: tenancy off).
 pub(crate) fn http_router(
     ingest: &Arc<Ingest>,
-    engine: &StartCell<Arc<Engine>>,
+    stores: &StartCell<Arc<Stores>>,
     tempo: &ReadsCell,
     memory: &Arc<memory::Governor>,
     tls_handshakes: Vec<Arc<HandshakeLog>>,
+    tenancy: Option<Arc<Rule>>,
 ) -> axum::Router {
-    tracedb_ingest::http::router(ingest.clone())
+    let scoped = tracedb_ingest::http::router(ingest.clone())
+        .merge(tracedb_query::tempo::router(tempo.clone()))
+        .layer(axum::middleware::from_fn_with_state(tenancy, scope_http));
+    scoped
         .merge(ops::router(ops::Ops {
             ingest: ingest.clone(),
-            engine: engine.clone(),
+            stores: stores.clone(),
             memory: memory.clone(),
             tls_handshakes,
         }))
-        .merge(tracedb_query::tempo::router(tempo.clone()))
         .merge(ui::router())
 }

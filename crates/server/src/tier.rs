@@ -41,6 +41,7 @@ use tracedb_proto::{
 use tracedb_query::{
     fanout::NodeReads,
     read::{self, Reads},
+    tenants::OneStore,
 };
 
 use crate::{
@@ -100,14 +101,16 @@ pub async fn serve(
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
     let query = QueryServices::default();
-    query.start_with(nodes.clone() as Arc<dyn Reads>);
+    query.start_with(Arc::new(OneStore(nodes.clone() as Arc<dyn Reads>)));
     let grpc_router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .add_routes(reflection()?)
         .add_service(health_service)
         .add_service(TraceServiceServer::new(NoIngest));
-    let grpc_task = Incoming::grpc(listeners.grpc, tls.as_ref())?
-        .serve_grpc(query.clone().add_to(grpc_router), stopped(stop_rx.clone()));
+    let grpc_task = Incoming::grpc(listeners.grpc, tls.as_ref())?.serve_grpc(
+        query.clone().add_to(grpc_router, None),
+        stopped(stop_rx.clone()),
+    );
 
     let serving = Arc::new(AtomicBool::new(false));
     let http_router = tracedb_query::tempo::router(query.tempo.clone())

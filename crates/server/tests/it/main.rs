@@ -20,6 +20,7 @@ mod restart;
 mod shutdown;
 mod telemetrygen;
 mod tempo;
+mod tenants;
 mod time_rules;
 mod tls;
 mod traceql;
