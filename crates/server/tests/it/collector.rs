@@ -16,6 +16,11 @@
 //! And a ring change mid-stream (a node added to a group's resolver, the
 //! Collector restarted): traces split over two nodes come back whole and are
 //! listed once by search.
+//!
+//! Tenancy: the Collector's `headers_setter` sets each export's
+//! `X-Scope-OrgID` (from the request's metadata, or a fixed tenant per
+//! pipeline) and `load_balancing` routes to two nodes with `--tenancy
+//! header`; every trace lands once, in its tenant's store.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -519,5 +524,183 @@ async fn wait_for_spans(node: &Server, traces: &[u128], spans: usize) {
                 }
             }
         }
+    }
+}
+
+/// The tenant's trace IDs each node's search finds (gRPC, `{}`).
+async fn tenant_traces(node: &Server, tenant: &str) -> BTreeSet<Vec<u8>> {
+    let mut request = tonic::Request::new(SearchTracesRequest {
+        query: "{}".into(),
+        limit: 1000,
+        ..Default::default()
+    });
+    request
+        .metadata_mut()
+        .insert("x-scope-orgid", tenant.parse().expect("an ASCII tenant"));
+    node.query()
+        .await
+        .search_traces(request)
+        .await
+        .expect("search")
+        .into_inner()
+        .traces
+        .into_iter()
+        .map(|t| t.trace_id.to_vec())
+        .collect()
+}
+
+/// Tenancy through a real Collector: its `headers_setter` extension sets
+/// `X-Scope-OrgID` from each request's own metadata on one pipeline and to a
+/// fixed tenant on another, and `load_balancing` routes both by trace ID to
+/// two nodes with `--tenancy header`. Every trace is stored once, on one
+/// node, in its tenant's store and no other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_sets_the_tenant_header_and_routes_each_tenant_to_two_nodes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nodes: Vec<Server> = (0..2)
+        .map(|i| {
+            let data = dir.path().join(format!("node{i}"));
+            Server::start_with(&data, &["--tenancy", "header"])
+        })
+        .collect();
+    let hostnames = format!("\"{}\", \"{}\"", nodes[0].addr, nodes[1].addr);
+    let (from_metadata, fixed) = (free_port(), free_port());
+    let exporter = |auth: &str| {
+        format!(
+            "    routing_key: traceID\n    protocol:\n      otlp:\n        tls: {{insecure: true}}\n        auth: {{authenticator: {auth}}}\n    resolver:\n      static:\n        hostnames: [{hostnames}]\n"
+        )
+    };
+    let config = format!(
+        "extensions:
+  headers_setter:
+    headers:
+      - {{action: upsert, key: X-Scope-OrgID, from_context: x-scope-orgid}}
+  headers_setter/fixed:
+    headers:
+      - {{action: upsert, key: X-Scope-OrgID, value: team-fixed}}
+receivers:
+  otlp:
+    protocols:
+      grpc: {{endpoint: \"{from_metadata}\", include_metadata: true}}
+  otlp/fixed:
+    protocols:
+      grpc: {{endpoint: \"{fixed}\"}}
+exporters:
+  load_balancing:
+{}  load_balancing/fixed:
+{}service:
+  extensions: [headers_setter, headers_setter/fixed]
+  telemetry:
+    metrics: {{level: none}}
+  pipelines:
+    traces: {{receivers: [otlp], exporters: [load_balancing]}}
+    traces/fixed: {{receivers: [otlp/fixed], exporters: [load_balancing/fixed]}}
+",
+        exporter("headers_setter"),
+        exporter("headers_setter/fixed")
+    );
+    let path = dir.path().join("collector.yaml");
+    std::fs::write(&path, config).expect("write the Collector's configuration");
+    let log = std::fs::File::create(dir.path().join("collector.log")).expect("log file");
+    let _collector = Collector(
+        Command::new(otelcol())
+            .arg("--config")
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start the Collector"),
+    );
+    let collector_log =
+        || std::fs::read_to_string(dir.path().join("collector.log")).unwrap_or_default();
+    let until = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(from_metadata).is_err() || TcpStream::connect(fixed).is_err() {
+        assert!(
+            Instant::now() < until,
+            "the Collector did not listen:\n{}",
+            collector_log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // 30 traces of each tenant, each its own request.
+    let traces = |tag: u128| -> Vec<u128> { (1..=30).map(|i| tag << 64 | i).collect() };
+    let mut expected: HashMap<&str, BTreeSet<Vec<u8>>> = HashMap::new();
+    for (tenant, tag, port) in [
+        ("team-a", 0xaa, from_metadata),
+        ("team-b", 0xbb, from_metadata),
+        ("team-fixed", 0xff, fixed),
+    ] {
+        let channel = Channel::from_shared(format!("http://{port}"))
+            .expect("uri")
+            .connect()
+            .await
+            .expect("connect to the Collector");
+        let mut client =
+            tracedb_proto::collector::trace::v1::trace_service_client::TraceServiceClient::new(
+                channel,
+            );
+        for t in traces(tag) {
+            let mut request =
+                tonic::Request::new(crate::harness::request(&format!("svc-{tenant}"), &[t], 2));
+            if port == from_metadata {
+                request
+                    .metadata_mut()
+                    .insert("x-scope-orgid", tenant.parse().expect("an ASCII tenant"));
+            } else {
+                // The fixed pipeline's tenant wins over what a client says.
+                request
+                    .metadata_mut()
+                    .insert("x-scope-orgid", "team-a".parse().expect("ASCII"));
+            }
+            client
+                .export(request)
+                .await
+                .expect("the Collector takes it");
+            expected
+                .entry(tenant)
+                .or_default()
+                .insert(t.to_be_bytes().to_vec());
+        }
+    }
+
+    // The Collector exports in the background: wait until every trace is in.
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut all_in = true;
+        for (tenant, want) in &expected {
+            let mut got = BTreeSet::new();
+            for node in &nodes {
+                got.extend(tenant_traces(node, tenant).await);
+            }
+            all_in &= &got == want;
+        }
+        if all_in {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "not every trace arrived in its tenant's store:\n{}",
+            collector_log()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Each trace on one node only; both nodes have a share of each tenant;
+    // no tenant sees another's.
+    for (tenant, want) in &expected {
+        let (on0, on1) = (
+            tenant_traces(&nodes[0], tenant).await,
+            tenant_traces(&nodes[1], tenant).await,
+        );
+        assert!(on0.is_disjoint(&on1), "{tenant}: a trace on both nodes");
+        assert!(
+            !on0.is_empty() && !on1.is_empty(),
+            "{tenant}: one node got nothing"
+        );
+        assert_eq!(&(&on0 | &on1), want, "{tenant}");
+    }
+    for node in &nodes {
+        assert!(tenant_traces(node, "team-c").await.is_empty());
     }
 }
