@@ -49,7 +49,12 @@ use std::{
 };
 
 use bytes::Bytes;
-use tonic::{codegen::http::uri::PathAndQuery, transport::Channel, Code, Response, Status};
+use tonic::{
+    codegen::http::uri::PathAndQuery,
+    metadata::{Ascii, MetadataKey, MetadataValue},
+    transport::Channel,
+    Code, Response, Status,
+};
 use tracedb_ingest::{scan_export_request, TimeRules};
 use tracedb_lsm::{
     index::{TagScope, ValueKind},
@@ -61,6 +66,7 @@ use tracedb_proto::{
         query_service_client::QueryServiceClient, GetOperationsRequest, GetTagValuesRequest,
         GetTraceRequest, SearchTracesRequest, TagScope as ProtoTagScope, TimeWindow,
     },
+    tenant::Tenants,
 };
 
 mod members;
@@ -236,8 +242,11 @@ impl<T> Gathered<T> {
 
 /// [`Reads`] over replica groups of storage nodes.
 pub struct NodeReads {
-    members: Members,
+    members: Arc<Members>,
     options: Options,
+    /// The header and value naming the tenants of the request this is for
+    /// (see [`NodeReads::for_tenants`]); every call to a node carries it.
+    tenants: Option<(MetadataKey<Ascii>, MetadataValue<Ascii>)>,
 }
 
 /// How the tier treats its nodes.
@@ -289,9 +298,26 @@ impl NodeReads {
         connect: impl Fn(Dial<'_>) -> Result<Channel, String> + Send + Sync + 'static,
     ) -> Result<Self, Error> {
         Ok(NodeReads {
-            members: Members::new(groups, options.dns_forget, Box::new(connect))?,
+            members: Arc::new(Members::new(groups, options.dns_forget, Box::new(connect))?),
             options,
+            tenants: None,
         })
+    }
+
+    /// The same nodes, read for `tenants`: every call names them in the
+    /// metadata `key` (`a|b` for several), as the nodes' tenancy expects.
+    pub fn for_tenants(&self, key: &MetadataKey<Ascii>, tenants: &Tenants) -> NodeReads {
+        let value = MetadataValue::try_from(tenants.to_string()).expect("tenant IDs are ASCII");
+        NodeReads {
+            members: self.members.clone(),
+            options: self.options,
+            tenants: Some((key.clone(), value)),
+        }
+    }
+
+    /// `message` as a call to a node, naming this read's tenants.
+    fn call<T>(&self, message: T) -> tonic::Request<T> {
+        scoped(&self.tenants, message)
     }
 
     /// The replica groups as they are now.
@@ -526,7 +552,7 @@ fn window(range: TimeRange) -> TimeWindow {
 /// in: the spans are cut out of them without decoding ([`spans_of`]).
 async fn raw_trace(
     channel: Channel,
-    request: GetTraceRequest,
+    request: tonic::Request<GetTraceRequest>,
 ) -> Result<(Vec<Bytes>, Option<String>), Status> {
     let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_NODE_MESSAGE);
     grpc.ready()
@@ -534,7 +560,7 @@ async fn raw_trace(
         .map_err(|e| Status::unavailable(format!("connecting: {e}")))?;
     let response = grpc
         .server_streaming(
-            tonic::Request::new(request),
+            request,
             PathAndQuery::from_static(GET_TRACE_PATH),
             RawCodec::<GetTraceRequest, RawRequest>::default(),
         )
@@ -591,7 +617,7 @@ impl NodeReads {
         };
         let gathered = self
             .ask(|mut client| {
-                let request = request.clone();
+                let request = self.call(request.clone());
                 async move { Ok(with_partial(client.search_traces(request).await?)) }
             })
             .await;
@@ -763,7 +789,7 @@ impl Reads for NodeReads {
         };
         let gathered = self
             .ask_nodes(Wait::FirstFullGroup, |node| {
-                raw_trace(node.channel(), request.clone())
+                raw_trace(node.channel(), self.call(request.clone()))
             })
             .await;
         let mut spans = Vec::new();
@@ -797,9 +823,12 @@ impl Reads for NodeReads {
 
     async fn services(&self, range: TimeRange) -> Result<Answer<Vec<String>>, Error> {
         let gathered = self
-            .ask(|mut client| async move {
-                let (names, partial) = with_partial(client.get_services(window(range)).await?);
-                Ok((names.names, partial))
+            .ask(|mut client| {
+                let request = self.call(window(range));
+                async move {
+                    let (names, partial) = with_partial(client.get_services(request).await?);
+                    Ok((names.names, partial))
+                }
             })
             .await;
         gathered.answer(|g| union(g.answered().cloned()).into_iter().collect())
@@ -818,7 +847,7 @@ impl Reads for NodeReads {
         };
         let gathered = self
             .ask(|mut client| {
-                let request = request.clone();
+                let request = self.call(request.clone());
                 async move {
                     let (ops, partial) = with_partial(client.get_operations(request).await?);
                     let ops: Vec<(String, u8)> = ops
@@ -835,9 +864,12 @@ impl Reads for NodeReads {
 
     async fn span_names(&self, range: TimeRange) -> Result<Answer<Vec<String>>, Error> {
         let gathered = self
-            .ask(|mut client| async move {
-                let (names, partial) = with_partial(client.get_span_names(window(range)).await?);
-                Ok((names.names, partial))
+            .ask(|mut client| {
+                let request = self.call(window(range));
+                async move {
+                    let (names, partial) = with_partial(client.get_span_names(request).await?);
+                    Ok((names.names, partial))
+                }
             })
             .await;
         gathered.answer(|g| union(g.answered().cloned()).into_iter().collect())
@@ -845,21 +877,24 @@ impl Reads for NodeReads {
 
     async fn tag_keys(&self, range: TimeRange) -> Result<Answer<TagKeys>, Error> {
         let gathered = self
-            .ask(|mut client| async move {
-                let (keys, partial) = with_partial(client.get_tag_keys(window(range)).await?);
-                let keys: Vec<(TagScope, String)> = keys
-                    .keys
-                    .into_iter()
-                    .filter_map(|k| {
-                        let scope = match ProtoTagScope::try_from(k.scope).ok()? {
-                            ProtoTagScope::Resource => TagScope::Resource,
-                            ProtoTagScope::Span => TagScope::Span,
-                            ProtoTagScope::Any => return None,
-                        };
-                        Some((scope, k.key))
-                    })
-                    .collect();
-                Ok((keys, partial))
+            .ask(|mut client| {
+                let request = self.call(window(range));
+                async move {
+                    let (keys, partial) = with_partial(client.get_tag_keys(request).await?);
+                    let keys: Vec<(TagScope, String)> = keys
+                        .keys
+                        .into_iter()
+                        .filter_map(|k| {
+                            let scope = match ProtoTagScope::try_from(k.scope).ok()? {
+                                ProtoTagScope::Resource => TagScope::Resource,
+                                ProtoTagScope::Span => TagScope::Span,
+                                ProtoTagScope::Any => return None,
+                            };
+                            Some((scope, k.key))
+                        })
+                        .collect();
+                    Ok((keys, partial))
+                }
             })
             .await;
         gathered.answer(|g| union(g.answered().cloned()))
@@ -882,7 +917,7 @@ impl Reads for NodeReads {
         };
         let gathered = self
             .ask(|mut client| {
-                let request = request.clone();
+                let request = self.call(request.clone());
                 async move {
                     let (names, partial) = with_partial(client.get_tag_values(request).await?);
                     // A node that names no types (an older one) lists strings.
@@ -929,9 +964,9 @@ impl Reads for NodeReads {
         let gathered = self
             .ask_nodes(Wait::Every, |node| {
                 let mut client = node.client.clone();
+                let request = self.call(window(range));
                 async move {
-                    let (found, partial) =
-                        with_partial(client.get_dependencies(window(range)).await?);
+                    let (found, partial) = with_partial(client.get_dependencies(request).await?);
                     Ok((found.dependencies, partial))
                 }
             })
@@ -1016,6 +1051,18 @@ fn merge_rows<T>(
     });
     rows.truncate(limit);
     rows
+}
+
+/// `message` as a call naming `tenants` (header and value), if any.
+fn scoped<T>(
+    tenants: &Option<(MetadataKey<Ascii>, MetadataValue<Ascii>)>,
+    message: T,
+) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some((key, value)) = tenants {
+        request.metadata_mut().insert(key.clone(), value.clone());
+    }
+    request
 }
 
 #[cfg(test)]

@@ -7,15 +7,18 @@
 //!   ([`tracedb_lsm::Stores`]). One tenant reads its own store, or, with no
 //!   store yet, [`NoStore`], which answers as an empty store would; several
 //!   (`X-Scope-OrgID: a|b`) are read together by [`Together`].
-//! - [`OneStore`]: one [`Reads`] for every request (the query tier, tests).
+//! - [`TierReads`]: the query tier's nodes, asked for the request's tenants.
+//! - [`OneStore`]: one [`Reads`] for every request.
 
 use std::{collections::BTreeMap, future::Future, sync::Arc};
 
+use tonic::metadata::{Ascii, MetadataKey};
 use tracedb_lsm::{index::TagScope, Stores, TimeRange, TraceId};
 use tracedb_proto::tenant::{Tenants, SINGLE_TENANT};
 
 use crate::{
     error::Error,
+    fanout::NodeReads,
     read::{Answer, Dependencies, FoundTrace, LocalReads, Reads, TagKeys, TagValues},
     search::{Match, Search},
 };
@@ -33,6 +36,35 @@ pub struct OneStore(pub Arc<dyn Reads>);
 impl ReadsFor for OneStore {
     fn reads(&self, _: Option<&Tenants>) -> Arc<dyn Reads> {
         self.0.clone()
+    }
+}
+
+/// The query tier's nodes: a request's tenants are named to every node in
+/// the tenant header; without tenancy (`key` `None`) nothing is added.
+pub struct TierReads {
+    nodes: Arc<NodeReads>,
+    key: Option<MetadataKey<Ascii>>,
+}
+
+impl TierReads {
+    /// `header`: the tenant header of the nodes, with tenancy on.
+    pub fn new(nodes: Arc<NodeReads>, header: Option<&str>) -> Result<Self, Error> {
+        let key = header
+            .map(|h| {
+                MetadataKey::from_bytes(h.to_ascii_lowercase().as_bytes())
+                    .map_err(|_| Error::InvalidArgument(format!("{h:?} is not a header name")))
+            })
+            .transpose()?;
+        Ok(TierReads { nodes, key })
+    }
+}
+
+impl ReadsFor for TierReads {
+    fn reads(&self, tenants: Option<&Tenants>) -> Arc<dyn Reads> {
+        match (&self.key, tenants) {
+            (Some(key), Some(tenants)) => Arc::new(self.nodes.for_tenants(key, tenants)),
+            _ => self.nodes.clone(),
+        }
     }
 }
 

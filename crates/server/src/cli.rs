@@ -45,6 +45,39 @@ pub struct ServerArgs {
     /// The PEM private key of --tls-cert [default: none].
     #[arg(long, value_name = "PATH", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// The tenant to read, for a server with tenancy ("a|b" reads several)
+    /// [default: none].
+    #[arg(long, value_name = "TENANT")]
+    tenant: Option<String>,
+    /// The header that names the tenant, as the server's --tenant-header.
+    #[arg(long, value_name = "NAME", default_value = tracedb_proto::tenant::DEFAULT_HEADER_NAME, requires = "tenant")]
+    tenant_header: String,
+}
+
+impl ServerArgs {
+    /// `message` as a call naming `--tenant`, if given.
+    fn request<T>(&self, message: T) -> anyhow::Result<tonic::Request<T>> {
+        let mut request = tonic::Request::new(message);
+        if let Some(tenant) = &self.tenant {
+            let tenants = tracedb_proto::tenant::Tenants::parse(tenant)
+                .with_context(|| format!("--tenant {tenant:?}"))?;
+            let key = tonic::metadata::AsciiMetadataKey::from_bytes(
+                self.tenant_header.to_ascii_lowercase().as_bytes(),
+            )
+            .with_context(|| {
+                format!(
+                    "--tenant-header {:?} is not a header name",
+                    self.tenant_header
+                )
+            })?;
+            let value = tenants
+                .to_string()
+                .parse()
+                .context("tenant IDs are ASCII")?;
+            request.metadata_mut().insert(key, value);
+        }
+        Ok(request)
+    }
 }
 
 type QueryClient =

@@ -219,13 +219,11 @@ impl Config {
 
     /// How each request's tenants are found; `None` with tenancy off.
     pub fn tenancy_rule(&self) -> Option<Arc<Rule>> {
-        match self.tenancy {
-            Tenancy::Off => None,
-            Tenancy::Header => Some(Arc::new(
-                Rule::new(&self.tenant_header, self.default_tenant.as_deref())
-                    .expect("checked by validate"),
-            )),
-        }
+        tenancy_rule(
+            self.tenancy,
+            &self.tenant_header,
+            self.default_tenant.as_deref(),
+        )
     }
 
     /// The TLS files, if both a certificate and a key are set.
@@ -372,18 +370,12 @@ impl Config {
             &self.log_level,
             &mut problems,
         );
-        if let Err(e) = Rule::new(&self.tenant_header, self.default_tenant.as_deref()) {
-            problems.push(format!(
-                "{e}: tenant_header must be a header name, default_tenant a tenant ID"
-            ));
-        }
-        if self.tenancy == Tenancy::Off && self.default_tenant.is_some() {
-            problems.push(
-                "default_tenant is set but tenancy is off: turn tenancy on (--tenancy header), \
-                 or leave default_tenant out"
-                    .to_string(),
-            );
-        }
+        check_tenancy(
+            self.tenancy,
+            &self.tenant_header,
+            self.default_tenant.as_deref(),
+            &mut problems,
+        );
         if problems.is_empty() {
             Ok(())
         } else {
@@ -444,6 +436,39 @@ impl Options for Config {
     const COMMAND: &'static str = "serve";
     fn check(&self) -> Result<(), ConfigError> {
         self.validate()
+    }
+}
+
+/// How each request's tenants are found (settings `tracedb serve` and
+/// `tracedb query` share, checked by [`check_tenancy`]); `None` with tenancy
+/// off.
+fn tenancy_rule(tenancy: Tenancy, header: &str, default: Option<&str>) -> Option<Arc<Rule>> {
+    match tenancy {
+        Tenancy::Off => None,
+        Tenancy::Header => Some(Arc::new(
+            Rule::new(header, default).expect("checked by validate"),
+        )),
+    }
+}
+
+/// The problems with the tenancy settings.
+fn check_tenancy(
+    tenancy: Tenancy,
+    header: &str,
+    default: Option<&str>,
+    problems: &mut Vec<String>,
+) {
+    if let Err(e) = Rule::new(header, default) {
+        problems.push(format!(
+            "{e}: tenant_header must be a header name, default_tenant a tenant ID"
+        ));
+    }
+    if tenancy == Tenancy::Off && default.is_some() {
+        problems.push(
+            "default_tenant is set but tenancy is off: turn tenancy on (--tenancy header), \
+             or leave default_tenant out"
+                .to_string(),
+        );
     }
 }
 

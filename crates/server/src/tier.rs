@@ -38,11 +38,7 @@ use tracedb_proto::{
     codec::RawRequest, collector::trace::v1::ExportTraceServiceResponse,
     trace_service_server::TraceServiceServer,
 };
-use tracedb_query::{
-    fanout::NodeReads,
-    read::{self, Reads},
-    tenants::OneStore,
-};
+use tracedb_query::{fanout::NodeReads, read, tenants::TierReads};
 
 use crate::{
     config::TierConfig,
@@ -101,19 +97,25 @@ pub async fn serve(
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
     let query = QueryServices::default();
-    query.start_with(Arc::new(OneStore(nodes.clone() as Arc<dyn Reads>)));
+    let tenancy = config.tenancy_rule();
+    let header = tenancy.as_ref().map(|_| config.tenant_header.as_str());
+    query.start_with(Arc::new(TierReads::new(nodes.clone(), header)?));
     let grpc_router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .add_routes(reflection()?)
         .add_service(health_service)
         .add_service(TraceServiceServer::new(NoIngest));
     let grpc_task = Incoming::grpc(listeners.grpc, tls.as_ref())?.serve_grpc(
-        query.clone().add_to(grpc_router, None),
+        query.clone().add_to(grpc_router, tenancy.clone()),
         stopped(stop_rx.clone()),
     );
 
     let serving = Arc::new(AtomicBool::new(false));
     let http_router = tracedb_query::tempo::router(query.tempo.clone())
+        .layer(axum::middleware::from_fn_with_state(
+            tenancy,
+            crate::tenancy::scope_http,
+        ))
         .merge(
             Router::new()
                 .route("/metrics", get(metrics))

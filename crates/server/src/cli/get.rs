@@ -29,7 +29,7 @@ pub async fn get(args: GetArgs) -> anyhow::Result<()> {
         trace_id: trace_id.0.to_vec().into(),
         ..Default::default()
     };
-    let mut stream = match client.get_trace(request).await {
+    let mut stream = match client.get_trace(args.server.request(request)?).await {
         Ok(response) => response.into_inner(),
         Err(status) if status.code() == tonic::Code::NotFound => {
             anyhow::bail!("trace {trace_id} not found");

@@ -89,7 +89,7 @@ pub async fn search(args: SearchArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let response = client
-        .search_traces(request)
+        .search_traces(args.server.request(request)?)
         .await
         .map_err(|status| call_failed("SearchTraces", status, server))?;
     if let Some(reason) = response

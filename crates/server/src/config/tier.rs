@@ -2,12 +2,19 @@
 //! storage nodes: the nodes by replica group, how long a node may take, and
 //! the same listener, TLS and logging options as `tracedb serve`.
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
-use super::{check_listener, ConfigError, Options, DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR};
-use crate::{cli::ClientTls, tls::TlsFiles};
+use super::{
+    check_listener, check_tenancy, tenancy_rule, ConfigError, Options, DEFAULT_GRPC_ADDR,
+    DEFAULT_HTTP_ADDR,
+};
+use crate::{
+    cli::ClientTls,
+    tenancy::{Rule, Tenancy},
+    tls::TlsFiles,
+};
 
 /// Everything `tracedb query` can be told.
 #[derive(Debug, Clone, PartialEq, clap::Args, Serialize, Deserialize)]
@@ -87,12 +94,38 @@ pub struct TierConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_client_ca: Option<PathBuf>,
 
+    /// How requests name their tenant, as on the nodes: "off", or "header"
+    /// (each request names its tenants in --tenant-header, and the tier
+    /// names them to every node in the same header).
+    #[arg(long, env = "TRACEDB_TENANCY", value_enum, default_value = "off")]
+    pub tenancy: Tenancy,
+
+    /// With --tenancy header: the header that names a request's tenants,
+    /// the same as the nodes'.
+    #[arg(long, env = "TRACEDB_TENANT_HEADER", default_value = tracedb_proto::tenant::DEFAULT_HEADER_NAME)]
+    pub tenant_header: String,
+
+    /// With --tenancy header: the tenant of requests that name none
+    /// [default: none: they are refused, gRPC UNAUTHENTICATED, HTTP 401].
+    #[arg(long, env = "TRACEDB_DEFAULT_TENANT", value_name = "TENANT")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_tenant: Option<String>,
+
     /// Log filter: error, warn, info, debug, trace, or RUST_LOG directives.
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub log_level: String,
 }
 
 impl TierConfig {
+    /// How each request's tenants are found; `None` with tenancy off.
+    pub fn tenancy_rule(&self) -> Option<Arc<Rule>> {
+        tenancy_rule(
+            self.tenancy,
+            &self.tenant_header,
+            self.default_tenant.as_deref(),
+        )
+    }
+
     /// The nodes of each replica group, in the order given.
     pub fn groups(&self) -> Vec<Vec<String>> {
         self.nodes
@@ -207,6 +240,12 @@ impl Options for TierConfig {
             self.tls_key.as_deref(),
             self.tls_client_ca.as_deref(),
             &self.log_level,
+            &mut problems,
+        );
+        check_tenancy(
+            self.tenancy,
+            &self.tenant_header,
+            self.default_tenant.as_deref(),
             &mut problems,
         );
         if problems.is_empty() {

@@ -4,7 +4,9 @@
 //! Jaeger's, the Tempo API): each sees exactly its own, `a|b` sees both,
 //! and a request without a tenant or with a bad one is refused. The stores
 //! are kept apart on disk and survive a restart; a data directory with
-//! tenants is refused without tenancy.
+//! tenants is refused without tenancy. The query tier (`tracedb query
+//! --tenancy header`) answers the same, naming each request's tenants to
+//! its nodes.
 
 use std::{
     collections::BTreeSet,
@@ -463,6 +465,46 @@ async fn two_tenants_each_see_only_their_own_on_every_api() {
     let server = Server::start_with(dir.path(), &["--tenancy", "header"]);
     load(&server).await;
     each_sees_its_own(&server).await;
+
+    // The command-line clients name their tenant with --tenant.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(crate::harness::TRACEDB)
+            .args(args)
+            .args(["--addr", &server.addr.to_string()])
+            .output()
+            .expect("run tracedb");
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (ok, text) = cli(&["get", &hex(A1), "--tenant", "team-a"]);
+    assert!(ok && text.contains("a-front: GET /a/cart"), "{text}");
+    let (ok, text) = cli(&["get", &hex(A1), "--tenant", "team-b"]);
+    assert!(!ok && text.contains("not found"), "{text}");
+    let (ok, text) = cli(&["get", &hex(A1)]);
+    assert!(!ok && text.contains("no tenant"), "{text}");
+    let (ok, text) = cli(&[
+        "search",
+        "--tenant",
+        "team-a|team-b",
+        "--service",
+        "b-front",
+    ]);
+    assert!(
+        ok && text.contains(&hex(B1)) && !text.contains(&hex(A1)),
+        "{text}"
+    );
+    let (ok, text) = cli(&["search", "--tenant", "team-a", "--service", "b-front"]);
+    assert!(ok && !text.contains(&hex(B1)), "{text}");
+
+    // The same through the query tier, which names each request's tenants
+    // to its nodes.
+    let tier = Server::start_tier(&[&[&server]], &["--tenancy", "header"]);
+    each_sees_its_own(&tier).await;
+    let e = tier.query().await.get_services(TimeWindow::default()).await;
+    assert_eq!(e.expect_err("no tenant").code(), Code::Unauthenticated);
+    assert_eq!(get(&tier, "/api/search?q=%7B%7D", None).status, 401);
+    drop(tier);
 
     // Each tenant's spans are in a store of its own.
     for t in ["team-a", "team-b"] {
