@@ -61,6 +61,28 @@ pub enum Error {
     #[error("spans not stored: {0}")]
     Storage(#[from] tracedb_lsm::Error),
 
+    /// The tenant sends faster than its limit (the overrides file); retrying
+    /// after `retry_after` will work.
+    #[error("tenant {tenant} is over its limit of {limit} {unit} a second; retry in {} ms", retry_after.as_millis())]
+    TenantRate {
+        tenant: String,
+        unit: &'static str,
+        limit: u64,
+        retry_after: std::time::Duration,
+    },
+
+    /// The tenant's unflushed spans fill its share of the memory budget (the
+    /// overrides file); retrying later will work.
+    #[error(
+        "tenant {tenant}'s spans waiting to be flushed fill its share of the memory budget \
+         ({held} of {share} bytes); retry later"
+    )]
+    TenantMemory {
+        tenant: String,
+        held: usize,
+        share: usize,
+    },
+
     /// The request's tenant is not one a write can go to.
     #[error("{0}")]
     Tenant(tracedb_proto::tenant::InvalidTenant),

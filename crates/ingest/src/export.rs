@@ -19,6 +19,7 @@ use std::{
         atomic::{AtomicU8, Ordering},
         Arc,
     },
+    sync::{PoisonError, RwLock},
     time::Instant,
 };
 
@@ -29,13 +30,14 @@ use tracedb_lsm::{
 };
 use tracedb_proto::{
     start::StartCell,
-    tenant::{TenantId, Tenants, SINGLE_TENANT},
+    tenant::{InvalidTenant, TenantId, Tenants, SINGLE_TENANT},
 };
 
 use crate::{
     error::Error,
     metrics::{IngestMetrics, Protocol},
     scan::{scan_export_request, ScanOutcome, TimeRules},
+    tenants::{LimitsSource, RateLimiter, TenantCounters, TenantLimits, Unlimited},
 };
 
 /// Typical encoded size of a span, to size the output vector in one allocation.
@@ -82,6 +84,10 @@ pub struct Ingest {
     stores: StartCell<Arc<Stores>>,
     budget: Arc<MemoryBudget>,
     metrics: IngestMetrics,
+    /// Each tenant's limits, asked on every export.
+    limits: RwLock<Arc<dyn LimitsSource>>,
+    rates: RateLimiter,
+    tenants: TenantCounters,
 }
 
 impl Ingest {
@@ -97,6 +103,9 @@ impl Ingest {
             phase: AtomicU8::new(Phase::Starting as u8),
             stores: StartCell::new(),
             metrics: IngestMetrics::default(),
+            limits: RwLock::new(Arc::new(Unlimited)),
+            rates: RateLimiter::default(),
+            tenants: TenantCounters::default(),
         })
     }
 
@@ -141,6 +150,23 @@ impl Ingest {
         &self.metrics
     }
 
+    /// Each tenant's counters.
+    pub fn tenant_counters(&self) -> &TenantCounters {
+        &self.tenants
+    }
+
+    /// Where each tenant's limits come from from now on.
+    pub fn set_limits(&self, limits: Arc<dyn LimitsSource>) {
+        *self.limits.write().unwrap_or_else(PoisonError::into_inner) = limits;
+    }
+
+    fn limits_of(&self, tenant: &TenantId) -> TenantLimits {
+        self.limits
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .limits(tenant)
+    }
+
     /// Admits a request of `bytes` (0 when its size is not known yet) for
     /// `tenant`: checks the phase and the back-pressure of the tenant's
     /// store, and asks the memory budget for the bytes.
@@ -148,6 +174,19 @@ impl Ingest {
         // Storage pushing back refuses the request before its body is read.
         if let Some(engine) = self.serving_stores()?.get(tenant) {
             engine.check_pressure().map_err(Error::Storage)?;
+            // So does the tenant's store holding its share of the budget.
+            let share = self.limits_of(tenant).memory_share;
+            if share < 1.0 {
+                let cap = (self.budget.limit() as f64 * share) as usize;
+                let held = engine.buffered_bytes();
+                if held.saturating_add(bytes) > cap {
+                    return Err(Error::TenantMemory {
+                        tenant: tenant.to_string(),
+                        held,
+                        share: cap,
+                    });
+                }
+            }
         }
         if bytes > self.options.max_message_bytes {
             return Err(Error::TooLarge {
@@ -189,10 +228,27 @@ impl Ingest {
         body: Bytes,
         permit: Permit,
     ) -> Result<ScanOutcome, Error> {
+        self.tenants.record_bytes(tenant, body.len());
         let engine = self.store_of(tenant).await?;
         let mut spans = Vec::with_capacity(body.len() / TYPICAL_SPAN_BYTES + 1);
         let rules = TimeRules::at(engine.now_unix_nano(), engine.expire_before());
         let outcome = scan_export_request(&body, &mut spans, rules)?;
+        let limits = self.limits_of(tenant);
+        let taken = self.rates.take(
+            tenant,
+            &limits,
+            spans.len() as u64,
+            body.len() as u64,
+            Instant::now(),
+        );
+        if let Err((rate, limit, retry_after)) = taken {
+            return Err(Error::TenantRate {
+                tenant: tenant.to_string(),
+                unit: rate.unit(),
+                limit,
+                retry_after,
+            });
+        }
         let started = Instant::now();
         if let Err(e) = engine.write(spans).await {
             if let tracedb_lsm::Error::Backpressure { .. } = e {
@@ -211,14 +267,22 @@ impl Ingest {
         Ok(outcome)
     }
 
-    /// Records a finished request in the metrics and the log.
+    /// Records a finished request for `tenant` (when it was known) in the
+    /// metrics and the log.
     pub fn finish(
         &self,
         protocol: Protocol,
+        tenant: Option<&TenantId>,
         result: &Result<ScanOutcome, Error>,
         started: Instant,
     ) {
         self.metrics.record(protocol, result, started.elapsed());
+        if let Some(tenant) = tenant {
+            match result {
+                Ok(o) => self.tenants.record(tenant, o.accepted, o.rejected, false),
+                Err(_) => self.tenants.record(tenant, 0, 0, true),
+            }
+        }
         match result {
             Ok(o) if o.rejected > 0 => tracing::debug!(
                 protocol = protocol.label(),
@@ -244,9 +308,9 @@ impl Ingest {
 /// (`tenants`)
 /// (set by the server's tenancy layer), or [`SINGLE_TENANT`] without one (no
 /// tenancy). A request naming several tenants is refused.
-pub fn tenant_of(tenants: Option<&Tenants>) -> Result<TenantId, Error> {
+pub fn tenant_of(tenants: Option<&Tenants>) -> Result<TenantId, InvalidTenant> {
     match tenants {
-        Some(tenants) => Ok(tenants.single().map_err(Error::Tenant)?.clone()),
+        Some(tenants) => Ok(tenants.single()?.clone()),
         None => Ok(TenantId::new(SINGLE_TENANT).expect("a valid tenant ID")),
     }
 }

@@ -84,15 +84,16 @@ async fn export_traces(
         Ok(format) => format,
         Err(e) => {
             let result = Err(e);
-            ingest.finish(Protocol::HttpProtobuf, &result, started);
+            ingest.finish(Protocol::HttpProtobuf, None, &result, started);
             return respond(Format::Json, result);
         }
     };
-    let result = match tenant_of(tenants.as_deref()) {
-        Ok(tenant) => export(&ingest, &tenant, format, &headers, body).await,
-        Err(e) => Err(e),
+    let tenant = tenant_of(tenants.as_deref());
+    let result = match &tenant {
+        Ok(tenant) => export(&ingest, tenant, format, &headers, body).await,
+        Err(e) => Err(Error::Tenant(e.clone())),
     };
-    ingest.finish(format.protocol(), &result, started);
+    ingest.finish(format.protocol(), tenant.as_ref().ok(), &result, started);
     respond(format, result)
 }
 

@@ -21,6 +21,7 @@
 //! - [`status`] is the one place where an [`Error`] becomes a gRPC status (with
 //!   `RetryInfo` when retryable) or an HTTP status with a `google.rpc.Status`
 //!   body.
+//! - [`tenants`]: each tenant's limits (rates, memory share) and counters.
 //! - [`error`] holds the crate's error types.
 
 #![deny(unsafe_code)]
@@ -34,6 +35,7 @@ pub mod metrics;
 pub mod scan;
 pub mod service;
 pub mod status;
+pub mod tenants;
 pub mod wire;
 
 pub use error::{Error, FieldPath, Malformed, MalformedKind, PathSegment, Result, ScanError};

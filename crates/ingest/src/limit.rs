@@ -124,12 +124,19 @@ where
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         let started = Instant::now();
-        let admitted =
-            tenant_of(request.extensions().get::<Tenants>()).and_then(|t| self.ingest.admit(&t, 0));
+        let tenant = tenant_of(request.extensions().get::<Tenants>());
+        let admitted = match &tenant {
+            Ok(t) => self.ingest.admit(t, 0).map(drop),
+            Err(e) => Err(crate::Error::Tenant(e.clone())),
+        };
         if let Err(error) = admitted {
             let response = grpc_status(&error).into_http();
-            self.ingest
-                .finish(Protocol::Grpc, &Err::<ScanOutcome, _>(error), started);
+            self.ingest.finish(
+                Protocol::Grpc,
+                tenant.as_ref().ok(),
+                &Err::<ScanOutcome, _>(error),
+                started,
+            );
             return Box::pin(std::future::ready(Ok(response)));
         }
         Box::pin(self.inner.call(request))

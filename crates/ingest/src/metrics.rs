@@ -67,7 +67,7 @@ impl SpanReason {
 }
 
 /// How a request ended, for `tracedb_export_requests_total{outcome}`.
-const OUTCOMES: [&str; 12] = [
+const OUTCOMES: [&str; 13] = [
     "ok",
     "partial",
     "malformed",
@@ -80,6 +80,7 @@ const OUTCOMES: [&str; 12] = [
     "storage_error",
     "unavailable",
     "invalid_tenant",
+    "tenant_limit",
 ];
 
 fn outcome_index(result: &Result<ScanOutcome, Error>) -> usize {
@@ -98,6 +99,7 @@ fn outcome_index(result: &Result<ScanOutcome, Error>) -> usize {
         Err(Error::Storage(_)) => 9,
         Err(Error::Starting | Error::ShuttingDown) => 10,
         Err(Error::Tenant(_)) => 11,
+        Err(Error::TenantRate { .. } | Error::TenantMemory { .. }) => 12,
     }
 }
 

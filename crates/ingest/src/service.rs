@@ -48,14 +48,15 @@ impl TraceService for OtlpTraceService {
         self.ingest
             .metrics()
             .record_bytes(Protocol::Grpc, body.len());
-        let result = match tenant {
-            Ok(tenant) => match self.ingest.admit(&tenant, body.len()) {
-                Ok(permit) => self.ingest.store(&tenant, body, permit).await,
+        let result = match &tenant {
+            Ok(tenant) => match self.ingest.admit(tenant, body.len()) {
+                Ok(permit) => self.ingest.store(tenant, body, permit).await,
                 Err(e) => Err(e),
             },
-            Err(e) => Err(e),
+            Err(e) => Err(crate::Error::Tenant(e.clone())),
         };
-        self.ingest.finish(Protocol::Grpc, &result, started);
+        self.ingest
+            .finish(Protocol::Grpc, tenant.as_ref().ok(), &result, started);
         match result {
             Ok(outcome) => Ok(Response::new(export_response(outcome))),
             Err(e) => Err(grpc_status(&e)),

@@ -39,7 +39,11 @@ pub fn grpc_code(error: &Error) -> (Code, Option<Duration>) {
             (Code::InvalidArgument, None)
         }
         Error::TooLarge { .. } => (Code::ResourceExhausted, None),
-        Error::Overloaded { .. } => (Code::Unavailable, Some(OVERLOAD_RETRY_DELAY)),
+        Error::Overloaded { .. } | Error::TenantMemory { .. } => {
+            (Code::Unavailable, Some(OVERLOAD_RETRY_DELAY))
+        }
+        // A quota: RESOURCE_EXHAUSTED, retryable because it says when.
+        Error::TenantRate { retry_after, .. } => (Code::ResourceExhausted, Some(*retry_after)),
         Error::Storage(tracedb_lsm::Error::Backpressure { retry_after, .. }) => {
             (Code::Unavailable, Some(*retry_after))
         }
@@ -55,7 +59,7 @@ pub fn http_code(error: &Error) -> u16 {
         Error::Scan(_) | Error::Json(_) | Error::Gzip(_) | Error::Body(_) | Error::Tenant(_) => 400,
         Error::TooLarge { .. } => 413,
         Error::UnsupportedContentType(_) | Error::UnsupportedEncoding(_) => 415,
-        Error::Overloaded { .. } => 429,
+        Error::Overloaded { .. } | Error::TenantRate { .. } | Error::TenantMemory { .. } => 429,
         Error::Storage(tracedb_lsm::Error::Backpressure { .. }) => 429,
         Error::Storage(_) | Error::Starting | Error::ShuttingDown => 503,
     }

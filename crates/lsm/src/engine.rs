@@ -476,6 +476,18 @@ impl Engine {
         self.inner.apply_retention()
     }
 
+    /// Keeps spans for `period` from now on (`None`: everything): reads
+    /// leave out what is past it at once, and the background threads drop
+    /// its files at their next pass.
+    pub fn set_retention(&self, period: Option<std::time::Duration>) {
+        self.inner.retention.set(period);
+    }
+
+    /// The retention period now; `None` keeps everything.
+    pub fn retention(&self) -> Option<std::time::Duration> {
+        self.inner.retention.period()
+    }
+
     /// Pauses background compaction: a running merge waits at its next trace.
     pub fn pause_compaction(&self) {
         self.inner.scheduler.set_paused(true);
@@ -490,6 +502,13 @@ impl Engine {
     /// and scanning its body. One atomic load.
     pub fn check_pressure(&self) -> Result<()> {
         self.inner.l0_pressure()
+    }
+
+    /// Bytes of spans this engine holds unflushed: its memtable and sealed
+    /// buffers.
+    pub fn buffered_bytes(&self) -> usize {
+        let sealed: usize = self.snapshot().sealed.iter().map(|b| b.bytes).sum();
+        self.inner.memtable.usage().1 + sealed
     }
 
     pub fn stats(&self) -> EngineStats {

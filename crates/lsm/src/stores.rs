@@ -13,7 +13,13 @@
 //! was acknowledged is readable at once; a tenant's store is created by its
 //! first write. A tenant without a store reads as an empty one.
 
-use std::{collections::BTreeMap, fs, path::PathBuf, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashMap},
+    fs,
+    path::PathBuf,
+    sync::Arc,
+    time::Duration,
+};
 
 use parking_lot::{Mutex, RwLock};
 use tracedb_proto::tenant::{TenantId, SINGLE_TENANT};
@@ -33,6 +39,23 @@ pub struct Stores {
     engines: RwLock<BTreeMap<TenantId, Arc<Engine>>>,
     /// Held while a store is created or deleted.
     changing: Mutex<()>,
+    /// Each tenant's retention (see [`Stores::set_retention`]).
+    retention: RwLock<Retentions>,
+}
+
+/// The retention of every tenant: its own, or the default.
+#[derive(Debug, Clone, Default)]
+pub struct Retentions {
+    /// `None`: keep everything.
+    pub default: Option<Duration>,
+    /// The tenants with a retention of their own.
+    pub tenants: HashMap<TenantId, Option<Duration>>,
+}
+
+impl Retentions {
+    pub fn of(&self, tenant: &TenantId) -> Option<Duration> {
+        self.tenants.get(tenant).copied().unwrap_or(self.default)
+    }
 }
 
 impl Stores {
@@ -55,6 +78,10 @@ impl Stores {
         engines.insert(single, Arc::new(Engine::open(opts.clone())?));
         let stores = Stores {
             root,
+            retention: RwLock::new(Retentions {
+                default: opts.retention,
+                tenants: HashMap::new(),
+            }),
             template: opts,
             tenancy,
             engines: RwLock::new(BTreeMap::new()),
@@ -107,6 +134,8 @@ impl Stores {
         sync_dir(&tenants)?;
         tracing::info!(%tenant, "tenant store created");
         self.engines.write().insert(tenant.clone(), engine.clone());
+        // A retention set while the store was being made applies to it too.
+        engine.set_retention(self.retention.read().of(tenant));
         Ok(engine)
     }
 
@@ -134,9 +163,28 @@ impl Stores {
         first
     }
 
+    /// Sets each tenant's retention: every store's at once, and a new
+    /// store's when it is made. A store whose retention changed applies it
+    /// now (blocking: files past it are dropped), not at its next pass.
+    pub fn set_retention(&self, retentions: Retentions) {
+        let engines = self.all();
+        *self.retention.write() = retentions.clone();
+        for (tenant, engine) in engines {
+            let period = retentions.of(&tenant);
+            if engine.retention() != period {
+                engine.set_retention(period);
+                match engine.apply_retention() {
+                    Ok(dropped) => tracing::info!(%tenant, ?period, dropped, "retention changed"),
+                    Err(e) => tracing::warn!(%tenant, error = %e, "applying a new retention"),
+                }
+            }
+        }
+    }
+
     fn options_of(&self, tenant: &TenantId) -> EngineOptions {
         let mut opts = self.template.clone();
         opts.data_dir = layout::tenant_dir(&self.root, tenant.as_str());
+        opts.retention = self.retention.read().of(tenant);
         opts
     }
 }

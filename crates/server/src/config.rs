@@ -160,6 +160,13 @@ pub struct Config {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_tenant: Option<String>,
 
+    /// Per-tenant limits (TOML: rates, memory share, retention), read again
+    /// whenever the file changes [default: none: no limits; --retention for
+    /// all].
+    #[arg(long, env = "TRACEDB_OVERRIDES", value_name = "PATH")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overrides: Option<PathBuf>,
+
     /// Log filter: error, warn, info, debug, trace, or RUST_LOG directives
     /// such as "info,tracedb_ingest=debug".
     #[arg(long, env = "RUST_LOG", default_value = "info")]
@@ -376,6 +383,11 @@ impl Config {
             self.default_tenant.as_deref(),
             &mut problems,
         );
+        if let Some(path) = &self.overrides {
+            if let Err(e) = crate::overrides::Overrides::load(path, self.retention.0) {
+                problems.push(e);
+            }
+        }
         if problems.is_empty() {
             Ok(())
         } else {

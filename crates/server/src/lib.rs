@@ -45,6 +45,7 @@ pub mod deferred;
 mod listen;
 pub mod memory;
 pub mod ops;
+pub mod overrides;
 pub mod runtime;
 mod sampler;
 mod services;
@@ -69,6 +70,7 @@ pub use listen::Listeners;
 
 use crate::{
     listen::{Incoming, Tls},
+    overrides::Watch,
     sampler::Sampler,
     services::{grpc_router, http_router, set_health, QueryServices},
     tenancy::Tenancy,
@@ -110,6 +112,7 @@ pub async fn serve(
     let ingest = Ingest::new(config.ingest_options());
     let governor = Arc::new(memory::Governor::new(config.max_memory.as_usize()));
     let stores_cell: StartCell<Arc<Stores>> = StartCell::new();
+    let overrides_cell: StartCell<Option<Arc<Watch>>> = StartCell::new();
     let tenancy = config.tenancy_rule();
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, tonic_health::ServingStatus::NotServing).await;
@@ -131,6 +134,7 @@ pub async fn serve(
     let http_router = http_router(
         &ingest,
         &stores_cell,
+        &overrides_cell,
         &query.tempo,
         &governor,
         handshakes,
@@ -157,6 +161,38 @@ pub async fn serve(
             return Err(e);
         }
     };
+
+    // The tenants' limits, before anything is taken.
+    let watched = match config.overrides.clone() {
+        None => Ok(None),
+        Some(path) => {
+            let (retention, ingest, stores) = (config.retention.0, ingest.clone(), stores.clone());
+            tokio::task::spawn_blocking(move || Watch::start(&path, retention, &ingest, &stores))
+                .await?
+                .map(Some)
+        }
+    };
+    let overrides = match watched {
+        Ok(watch) => watch,
+        Err(e) => {
+            let _ = stop_tx.send(true);
+            let _ = tokio::join!(grpc_task, http_task);
+            let _ = tokio::task::spawn_blocking(move || stores.close()).await;
+            return Err(anyhow::anyhow!(e));
+        }
+    };
+    let reloader = overrides.clone().map(|watch| {
+        let (ingest, stores) = (ingest.clone(), stores.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(overrides::RELOAD_INTERVAL);
+            loop {
+                tick.tick().await;
+                let (watch, ingest, stores) = (watch.clone(), ingest.clone(), stores.clone());
+                let _ = tokio::task::spawn_blocking(move || watch.reload(&ingest, &stores)).await;
+            }
+        })
+    });
+    overrides_cell.set(overrides);
 
     // 3. Ingest and queries switched on, health SERVING.
     stores_cell.set(stores.clone());
@@ -212,6 +248,9 @@ pub async fn serve(
     }
 
     sampler.stop(deadline).await;
+    if let Some(reloader) = reloader {
+        reloader.abort();
+    }
     tracing::info!("flushing buffers to files");
     let close = tokio::task::spawn_blocking(move || stores.close());
     match tokio::time::timeout_at(deadline.into(), close).await {

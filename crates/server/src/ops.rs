@@ -19,7 +19,7 @@ use tracedb_ingest::{Exposition, Ingest, Phase};
 use tracedb_lsm::Stores;
 use tracedb_proto::start::StartCell;
 
-use crate::{memory::Governor, tls::HandshakeLog};
+use crate::{memory::Governor, overrides::Watch, tls::HandshakeLog};
 
 /// What the endpoints read.
 #[derive(Clone)]
@@ -28,6 +28,8 @@ pub struct Ops {
     /// Set once the stores have opened: until then `/metrics` has no
     /// storage counters. With tenancy on, each has a `tenant` label.
     pub stores: StartCell<Arc<Stores>>,
+    /// The overrides file, if one is watched (set once the stores are open).
+    pub overrides: StartCell<Option<Arc<Watch>>>,
     /// The process's memory against `--max-memory`.
     pub memory: Arc<Governor>,
     /// The listeners' failed TLS handshakes; empty without TLS.
@@ -264,6 +266,15 @@ pub fn render(ops: &Ops) -> String {
         u64::from(ingest.phase() == Phase::Serving),
     );
     ingest.metrics().write(&mut out);
+    ingest.tenant_counters().write(&mut out);
+    if let Ok(Some(watch)) = ops.overrides.get() {
+        out.single(
+            "tracedb_overrides_reload_failures_total",
+            "counter",
+            "Times the overrides file changed and was refused (the limits in force were kept).",
+            watch.failures(),
+        );
+    }
     out.header(
         "tracedb_partial_answers_total",
         "counter",

@@ -23,6 +23,7 @@ use crate::{
     config::Config,
     deferred::Deferred,
     memory, ops,
+    overrides::Watch,
     tenancy::{scope_http, Rule, Tenanted},
     tls::HandshakeLog,
     ui,
@@ -157,6 +158,7 @@ pub(crate) fn reflection() -> anyhow::Result<tonic::service::Routes> {
 pub(crate) fn http_router(
     ingest: &Arc<Ingest>,
     stores: &StartCell<Arc<Stores>>,
+    overrides: &StartCell<Option<Arc<Watch>>>,
     tempo: &ReadsCell,
     memory: &Arc<memory::Governor>,
     tls_handshakes: Vec<Arc<HandshakeLog>>,
@@ -169,6 +171,7 @@ pub(crate) fn http_router(
         .merge(ops::router(ops::Ops {
             ingest: ingest.clone(),
             stores: stores.clone(),
+            overrides: overrides.clone(),
             memory: memory.clone(),
             tls_handshakes,
         }))

@@ -10,7 +10,10 @@
 
 use std::{
     collections::HashSet,
-    sync::Arc,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
     time::{Duration, Instant},
 };
 
@@ -25,8 +28,9 @@ use crate::{
 
 /// Owner of the retention rule (see the module docs).
 pub(super) struct Retention {
-    /// `None` keeps everything.
-    period: Option<Duration>,
+    /// The period in nanoseconds; 0 keeps everything. Set at open and
+    /// changed by [`Retention::set`] (a tenant's overrides) while serving.
+    period: AtomicU64,
     /// How often the background threads apply retention.
     interval: Duration,
     clock: Clock,
@@ -35,21 +39,37 @@ pub(super) struct Retention {
 impl Retention {
     pub(super) fn new(period: Option<Duration>, interval: Duration, clock: Clock) -> Self {
         Retention {
-            period,
+            period: AtomicU64::new(Self::nanos(period)),
             interval,
             clock,
+        }
+    }
+
+    fn nanos(period: Option<Duration>) -> u64 {
+        period.map_or(0, |p| {
+            u64::try_from(p.as_nanos()).unwrap_or(u64::MAX).max(1)
+        })
+    }
+
+    /// Keeps spans for `period` from now on (`None`: everything).
+    pub(super) fn set(&self, period: Option<Duration>) {
+        self.period.store(Self::nanos(period), Ordering::Relaxed);
+    }
+
+    /// The period now; `None` keeps everything.
+    pub(super) fn period(&self) -> Option<Duration> {
+        match self.period.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(Duration::from_nanos(n)),
         }
     }
 
     /// Spans ending before this (Unix nanoseconds) are past retention (0
     /// when retention is off).
     pub(super) fn expire_before(&self) -> u64 {
-        match self.period {
-            Some(r) => self
-                .clock
-                .now_unix_nano()
-                .saturating_sub(r.as_nanos() as u64),
-            None => 0,
+        match self.period.load(Ordering::Relaxed) {
+            0 => 0,
+            r => self.clock.now_unix_nano().saturating_sub(r),
         }
     }
 
