@@ -765,7 +765,7 @@ impl Inner {
     }
 }
 
-fn lock_data_dir(dir: &Path) -> Result<File> {
+pub(crate) fn lock_data_dir(dir: &Path) -> Result<File> {
     let path = layout::lock_path(dir);
     let file = File::options()
         .create(true)

@@ -113,11 +113,12 @@ pub enum Error {
     Closed,
 
     /// A data directory with tenants' stores opened without tenancy.
-    #[error("{} holds the stores of {tenants} tenant(s), which are read only with tenancy on; start with --tenancy header or certificate", dir.display())]
+    #[error("{} holds the stores of {tenants} tenant(s), which are read only with tenancy on; start with --tenancy header", dir.display())]
     TenantsWithoutTenancy { dir: PathBuf, tenants: usize },
 
-    /// A store for a tenant other than the single one, without tenancy.
-    #[error("tenancy is off: there is no store for the tenant {0:?}")]
+    /// A tenant without a store (and, with tenancy off, any but the single
+    /// one).
+    #[error("there is no store for the tenant {0}")]
     NoSuchTenant(String),
 
     /// The write was refused, not queued: buffered spans are over the memory

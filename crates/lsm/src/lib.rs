@@ -94,7 +94,7 @@ pub use error::{Backpressure, Error, Result};
 pub use layout::QUARANTINE_DIR;
 pub use memtable::MemTableOptions;
 pub use span::{ParseIdError, ScopeGroup, Span, SpanId, TraceId};
-pub use stores::{Retentions, Stores};
+pub use stores::{delete_tenant, list_tenants, tenant_usage, DeletedTenant, Retentions, Stores};
 pub use table::{SsTable, SsTableBuilder, SsTableIterator, TableMeta, TableOptions};
 pub use version::{LevelStats, SuperVersion, TableFile, TimeRange, Version};
 pub use wal::{ReplayStats, Wal, WalOptions, WalStats, WalTicket};

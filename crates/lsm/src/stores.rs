@@ -121,7 +121,9 @@ impl Stores {
             return Ok(engine);
         }
         if !self.tenancy {
-            return Err(Error::NoSuchTenant(tenant.to_string()));
+            return Err(Error::NoSuchTenant(format!(
+                "{tenant} (tenancy is off: only {SINGLE_TENANT} has one)"
+            )));
         }
         let _changing = self.changing.lock();
         if let Some(engine) = self.get(tenant) {
@@ -187,6 +189,76 @@ impl Stores {
         opts.retention = self.retention.read().of(tenant);
         opts
     }
+}
+
+/// A tenant's store as [`delete_tenant`] removed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeletedTenant {
+    /// Files removed.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// The tenants with a store in the data directory `root` (not
+/// [`SINGLE_TENANT`], whose store is the directory's top).
+pub fn list_tenants(root: &std::path::Path) -> Result<Vec<TenantId>> {
+    tenant_dirs(root)
+}
+
+/// Deletes `tenant`'s store from the data directory `root` of a stopped
+/// server, and returns once its files are gone from disk (the folder is
+/// moved to `tenants.deleting/`, removed, and both parents fsynced; a crash
+/// half way is finished at the next start). A server using the directory
+/// holds the store's lock: [`Error::Locked`].
+pub fn delete_tenant(root: &std::path::Path, tenant: &TenantId) -> Result<DeletedTenant> {
+    if tenant.as_str() == SINGLE_TENANT {
+        return Err(Error::NoSuchTenant(format!(
+            "{SINGLE_TENANT} (its store is the data directory's top, not a tenant's folder)"
+        )));
+    }
+    let dir = layout::tenant_dir(root, tenant.as_str());
+    if !dir.is_dir() {
+        return Err(Error::NoSuchTenant(tenant.to_string()));
+    }
+    let (files, bytes) = {
+        // Held while the folder moves: no server is using it.
+        let _lock = crate::engine::lock_data_dir(&dir)?;
+        let counted = count_files(&dir)?;
+        let deleting = layout::deleting_tenant_dir(root, tenant.as_str());
+        let parent = deleting.parent().expect("a folder under the root");
+        fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        if deleting.exists() {
+            fs::remove_dir_all(&deleting).map_err(|e| Error::io(&deleting, e))?;
+        }
+        fs::rename(&dir, &deleting).map_err(|e| Error::io(&dir, e))?;
+        sync_dir(&layout::tenants_dir(root))?;
+        sync_dir(parent)?;
+        counted
+    };
+    clear_deleting(root)?;
+    Ok(DeletedTenant { files, bytes })
+}
+
+/// The files and bytes of `tenant`'s store in the data directory `root`.
+pub fn tenant_usage(root: &std::path::Path, tenant: &TenantId) -> Result<(u64, u64)> {
+    count_files(&layout::tenant_dir(root, tenant.as_str()))
+}
+
+/// Files and bytes under `dir`.
+fn count_files(dir: &std::path::Path) -> Result<(u64, u64)> {
+    let mut out = (0, 0);
+    for entry in fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let meta = entry.metadata().map_err(|e| Error::io(entry.path(), e))?;
+        if meta.is_dir() {
+            let (f, b) = count_files(&entry.path())?;
+            out = (out.0 + f, out.1 + b);
+        } else {
+            out = (out.0 + 1, out.1 + meta.len());
+        }
+    }
+    Ok(out)
 }
 
 /// The tenants with a store under `root`'s `tenants/`.
@@ -261,6 +333,28 @@ mod tests {
         assert_eq!(names, ["a", SINGLE_TENANT]);
         stores.close().expect("close");
         drop(stores);
+
+        // Deleted offline: gone from disk, and not while a server has it.
+        let stores = Stores::open(opts.clone(), true).expect("reopen");
+        assert!(matches!(
+            delete_tenant(dir.path(), &id("a")),
+            Err(Error::Locked(_))
+        ));
+        stores.close().expect("close");
+        drop(stores);
+        let deleted = delete_tenant(dir.path(), &id("a")).expect("deleted");
+        assert!(deleted.files >= 2 && deleted.bytes > 0, "{deleted:?}");
+        assert!(!dir.path().join("tenants/a").exists());
+        assert!(!dir.path().join("tenants.deleting").exists());
+        assert!(matches!(
+            delete_tenant(dir.path(), &id("a")),
+            Err(Error::NoSuchTenant(_))
+        ));
+        assert!(delete_tenant(dir.path(), &id(SINGLE_TENANT)).is_err());
+        let _ = Stores::open(opts.clone(), true)
+            .expect("reopen")
+            .get_or_create(&id("a"))
+            .expect("made again");
 
         // Without tenancy, the tenants' stores would go unread: refused.
         let e = Stores::open(opts.clone(), false).err().expect("refused");

@@ -16,6 +16,7 @@ pub mod connect;
 mod get;
 pub mod render;
 mod search;
+pub mod tenant;
 
 use std::path::PathBuf;
 

@@ -1,7 +1,7 @@
 //! The `tracedb` command: `serve` runs the server, `query` the read tier over
 //! many servers, `get` prints a stored
 //! trace, `search` lists traces of a service, `check` verifies a data directory
-//! offline. This file parses the command line, starts logging and calls into
+//! offline, `tenant` lists or deletes tenants' stores offline. This file parses the command line, starts logging and calls into
 //! the library: [`tracedb_server::run`] for `serve`, [`tracedb_server::cli`]
 //! for the rest.
 
@@ -60,6 +60,28 @@ enum Command {
         /// The data directory of a stopped server.
         data_dir: PathBuf,
     },
+    /// The tenants' stores of a data directory (--tenancy), offline.
+    #[command(subcommand)]
+    Tenant(TenantCommand),
+}
+
+#[derive(Subcommand)]
+enum TenantCommand {
+    /// List the tenants with a store, with their files and bytes.
+    List {
+        /// The data directory.
+        #[arg(long, default_value = tracedb_server::DEFAULT_DATA_DIR)]
+        data_dir: PathBuf,
+    },
+    /// Delete a tenant's store and every span in it; returns once its files
+    /// are gone from disk. The server must be stopped (it holds the store).
+    Delete {
+        /// The tenant.
+        tenant: String,
+        /// The data directory.
+        #[arg(long, default_value = tracedb_server::DEFAULT_DATA_DIR)]
+        data_dir: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -116,5 +138,9 @@ fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
         Command::Get(args) => client_runtime()?.block_on(cli::get(args)),
         Command::Search(args) => client_runtime()?.block_on(cli::search(args)),
         Command::Check { data_dir } => cli::check::run(&data_dir),
+        Command::Tenant(TenantCommand::List { data_dir }) => cli::tenant::list(&data_dir),
+        Command::Tenant(TenantCommand::Delete { tenant, data_dir }) => {
+            cli::tenant::delete(&data_dir, &tenant)
+        }
     }
 }

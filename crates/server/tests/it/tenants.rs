@@ -532,6 +532,38 @@ async fn two_tenants_each_see_only_their_own_on_every_api() {
             && metrics.contains("tracedb_sorted_files{tenant=\"team-b\"} "),
         "{metrics}"
     );
+    // A tenant is deleted offline: refused while the server holds it.
+    let tenant_cli = |args: &[&str]| {
+        let out = std::process::Command::new(crate::harness::TRACEDB)
+            .arg("tenant")
+            .args(args)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .output()
+            .expect("run tracedb tenant");
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text)
+    };
+    let (ok, text) = tenant_cli(&["delete", "team-b"]);
+    assert!(!ok && text.contains("stop the server first"), "{text}");
+    server.terminate();
+    let (ok, text) = tenant_cli(&["list"]);
+    assert!(
+        ok && text.contains("team-a\t") && text.contains("team-b\t"),
+        "{text}"
+    );
+    let (ok, text) = tenant_cli(&["delete", "team-b"]);
+    assert!(
+        ok && text.contains("deleted tenant team-b") && text.contains("gone from disk"),
+        "{text}"
+    );
+    assert!(!dir.path().join("tenants/team-b").exists());
+    let (ok, text) = tenant_cli(&["delete", "team-b"]);
+    assert!(!ok && text.contains("no store for the tenant"), "{text}");
+    let server = Server::start_with(dir.path(), &["--tenancy", "header"]);
+    assert_eq!(searched(&server, "team-b"), ids(&[]));
+    assert_eq!(searched(&server, "team-a"), ids(&[A1, A2, SHARED]));
     server.terminate();
 
     // Without tenancy the tenants' spans would be left out: refused.
@@ -550,7 +582,7 @@ async fn two_tenants_each_see_only_their_own_on_every_api() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("--tenancy header") && stderr.contains("2 tenant"),
+        stderr.contains("--tenancy header") && stderr.contains("1 tenant"),
         "{stderr}"
     );
 }
