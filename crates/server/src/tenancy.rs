@@ -206,7 +206,10 @@ pub async fn scope_http(
                 .is_some_and(|v| v.starts_with("application/json"));
             let code = refusal.http_status();
             if !otlp {
-                return (code, refusal.message()).into_response();
+                // The viewer asks its reader for a tenant, and names it in
+                // this header.
+                let named = [("tracedb-tenant-header", rule.header.to_string())];
+                return (code, named, refusal.message()).into_response();
             }
             let status = rpc::Status {
                 code: refusal.grpc().code() as i32,

@@ -10,7 +10,32 @@ export class ApiError extends Error {
   }
 }
 
-const KINDS = { 400: 'bad-request', 404: 'not-found', 503: 'unavailable' };
+const KINDS = { 400: 'bad-request', 401: 'no-tenant', 404: 'not-found', 503: 'unavailable' };
+
+// With tenancy on, every request names the tenant the reader chose, in the
+// header the server names when it refuses a request without one
+// (`tracedb-tenant-header`). Both are kept in this browser's storage.
+const TENANT = 'tracedb-tenant';
+const TENANT_HEADER = 'tracedb-tenant-header';
+
+/** The tenant requests name ('' for none). */
+export function tenant() {
+  return localStorage.getItem(TENANT) || '';
+}
+
+/** Names `value` ('' for none) as the tenant of every request from now on. */
+export function setTenant(value) {
+  if (value) localStorage.setItem(TENANT, value);
+  else localStorage.removeItem(TENANT);
+  dispatchEvent(new CustomEvent('tracedb:tenant', { detail: { tenant: value, needed: false } }));
+}
+
+function headers() {
+  const out = { Accept: 'application/json' };
+  const name = tenant();
+  if (name) out[localStorage.getItem(TENANT_HEADER) || 'X-Scope-OrgID'] = name;
+  return out;
+}
 
 /**
  * GET `path` with `params` (undefined and '' left out), JSON back:
@@ -24,7 +49,7 @@ export async function getJson(path, params = {}, signal) {
   }
   let response;
   try {
-    response = await fetch(url, { headers: { Accept: 'application/json' }, cache: 'no-store', signal });
+    response = await fetch(url, { headers: headers(), cache: 'no-store', signal });
   } catch (e) {
     if (e.name === 'AbortError') throw e;
     const error = new ApiError('unreachable', 0,
@@ -34,6 +59,12 @@ export async function getJson(path, params = {}, signal) {
   }
   dispatchEvent(new CustomEvent('tracedb:reachable', { detail: null }));
   const text = await response.text();
+  const header = response.headers.get('tracedb-tenant-header');
+  if (header) {
+    // The server keeps tenants apart: ask the reader for theirs.
+    localStorage.setItem(TENANT_HEADER, header);
+    dispatchEvent(new CustomEvent('tracedb:tenant', { detail: { tenant: tenant(), needed: true } }));
+  }
   if (!response.ok) {
     const kind = KINDS[response.status] || 'server';
     let message = text.trim() || response.statusText;

@@ -1,6 +1,7 @@
 // The trace viewer's entry point: routes the address's fragment to the
 // search page (`#/?q=...`) or a trace (`#/trace/<id>?span=<id>`).
 
+import { setTenant, tenant } from './api.js';
 import { showSearch } from './search.js';
 import { openTrace } from './trace.js';
 
@@ -37,6 +38,20 @@ addEventListener('tracedb:reachable', (e) => {
   const banner = $('banner');
   banner.hidden = !e.detail;
   banner.textContent = e.detail ? e.detail.message : '';
+});
+
+// With tenancy on, the tenant field shows once the server asks for one (or
+// one is set); using another tenant reads the page again.
+addEventListener('tracedb:tenant', (e) => {
+  $('tenant-form').hidden = false;
+  if (e.detail.needed && !tenant()) $('tenant-input').focus();
+});
+$('tenant-input').value = tenant();
+$('tenant-form').hidden = !tenant();
+$('tenant-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  setTenant($('tenant-input').value.trim());
+  route();
 });
 
 addEventListener('hashchange', route);

@@ -5,6 +5,8 @@
 //!
 //! A trace read through a query tier one of whose nodes did not answer is
 //! shown with the page's partial warning (`tests/browser/ui_partial_test.py`).
+//! With tenancy on, the page asks for a tenant and reads only its traces
+//! (`tests/browser/ui_tenant_test.py`).
 //!
 //! With `TRACEDB_UPDATE_SCREENSHOTS=1` the browser test writes its screenshots
 //! of the search page and of a trace to `docs/img/`, where the README shows
@@ -281,5 +283,45 @@ fn the_viewer_warns_that_a_trace_is_partial_when_a_node_did_not_answer() {
         Duration::from_secs(120),
     );
     assert!(ok, "the partial-trace browser test failed:\n{out}");
+    assert!(out.contains("every check passed"), "{out}");
+}
+
+#[test]
+fn the_viewer_asks_for_a_tenant_and_reads_only_its_traces() {
+    const A: u128 = 0x7ea1_0000_0000_0000_0000_0000_0000_000a;
+    const B: u128 = 0x7ea1_0000_0000_0000_0000_0000_0000_000b;
+    let (python, chromium) = browser();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start_with(&dir.path().join("data"), &["--tenancy", "header"]);
+    tokio::runtime::Runtime::new()
+        .expect("runtime")
+        .block_on(async {
+            let mut ingest = server.ingest().await;
+            for (tenant, trace) in [("team-a", A), ("team-b", B)] {
+                let mut r = tonic::Request::new(request(tenant, &[trace], 3));
+                r.metadata_mut()
+                    .insert("x-scope-orgid", tenant.parse().expect("ASCII"));
+                ingest.export(r).await.expect("export");
+            }
+        });
+    // The refusal names the tenant header, for the page to use.
+    let refused = get(&server, "/api/search?q=%7B%7D", &[]);
+    assert_eq!(refused.status, 401);
+    assert_eq!(
+        refused.header("tracedb-tenant-header"),
+        Some("x-scope-orgid")
+    );
+
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let (ok, out) = run_bounded(
+        Command::new(&python)
+            .arg(scripts.join("ui_tenant_test.py"))
+            .arg(format!("http://{}", server.http))
+            .arg(format!("{A:032x}"))
+            .arg(format!("{B:032x}"))
+            .env("TRACEDB_TEST_CHROMIUM", &chromium),
+        Duration::from_secs(120),
+    );
+    assert!(ok, "the tenant browser test failed:\n{out}");
     assert!(out.contains("every check passed"), "{out}");
 }
