@@ -28,7 +28,7 @@ use tracedb_ingest::IngestOptions;
 use tracedb_lsm::{EngineOptions, MemTableOptions};
 
 use crate::{
-    tenancy::{Rule, Tenancy},
+    tenancy::{CertField, Rule, Tenancy},
     tls::{ServerTls, TlsFiles},
 };
 
@@ -143,9 +143,10 @@ pub struct Config {
     pub tls_client_ca: Option<PathBuf>,
 
     /// How requests name their tenant: "off" (one tenant; the data
-    /// directory as it always was) or "header" (each request names its
-    /// tenants in --tenant-header, and each tenant's spans are kept in a
-    /// store of their own under tenants/).
+    /// directory as it always was), "header" (each request names its
+    /// tenants in --tenant-header) or "certificate" (with mutual TLS, a
+    /// field of the client's certificate names it); with tenancy, each
+    /// tenant's spans are kept in a store of their own under tenants/.
     #[arg(long, env = "TRACEDB_TENANCY", value_enum, default_value = "off")]
     pub tenancy: Tenancy,
 
@@ -159,6 +160,16 @@ pub struct Config {
     #[arg(long, env = "TRACEDB_DEFAULT_TENANT", value_name = "TENANT")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_tenant: Option<String>,
+
+    /// With --tenancy certificate: the field of the client's certificate
+    /// that names its tenant.
+    #[arg(
+        long,
+        env = "TRACEDB_TENANT_CERT_FIELD",
+        value_enum,
+        default_value = "cn"
+    )]
+    pub tenant_cert_field: CertField,
 
     /// Per-tenant limits (TOML: rates, memory share, retention), read again
     /// whenever the file changes [default: none: no limits; --retention for
@@ -230,6 +241,7 @@ impl Config {
             self.tenancy,
             &self.tenant_header,
             self.default_tenant.as_deref(),
+            self.tenant_cert_field,
         )
     }
 
@@ -381,6 +393,7 @@ impl Config {
             self.tenancy,
             &self.tenant_header,
             self.default_tenant.as_deref(),
+            self.tls_client_ca.is_some(),
             &mut problems,
         );
         if let Some(path) = &self.overrides {
@@ -454,22 +467,46 @@ impl Options for Config {
 /// How each request's tenants are found (settings `tracedb serve` and
 /// `tracedb query` share, checked by [`check_tenancy`]); `None` with tenancy
 /// off.
-fn tenancy_rule(tenancy: Tenancy, header: &str, default: Option<&str>) -> Option<Arc<Rule>> {
+fn tenancy_rule(
+    tenancy: Tenancy,
+    header: &str,
+    default: Option<&str>,
+    field: CertField,
+) -> Option<Arc<Rule>> {
     match tenancy {
         Tenancy::Off => None,
         Tenancy::Header => Some(Arc::new(
             Rule::new(header, default).expect("checked by validate"),
         )),
+        Tenancy::Certificate => Some(Arc::new(Rule::Certificate { field })),
     }
 }
 
-/// The problems with the tenancy settings.
+/// The problems with the tenancy settings (`client_ca`: whether the
+/// listeners ask for client certificates).
 fn check_tenancy(
     tenancy: Tenancy,
     header: &str,
     default: Option<&str>,
+    client_ca: bool,
     problems: &mut Vec<String>,
 ) {
+    if tenancy == Tenancy::Certificate {
+        if !client_ca {
+            problems.push(
+                "tenancy is certificate but the listeners ask for no client certificate: give \
+                 --tls-cert, --tls-key and --tls-client-ca (mutual TLS)"
+                    .to_string(),
+            );
+        }
+        if default.is_some() {
+            problems.push(
+                "default_tenant is set but tenancy is certificate: every request's tenant is its \
+                 certificate's; leave default_tenant out"
+                    .to_string(),
+            );
+        }
+    }
     if let Err(e) = Rule::new(header, default) {
         problems.push(format!(
             "{e}: tenant_header must be a header name, default_tenant a tenant ID"

@@ -10,7 +10,7 @@ use tokio::{net::TcpListener, task::JoinHandle};
 
 use crate::{
     config::ConfigError,
-    tls::{HandshakeLog, ServerTls, TlsFiles, TlsIncoming},
+    tls::{HandshakeLog, ServerTls, TlsConnectInfo, TlsFiles, TlsIncoming},
 };
 
 /// The two listeners, bound before [`crate::serve`] is called.
@@ -148,7 +148,9 @@ impl Incoming {
                 })
             }
             Incoming::Tls(incoming) => tokio::spawn(async move {
-                axum::serve(incoming, router)
+                // Each request knows its client's certificate.
+                let service = router.into_make_service_with_connect_info::<TlsConnectInfo>();
+                axum::serve(incoming, service)
                     .with_graceful_shutdown(stop)
                     .await
             }),

@@ -24,7 +24,7 @@ use std::{
 };
 
 use axum::{
-    extract::{Request as HttpRequest, State},
+    extract::{ConnectInfo, Request as HttpRequest, State},
     http::{header, HeaderMap, HeaderName, StatusCode},
     middleware::Next,
     response::{IntoResponse, Response as HttpResponse},
@@ -41,6 +41,12 @@ use tracedb_proto::{
     tenant::{InvalidTenant, TenantId, Tenants},
 };
 
+use crate::tls::TlsConnectInfo;
+
+pub mod cert;
+
+pub use cert::CertField;
+
 /// How requests name their tenant (`--tenancy`).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
@@ -51,19 +57,26 @@ pub enum Tenancy {
     Off,
     /// Each request names its tenants in a header.
     Header,
+    /// With mutual TLS, the client's certificate names its tenant.
+    Certificate,
 }
 
 /// The rule that finds a request's tenants.
 #[derive(Debug)]
-pub struct Rule {
-    header: HeaderName,
-    default: Option<Tenants>,
+pub enum Rule {
+    /// The tenants a header names, or a default.
+    Header {
+        header: HeaderName,
+        default: Option<Tenants>,
+    },
+    /// The tenant a field of the client's certificate names.
+    Certificate { field: CertField },
 }
 
 /// Why a request's tenants could not be decided.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refusal {
-    /// The request names no tenant, and there is no default.
+    /// The request names no tenant (and there is no default): why.
     Missing(String),
     /// The request names an invalid tenant ID, or several badly.
     Invalid(InvalidTenant),
@@ -72,9 +85,7 @@ pub enum Refusal {
 impl Refusal {
     fn message(&self) -> String {
         match self {
-            Refusal::Missing(header) => format!(
-                "no tenant: this server keeps tenants apart; name yours in the {header} header"
-            ),
+            Refusal::Missing(why) => format!("no tenant: this server keeps tenants apart; {why}"),
             Refusal::Invalid(e) => format!("invalid tenant: {e}"),
         }
     }
@@ -104,17 +115,42 @@ impl Rule {
             .map(|d| TenantId::new(d).map(Tenants::one))
             .transpose()
             .map_err(|e| format!("default tenant: {e}"))?;
-        Ok(Rule { header, default })
+        Ok(Rule::Header { header, default })
     }
 
-    /// The tenants `headers` name.
-    pub fn tenants(&self, headers: &HeaderMap) -> Result<Tenants, Refusal> {
-        let values: Vec<_> = headers.get_all(&self.header).iter().collect();
+    /// The header the rule reads, if it reads one.
+    pub fn header(&self) -> Option<&HeaderName> {
+        match self {
+            Rule::Header { header, .. } => Some(header),
+            Rule::Certificate { .. } => None,
+        }
+    }
+
+    /// The tenants a request names: by its `headers`, or by the client
+    /// certificate (DER) of its connection, `cert`.
+    pub fn tenants(&self, headers: &HeaderMap, cert: Option<&[u8]>) -> Result<Tenants, Refusal> {
+        let (header, default) = match self {
+            Rule::Header { header, default } => (header, default),
+            Rule::Certificate { field } => {
+                let cert = cert.ok_or_else(|| {
+                    Refusal::Missing("connect with a client certificate".to_string())
+                })?;
+                let name = cert::field(cert, *field).ok_or_else(|| {
+                    Refusal::Missing(format!(
+                        "the client certificate has no {}, which names the tenant",
+                        field.describe()
+                    ))
+                })?;
+                return TenantId::new(&name)
+                    .map(Tenants::one)
+                    .map_err(Refusal::Invalid);
+            }
+        };
+        let values: Vec<_> = headers.get_all(header).iter().collect();
         match values.as_slice() {
-            [] => self
-                .default
+            [] => default
                 .clone()
-                .ok_or_else(|| Refusal::Missing(self.header.to_string())),
+                .ok_or_else(|| Refusal::Missing(format!("name yours in the {header} header"))),
             [one] => {
                 let text = one.to_str().map_err(|_| {
                     Refusal::Invalid(invalid("the tenant header is not ASCII text"))
@@ -167,7 +203,11 @@ where
 
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
         if let Some(rule) = &self.rule {
-            match rule.tenants(request.headers()) {
+            let cert = request
+                .extensions()
+                .get::<TlsConnectInfo>()
+                .and_then(|c| c.peer_cert.clone());
+            match rule.tenants(request.headers(), cert.as_deref()) {
                 Ok(tenants) => {
                     request.extensions_mut().insert(tenants);
                 }
@@ -192,7 +232,11 @@ pub async fn scope_http(
     let Some(rule) = rule else {
         return next.run(request).await;
     };
-    match rule.tenants(request.headers()) {
+    let cert = request
+        .extensions()
+        .get::<ConnectInfo<TlsConnectInfo>>()
+        .and_then(|c| c.0.peer_cert.clone());
+    match rule.tenants(request.headers(), cert.as_deref()) {
         Ok(tenants) => {
             request.extensions_mut().insert(tenants);
             next.run(request).await
@@ -208,7 +252,10 @@ pub async fn scope_http(
             if !otlp {
                 // The viewer asks its reader for a tenant, and names it in
                 // this header.
-                let named = [("tracedb-tenant-header", rule.header.to_string())];
+                let Some(header) = rule.header() else {
+                    return (code, refusal.message()).into_response();
+                };
+                let named = [("tracedb-tenant-header", header.to_string())];
                 return (code, named, refusal.message()).into_response();
             }
             let status = rpc::Status {
@@ -251,31 +298,34 @@ mod tests {
     fn a_request_names_its_tenants_in_the_configured_header() {
         let rule = Rule::new("X-Scope-OrgID", None).expect("rule");
         let t = rule
-            .tenants(&headers(&[("x-scope-orgid", "b|a")]))
+            .tenants(&headers(&[("x-scope-orgid", "b|a")]), None)
             .expect("tenants");
         assert_eq!(t.to_string(), "a|b");
         assert!(matches!(
-            rule.tenants(&headers(&[])),
+            rule.tenants(&headers(&[]), None),
             Err(Refusal::Missing(_))
         ));
         assert!(matches!(
-            rule.tenants(&headers(&[("x-scope-orgid", "a/b")])),
+            rule.tenants(&headers(&[("x-scope-orgid", "a/b")]), None),
             Err(Refusal::Invalid(_))
         ));
         assert!(matches!(
-            rule.tenants(&headers(&[("x-scope-orgid", "a"), ("x-scope-orgid", "b")])),
+            rule.tenants(
+                &headers(&[("x-scope-orgid", "a"), ("x-scope-orgid", "b")]),
+                None
+            ),
             Err(Refusal::Invalid(_))
         ));
         // Another header counts for nothing.
-        assert!(rule.tenants(&headers(&[("x-tenant", "a")])).is_err());
+        assert!(rule.tenants(&headers(&[("x-tenant", "a")]), None).is_err());
 
         let other = Rule::new("X-Tenant", Some("fallback")).expect("rule");
         let t = other
-            .tenants(&headers(&[("x-tenant", "a")]))
+            .tenants(&headers(&[("x-tenant", "a")]), None)
             .expect("tenants");
         assert_eq!(t.to_string(), "a");
         let t = other
-            .tenants(&headers(&[("x-scope-orgid", "a")]))
+            .tenants(&headers(&[("x-scope-orgid", "a")]), None)
             .expect("default");
         assert_eq!(t.to_string(), "fallback");
         assert_eq!(

@@ -33,7 +33,7 @@ use rustls::{
     RootCertStore, ServerConfig,
 };
 
-pub use accept::{HandshakeLog, TlsConn, TlsIncoming, HANDSHAKE_TIMEOUT};
+pub use accept::{HandshakeLog, TlsConn, TlsConnectInfo, TlsIncoming, HANDSHAKE_TIMEOUT};
 
 /// The ALPN protocol of the gRPC listener.
 pub const ALPN_H2: &[u8] = b"h2";

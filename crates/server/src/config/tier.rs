@@ -12,7 +12,7 @@ use super::{
 };
 use crate::{
     cli::ClientTls,
-    tenancy::{Rule, Tenancy},
+    tenancy::{CertField, Rule, Tenancy},
     tls::TlsFiles,
 };
 
@@ -94,9 +94,10 @@ pub struct TierConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_client_ca: Option<PathBuf>,
 
-    /// How requests name their tenant, as on the nodes: "off", or "header"
-    /// (each request names its tenants in --tenant-header, and the tier
-    /// names them to every node in the same header).
+    /// How requests name their tenant: "off", "header" (each request names
+    /// its tenants in --tenant-header) or "certificate" (with mutual TLS, a
+    /// field of the client's certificate names it); the tier names them to
+    /// every node in --tenant-header (the nodes' tenancy is "header").
     #[arg(long, env = "TRACEDB_TENANCY", value_enum, default_value = "off")]
     pub tenancy: Tenancy,
 
@@ -111,6 +112,16 @@ pub struct TierConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_tenant: Option<String>,
 
+    /// With --tenancy certificate: the field of the client's certificate
+    /// that names its tenant (named to the nodes in --tenant-header).
+    #[arg(
+        long,
+        env = "TRACEDB_TENANT_CERT_FIELD",
+        value_enum,
+        default_value = "cn"
+    )]
+    pub tenant_cert_field: CertField,
+
     /// Log filter: error, warn, info, debug, trace, or RUST_LOG directives.
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub log_level: String,
@@ -123,6 +134,7 @@ impl TierConfig {
             self.tenancy,
             &self.tenant_header,
             self.default_tenant.as_deref(),
+            self.tenant_cert_field,
         )
     }
 
@@ -246,6 +258,7 @@ impl Options for TierConfig {
             self.tenancy,
             &self.tenant_header,
             self.default_tenant.as_deref(),
+            self.tls_client_ca.is_some(),
             &mut problems,
         );
         if problems.is_empty() {

@@ -51,11 +51,39 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 pub struct TlsConn {
     stream: TlsStream<TcpStream>,
     peer: SocketAddr,
+    /// The client's certificate (DER), when it gave one (mutual TLS).
+    peer_cert: Option<Arc<[u8]>>,
 }
 
 impl TlsConn {
     pub fn peer(&self) -> SocketAddr {
         self.peer
+    }
+
+    /// The client's certificate (DER), when it gave one.
+    pub fn peer_cert(&self) -> Option<Arc<[u8]>> {
+        self.peer_cert.clone()
+    }
+}
+
+/// What a request knows of its TLS connection: its TCP addresses and the
+/// client's certificate (DER), when it gave one. In the request's
+/// extensions on both ports (gRPC: as tonic's connection info; HTTP: as
+/// axum's `ConnectInfo<TlsConnectInfo>`), for certificate tenancy.
+#[derive(Debug, Clone)]
+pub struct TlsConnectInfo {
+    pub tcp: Option<TcpConnectInfo>,
+    pub peer_cert: Option<Arc<[u8]>>,
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsIncoming>>
+    for TlsConnectInfo
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsIncoming>) -> Self {
+        TlsConnectInfo {
+            tcp: None,
+            peer_cert: stream.io().peer_cert(),
+        }
     }
 }
 
@@ -99,13 +127,15 @@ impl AsyncWrite for TlsConn {
     }
 }
 
-/// The same connection information as plain TCP, so `Request::remote_addr`
-/// works unchanged over TLS.
+/// The TCP connection's information and the client's certificate.
 impl Connected for TlsConn {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = TlsConnectInfo;
 
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.stream.get_ref().0.connect_info()
+    fn connect_info(&self) -> TlsConnectInfo {
+        TlsConnectInfo {
+            tcp: Some(self.stream.get_ref().0.connect_info()),
+            peer_cert: self.peer_cert.clone(),
+        }
     }
 }
 
@@ -161,8 +191,20 @@ async fn accept_loop(
             let _permit = permit;
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(stream)) => {
+                    let peer_cert = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|chain| chain.first())
+                        .map(|cert| Arc::<[u8]>::from(cert.as_ref()));
                     // Fails only once the server stopped serving: drop it.
-                    let _ = tx.send(TlsConn { stream, peer }).await;
+                    let _ = tx
+                        .send(TlsConn {
+                            stream,
+                            peer,
+                            peer_cert,
+                        })
+                        .await;
                 }
                 Ok(Err(e)) => log.failed(peer, &e),
                 Err(_) => log.failed(

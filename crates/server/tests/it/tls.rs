@@ -750,3 +750,146 @@ async fn the_query_tier_reads_from_nodes_over_mutual_tls() {
         "{err}"
     );
 }
+
+/// `--tenancy certificate`: each client's certificate names its tenant (the
+/// subject's CN, or with `--tenant-cert-field san-dns` a DNS name), on the
+/// gRPC and the HTTPS port; a certificate without the field is refused, and
+/// a header cannot name another tenant.
+#[tokio::test]
+async fn with_certificate_tenancy_each_client_certificate_names_its_tenant() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = Pki::new(dir.path());
+    let ca = pki.ca("ca");
+    pki.ca("clients");
+    let (cert, key) = pki.leaf("server", "ca", KeyKind::Pkcs8, true);
+    let client = |name: &str, extensions: &str| {
+        let (c, k) = pki.leaf_with(name, "clients", KeyKind::Pkcs8, extensions);
+        ClientTls::load(&ca, Some((&c, &k))).expect("client TLS")
+    };
+    let team_a = client(
+        "team-a",
+        "extendedKeyUsage=clientAuth\nsubjectAltName=DNS:dns-a\n",
+    );
+    let team_b = client(
+        "team-b",
+        "extendedKeyUsage=clientAuth\nsubjectAltName=DNS:dns-b\n",
+    );
+    // A common name that is not a tenant ID, and no DNS name.
+    let bad = client("not a tenant", "extendedKeyUsage=clientAuth\n");
+    let options = |field: &'static str| {
+        vec![
+            "--tls-cert".to_string(),
+            s(&cert).to_string(),
+            "--tls-key".to_string(),
+            s(&key).to_string(),
+            "--tls-client-ca".to_string(),
+            s(&pki.path("clients.pem")).to_string(),
+            "--tenancy".to_string(),
+            "certificate".to_string(),
+            "--tenant-cert-field".to_string(),
+            field.to_string(),
+        ]
+    };
+    let export = |tls: &ClientTls, addr: std::net::SocketAddr, trace: u128, orgid: Option<&str>| {
+        let tls = tls.clone();
+        let orgid = orgid.map(str::to_owned);
+        async move {
+            let channel = tls
+                .channel(&format!("https://{addr}"))
+                .await
+                .expect("connect");
+            let mut client =
+                tracedb_proto::collector::trace::v1::trace_service_client::TraceServiceClient::new(
+                    channel,
+                );
+            let mut r = tonic::Request::new(request("svc", &[trace], 2));
+            if let Some(t) = orgid {
+                r.metadata_mut()
+                    .insert("x-scope-orgid", t.parse().expect("ASCII"));
+            }
+            client.export(r).await.map(drop)
+        }
+    };
+    let search = |tls: &ClientTls, server: &Server| {
+        let r = crate::harness::https_request(
+            server.http,
+            tls,
+            "GET",
+            "/api/search?q=%7B%7D&limit=50",
+            &[],
+            b"",
+        )
+        .expect("HTTPS");
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+        let v: serde_json::Value = serde_json::from_slice(&r.body).expect("JSON");
+        v["traces"]
+            .as_array()
+            .expect("traces")
+            .iter()
+            .map(|t| t["traceID"].as_str().expect("ID").to_owned())
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let hex = |t: u128| format!("{t:032x}");
+
+    let args = options("cn");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Server::start_tls(&dir.path().join("cn"), &args, team_a.clone());
+    export(&team_a, server.addr, 0xa1, None)
+        .await
+        .expect("team-a");
+    // A header naming another tenant changes nothing: the certificate decides.
+    export(&team_a, server.addr, 0xa2, Some("team-b"))
+        .await
+        .expect("team-a");
+    export(&team_b, server.addr, 0xb1, None)
+        .await
+        .expect("team-b");
+    assert_eq!(search(&team_a, &server), [hex(0xa1), hex(0xa2)].into());
+    assert_eq!(search(&team_b, &server), [hex(0xb1)].into());
+    assert!(dir.path().join("cn/tenants/team-a").is_dir());
+    let e = export(&bad, server.addr, 0xc1, None)
+        .await
+        .expect_err("not a tenant ID");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    let r = crate::harness::https_request(server.http, &bad, "GET", "/api/search/tags", &[], b"")
+        .expect("HTTPS");
+    assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
+    drop(server);
+
+    // Another field: the certificates' DNS names; one without is refused.
+    let args = options("san-dns");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = Server::start_tls(&dir.path().join("dns"), &args, team_a.clone());
+    export(&team_a, server.addr, 0xa1, None)
+        .await
+        .expect("dns-a");
+    assert!(dir.path().join("dns/tenants/dns-a").is_dir());
+    assert_eq!(search(&team_a, &server), [hex(0xa1)].into());
+    assert_eq!(search(&team_b, &server), [].into());
+    let e = export(&bad, server.addr, 0xc1, None)
+        .await
+        .expect_err("no DNS name");
+    assert_eq!(e.code(), tonic::Code::Unauthenticated, "{e:?}");
+    assert!(
+        e.message().contains("DNS subject alternative name"),
+        "{e:?}"
+    );
+    let r = crate::harness::https_request(server.http, &bad, "GET", "/api/search/tags", &[], b"")
+        .expect("HTTPS");
+    assert_eq!(r.status, 401);
+    drop(server);
+
+    // Certificate tenancy without mutual TLS is refused at start-up.
+    let (ok, _, err) = tracedb(&[
+        "serve",
+        "--data-dir",
+        s(&dir.path().join("x")),
+        "--tenancy",
+        "certificate",
+        "--tls-cert",
+        s(&cert),
+        "--tls-key",
+        s(&key),
+    ]);
+    assert!(!ok && err.contains("--tls-client-ca"), "{err}");
+}
