@@ -5,7 +5,10 @@
 //! HTTP alike): one tenant, or several as `a|b` to read them together. A
 //! request that names none goes to `--default-tenant` if one is set, and is
 //! refused otherwise (gRPC UNAUTHENTICATED, HTTP 401); an invalid tenant ID
-//! is refused with INVALID_ARGUMENT / 400 and the reason. The tenants go into
+//! is refused with INVALID_ARGUMENT / 400 and the reason. With `--tenancy
+//! certificate` (mutual TLS), a field of the connection's client
+//! certificate names the one tenant instead ([`cert`]), and headers are not
+//! read. The tenants go into
 //! the request's extensions as [`Tenants`], which ingest
 //! (`tracedb_ingest::export::tenant_of`) and every read front-end
 //! (`tracedb_query::tenants::ReadsFor`) take them from.
