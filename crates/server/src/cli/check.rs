@@ -5,6 +5,8 @@
 //! Notes (what a crash normally leaves and the next start tidies up) do not
 //! make it fail.
 //!
+//! The tenants' stores in it (`tenants/NAME/`) are checked the same way.
+//!
 //! Run it on the directory of a stopped server: a running one may change
 //! files while they are read, which can show up as spurious findings.
 
@@ -13,14 +15,26 @@ use std::path::Path;
 use anyhow::Context;
 
 /// Checks `data_dir` and prints the report; an error when problems were found.
+/// With tenants' stores in it (`--tenancy`), each of them too, after a line
+/// naming the tenant.
 pub fn run(data_dir: &Path) -> anyhow::Result<()> {
     let report = tracedb_lsm::check::check_data_dir(data_dir)
         .with_context(|| format!("checking {}", data_dir.display()))?;
     print!("{report}");
+    let mut problems = report.problems.len();
+    let tenants = tracedb_lsm::list_tenants(data_dir)
+        .with_context(|| format!("listing the tenants of {}", data_dir.display()))?;
+    for tenant in tenants {
+        let dir = tracedb_lsm::layout::tenant_dir(data_dir, tenant.as_str());
+        let report = tracedb_lsm::check::check_data_dir(&dir)
+            .with_context(|| format!("checking tenant {tenant} ({})", dir.display()))?;
+        println!("tenant {tenant}:");
+        print!("{report}");
+        problems += report.problems.len();
+    }
     anyhow::ensure!(
-        report.is_clean(),
-        "{} problem(s) found in {}",
-        report.problems.len(),
+        problems == 0,
+        "{problems} problem(s) found in {}",
         data_dir.display()
     );
     Ok(())

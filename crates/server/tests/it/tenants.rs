@@ -548,6 +548,18 @@ async fn two_tenants_each_see_only_their_own_on_every_api() {
     let (ok, text) = tenant_cli(&["delete", "team-b"]);
     assert!(!ok && text.contains("stop the server first"), "{text}");
     server.terminate();
+    // `tracedb check` checks each tenant's store too.
+    let out = std::process::Command::new(crate::harness::TRACEDB)
+        .arg("check")
+        .arg(dir.path())
+        .output()
+        .expect("run tracedb check");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("tenant team-a:") && text.contains("tenant team-b:"),
+        "{text}"
+    );
     let (ok, text) = tenant_cli(&["list"]);
     assert!(
         ok && text.contains("team-a\t") && text.contains("team-b\t"),
@@ -584,6 +596,29 @@ async fn two_tenants_each_see_only_their_own_on_every_api() {
     assert!(
         stderr.contains("--tenancy header") && stderr.contains("1 tenant"),
         "{stderr}"
+    );
+
+    // Damage in a tenant's store fails `tracedb check`.
+    let tables = dir.path().join("tenants/team-a/tables");
+    let sst = std::fs::read_dir(&tables)
+        .expect("team-a's tables")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_some_and(|x| x == "sst"))
+        .expect("a sorted file of team-a");
+    let mut bytes = std::fs::read(&sst).expect("read");
+    bytes[40] ^= 0xff;
+    std::fs::write(&sst, &bytes).expect("write");
+    let out = std::process::Command::new(crate::harness::TRACEDB)
+        .arg("check")
+        .arg(dir.path())
+        .output()
+        .expect("run tracedb check");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("tenant team-a:") && text.contains("problem(s) found"),
+        "{text}"
     );
 }
 
