@@ -152,8 +152,10 @@ impl Reads for NoStore {
 
 /// Several tenants' stores read as one: a trace is the spans of it in each
 /// (each span once), a search the newest matches of all (a trace in several
-/// stores once, as its newest match), the lists their union and the
-/// dependencies their sum. An answer is partial if any store's is.
+/// stores once, its matches combined), the lists their union and the
+/// dependencies their sum. An answer is partial if any store's is. Each
+/// store evaluates a query on its own part of a trace, as Tempo evaluates
+/// each tenant's.
 pub struct Together(pub Vec<Arc<dyn Reads>>);
 
 impl Together {
@@ -230,14 +232,24 @@ impl Reads for Together {
                 async move { reads.find(search).await }
             })
             .await?;
-        let mut all: Vec<Match> = lists.into_iter().flatten().collect();
+        // A trace with spans in several stores is one row: its matches
+        // combined, as the parts of a trace on several nodes are.
+        let mut all: Vec<Match> = Vec::new();
+        let mut at: std::collections::HashMap<TraceId, usize> = std::collections::HashMap::new();
+        for m in lists.into_iter().flatten() {
+            match at.get(&m.trace_id) {
+                Some(&i) => crate::search::combine(&mut all[i], &m, search.spans_per_spanset),
+                None => {
+                    at.insert(m.trace_id, all.len());
+                    all.push(m);
+                }
+            }
+        }
         all.sort_by(|a, b| {
             b.start_unix_nano
                 .cmp(&a.start_unix_nano)
                 .then(a.trace_id.cmp(&b.trace_id))
         });
-        let mut seen = std::collections::HashSet::new();
-        all.retain(|m| seen.insert(m.trace_id));
         if limit > 0 {
             all.truncate(limit);
         }

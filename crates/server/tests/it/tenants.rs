@@ -341,6 +341,26 @@ async fn each_sees_its_own(server: &Server) {
     assert_eq!(searched(server, a), ids(&[A1, A2, SHARED]));
     assert_eq!(searched(server, b), ids(&[B1, B2, SHARED]));
     assert_eq!(searched(server, both), ids(&[A1, A2, B1, B2, SHARED]));
+    // The shared trace's row counts the spans of both tenants.
+    let end = now() / SEC + 60;
+    let path = format!(
+        "/api/search?q=%7B%7D&limit=100&start={}&end={end}",
+        end - 3_700
+    );
+    let answer = json(&get(server, &path, Some(both)));
+    let shared = answer["traces"]
+        .as_array()
+        .expect("traces")
+        .iter()
+        .find(|t| t["traceID"] == hex(SHARED))
+        .expect("the shared trace");
+    let stats = shared["serviceStats"].as_object().expect("serviceStats");
+    let services: BTreeSet<&str> = stats.keys().map(String::as_str).collect();
+    assert_eq!(
+        services,
+        ["a-db", "a-front", "b-cache", "b-front"].into(),
+        "{shared}"
+    );
     assert_eq!(searched(server, "team-c"), ids(&[]));
     assert_eq!(
         grpc_search(server, a, "{ resource.service.name = \"b-front\" }")
