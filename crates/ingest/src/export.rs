@@ -37,7 +37,7 @@ use crate::{
     error::Error,
     metrics::{IngestMetrics, Protocol},
     scan::{scan_export_request, ScanOutcome, TimeRules},
-    tenants::{LimitsSource, RateLimiter, TenantCounters, TenantLimits, Unlimited},
+    tenants::{LimitsSource, RateLimiter, TenantCounters, TenantLimits, TraceSizes, Unlimited},
 };
 
 /// Typical encoded size of a span, to size the output vector in one allocation.
@@ -87,6 +87,7 @@ pub struct Ingest {
     /// Each tenant's limits, asked on every export.
     limits: RwLock<Arc<dyn LimitsSource>>,
     rates: RateLimiter,
+    trace_sizes: TraceSizes,
     tenants: TenantCounters,
 }
 
@@ -105,6 +106,7 @@ impl Ingest {
             metrics: IngestMetrics::default(),
             limits: RwLock::new(Arc::new(Unlimited)),
             rates: RateLimiter::default(),
+            trace_sizes: TraceSizes::default(),
             tenants: TenantCounters::default(),
         })
     }
@@ -232,7 +234,7 @@ impl Ingest {
         let engine = self.store_of(tenant).await?;
         let mut spans = Vec::with_capacity(body.len() / TYPICAL_SPAN_BYTES + 1);
         let rules = TimeRules::at(engine.now_unix_nano(), engine.expire_before());
-        let outcome = scan_export_request(&body, &mut spans, rules)?;
+        let mut outcome = scan_export_request(&body, &mut spans, rules)?;
         let limits = self.limits_of(tenant);
         let taken = self.rates.take(
             tenant,
@@ -248,6 +250,19 @@ impl Ingest {
                 limit,
                 retry_after,
             });
+        }
+        if limits.max_trace_bytes > 0 {
+            let max = limits.max_trace_bytes;
+            let dropped = self
+                .trace_sizes
+                .admit(tenant, max, &mut spans, Instant::now());
+            if dropped > 0 {
+                outcome.leave_out_too_large(dropped, max);
+            }
+            if spans.is_empty() {
+                drop(permit);
+                return Ok(outcome);
+            }
         }
         let started = Instant::now();
         if let Err(e) = engine.write(spans).await {

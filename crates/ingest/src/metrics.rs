@@ -42,16 +42,18 @@ enum SpanReason {
     Expired,
     FutureTime,
     Storage,
+    TraceTooLarge,
 }
 
 impl SpanReason {
-    const ALL: [SpanReason; 6] = [
+    const ALL: [SpanReason; 7] = [
         SpanReason::InvalidTraceId,
         SpanReason::InvalidSpanId,
         SpanReason::NoStartTime,
         SpanReason::Expired,
         SpanReason::FutureTime,
         SpanReason::Storage,
+        SpanReason::TraceTooLarge,
     ];
 
     fn label(self) -> &'static str {
@@ -62,6 +64,7 @@ impl SpanReason {
             SpanReason::Expired => "expired",
             SpanReason::FutureTime => "future_time",
             SpanReason::Storage => "storage_error",
+            SpanReason::TraceTooLarge => "trace_too_large",
         }
     }
 }
@@ -181,6 +184,7 @@ impl IngestMetrics {
                 (SpanReason::NoStartTime, outcome.rejected_no_start),
                 (SpanReason::Expired, outcome.rejected_expired),
                 (SpanReason::FutureTime, outcome.rejected_future),
+                (SpanReason::TraceTooLarge, outcome.rejected_too_large),
             ] {
                 self.spans_rejected[reason as usize].fetch_add(spans, Ordering::Relaxed);
             }
@@ -379,6 +383,7 @@ mod tests {
             rejected_no_start: 1,
             rejected_expired: 4,
             rejected_future: 1,
+            rejected_too_large: 0,
             rejection_message: String::new(),
         };
         m.record(Protocol::HttpJson, &Ok(outcome), Duration::from_millis(1));

@@ -106,6 +106,9 @@ pub struct ScanOutcome {
     pub rejected_expired: u64,
     /// Of `rejected`: spans starting or ending too far ahead of the clock.
     pub rejected_future: u64,
+    /// Of `rejected`: spans that would take their trace past its tenant's
+    /// largest trace (counted by ingest after the scan).
+    pub rejected_too_large: u64,
     /// The first few reasons, human readable, for `partial_success.error_message`.
     pub rejection_message: String,
 }
@@ -342,6 +345,21 @@ impl Scanner<'_> {
 }
 
 impl ScanOutcome {
+    /// Moves `spans` accepted spans to the rejected, as past their tenant's
+    /// largest trace of `max` bytes, and says so in the message.
+    pub fn leave_out_too_large(&mut self, spans: u64, max: u64) {
+        self.accepted -= spans;
+        self.rejected += spans;
+        self.rejected_too_large += spans;
+        if !self.rejection_message.is_empty() {
+            self.rejection_message.push_str("; ");
+        }
+        let _ = write!(
+            self.rejection_message,
+            "{spans} span(s) left out: their trace would pass the tenant's largest trace of {max} bytes"
+        );
+    }
+
     /// Notes in the message how many rejections it does not spell out.
     fn finish_message(&mut self) {
         let unlisted = self.rejected.saturating_sub(MAX_REJECTION_REASONS as u64);

@@ -11,15 +11,20 @@
 //! holds unflushed, so one tenant's flood leaves the rest of the budget to
 //! the others.
 //!
+//! A largest trace ([`TraceSizes`]) bounds the bytes of one trace's spans
+//! received close together: a span past it is left out of its request, and
+//! said so in the OTLP partial success.
+//!
 //! [`TenantCounters`] count each tenant's spans accepted and rejected,
 //! requests refused and bytes received, for `/metrics` (`tenant` label).
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     sync::{Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
+use tracedb_lsm::{Span, TraceId};
 use tracedb_proto::tenant::TenantId;
 
 use crate::metrics::Exposition;
@@ -35,6 +40,10 @@ pub struct TenantLimits {
     /// The most of the memory budget the tenant's unflushed spans may hold:
     /// above 0, at most 1.
     pub memory_share: f64,
+    /// The most bytes of spans (as sent, encoded) one trace may hold, counted
+    /// over the spans of it received within [`TRACE_WINDOW`] to twice that of
+    /// each other; 0 for no limit.
+    pub max_trace_bytes: u64,
 }
 
 impl Default for TenantLimits {
@@ -43,6 +52,7 @@ impl Default for TenantLimits {
             spans_per_sec: 0,
             bytes_per_sec: 0,
             memory_share: 1.0,
+            max_trace_bytes: 0,
         }
     }
 }
@@ -162,6 +172,65 @@ impl RateLimiter {
     }
 }
 
+/// How long a trace's bytes are remembered with no new span of it: between
+/// one and two of these.
+pub const TRACE_WINDOW: Duration = Duration::from_secs(60);
+
+/// Most traces remembered per tenant with a largest trace; past it the older
+/// half is forgotten early (the window shrinks), so the memory stays bounded
+/// (about 40 bytes a trace).
+pub const MAX_TRACKED_TRACES: usize = 1 << 18;
+
+/// The bytes of each recent trace of the tenants with a largest trace.
+#[derive(Default)]
+pub struct TraceSizes {
+    tenants: Mutex<BTreeMap<TenantId, Generations>>,
+}
+
+/// Two generations of trace sizes: a trace's size is the sum of both.
+struct Generations {
+    current: HashMap<TraceId, u64>,
+    previous: HashMap<TraceId, u64>,
+    since: Instant,
+}
+
+impl TraceSizes {
+    /// Keeps the spans of `spans`, in order, that keep their trace within
+    /// `max` bytes, counting what came of it before; returns how many were
+    /// left out.
+    pub fn admit(&self, tenant: &TenantId, max: u64, spans: &mut Vec<Span>, now: Instant) -> u64 {
+        let mut all = self.tenants.lock().unwrap_or_else(PoisonError::into_inner);
+        let g = all.entry(tenant.clone()).or_insert_with(|| Generations {
+            current: HashMap::new(),
+            previous: HashMap::new(),
+            since: now,
+        });
+        let idle = now.saturating_duration_since(g.since);
+        if idle >= 2 * TRACE_WINDOW {
+            g.current.clear();
+            g.previous.clear();
+            g.since = now;
+        } else if idle >= TRACE_WINDOW || g.current.len() >= MAX_TRACKED_TRACES / 2 {
+            g.previous = std::mem::take(&mut g.current);
+            g.since = now;
+        }
+        let mut dropped = 0;
+        spans.retain(|span| {
+            let bytes = span.payload.len() as u64;
+            let before = g.current.get(&span.trace_id).copied().unwrap_or(0)
+                + g.previous.get(&span.trace_id).copied().unwrap_or(0);
+            if before + bytes > max {
+                dropped += 1;
+                false
+            } else {
+                *g.current.entry(span.trace_id).or_insert(0) += bytes;
+                true
+            }
+        });
+        dropped
+    }
+}
+
 /// One tenant's counts.
 #[derive(Debug, Default, Clone, Copy)]
 struct Counts {
@@ -236,6 +305,54 @@ impl TenantCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn span(trace: u128, bytes: usize) -> Span {
+        Span {
+            trace_id: TraceId(trace.to_be_bytes()),
+            span_id: tracedb_lsm::SpanId(1u64.to_be_bytes()),
+            start_unix_nano: 1,
+            end_unix_nano: 2,
+            group: std::sync::Arc::new(tracedb_lsm::ScopeGroup {
+                resource: None,
+                resource_schema_url: bytes::Bytes::new(),
+                scope: None,
+                scope_schema_url: bytes::Bytes::new(),
+            }),
+            payload: bytes::Bytes::from(vec![0u8; bytes]),
+        }
+    }
+
+    #[test]
+    fn a_trace_past_its_tenants_largest_is_cut_and_others_are_not() {
+        let sizes = TraceSizes::default();
+        let (a, b) = (
+            TenantId::new("a").expect("id"),
+            TenantId::new("b").expect("id"),
+        );
+        let t0 = Instant::now();
+        // 100-byte spans, 350 bytes a trace: the fourth span of trace 1 goes.
+        let mut spans: Vec<Span> = (0..4).map(|_| span(1, 100)).chain([span(2, 100)]).collect();
+        assert_eq!(sizes.admit(&a, 350, &mut spans, t0), 1);
+        assert_eq!(spans.len(), 4);
+        // Later requests count what came before, within the window...
+        let mut more = vec![span(1, 50), span(1, 10), span(2, 100)];
+        assert_eq!(
+            sizes.admit(&a, 350, &mut more, t0 + Duration::from_secs(30)),
+            1
+        );
+        assert_eq!(
+            more.iter().map(|s| s.payload.len()).collect::<Vec<_>>(),
+            [50, 100]
+        );
+        // ... and another tenant's traces are its own.
+        let mut theirs: Vec<Span> = (0..3).map(|_| span(1, 100)).collect();
+        assert_eq!(sizes.admit(&b, 350, &mut theirs, t0), 0);
+        // Two windows with nothing of the trace: it is forgotten.
+        let mut much_later = vec![span(1, 300)];
+        let later = t0 + 2 * TRACE_WINDOW + Duration::from_secs(1);
+        assert_eq!(sizes.admit(&a, 350, &mut much_later, later), 0);
+        assert_eq!(sizes.admit(&a, 350, &mut vec![span(1, 100)], later), 1);
+    }
 
     #[test]
     fn a_tenant_past_its_rate_waits_for_its_bucket_and_others_do_not() {

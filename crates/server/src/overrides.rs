@@ -6,6 +6,7 @@
 //! rate_spans = 50000           # spans a second (0 or absent: no limit)
 //! rate_bytes = "32MiB"         # bytes of decoded export requests a second
 //! memory_share = 0.5           # of the memory budget, for unflushed spans
+//! max_trace_bytes = "5MiB"     # the largest trace (0 or absent: no limit)
 //! retention = "7d"             # absent: --retention
 //!
 //! [tenants.team-a]             # a tenant's own, over the defaults
@@ -49,6 +50,7 @@ struct Section {
     rate_spans: Option<u64>,
     rate_bytes: Option<ByteSize>,
     memory_share: Option<f64>,
+    max_trace_bytes: Option<ByteSize>,
     retention: Option<Age>,
 }
 
@@ -157,6 +159,9 @@ impl LimitsSource for Overrides {
             spans_per_sec: self.get(tenant, |s| s.rate_spans).unwrap_or(0),
             bytes_per_sec: self.get(tenant, |s| s.rate_bytes.map(|b| b.0)).unwrap_or(0),
             memory_share: self.get(tenant, |s| s.memory_share).unwrap_or(1.0),
+            max_trace_bytes: self
+                .get(tenant, |s| s.max_trace_bytes.map(|b| b.0))
+                .unwrap_or(0),
         }
     }
 }

@@ -980,3 +980,65 @@ async fn a_tenants_retention_drops_its_files_and_not_the_others() {
     assert_eq!(sst("short"), 0);
     assert!(sst("long") >= 1);
 }
+
+#[tokio::test]
+async fn spans_past_a_tenants_largest_trace_are_refused_in_partial_success() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let overrides = dir.path().join("overrides.toml");
+    std::fs::write(&overrides, "[tenants.small]\nmax_trace_bytes = \"4KiB\"\n").expect("write");
+    let server = Server::start_with(
+        &dir.path().join("data"),
+        &[
+            "--tenancy",
+            "header",
+            "--overrides",
+            overrides.to_str().expect("UTF-8"),
+        ],
+    );
+    // One trace of 40 spans (a few hundred bytes each) to each tenant.
+    let mut ingest = server.ingest().await;
+    let mut accepted = std::collections::HashMap::new();
+    for who in ["small", "large"] {
+        let request = crate::harness::request("svc", &[0x1a76e], 40);
+        let response = ingest
+            .export(tenant(request, who))
+            .await
+            .expect("accepted, maybe in part")
+            .into_inner();
+        let rejected = response.partial_success.map_or(0, |p| {
+            if p.rejected_spans > 0 {
+                assert!(
+                    p.error_message.contains("largest trace of 4096 bytes"),
+                    "{p:?}"
+                );
+            }
+            p.rejected_spans
+        });
+        accepted.insert(who, 40 - rejected);
+    }
+    assert!(
+        (1..40).contains(&accepted["small"]),
+        "small kept part of its trace: {accepted:?}"
+    );
+    assert_eq!(accepted["large"], 40, "large has no limit");
+    // What was acknowledged is stored; what was refused is not.
+    let small = span_ids(&server, 0x1a76e, "small").await.expect("stored");
+    assert_eq!(small.len() as i64, accepted["small"]);
+    let large = span_ids(&server, 0x1a76e, "large").await.expect("stored");
+    assert_eq!(large.len(), 40);
+    assert_eq!(
+        metric_or_zero(
+            &server,
+            "tracedb_spans_rejected_total{reason=\"trace_too_large\"}"
+        ),
+        (40 - accepted["small"]) as f64
+    );
+    // A later request of the same trace adds nothing past the limit.
+    let more = crate::harness::request("svc", &[0x1a76e], 2);
+    let response = ingest
+        .export(tenant(more, "small"))
+        .await
+        .expect("answered")
+        .into_inner();
+    assert_eq!(response.partial_success.map(|p| p.rejected_spans), Some(2));
+}
