@@ -61,7 +61,11 @@ fn span(trace: u128, id: u64, parent: u64, name: &str, route: &str, start: u64) 
         kind: SpanKind::Server as i32,
         start_time_unix_nano: start,
         end_time_unix_nano: start + 5 * MS,
-        attributes: vec![string_kv("http.route", route)],
+        // An attribute name of the tenant's own: "a.only" on team-a's.
+        attributes: vec![
+            string_kv("http.route", route),
+            string_kv(&format!("{}.only", &route[1..2]), "x"),
+        ],
         ..Default::default()
     }
 }
@@ -466,6 +470,28 @@ async fn each_sees_its_own(server: &Server) {
         dependencies(server, b).await,
         [("b-front".to_string(), "b-cache".to_string(), 2)].into()
     );
+    // Attribute names: each tenant's own, and both together.
+    let tag_names = |who: &str| -> BTreeSet<String> {
+        let answer = json(&get(server, "/api/v2/search/tags", Some(who)));
+        answer["scopes"]
+            .as_array()
+            .expect("scopes")
+            .iter()
+            .flat_map(|s| s["tags"].as_array().expect("tags").iter())
+            .map(|t| t.as_str().expect("a name").to_owned())
+            .collect()
+    };
+    let (names_a, names_b) = (tag_names(a), tag_names(b));
+    assert!(
+        names_a.contains("a.only") && !names_a.contains("b.only"),
+        "{names_a:?}"
+    );
+    assert!(
+        names_b.contains("b.only") && !names_b.contains("a.only"),
+        "{names_b:?}"
+    );
+    let names_both = tag_names(both);
+    assert!(names_both.contains("a.only") && names_both.contains("b.only"));
     let names = json(&get(server, "/api/v2/search/tag/name/values", Some(b)));
     let names: BTreeSet<&str> = names["tagValues"]
         .as_array()
