@@ -78,10 +78,7 @@ pub use members::{
 
 use crate::{
     error::Error,
-    read::{
-        tag_values_cut, Answer, Dependencies, FoundTrace, Reads, TagKeys, TagValues,
-        TAG_VALUES_MAX_BYTES,
-    },
+    read::{Answer, Dependencies, FoundTrace, Reads, TagKeys, TagValues},
     search::{Match, Search},
     service::{proto_scope, PARTIAL_REASON_HEADER},
 };
@@ -939,24 +936,7 @@ impl Reads for NodeReads {
             .await;
         let mut answer = gathered.answer(|g| union(g.answered().cloned()))?;
         // The nodes' answers together: the same limits as one node's.
-        let values = &mut answer.value;
-        let mut bytes: usize = values.iter().map(|(v, _)| v.len()).sum();
-        while limit > 0 && values.len() > limit {
-            if let Some((v, _)) = values.pop_last() {
-                bytes -= v.len();
-            }
-        }
-        let mut cut = false;
-        while bytes > TAG_VALUES_MAX_BYTES {
-            cut = true;
-            match values.pop_last() {
-                Some((v, _)) => bytes -= v.len(),
-                None => break,
-            }
-        }
-        if cut && !answer.partial.contains(&tag_values_cut()) {
-            answer.partial.push(tag_values_cut());
-        }
+        crate::read::limit_values(&mut answer, limit);
         Ok(answer)
     }
 

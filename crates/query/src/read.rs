@@ -99,6 +99,30 @@ pub fn tag_values_cut() -> String {
     )
 }
 
+/// Values gathered from several sources held to the limits of one answer:
+/// at most `limit` (when not 0, as asked: not partial), and at most
+/// [`TAG_VALUES_MAX_BYTES`] of text (past it, cut and marked partial).
+pub fn limit_values(answer: &mut Answer<TagValues>, limit: usize) {
+    let values = &mut answer.value;
+    let mut bytes: usize = values.iter().map(|(v, _)| v.len()).sum();
+    while limit > 0 && values.len() > limit {
+        if let Some((v, _)) = values.pop_last() {
+            bytes -= v.len();
+        }
+    }
+    let mut cut = false;
+    while bytes > TAG_VALUES_MAX_BYTES {
+        cut = true;
+        match values.pop_last() {
+            Some((v, _)) => bytes -= v.len(),
+            None => break,
+        }
+    }
+    if cut && !answer.partial.contains(&tag_values_cut()) {
+        answer.partial.push(tag_values_cut());
+    }
+}
+
 /// Attribute keys with the scope each was seen in.
 pub type TagKeys = BTreeSet<(TagScope, String)>;
 /// Attribute values with their types.

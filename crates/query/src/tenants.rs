@@ -305,13 +305,13 @@ impl Reads for Together {
                 async move { r.tag_values(scope, key, range, query, limit).await }
             })
             .await?;
-        let mut value: TagValues = sets.into_iter().flatten().collect();
-        if limit > 0 {
-            while value.len() > limit {
-                value.pop_last();
-            }
-        }
-        Ok(Answer { value, partial })
+        let mut answer = Answer {
+            value: sets.into_iter().flatten().collect(),
+            partial,
+        };
+        // The stores' answers together: the same limits as one store's.
+        crate::read::limit_values(&mut answer, limit);
+        Ok(answer)
     }
 
     async fn dependencies(&self, range: TimeRange) -> Result<Answer<Dependencies>, Error> {
