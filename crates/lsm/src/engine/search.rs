@@ -366,16 +366,15 @@ impl Engine {
                         let values = t.values.as_deref().unwrap_or_default();
                         out.extend(values.iter().map(|v| (v.to_string(), t.kind)));
                     }
-                } else if needs.is_empty() {
-                    let scanned = index
-                        .block_tag_values(b, scope, key, (start, end), |v, kind| out.add(v, kind));
+                } else {
+                    let scanned =
+                        index.block_tag_values(b, scope, key, (start, end), needs, |v, kind| {
+                            out.add(v, kind)
+                        });
                     if let Err(e) = scanned {
                         let set = [Arc::new(self.rebuilt_block(file, e)?)];
                         out.extend(index::tag_values(&set, scope, key, start, end, needs));
                     }
-                } else {
-                    let set = [Arc::new(self.block(file, &index, b)?)];
-                    out.extend(index::tag_values(&set, scope, key, start, end, needs));
                 }
             }
         }

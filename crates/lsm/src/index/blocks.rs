@@ -367,15 +367,17 @@ impl FileIndex {
     }
 
     /// The distinct values of the attribute `key` (in `scope`, or either) in
-    /// block `i`'s parts that may lie in `window` (start, end; 0: open),
-    /// each given to `f` with its type; reads the block without building its
-    /// parts (see [`FileIndex::block`]).
+    /// block `i`'s parts that may lie in `window` (start, end; 0: open) and
+    /// meet `needs` (as [`super::tag_values`] decides), each given to `f`
+    /// with its type; reads the block without building its parts (see
+    /// [`FileIndex::block`]).
     pub fn block_tag_values(
         &self,
         i: usize,
         scope: Option<TagScope>,
         key: &str,
         window: (u64, u64),
+        needs: &[OpNeed],
         f: impl FnMut(&str, ValueKind),
     ) -> Result<()> {
         let (at, body) = self.body(i)?;
@@ -388,6 +390,7 @@ impl FileIndex {
             scope,
             key,
             window,
+            needs,
             f,
         )
     }

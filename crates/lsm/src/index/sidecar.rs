@@ -20,7 +20,7 @@ use tracedb_proto::wire::put_varint;
 
 use super::{
     blocks::{self, BlockDigest, Bloom, DigestTag, FileIndex},
-    Edge, Op, SummarySet, Tag, TagScope, TraceSummary, ValueKind,
+    Edge, Op, OpNeed, SummarySet, Tag, TagScope, TraceSummary, ValueKind, MAX_TAGS_PER_TRACE,
 };
 use crate::{
     error::{Error, Result},
@@ -601,8 +601,9 @@ pub(super) fn decode_block(
 
 /// Calls `f` once with each distinct value (and its type) of the attribute
 /// `key` (in `scope`, or either) held by a part of a block's `body` that may
-/// lie in `start..=end` (0: open), without building the parts: listing a
-/// key's values reads only each part's times, operations and tags, and
+/// lie in `start..=end` (0: open) and meets every one of `needs` on its own
+/// (as [`super::tag_values`] decides), without building the parts: listing
+/// a key's values reads only each part's times, operations and tags, and
 /// allocates nothing per part. Values the index does not keep are left out.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn block_tag_values(
@@ -614,15 +615,29 @@ pub(super) fn block_tag_values(
     scope: Option<TagScope>,
     key: &str,
     (start, end): (u64, u64),
+    needs: &[OpNeed],
     mut f: impl FnMut(&str, ValueKind),
 ) -> Result<()> {
     let block = split_block(path, at, body, ns, parts)?;
-    let Some(k) = block.strings.iter().position(|s| s.1 == key) else {
+    let local_id = |text: &str| {
+        block
+            .strings
+            .iter()
+            .position(|s| s.1 == text)
+            .map(|i| i as u32)
+    };
+    let Some(k) = local_id(key) else {
         return Ok(());
     };
+    let needs: Vec<LocalNeed<'_>> = needs.iter().map(|n| LocalNeed::new(n, local_id)).collect();
     let local = block.strings.len();
     // Per string of the block, a bit per value type already met.
     let mut met = vec![0u8; local];
+    // The part's values of the key, kept until its needs are decided.
+    let mut found: Vec<(u32, ValueKind)> = Vec::new();
+    // Per need: its operation, and each of its attributes, met by the part.
+    let mut op_met = vec![false; needs.len()];
+    let mut tag_met: Vec<Vec<bool>> = needs.iter().map(|n| vec![false; n.tags.len()]).collect();
     for range in block.parts {
         let mut r = Reader {
             path,
@@ -636,19 +651,44 @@ pub(super) fn block_tag_values(
             continue;
         }
         r.u32()?;
-        r.u32()?;
+        let errors = r.u32()?;
         if r.u32()? != 0 {
             r.string(local)?;
         }
-        for _ in 0..r.count(3)? {
-            r.string(local)?;
-            r.string(local)?;
-            r.bytes(1)?;
+        for (i, n) in needs.iter().enumerate() {
+            op_met[i] = n.ops.is_none();
         }
         for _ in 0..r.count(3)? {
+            let (service, name) = (r.string(local)?, r.string(local)?);
+            let kind = r.bytes(1)?[0] & 0x7f;
+            for (i, n) in needs.iter().enumerate() {
+                op_met[i] = op_met[i] || n.op_meets(service, name, kind);
+            }
+        }
+        let count = r.count(3)?;
+        // A part whose tags were cut may hold any attribute.
+        let cut = count >= MAX_TAGS_PER_TRACE;
+        for met in &mut tag_met {
+            met.iter_mut().for_each(|m| *m = cut);
+        }
+        found.clear();
+        for _ in 0..count {
             let (s, kind) = scope_kind(&mut r)?;
             let (g, v) = (r.string(local)?, r.string(local)?);
-            if g as usize == k && kind != ValueKind::Unindexed && scope.is_none_or(|x| x == s) {
+            if g == k && kind != ValueKind::Unindexed && scope.is_none_or(|x| x == s) {
+                found.push((v, kind));
+            }
+            for (n, met) in needs.iter().zip(&mut tag_met) {
+                for (t, m) in n.tags.iter().zip(met.iter_mut()) {
+                    *m = *m || t.held_by(s, g, v, kind);
+                }
+            }
+        }
+        let meets = needs.iter().enumerate().all(|(i, n)| {
+            (!n.need.error || errors > 0) && op_met[i] && tag_met[i].iter().all(|&m| m)
+        });
+        if meets {
+            for &(v, kind) in &found {
                 met[v as usize] |= 1 << kind as u8;
             }
         }
@@ -662,6 +702,77 @@ pub(super) fn block_tag_values(
         }
     }
     Ok(())
+}
+
+/// A need of a tag-values query with its strings looked up in one block's
+/// table, to be checked against the block's parts where they lie.
+struct LocalNeed<'a> {
+    need: &'a OpNeed,
+    /// The (service, name) an operation must have (`None` in either: any);
+    /// `None` when the need names no operation.
+    ops: Option<(Option<u32>, Option<u32>)>,
+    /// A service or name the need names is not in the block: no part meets it.
+    unknown: bool,
+    tags: Vec<LocalTag<'a>>,
+}
+
+/// An attribute a need names, with its key and value looked up.
+struct LocalTag<'a> {
+    tag: &'a super::TagNeed,
+    key: Option<u32>,
+    value: Option<u32>,
+}
+
+impl<'a> LocalNeed<'a> {
+    fn new(need: &'a OpNeed, id: impl Fn(&str) -> Option<u32>) -> LocalNeed<'a> {
+        let mut unknown = false;
+        let mut look = |s: &Option<String>| match s {
+            None => None,
+            Some(s) => {
+                let found = id(s);
+                unknown |= found.is_none();
+                found
+            }
+        };
+        let (service, name) = (look(&need.service), look(&need.name));
+        let names_op = need.service.is_some() || need.name.is_some() || need.kind.is_some();
+        LocalNeed {
+            need,
+            ops: names_op.then_some((service, name)),
+            unknown,
+            tags: need
+                .tags
+                .iter()
+                .map(|t| LocalTag {
+                    tag: t,
+                    key: id(&t.key),
+                    value: id(&t.value),
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether an operation of a part meets the need's operation.
+    fn op_meets(&self, service: u32, name: u32, kind: u8) -> bool {
+        let Some((s, n)) = self.ops else {
+            return true;
+        };
+        !self.unknown
+            && (self.need.service.is_none() || s == Some(service))
+            && (self.need.name.is_none() || n == Some(name))
+            && self.need.kind.is_none_or(|k| k == kind)
+    }
+}
+
+impl LocalTag<'_> {
+    /// Whether a part's attribute (scope, key, value, type) may be this one:
+    /// a value the index did not keep may be any.
+    fn held_by(&self, scope: TagScope, key: u32, value: u32, kind: ValueKind) -> bool {
+        self.key == Some(key)
+            && self.tag.scope.is_none_or(|s| s == scope)
+            && (kind == ValueKind::Unindexed
+                || (kind == self.tag.kind && self.value == Some(value)))
+    }
 }
 
 /// Replaces every string index of `part` by `f` of it (the order of its

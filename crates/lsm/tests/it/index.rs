@@ -7,7 +7,7 @@ use std::{collections::BTreeSet, path::Path, sync::Arc};
 
 use bytes::Bytes;
 use tracedb_lsm::{
-    index::{read_sidecar, OpNeed, SearchQuery, SummarySet, TagScope, ValueKind},
+    index::{read_sidecar, OpNeed, SearchQuery, SummarySet, TagNeed, TagScope, ValueKind},
     layout, Engine, ScopeGroup, Span, SpanId, SsTable, TimeRange, TraceId, ValuesLimit, WalkStats,
 };
 use tracedb_proto::wire::put_varint;
@@ -569,7 +569,12 @@ fn tag_keys_and_values_from_the_digests_are_those_of_the_parts() {
             .flat_map(|t| {
                 let mut spans = trace(t, at(t));
                 if t % 8 == 0 {
-                    spans.push(otlp_span(&rare, t, 9, Some(1), "lookup", at(t) + 1, 10));
+                    let lookup = otlp_span(&rare, t, 9, Some(1), "lookup", at(t) + 1, 10);
+                    // Every other one a client span: blocks with both kinds.
+                    spans.push(if t % 16 == 0 { client(lookup) } else { lookup });
+                }
+                if t % 5 == 0 {
+                    spans[0] = failed(spans[0].clone());
                 }
                 // Five values of "user" a trace in the first file: 80 a
                 // block, more than its digest lists.
@@ -590,10 +595,60 @@ fn tag_keys_and_values_from_the_digests_are_those_of_the_parts() {
     engine.flush().expect("flush");
     engine.write_blocking(batch(601, 640)).expect("write");
 
-    let needs = [OpNeed {
+    let tenant = |value: &str| TagNeed {
+        scope: Some(TagScope::Span),
+        key: "tenant".into(),
+        value: value.into(),
+        kind: ValueKind::Str,
+    };
+    let rare = OpNeed {
         service: Some("rare".into()),
         ..OpNeed::default()
-    }];
+    };
+    // What a query being typed may already say, each read from the
+    // blocks where they lie and checked against the parts as a whole.
+    let narrowings: Vec<Vec<OpNeed>> = vec![
+        vec![],
+        vec![rare.clone()],
+        vec![OpNeed {
+            service: Some("back".into()),
+            name: Some("q".into()),
+            ..OpNeed::default()
+        }],
+        vec![OpNeed {
+            name: Some("lookup".into()),
+            kind: Some(3),
+            ..OpNeed::default()
+        }],
+        vec![OpNeed {
+            kind: Some(3),
+            ..OpNeed::default()
+        }],
+        vec![OpNeed {
+            tags: vec![tenant("t0")],
+            ..OpNeed::default()
+        }],
+        vec![OpNeed {
+            tags: vec![tenant("t9")],
+            ..OpNeed::default()
+        }],
+        vec![OpNeed {
+            service: Some("nowhere".into()),
+            ..OpNeed::default()
+        }],
+        vec![OpNeed {
+            service: Some("front".into()),
+            error: true,
+            ..OpNeed::default()
+        }],
+        vec![
+            rare.clone(),
+            OpNeed {
+                tags: vec![tenant("t1")],
+                ..OpNeed::default()
+            },
+        ],
+    ];
     let windows = [
         TimeRange::ALL,
         // Cuts blocks in the middle.
@@ -610,7 +665,7 @@ fn tag_keys_and_values_from_the_digests_are_those_of_the_parts() {
             "{range:?}"
         );
         for key in ["tenant", "user", "nothing"] {
-            for needs in [&[][..], &needs[..]] {
+            for needs in &narrowings {
                 for scope in [None, Some(TagScope::Span), Some(TagScope::Resource)] {
                     let got = engine
                         .tag_values(scope, key, range, needs, ValuesLimit::NONE)
@@ -658,6 +713,19 @@ fn tag_keys_and_values_from_the_digests_are_those_of_the_parts() {
     // Over the three windows: the 1,500 values of the first file's blocks
     // and the rare traces' are read.
     assert!(users_seen > 2000, "{users_seen}");
+}
+
+/// `span` (a server span, as [`otlp_span`] makes them) made a client span.
+fn client(mut span: Span) -> Span {
+    let mut p = span.payload.to_vec();
+    // Field 6 (kind) = 2; the IDs and names of these tests hold no such bytes.
+    let at = p
+        .windows(2)
+        .position(|w| w == [6 << 3, 2])
+        .expect("a span kind");
+    p[at + 1] = 3;
+    span.payload = Bytes::from(p);
+    span
 }
 
 /// `span` with an error status (Status.code = 2).
