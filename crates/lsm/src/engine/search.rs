@@ -723,7 +723,7 @@ pub struct TagValues {
     /// The values met so far: `values` once finished. A hash set, because
     /// listing the values of a key with a value per trace looks up every
     /// occurrence of the key.
-    seen: HashSet<(String, ValueKind)>,
+    seen: HashSet<(String, ValueKind), foldhash::fast::RandomState>,
     /// A buffer to look a value up in `seen` with.
     probe: String,
 }
@@ -735,7 +735,7 @@ impl TagValues {
             bytes: 0,
             stopped: false,
             limit,
-            seen: HashSet::new(),
+            seen: HashSet::default(),
             probe: String::new(),
         }
     }

@@ -502,7 +502,23 @@ pub(super) fn inflate_frame(
     if crc32c::crc32c(frame) != d.crc {
         return Err(corrupt(path, at, "block checksum mismatch"));
     }
-    zstd::bulk::decompress(frame, d.body_len as usize)
+    thread_local! {
+        // A context per thread: making one for every block read took as long
+        // as a small block's inflating.
+        static INFLATE: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let inflated = INFLATE.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.is_none() {
+            *cell = zstd::bulk::Decompressor::new().ok();
+        }
+        match cell.as_mut() {
+            Some(z) => z.decompress(frame, d.body_len as usize),
+            None => zstd::bulk::decompress(frame, d.body_len as usize),
+        }
+    });
+    inflated
         .ok()
         .filter(|b| b.len() == d.body_len as usize)
         .ok_or_else(|| corrupt(path, at, "block does not inflate to its length"))
