@@ -61,6 +61,10 @@ pub struct EngineOptions {
     /// the blocks its digest cannot rule out. Default
     /// [`crate::index::blocks::BLOCK_PARTS`].
     pub index_block_parts: usize,
+    /// Threads a listing of a key's values reads sidecar blocks with
+    /// ([`Engine::tag_values`](crate::Engine::tag_values)); its answer is the
+    /// same with any number. Default: the machine's cores.
+    pub search_threads: usize,
     /// Level-0 file count at which writes get [`crate::Error::Backpressure`]
     /// until compaction catches up. Default 64 (twice the level-0 trigger).
     pub l0_stop_files: usize,
@@ -90,6 +94,7 @@ impl EngineOptions {
             memory_budget: None,
             index_cache_bytes: 64 << 20,
             index_block_parts: crate::index::blocks::BLOCK_PARTS,
+            search_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             l0_stop_files: 64,
             clock: Clock::system(),
             #[cfg(feature = "test-support")]

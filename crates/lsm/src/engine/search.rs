@@ -302,6 +302,14 @@ impl Engine {
     /// nor is one whose digest lists only values already answered, nor one
     /// that lies inside `range` whose digest lists the key's values, when
     /// nothing is needed.
+    ///
+    /// The blocks to read are read in rounds, each shared among the cores
+    /// ([`scan_blocks`]), and their values are added in the walk's order,
+    /// stopping at the limit after the block that reaches it: the answer is
+    /// the one a single thread reading a block at a time gives. A round
+    /// holds twice the blocks of the one before, up to [`ROUND_BLOCKS`], so
+    /// an answer that stops early reads few blocks past its last; with one
+    /// thread, a round is a block.
     pub fn tag_values(
         &self,
         scope: Option<TagScope>,
@@ -321,60 +329,85 @@ impl Engine {
         let terms: Vec<NeedTerms> = needs.iter().map(NeedTerms::new).collect();
         let mut files = self.files_in(&snapshot, range);
         files.sort_by_key(|f| std::cmp::Reverse(f.table().meta().max_time_unix_nano));
-        for file in files {
-            if out.stopped {
+        let mut files = files.into_iter();
+        // The file being walked and its next block.
+        let mut walking: Option<(&Arc<TableFile>, Arc<FileIndex>, usize)> = None;
+        let mut round = 1;
+        let threads = self.inner.opts.search_threads;
+        while !out.stopped {
+            // The next blocks that hold the key and may meet the needs, in
+            // the walk's order.
+            let mut batch: Vec<(&Arc<TableFile>, Arc<FileIndex>, usize)> = Vec::new();
+            while batch.len() < round {
+                let Some((file, index, b)) = &mut walking else {
+                    match files.next() {
+                        Some(file) => walking = Some((file, self.file_index(file)?, 0)),
+                        None => break,
+                    }
+                    continue;
+                };
+                let Some(d) = index.blocks.get(*b) else {
+                    walking = None;
+                    continue;
+                };
+                *b += 1;
+                if overlaps(d, range, expire_before)
+                    && terms.iter().all(|t| t.may_meet(d))
+                    && !key_tags(d, key, scope).is_empty()
+                {
+                    batch.push((file, index.clone(), *b - 1));
+                }
+            }
+            if batch.is_empty() {
                 break;
             }
-            let index = self.file_index(file)?;
-            for (b, d) in index.blocks.iter().enumerate() {
+            if threads > 1 {
+                round = (round * 2).min(ROUND_BLOCKS);
+            }
+            // What each block of the batch adds: its digest's list, or the
+            // values read from its body.
+            let listed: Vec<Option<Vec<(String, ValueKind)>>> = batch
+                .iter()
+                .map(|(_, index, b)| {
+                    let d = &index.blocks[*b];
+                    let tags = key_tags(d, key, scope);
+                    let all_listed = tags.iter().all(|t| t.values.is_some());
+                    let listed_values = || {
+                        tags.iter().flat_map(|t| {
+                            let values = t.values.as_deref().unwrap_or_default();
+                            values.iter().map(|v| (v.to_string(), t.kind))
+                        })
+                    };
+                    // The block's values of the key are all answered
+                    // already: reading it could add none.
+                    if all_listed && listed_values().all(|v| out.seen.contains(&v)) {
+                        return Some(Vec::new());
+                    }
+                    let inside = d.min_start >= start && (end == 0 || d.max_start <= end);
+                    (needs.is_empty() && inside && all_listed).then(|| listed_values().collect())
+                })
+                .collect();
+            let to_read: Vec<(&FileIndex, usize)> = batch
+                .iter()
+                .zip(&listed)
+                .filter(|(_, l)| l.is_none())
+                .map(|((_, index, b), _)| (&**index, *b))
+                .collect();
+            let mut read =
+                scan_blocks(&to_read, threads, scope, key, (start, end), needs).into_iter();
+            for ((file, _, _), listed) in batch.iter().zip(listed) {
                 if out.stopped {
                     break;
                 }
-                if !overlaps(d, range, expire_before) || !terms.iter().all(|t| t.may_meet(d)) {
-                    continue;
-                }
-                let tags: Vec<&DigestTag> = d
-                    .tags
-                    .iter()
-                    .filter(|t| {
-                        &*t.key == key
-                            && t.kind != ValueKind::Unindexed
-                            && scope.is_none_or(|s| t.scope == s)
-                    })
-                    .collect();
-                if tags.is_empty() {
-                    continue;
-                }
-                let inside = d.min_start >= start && (end == 0 || d.max_start <= end);
-                let all_listed = tags.iter().all(|t| t.values.is_some());
-                // The block's values of the key are all answered already:
-                // reading it could add none.
-                let nothing_new = all_listed
-                    && tags.iter().all(|t| {
-                        t.values
-                            .as_deref()
-                            .unwrap_or_default()
-                            .iter()
-                            .all(|v| out.seen.contains(&(v.to_string(), t.kind)))
-                    });
-                if nothing_new {
-                    continue;
-                }
-                let listed = needs.is_empty() && inside && all_listed;
-                if listed {
-                    for t in tags {
-                        let values = t.values.as_deref().unwrap_or_default();
-                        out.extend(values.iter().map(|v| (v.to_string(), t.kind)));
-                    }
-                } else {
-                    let scanned =
-                        index.block_tag_values(b, scope, key, (start, end), needs, |v, kind| {
-                            out.add(v, kind)
-                        });
-                    if let Err(e) = scanned {
-                        let set = [Arc::new(self.rebuilt_block(file, e)?)];
-                        out.extend(index::tag_values(&set, scope, key, start, end, needs));
-                    }
+                match listed {
+                    Some(values) => out.extend(values),
+                    None => match read.next().expect("a scan per block to read") {
+                        Ok(values) => values.each(|v, kind| out.add(v, kind)),
+                        Err(e) => {
+                            let set = [Arc::new(self.rebuilt_block(file, e)?)];
+                            out.extend(index::tag_values(&set, scope, key, start, end, needs));
+                        }
+                    },
                 }
             }
         }
@@ -610,6 +643,81 @@ impl Engine {
 /// retention.
 fn overlaps(d: &BlockDigest, range: TimeRange, expire_before: u64) -> bool {
     d.max_end >= expire_before && range.overlaps(d.min_start, d.max_end)
+}
+
+/// The most blocks a round of [`Engine::tag_values`] reads.
+const ROUND_BLOCKS: usize = 32;
+
+/// The digest's entries for `key` (in `scope`, or either) of a block, but
+/// those of values the index does not keep.
+fn key_tags<'a>(d: &'a BlockDigest, key: &str, scope: Option<TagScope>) -> Vec<&'a DigestTag> {
+    d.tags
+        .iter()
+        .filter(|t| {
+            &*t.key == key && t.kind != ValueKind::Unindexed && scope.is_none_or(|s| t.scope == s)
+        })
+        .collect()
+}
+
+/// The distinct values of a key read from one block: their texts one after
+/// another, each with where it ends and its type.
+#[derive(Default)]
+struct BlockValues {
+    text: String,
+    ends: Vec<(usize, ValueKind)>,
+}
+
+impl BlockValues {
+    fn push(&mut self, value: &str, kind: ValueKind) {
+        self.text.push_str(value);
+        self.ends.push((self.text.len(), kind));
+    }
+
+    fn each(&self, mut f: impl FnMut(&str, ValueKind)) {
+        let mut from = 0;
+        for &(to, kind) in &self.ends {
+            f(&self.text[from..to], kind);
+            from = to;
+        }
+    }
+}
+
+/// [`FileIndex::block_tag_values`] of each block of `blocks`, in their order,
+/// read by up to `threads` threads, each a run of neighbouring blocks.
+fn scan_blocks(
+    blocks: &[(&FileIndex, usize)],
+    threads: usize,
+    scope: Option<TagScope>,
+    key: &str,
+    window: (u64, u64),
+    needs: &[OpNeed],
+) -> Vec<Result<BlockValues>> {
+    let scan = |run: &[(&FileIndex, usize)]| -> Vec<Result<BlockValues>> {
+        run.iter()
+            .map(|&(index, b)| {
+                let mut values = BlockValues::default();
+                index.block_tag_values(b, scope, key, window, needs, |v, kind| {
+                    values.push(v, kind)
+                })?;
+                Ok(values)
+            })
+            .collect()
+    };
+    let threads = threads.clamp(1, blocks.len().max(1));
+    if threads == 1 {
+        return scan(blocks);
+    }
+    let per = blocks.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let mut runs = blocks.chunks(per);
+        let first = runs.next().unwrap_or_default();
+        let others: Vec<_> = runs.map(|run| s.spawn(move || scan(run))).collect();
+        let mut out = scan(first);
+        for other in others {
+            out.extend(other.join().expect("a scan of blocks does not panic"));
+        }
+        out
+    })
 }
 
 /// A file's summary from its sidecar; rebuilt from the file (and the sidecar

@@ -495,6 +495,8 @@ fn compaction_sidecars_carry_parts_over_as_a_rebuild_would_make_them() {
 fn blocks_of_16(dir: &Path) -> Engine {
     let mut opts = small_tree(dir, &TestClock::new());
     opts.index_block_parts = 16;
+    // More threads than a block's neighbours in most rounds.
+    opts.search_threads = 4;
     opts.memtable.flush_bytes = 64 << 20;
     Engine::open(opts).expect("open")
 }
@@ -713,6 +715,35 @@ fn tag_keys_and_values_from_the_digests_are_those_of_the_parts() {
     // Over the three windows: the 1,500 values of the first file's blocks
     // and the rare traces' are read.
     assert!(users_seen > 2000, "{users_seen}");
+
+    // Blocks read by several threads give the answers of one reading a
+    // block at a time, stopping where it stops.
+    let limited = |engine: &Engine| -> Vec<(BTreeSet<(String, ValueKind)>, bool)> {
+        let mut out = Vec::new();
+        for range in windows {
+            for needs in &narrowings {
+                for values in [1, 5, 100] {
+                    let limit = ValuesLimit { values, bytes: 0 };
+                    let got = engine
+                        .tag_values(None, "user", range, needs, limit)
+                        .expect("values");
+                    out.push((got.values, got.stopped));
+                }
+            }
+        }
+        out
+    };
+    engine.flush().expect("flush");
+    let (dir, several) = (dir.path(), limited(&engine));
+    drop(engine);
+    let mut opts = small_tree(dir, &TestClock::new());
+    (opts.index_block_parts, opts.search_threads) = (16, 1);
+    opts.memtable.flush_bytes = 64 << 20;
+    let engine = Engine::open(opts).expect("open");
+    assert_eq!(limited(&engine), several);
+    assert!(several
+        .iter()
+        .any(|(values, stopped)| *stopped && values.len() == 100));
 }
 
 /// `span` (a server span, as [`otlp_span`] makes them) made a client span.
