@@ -617,12 +617,23 @@ async fn tag_values_v2(
     let query = params.get("q").map_or("", String::as_str);
     let limit = values_limit(&params)?;
     let (values, partial) = values(&reads, &tag, range, query, limit).await?;
-    let values: Vec<Value> = values
-        .into_iter()
-        .map(|(value, kind)| json!({ "type": kind, "value": value }))
-        .collect();
+    // Written out directly: a JSON object per value took a tenth of the
+    // time of listing a key with a value per trace.
+    let mut body = Vec::with_capacity(16 + values.iter().map(|v| v.0.len() + 28).sum::<usize>());
+    body.extend_from_slice(b"{\"tagValues\":[");
+    for (i, (value, kind)) in values.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(b"{\"type\":");
+        serde_json::to_writer(&mut body, kind).map_err(|e| Error::Internal(e.to_string()))?;
+        body.extend_from_slice(b",\"value\":");
+        serde_json::to_writer(&mut body, value).map_err(|e| Error::Internal(e.to_string()))?;
+        body.push(b'}');
+    }
+    body.extend_from_slice(b"]}");
     Ok(marked(
-        json_response(json!({ "tagValues": values })),
+        ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         &partial,
     ))
 }
