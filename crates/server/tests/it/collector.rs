@@ -207,11 +207,33 @@ async fn a_collector_routes_two_replica_groups_and_the_tier_answers_for_all() {
         }
     }
 
-    // Every trace on exactly one node of each group, every node a share.
     let mut clients = Vec::new();
     for node in a.iter().chain(b) {
         clients.push(node.query().await);
     }
+    // Each group has an exporter of its own, with its own queue: the
+    // reference node holding a trace does not mean both groups do yet.
+    for trace in &traces {
+        loop {
+            let mut groups = [false, false];
+            for (i, client) in clients.iter_mut().enumerate() {
+                if matches!(read(client, trace).await, Ok((spans, _)) if spans.len() == 3) {
+                    groups[usize::from(i >= 3)] = true;
+                }
+            }
+            if groups == [true, true] {
+                break;
+            }
+            assert!(
+                Instant::now() < until,
+                "trace {} never reached both groups",
+                hex(trace)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    // Every trace on exactly one node of each group, every node a share.
     let mut shares = vec![0usize; clients.len()];
     let mut held_by: HashMap<&Vec<u8>, Vec<usize>> = HashMap::new();
     for trace in &traces {
