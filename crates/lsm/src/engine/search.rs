@@ -304,10 +304,10 @@ impl Engine {
     /// nothing is needed.
     ///
     /// The blocks to read are read in rounds, each shared among the cores
-    /// ([`scan_blocks`]), and their values are added in the walk's order,
+    /// (`scan_blocks`), and their values are added in the walk's order,
     /// stopping at the limit after the block that reaches it: the answer is
     /// the one a single thread reading a block at a time gives. A round
-    /// holds twice the blocks of the one before, up to [`ROUND_BLOCKS`], so
+    /// holds twice the blocks of the one before, up to 32, so
     /// an answer that stops early reads few blocks past its last; with one
     /// thread, a round is a block.
     pub fn tag_values(
