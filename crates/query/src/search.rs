@@ -1421,6 +1421,98 @@ mod tests {
         assert_eq!(found(r#"{ span.k299 = "w" }"#), 0);
     }
 
+    /// A search that reads [`super::MAX_INSPECTED`] candidates without
+    /// reaching its limit stops and says so; one whose window holds fewer
+    /// reads them all and is whole.
+    #[test]
+    fn a_search_stops_after_its_most_candidates_and_says_so() {
+        use prost::Message as _;
+        use tracedb_proto::{
+            common::v1::{any_value, AnyValue, KeyValue},
+            resource::v1::Resource,
+            trace::v1 as otlp,
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut opts = EngineOptions::new(dir.path());
+        opts.compaction_threads = 0;
+        opts.memory_budget_bytes = 1 << 30;
+        let engine = Engine::open(opts).expect("open");
+        let resource = Resource {
+            attributes: vec![KeyValue {
+                key: "service.name".into(),
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::StringValue("cap".into())),
+                }),
+            }],
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let int = |key: &str, v: i64| KeyValue {
+            key: key.into(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::IntValue(v)),
+            }),
+        };
+        // Each trace has `a = 1` on one span and `b = 2` on the other: every
+        // one is a candidate of `{ span.a = 1 && span.b = 2 }`, none a match.
+        let base = now() - 600 * SEC;
+        let traces = super::MAX_INSPECTED as u64 + 500;
+        let at = |t: u64| base + t * 1_000;
+        for chunk in (0..traces).collect::<Vec<_>>().chunks(10_000) {
+            let mut batch = Vec::new();
+            for &t in chunk {
+                let id = TraceId((u128::from(t) + 1).to_be_bytes());
+                let span = |n: u8, attribute: KeyValue| otlp::Span {
+                    trace_id: id.0.to_vec().into(),
+                    span_id: vec![n; 8].into(),
+                    parent_span_id: if n == 1 { Vec::new() } else { vec![1; 8] }.into(),
+                    name: "op".into(),
+                    start_time_unix_nano: at(t),
+                    end_time_unix_nano: at(t) + 500,
+                    attributes: vec![attribute],
+                    ..Default::default()
+                };
+                let parts = vec![
+                    (
+                        resource.clone(),
+                        Vec::new(),
+                        span(1, int("a", 1)).encode_to_vec(),
+                    ),
+                    (
+                        resource.clone(),
+                        Vec::new(),
+                        span(2, int("b", 2)).encode_to_vec(),
+                    ),
+                ];
+                batch.extend(spans(id, parts));
+            }
+            engine.write_blocking(batch).expect("write");
+        }
+        engine.flush().expect("flush");
+        let q = "{ span.a = 1 && span.b = 2 }";
+        let search = |start_unix_nano, end_unix_nano| Search {
+            query: Arc::new(
+                Compiled::new(tracedb_traceql::parse(q).expect("valid")).expect("compiles"),
+            ),
+            text: q.to_owned(),
+            start_unix_nano,
+            end_unix_nano,
+            limit: 20,
+            spans_per_spanset: 3,
+            candidates_only: false,
+        };
+        let all = run(&engine, &search(0, 0)).expect("search");
+        assert!(all.value.is_empty());
+        assert_eq!(
+            all.partial,
+            vec![super::stopped_inspecting(super::MAX_INSPECTED)]
+        );
+        // The newest half: fewer candidates than the most, all read.
+        let half = run(&engine, &search(at(traces / 2), 0)).expect("search");
+        assert!(half.value.is_empty());
+        assert!(half.partial.is_empty(), "{:?}", half.partial);
+    }
+
     /// A search takes what it holds from the memory budget: one that cannot
     /// have its share is refused (retryably), and gives back what it took.
     #[test]
