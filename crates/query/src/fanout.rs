@@ -649,7 +649,10 @@ impl NodeReads {
         let mut found: Vec<Match> = Vec::new();
         let mut partial: Vec<String> = Vec::new();
         let mut seen: std::collections::HashSet<TraceId> = std::collections::HashSet::new();
-        let mut page = (4 * limit).clamp(128, 4096);
+        // A node answers at most MAX_LIMIT rows: a page asked larger would
+        // come back short and read as the last, ending the search early.
+        let most = crate::search::MAX_LIMIT;
+        let mut page = (4 * limit).clamp(128, most);
         let mut end = search.end_unix_nano;
         loop {
             let candidates = self
@@ -767,7 +770,7 @@ impl NodeReads {
             // The next page: candidates starting no later than the last one
             // (those seen are skipped).
             end = last.unwrap_or(0);
-            page = (page * 2).min(4096);
+            page = (page * 2).min(most);
         }
         Ok(Answer {
             value: found,

@@ -5,7 +5,8 @@
 //! trace whole from the other group, not marked partial; a node stopped
 //! (SIGSTOP: it holds its connections and never answers) makes each answer
 //! partial, naming it, or UNAVAILABLE, within the node timeout, and never
-//! NOT_FOUND for a stored trace.
+//! NOT_FOUND for a stored trace; a search reads candidates past the nodes'
+//! page size and stops after the most it may read, saying so.
 
 use std::time::{Duration, Instant};
 
@@ -554,4 +555,75 @@ async fn tracedb_query_follows_a_dns_name() {
         async move { matches!(read_through(&mut q, 0xd2).await, Ok((2, None))) }
     })
     .await;
+}
+
+/// The tier reads at most `MAX_INSPECTED` candidate traces whole, as a node
+/// does: a search that reads that many without reaching its limit stops and
+/// says so, and one whose window holds fewer reads them all, however many
+/// pages of candidates the nodes answer in (at most `MAX_LIMIT` rows each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_through_the_tier_stops_after_its_most_candidates_and_says_so() {
+    use tracedb_query::search::{stopped_inspecting, MAX_INSPECTED};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let node = Server::start(dir.path());
+    // Each trace has `n = 0` on one span and the name `op-1` on the other:
+    // every one is a candidate of the queries below, and only `matching`, the
+    // 4,000th newest, has both on one span. Each trace starts 1 µs after
+    // the one before.
+    let traces = MAX_INSPECTED as u128 + 500;
+    let matching = traces - 4_000;
+    let start_of = |t: u128| rich_span(t, 0, None).start_time_unix_nano + t as u64 * 1_000;
+    let mut ingest = node.ingest().await;
+    for from in (1..=traces).step_by(2_000) {
+        let spans = (from..(from + 2_000).min(traces + 1))
+            .flat_map(|t| {
+                (0..2u64).map(move |i| {
+                    let mut span = rich_span(t, i, i.checked_sub(1));
+                    span.start_time_unix_nano += t as u64 * 1_000;
+                    span.end_time_unix_nano += t as u64 * 1_000;
+                    if t == matching && i == 1 {
+                        span.attributes = rich_span(t, 0, None).attributes;
+                    }
+                    span
+                })
+            })
+            .collect();
+        let mut request = request("cap", &[], 0);
+        request.resource_spans[0].scope_spans[0].spans = spans;
+        ingest.export(request).await.expect("export");
+    }
+    let tier = reads(&[&[&node]], Duration::from_secs(30));
+    let search = |q: &str, start_unix_nano| Search {
+        query: tracedb_query::search::compile(q).expect("compiles"),
+        text: q.into(),
+        start_unix_nano,
+        end_unix_nano: 0,
+        limit: 20,
+        spans_per_spanset: 1,
+        candidates_only: false,
+    };
+    let found = |answer: &Answer<Vec<tracedb_query::search::Match>>| -> Vec<TraceId> {
+        answer.value.iter().map(|m| m.trace_id).collect()
+    };
+    // Per span: the node searches, stops, and its mark comes through.
+    let per_span = r#"{ span.n = 0 && name = "op-1" }"#;
+    let all = tier.find(search(per_span, 0)).await.expect("search");
+    assert_eq!(found(&all), [id(matching)]);
+    let mark = stopped_inspecting(MAX_INSPECTED);
+    assert_eq!(all.partial, vec![format!("node {}: {mark}", node.addr)]);
+    // A trace-level condition: the tier reads the candidates whole itself,
+    // in pages from the node.
+    let whole = r#"{ span.n = 0 && name = "op-1" && traceDuration > 0ns }"#;
+    let all = tier.find(search(whole, 0)).await.expect("search");
+    assert_eq!(found(&all), [id(matching)]);
+    assert_eq!(all.partial, vec![mark]);
+    for q in [per_span, whole] {
+        let half = tier
+            .find(search(q, start_of(traces / 2)))
+            .await
+            .expect("search");
+        assert_eq!(found(&half), [id(matching)], "{q}");
+        assert!(half.partial.is_empty(), "{q}: {:?}", half.partial);
+    }
 }
