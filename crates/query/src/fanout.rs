@@ -601,13 +601,15 @@ impl NodeReads {
     /// ([`crate::search::per_span_only`]): asked of the nodes, the parts of
     /// a trace combined within a group, the fullest copy across groups.
     async fn find_per_span(&self, search: &Search) -> Result<Answer<Vec<Match>>, Error> {
-        let limit = search.limit.max(1);
+        let limit = search.limit.clamp(1, crate::search::MAX_LIMIT);
         let spss = search.spans_per_spanset;
         let request = SearchTracesRequest {
             query: search.text.clone(),
             start_time_unix_nano: search.start_unix_nano,
             end_time_unix_nano: search.end_unix_nano,
-            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            // As asked: a node marks an answer cut at the most one search
+            // answers.
+            limit: u32::try_from(search.limit.max(1)).unwrap_or(u32::MAX),
             spans_per_spanset: u32::try_from(spss).unwrap_or(u32::MAX),
             candidates_only: search.candidates_only,
             ..SearchTracesRequest::default()
@@ -639,7 +641,17 @@ impl NodeReads {
     /// starts no earlier than its trace), so once `limit` matches are newer
     /// than the next candidate, no later one can be newer.
     async fn find_whole(&self, search: &Search) -> Result<Answer<Vec<Match>>, Error> {
-        let limit = search.limit.max(1);
+        let mut answer = self.find_whole_within(search).await?;
+        answer
+            .partial
+            .extend(crate::search::over_limit(search.limit, answer.value.len()));
+        Ok(answer)
+    }
+
+    /// [`NodeReads::find_whole`], but for the mark of a `limit` over the
+    /// most one search answers.
+    async fn find_whole_within(&self, search: &Search) -> Result<Answer<Vec<Match>>, Error> {
+        let limit = search.limit.clamp(1, crate::search::MAX_LIMIT);
         let relaxed = crate::search::relaxed(&search.query.query);
         let text = relaxed.to_string();
         let compiled = Arc::new(

@@ -236,6 +236,7 @@ pub fn run(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunEr
             break;
         }
     }
+    partial.extend(over_limit(search.limit, found.len()));
     Ok(Answer {
         value: found,
         partial,
@@ -298,6 +299,18 @@ fn candidates(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, Ru
     Ok(Answer {
         value: found,
         partial: Vec::new(),
+    })
+}
+
+/// The partial mark of a search asked for `asked` traces, more than the
+/// [`MAX_LIMIT`] one search answers, whose answer holds `answered`: when
+/// that is the most, older matches were not searched (Jaeger's search depth
+/// and `SearchTraces.limit` may ask for up to 10,000).
+pub fn over_limit(asked: usize, answered: usize) -> Option<String> {
+    (asked > MAX_LIMIT && answered >= MAX_LIMIT).then(|| {
+        format!(
+            "a search answers at most {MAX_LIMIT} traces and {asked} were asked for; older matches were not searched"
+        )
     })
 }
 
@@ -1511,6 +1524,30 @@ mod tests {
         let half = run(&engine, &search(at(traces / 2), 0)).expect("search");
         assert!(half.value.is_empty());
         assert!(half.partial.is_empty(), "{:?}", half.partial);
+
+        // Every trace matches `{ span.a = 1 }`: asked for more than a search
+        // answers, the answer is full and says older matches were left.
+        let every = |limit| Search {
+            query: Arc::new(
+                Compiled::new(tracedb_traceql::parse("{ span.a = 1 }").expect("valid"))
+                    .expect("compiles"),
+            ),
+            text: "{ span.a = 1 }".to_owned(),
+            limit,
+            ..search(0, 0)
+        };
+        let most = run(&engine, &every(super::MAX_LIMIT)).expect("search");
+        assert_eq!(most.value.len(), super::MAX_LIMIT);
+        assert!(most.partial.is_empty(), "{:?}", most.partial);
+        let more = run(&engine, &every(1500)).expect("search");
+        assert_eq!(more.value, most.value);
+        assert_eq!(
+            more.partial,
+            super::over_limit(1500, super::MAX_LIMIT)
+                .into_iter()
+                .collect::<Vec<_>>()
+        );
+        assert!(!more.partial.is_empty());
     }
 
     /// A search takes what it holds from the memory budget: one that cannot

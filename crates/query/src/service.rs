@@ -101,9 +101,10 @@ impl QueryApi {
             text: r.query,
             start_unix_nano: r.start_time_unix_nano,
             end_unix_nano: r.end_time_unix_nano,
+            // Over the most one search answers: the answer says so.
             limit: match r.limit {
                 0 => 20,
-                n => (n as usize).min(crate::search::MAX_LIMIT),
+                n => (n as usize).min(crate::jaeger::MAX_SEARCH_DEPTH),
             },
             spans_per_spanset: match r.spans_per_spanset {
                 0 => crate::search::DEFAULT_SPSS,

@@ -563,7 +563,7 @@ async fn tracedb_query_follows_a_dns_name() {
 /// pages of candidates the nodes answer in (at most `MAX_LIMIT` rows each).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_search_through_the_tier_stops_after_its_most_candidates_and_says_so() {
-    use tracedb_query::search::{stopped_inspecting, MAX_INSPECTED};
+    use tracedb_query::search::{stopped_inspecting, MAX_INSPECTED, MAX_LIMIT};
 
     let dir = tempfile::tempdir().expect("tempdir");
     let node = Server::start(dir.path());
@@ -625,5 +625,23 @@ async fn a_search_through_the_tier_stops_after_its_most_candidates_and_says_so()
             .expect("search");
         assert_eq!(found(&half), [id(matching)], "{q}");
         assert!(half.partial.is_empty(), "{q}: {:?}", half.partial);
+    }
+
+    // Every trace matches: asked for more than a search answers, through a
+    // node's search or the tier's own reads, the answer is full and marked.
+    let over = tracedb_query::search::over_limit(1500, MAX_LIMIT).expect("a mark");
+    for (q, mark) in [
+        ("{ span.n = 0 }", format!("node {}: {over}", node.addr)),
+        ("{ span.n = 0 && traceDuration > 0ns }", over.clone()),
+    ] {
+        let mut most = search(q, start_of(traces / 2));
+        most.limit = MAX_LIMIT;
+        let whole = tier.find(most.clone()).await.expect("search");
+        assert_eq!(whole.value.len(), MAX_LIMIT, "{q}");
+        assert!(whole.partial.is_empty(), "{q}: {:?}", whole.partial);
+        most.limit = 1500;
+        let cut = tier.find(most).await.expect("search");
+        assert_eq!(found(&cut), found(&whole), "{q}");
+        assert_eq!(cut.partial, [mark], "{q}");
     }
 }
