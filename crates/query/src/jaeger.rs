@@ -50,7 +50,8 @@ use crate::{
 
 /// Traces a search returns when the request does not say (Jaeger's default).
 pub const DEFAULT_SEARCH_DEPTH: usize = 20;
-/// Most traces one search returns, whatever the request asks.
+/// Most traces a request may ask one search for; the answer holds at most
+/// [`crate::search::MAX_LIMIT`], marked partial when that cuts it.
 pub const MAX_SEARCH_DEPTH: usize = 10_000;
 
 type MessageStream = Pin<Box<dyn Stream<Item = Result<EncodedMessage, Status>> + Send>>;
