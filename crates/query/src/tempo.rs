@@ -356,7 +356,8 @@ fn search_request(params: &HashMap<String, String>) -> Result<Search> {
         query,
         start_unix_nano: range.start_unix_nano,
         end_unix_nano: range.end_unix_nano,
-        limit: count_param(params, "limit", 20, crate::search::MAX_LIMIT)?,
+        // Over the most one search answers: the answer says so.
+        limit: count_param(params, "limit", 20, crate::jaeger::MAX_SEARCH_DEPTH)?,
         spans_per_spanset: count_param(
             params,
             "spss",

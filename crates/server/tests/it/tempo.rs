@@ -315,3 +315,25 @@ async fn tag_values_stop_at_a_megabyte_and_say_so() {
     );
     assert_eq!(r.header("tracedb-partial"), None, "{:?}", r.headers);
 }
+
+/// A search asked for more traces than one search answers (1,000) gets the
+/// newest 1,000, and the answer says older matches were not searched.
+#[tokio::test]
+async fn a_search_asked_for_more_than_it_answers_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path());
+    let traces: Vec<u128> = (1..=1_001).collect();
+    let mut ingest = server.ingest().await;
+    ingest
+        .export(request("front", &traces, 1))
+        .await
+        .expect("export");
+    let rows = |r: &HttpResponse| json(r)["traces"].as_array().map_or(0, Vec::len);
+    let r = get(&server, "/api/search?q=%7B%7D&limit=1000", "*/*");
+    assert_eq!((r.status, rows(&r)), (200, 1_000));
+    assert_eq!(r.header("tracedb-partial"), None, "{:?}", r.headers);
+    let r = get(&server, "/api/search?q=%7B%7D&limit=1001", "*/*");
+    assert_eq!((r.status, rows(&r)), (200, 1_000));
+    let reason = r.header("tracedb-partial-reason").unwrap_or_default();
+    assert!(reason.contains("at most 1000 traces"), "{:?}", r.headers);
+}
