@@ -245,9 +245,33 @@ impl Server {
         DeadPort::bind(addr)
     }
 
-    /// SIGSTOP: the process keeps its sockets and never answers.
+    /// SIGSTOP: the process keeps its sockets and never answers. Returns once
+    /// every thread of it is stopped: a signal stops each thread on its own
+    /// time, and one still running could answer a request sent next.
     pub fn pause(&self) {
         signal(&self.child, "STOP");
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let stopped = std::fs::read_dir(&tasks)
+                .expect("the server's threads")
+                .filter_map(Result::ok)
+                .all(|task| {
+                    let stat =
+                        std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+                    // The state follows the command name, which is in parentheses.
+                    let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+                    matches!(state, Some(Some('T' | 't')) | None)
+                });
+            if stopped {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "the server never stopped"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// SIGCONT after [`Server::pause`].
