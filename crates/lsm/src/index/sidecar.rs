@@ -646,6 +646,9 @@ pub(super) fn block_tag_values(
         return Ok(());
     };
     let needs: Vec<LocalNeed<'_>> = needs.iter().map(|n| LocalNeed::new(n, local_id)).collect();
+    if needs.iter().any(|n| n.ops.is_some() && n.unknown) {
+        return Ok(());
+    }
     let local = block.strings.len();
     // Per string of the block, a bit per value type already met.
     let mut met = vec![0u8; local];
@@ -668,6 +671,9 @@ pub(super) fn block_tag_values(
         }
         r.u32()?;
         let errors = r.u32()?;
+        if errors == 0 && needs.iter().any(|n| n.need.error) {
+            continue;
+        }
         if r.u32()? != 0 {
             r.string(local)?;
         }
@@ -680,6 +686,10 @@ pub(super) fn block_tag_values(
             for (i, n) in needs.iter().enumerate() {
                 op_met[i] = op_met[i] || n.op_meets(service, name, kind);
             }
+        }
+        // A part without a need's operation is passed over unread.
+        if !op_met.iter().all(|&m| m) {
+            continue;
         }
         let count = r.count(3)?;
         // A part whose tags were cut may hold any attribute.
@@ -700,10 +710,9 @@ pub(super) fn block_tag_values(
                 }
             }
         }
-        let meets = needs.iter().enumerate().all(|(i, n)| {
-            (!n.need.error || errors > 0) && op_met[i] && tag_met[i].iter().all(|&m| m)
-        });
-        if meets {
+        // Errors and operations were checked above: what is left are the
+        // attributes.
+        if tag_met.iter().all(|met| met.iter().all(|&m| m)) {
             for &(v, kind) in &found {
                 met[v as usize] |= 1 << kind as u8;
             }
