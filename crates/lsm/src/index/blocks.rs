@@ -354,16 +354,20 @@ impl FileIndex {
 
     /// Block `i`'s place in the sidecar and its body, read and inflated.
     fn body(&self, i: usize) -> Result<(u64, Vec<u8>)> {
+        let (at, frame) = self.frame(i)?;
+        let body = super::sidecar::inflate_frame(&self.path, at, &frame, &self.blocks[i])?;
+        Ok((at, body))
+    }
+
+    /// Block `i`'s place in the sidecar and its bytes there.
+    fn frame(&self, i: usize) -> Result<(u64, Vec<u8>)> {
         let d = &self.blocks[i];
         let at = self.base + d.offset;
         let mut frame = vec![0u8; d.frame_len as usize];
         self.file
             .read_exact_at(&mut frame, at)
             .map_err(|e| crate::error::Error::io(&self.path, e))?;
-        Ok((
-            at,
-            super::sidecar::inflate_frame(&self.path, at, &frame, d)?,
-        ))
+        Ok((at, frame))
     }
 
     /// The distinct values of the attribute `key` (in `scope`, or either) in
@@ -378,15 +382,43 @@ impl FileIndex {
         key: &str,
         window: (u64, u64),
         needs: &[OpNeed],
-        f: impl FnMut(&str, ValueKind),
+        mut f: impl FnMut(&str, ValueKind),
     ) -> Result<()> {
+        let d = &self.blocks[i];
+        // Every part in the window and needs of a service each: the block's
+        // columns may answer, from its head alone.
+        let whole = d.min_start >= window.0 && (window.1 == 0 || d.max_start <= window.1);
+        let service_alone = |n: &OpNeed| {
+            n.service.is_some()
+                && n.name.is_none()
+                && n.kind.is_none()
+                && !n.error
+                && n.tags.is_empty()
+        };
+        if whole && needs.iter().all(service_alone) {
+            let (at, frame) = self.frame(i)?;
+            let head = super::sidecar::inflate_head(&self.path, at, &frame, d)?;
+            if super::sidecar::block_column_values(
+                &self.path,
+                at,
+                &head,
+                self.strings,
+                d.parts,
+                scope,
+                key,
+                needs,
+                &mut f,
+            )? {
+                return Ok(());
+            }
+        }
         let (at, body) = self.body(i)?;
         super::sidecar::block_tag_values(
             &self.path,
             at,
             &body,
             self.strings,
-            self.blocks[i].parts,
+            d.parts,
             scope,
             key,
             window,

@@ -34,10 +34,11 @@ const MAGIC: &[u8; 8] = b"TDB-IDX\0";
 /// as 2, with each trace's end as a duration and without its span list; 4:
 /// as 3, with each tag's value type; 5: parts in blocks newest first, each
 /// its own frame, after a digest of every block (`index::blocks`); 6: as 5,
-/// with (service, kind) terms in each block's filter. Other
+/// with (service, kind) terms in each block's filter; 7: as 6, with columns
+/// of each block's services and of its keys of many values. Other
 /// versions are refused, so a store's older sidecars are rebuilt from their
 /// files when first read.
-const VERSION: u32 = 6;
+const VERSION: u32 = 7;
 /// zstd level of the digest and blocks: level 1 got within 1% of level 9
 /// (trace IDs and times, which hardly compress, are most of the bytes).
 const ZSTD_LEVEL: i32 = 1;
@@ -121,14 +122,20 @@ pub(super) fn encode_parts(
             body.extend_from_slice(strings[id as usize].as_bytes());
         }
         put_varint(&mut body, block.len() as u64);
+        put_columns(&mut body, &decoded);
+        // The head (strings, columns) and the rest (the parts) are two
+        // frames one after the other: a key's values inflate the head alone.
+        let mut rest = Vec::with_capacity(encoded.len() + 2 * lens.len());
         for len in lens {
-            put_varint(&mut body, len as u64);
+            put_varint(&mut rest, len as u64);
         }
-        body.extend_from_slice(&encoded);
-        let frame = zstd::bulk::compress(&body, ZSTD_LEVEL).expect("zstd compresses into memory");
+        rest.extend_from_slice(&encoded);
+        let mut frame =
+            zstd::bulk::compress(&body, ZSTD_LEVEL).expect("zstd compresses into memory");
+        frame.extend(zstd::bulk::compress(&rest, ZSTD_LEVEL).expect("zstd compresses into memory"));
         d.offset = frames.len() as u64;
         d.frame_len = frame.len() as u32;
-        d.body_len = body.len() as u32;
+        d.body_len = (body.len() + rest.len()) as u32;
         d.crc = crc32c::crc32c(&frame);
         frames.extend_from_slice(&frame);
         digests.push(d);
@@ -179,6 +186,91 @@ pub(super) fn encode_parts(
     out.extend_from_slice(&digest_frame);
     out.extend_from_slice(&frames);
     out
+}
+
+/// The marker byte of a block's services column, where a key's column has
+/// its tags' scope-and-type byte.
+const SERVICES_COLUMN: u8 = 0xff;
+
+/// Appends a block's columns (`docs/FORMAT.md`): the services of each of its
+/// `parts` (strings as places in the block's table), then the values of each
+/// part for every key of which one (scope, type) has more values in the
+/// block than its digest lists.
+fn put_columns(out: &mut Vec<u8>, parts: &[TraceSummary]) {
+    let mut column = Vec::with_capacity(parts.len() * 4);
+    let mut places = Vec::new();
+    for p in parts {
+        places.clear();
+        places.extend(p.ops.iter().map(|o| o.service));
+        places.sort_unstable();
+        places.dedup();
+        put_places(&mut column, &places);
+    }
+    let mut distinct: std::collections::BTreeMap<(u32, u8), Vec<u32>> = Default::default();
+    for p in parts {
+        for g in p.tags.iter().filter(|g| g.kind != ValueKind::Unindexed) {
+            distinct
+                .entry((g.key, tag_byte(g)))
+                .or_default()
+                .push(g.value);
+        }
+    }
+    for values in distinct.values_mut() {
+        values.sort_unstable();
+        values.dedup();
+    }
+    // The keys with a (scope, type) of too many values to list, and with
+    // them every other (scope, type) of the same key.
+    let wide: HashSet<u32> = distinct
+        .iter()
+        .filter(|(_, values)| values.len() > blocks::DIGEST_VALUES)
+        .map(|(&(key, _), _)| key)
+        .collect();
+    // A part that ends before it starts is left out of some windows that
+    // hold its start, so its block has no key columns: it is read part by
+    // part.
+    let backwards = parts.iter().any(|p| p.end_unix_nano < p.start_unix_nano);
+    let keys: Vec<(u32, u8)> = distinct
+        .keys()
+        .filter(|(key, _)| !backwards && wide.contains(key))
+        .copied()
+        .collect();
+    put_varint(out, 1 + keys.len() as u64);
+    out.push(SERVICES_COLUMN);
+    put_varint(out, column.len() as u64);
+    out.extend_from_slice(&column);
+    for &(key, byte) in &keys {
+        column.clear();
+        for p in parts {
+            places.clear();
+            places.extend(
+                p.tags
+                    .iter()
+                    .filter(|g| g.key == key && tag_byte(g) == byte)
+                    .map(|g| g.value),
+            );
+            places.sort_unstable();
+            places.dedup();
+            put_places(&mut column, &places);
+        }
+        out.push(byte);
+        put_varint(out, u64::from(key));
+        put_varint(out, column.len() as u64);
+        out.extend_from_slice(&column);
+    }
+}
+
+/// A tag's scope-and-type byte, as a part holds it.
+fn tag_byte(g: &Tag) -> u8 {
+    g.scope as u8 | (g.kind as u8) << 4
+}
+
+/// A count and that many string places.
+fn put_places(out: &mut Vec<u8>, places: &[u32]) {
+    put_varint(out, places.len() as u64);
+    for &p in places {
+        put_varint(out, u64::from(p));
+    }
 }
 
 fn put_str(out: &mut Vec<u8>, s: &str) {
@@ -235,7 +327,7 @@ fn put_ops_tags_edges(out: &mut Vec<u8>, t: &TraceSummary) {
     }
     put_varint(out, t.tags.len() as u64);
     for g in &t.tags {
-        out.push(g.scope as u8 | (g.kind as u8) << 4);
+        out.push(tag_byte(g));
         put_varint(out, u64::from(g.key));
         put_varint(out, u64::from(g.value));
     }
@@ -502,12 +594,6 @@ pub(super) fn inflate_frame(
     if crc32c::crc32c(frame) != d.crc {
         return Err(corrupt(path, at, "block checksum mismatch"));
     }
-    thread_local! {
-        // A context per thread: making one for every block read took as long
-        // as a small block's inflating.
-        static INFLATE: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
-            const { std::cell::RefCell::new(None) };
-    }
     let inflated = INFLATE.with(|cell| {
         let mut cell = cell.borrow_mut();
         if cell.is_none() {
@@ -524,20 +610,105 @@ pub(super) fn inflate_frame(
         .ok_or_else(|| corrupt(path, at, "block does not inflate to its length"))
 }
 
+/// The head of block `d` (its strings and columns) from its `frame`, found
+/// at `at` in the sidecar: the frame's checksum is checked, and only its
+/// first zstd frame inflated.
+pub(super) fn inflate_head(path: &Path, at: u64, frame: &[u8], d: &BlockDigest) -> Result<Vec<u8>> {
+    if crc32c::crc32c(frame) != d.crc {
+        return Err(corrupt(path, at, "block checksum mismatch"));
+    }
+    let bad = || corrupt(path, at, "block head does not inflate to its length");
+    let first = zstd::zstd_safe::find_frame_compressed_size(frame).map_err(|_| bad())?;
+    let head = &frame[..first.min(frame.len())];
+    let len = match zstd::zstd_safe::get_frame_content_size(head) {
+        Ok(Some(len)) if len <= u64::from(d.body_len) => len as usize,
+        _ => return Err(bad()),
+    };
+    let inflated = INFLATE.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.is_none() {
+            *cell = zstd::bulk::Decompressor::new().ok();
+        }
+        match cell.as_mut() {
+            Some(z) => z.decompress(head, len),
+            None => zstd::bulk::decompress(head, len),
+        }
+    });
+    inflated.ok().filter(|b| b.len() == len).ok_or_else(bad)
+}
+
+thread_local! {
+    // A context per thread: making one for every block read took as long
+    // as a small block's inflating.
+    static INFLATE: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// A block's body split up: its strings (ascending index, text) and where
 /// each part lies in the body.
 struct BlockBody<'a> {
     strings: Vec<(u32, &'a str)>,
+    columns: Vec<Column>,
+    /// Empty when only the head was read.
     parts: Vec<Range<usize>>,
+    /// Parts in the block.
+    count: usize,
+}
+
+/// A column of a block's body: the services of each part, or the values of
+/// each part for one key, in one scope and type.
+struct Column {
+    /// `None`: the services column.
+    key: Option<(u32, TagScope, ValueKind)>,
+    /// Where its bytes lie in the body.
+    data: Range<usize>,
 }
 
 fn split_block<'a>(
-    path: &Path,
+    path: &'a Path,
     at: u64,
     body: &'a [u8],
     ns: usize,
     parts: u32,
 ) -> Result<BlockBody<'a>> {
+    let (mut block, mut r) = split_head(path, at, body, ns, parts)?;
+    // Each part is its length and at least 31 bytes.
+    if u64::from(parts) * 32 > (body.len() - r.at) as u64 {
+        return Err(corrupt(
+            path,
+            at + r.at as u64,
+            "more parts than the block's bytes hold",
+        ));
+    }
+    let mut lens = Vec::with_capacity(parts as usize);
+    for _ in 0..parts {
+        lens.push(r.count(1)?);
+    }
+    block.parts.reserve(parts as usize);
+    for len in lens {
+        let from = r.at;
+        r.bytes(len)?;
+        block.parts.push(from..r.at);
+    }
+    if r.at != body.len() {
+        return Err(corrupt(
+            path,
+            at + r.at as u64,
+            "bytes left over after the last part",
+        ));
+    }
+    Ok(block)
+}
+
+/// The strings and columns of a block, from the start of its `body` (or its
+/// head alone), and a reader at the first byte after them.
+fn split_head<'a>(
+    path: &'a Path,
+    at: u64,
+    body: &'a [u8],
+    ns: usize,
+    parts: u32,
+) -> Result<(BlockBody<'a>, Reader<'a>)> {
     let err = |r: &Reader<'_>, reason: &str| corrupt(path, at + r.at as u64, reason);
     let mut r = Reader {
         path,
@@ -557,29 +728,36 @@ fn split_block<'a>(
         r.at += len;
         strings.push((id, text));
     }
-    if r.count(31)? != parts as usize {
+    if r.count(0)? != parts as usize {
         return Err(err(
             &r,
             "block holds another number of parts than its digest says",
         ));
     }
-    let mut lens = Vec::with_capacity(parts as usize);
-    for _ in 0..parts {
-        lens.push(r.count(1)?);
-    }
-    let mut ranges = Vec::with_capacity(parts as usize);
-    for len in lens {
+    let mut columns = Vec::new();
+    for _ in 0..r.count(2)? {
+        let key = if r.buf.get(r.at) == Some(&SERVICES_COLUMN) {
+            r.at += 1;
+            None
+        } else {
+            let (scope, kind) = scope_kind(&mut r)?;
+            Some((r.string(n)?, scope, kind))
+        };
+        let len = r.count(1)?;
         let from = r.at;
         r.bytes(len)?;
-        ranges.push(from..r.at);
+        columns.push(Column {
+            key,
+            data: from..r.at,
+        });
     }
-    if r.at != body.len() {
-        return Err(err(&r, "bytes left over after the last part"));
-    }
-    Ok(BlockBody {
+    let block = BlockBody {
         strings,
-        parts: ranges,
-    })
+        columns,
+        parts: Vec::new(),
+        count: parts as usize,
+    };
+    Ok((block, r))
 }
 
 /// One part at `range` of a block's `body`, checked to fill it exactly.
@@ -632,7 +810,7 @@ pub(super) fn block_tag_values(
     key: &str,
     (start, end): (u64, u64),
     needs: &[OpNeed],
-    mut f: impl FnMut(&str, ValueKind),
+    f: impl FnMut(&str, ValueKind),
 ) -> Result<()> {
     let block = split_block(path, at, body, ns, parts)?;
     let local_id = |text: &str| {
@@ -657,7 +835,7 @@ pub(super) fn block_tag_values(
     // Per need: its operation, and each of its attributes, met by the part.
     let mut op_met = vec![false; needs.len()];
     let mut tag_met: Vec<Vec<bool>> = needs.iter().map(|n| vec![false; n.tags.len()]).collect();
-    for range in block.parts {
+    for range in block.parts.iter().cloned() {
         let mut r = Reader {
             path,
             buf: &body[..range.end],
@@ -718,6 +896,63 @@ pub(super) fn block_tag_values(
             }
         }
     }
+    each_met(&block, &met, f);
+    Ok(())
+}
+
+/// As [`block_tag_values`] for a block every part of which lies in the
+/// window and `needs` that each name a service alone, from the block's
+/// `head` (its first frame, [`inflate_head`]): the key's columns are read
+/// instead of the parts. `false`, with `f` not called, when the block has
+/// no column for the key or a need names more than a service.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn block_column_values(
+    path: &Path,
+    at: u64,
+    head: &[u8],
+    ns: usize,
+    parts: u32,
+    scope: Option<TagScope>,
+    key: &str,
+    needs: &[OpNeed],
+    f: impl FnMut(&str, ValueKind),
+) -> Result<bool> {
+    let (block, r) = split_head(path, at, head, ns, parts)?;
+    if r.at != head.len() {
+        return Err(r.err("bytes left over after the block's columns"));
+    }
+    let local_id = |text: &str| {
+        block
+            .strings
+            .iter()
+            .position(|s| s.1 == text)
+            .map(|i| i as u32)
+    };
+    let Some(k) = local_id(key) else {
+        return Ok(true);
+    };
+    let needs: Vec<LocalNeed<'_>> = needs.iter().map(|n| LocalNeed::new(n, local_id)).collect();
+    let Some(services) = needs
+        .iter()
+        .map(LocalNeed::service_alone)
+        .collect::<Option<Vec<u32>>>()
+    else {
+        // A service the block lacks is no place in its table.
+        if needs.iter().any(|n| n.ops.is_some() && n.unknown) {
+            return Ok(true);
+        }
+        return Ok(false);
+    };
+    let mut met = vec![0u8; block.strings.len()];
+    if !column_values(path, at, head, &block, k, scope, &services, &mut met)? {
+        return Ok(false);
+    }
+    each_met(&block, &met, f);
+    Ok(true)
+}
+
+/// Calls `f` with each (string, type) of a block set in `met`.
+fn each_met(block: &BlockBody<'_>, met: &[u8], mut f: impl FnMut(&str, ValueKind)) {
     for (v, &kinds) in met.iter().enumerate() {
         for code in 0..8u8 {
             if kinds & (1 << code) != 0 {
@@ -726,7 +961,71 @@ pub(super) fn block_tag_values(
             }
         }
     }
-    Ok(())
+}
+
+/// Sets in `met` the values of the key at place `k` (in `scope`, or either)
+/// of every part of `block` that has each of `services` (places), read from
+/// the block's columns; `false`, with nothing set, when the key has none.
+#[allow(clippy::too_many_arguments)]
+fn column_values(
+    path: &Path,
+    at: u64,
+    body: &[u8],
+    block: &BlockBody<'_>,
+    k: u32,
+    scope: Option<TagScope>,
+    services: &[u32],
+    met: &mut [u8],
+) -> Result<bool> {
+    let reader = |c: &Column| Reader {
+        path,
+        buf: &body[..c.data.end],
+        at: c.data.start,
+    };
+    if !block
+        .columns
+        .iter()
+        .any(|c| c.key.is_some_and(|(key, ..)| key == k))
+    {
+        return Ok(false);
+    }
+    let Some(mut held) = block.columns.iter().find(|c| c.key.is_none()).map(reader) else {
+        return Err(corrupt(path, at, "block without its services column"));
+    };
+    let mut columns: Vec<(ValueKind, Reader<'_>)> = block
+        .columns
+        .iter()
+        .filter_map(|c| match c.key {
+            Some((key, s, kind))
+                if key == k && kind != ValueKind::Unindexed && scope.is_none_or(|x| x == s) =>
+            {
+                Some((kind, reader(c)))
+            }
+            _ => None,
+        })
+        .collect();
+    let local = block.strings.len();
+    let mut have = Vec::new();
+    for _ in 0..block.count {
+        have.clear();
+        for _ in 0..held.count(1)? {
+            have.push(held.string(local)?);
+        }
+        let meets = services.iter().all(|s| have.contains(s));
+        for (kind, r) in &mut columns {
+            for _ in 0..r.count(1)? {
+                let v = r.string(local)?;
+                if meets {
+                    met[v as usize] |= 1 << *kind as u8;
+                }
+            }
+        }
+    }
+    let done = |r: &Reader<'_>| r.at == r.buf.len();
+    if !done(&held) || !columns.iter().all(|(_, r)| done(r)) {
+        return Err(held.err("column longer than its block's parts"));
+    }
+    Ok(true)
 }
 
 /// A need of a tag-values query with its strings looked up in one block's
@@ -774,6 +1073,16 @@ impl<'a> LocalNeed<'a> {
                     value: id(&t.value),
                 })
                 .collect(),
+        }
+    }
+
+    /// The service (its place) the need names, when it names nothing else.
+    fn service_alone(&self) -> Option<u32> {
+        let n = self.need;
+        let alone = n.name.is_none() && n.kind.is_none() && !n.error && n.tags.is_empty();
+        match self.ops {
+            Some((Some(service), None)) if alone => Some(service),
+            _ => None,
         }
     }
 
@@ -1251,6 +1560,144 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    /// `set(traces)` with a `user` of its own on every trace (a block's
+    /// too many to list) and a second service on the even ones.
+    fn users(traces: u64) -> SummarySet {
+        let base = set(traces);
+        let mut strings = base.strings.clone();
+        let mut id = |text: String| {
+            strings.push(text);
+            (strings.len() - 1) as u32
+        };
+        let (user, other) = (id("user".into()), id("other".into()));
+        let mut traces = base.traces.clone();
+        for (i, t) in traces.iter_mut().enumerate() {
+            t.tags.push(Tag {
+                scope: TagScope::Span,
+                key: user,
+                value: id(format!("u{i}")),
+                kind: ValueKind::Str,
+            });
+            t.tags.sort_unstable();
+            if i % 2 == 0 {
+                t.ops.push(Op {
+                    service: other,
+                    name: other,
+                    kind: 2,
+                    error: false,
+                });
+                t.ops.sort_unstable();
+            }
+        }
+        SummarySet::new(strings, traces)
+    }
+
+    /// The values of `user` in the only block of `bytes`, read from its
+    /// head's columns when `columns`, else part by part.
+    fn block_users(bytes: &[u8], columns: bool, needs: &[OpNeed]) -> Result<Vec<String>> {
+        let path = Path::new("x.idx");
+        let (digest, base) = digest_of_file(path, bytes)?;
+        let d = &digest.blocks[0];
+        let mut out = Vec::new();
+        let add = |v: &str, _| out.push(v.to_owned());
+        if columns {
+            let at = base + d.offset as usize;
+            let head = inflate_head(path, 0, &bytes[at..at + d.frame_len as usize], d)?;
+            let (ns, parts) = (digest.strings, d.parts);
+            let read = block_column_values(path, 0, &head, ns, parts, None, "user", needs, add)?;
+            assert!(read, "the columns answer");
+        } else {
+            let body = inflate_block(path, bytes, base, d)?;
+            let (ns, parts) = (digest.strings, d.parts);
+            block_tag_values(path, 0, &body, ns, parts, None, "user", (0, 0), needs, add)?;
+        }
+        Ok(out)
+    }
+
+    /// A column's key (`None`: the services') and where it lies in the body.
+    type Placed = (Option<String>, Range<usize>);
+
+    /// The columns of the only block of `bytes`, and its body.
+    fn columns(bytes: &[u8]) -> (Vec<Placed>, Vec<u8>) {
+        let path = Path::new("x.idx");
+        let (digest, base) = digest_of_file(path, bytes).expect("digest");
+        let d = &digest.blocks[0];
+        let body = inflate_block(path, bytes, base, d).expect("block");
+        let block = split_block(path, 0, &body, digest.strings, d.parts).expect("split");
+        let columns = block
+            .columns
+            .iter()
+            .map(|c| {
+                let key = c.key.map(|k| block.strings[k.0 as usize].1.to_owned());
+                (key, c.data.clone())
+            })
+            .collect();
+        (columns, body)
+    }
+
+    #[test]
+    fn a_block_lists_its_many_values_of_a_key_in_a_column_as_its_parts_hold_them() {
+        let set = users(300);
+        let bytes = encode(&set, blocks::BLOCK_PARTS);
+        let keys: Vec<Option<String>> = columns(&bytes).0.into_iter().map(|c| c.0).collect();
+        assert_eq!(
+            keys,
+            [None, Some("user".to_owned())],
+            "services, then the key"
+        );
+        let other = OpNeed {
+            service: Some("other".into()),
+            ..OpNeed::default()
+        };
+        for needs in [vec![], vec![other.clone()]] {
+            let parts = block_users(&bytes, false, &needs).expect("parts");
+            assert_eq!(block_users(&bytes, true, &needs).expect("columns"), parts);
+            assert_eq!(parts.len(), if needs.is_empty() { 300 } else { 150 });
+        }
+
+        // A part that ends before it starts: no key column.
+        let mut backwards = set.clone();
+        backwards.traces[7].end_unix_nano = backwards.traces[7].start_unix_nano - 1;
+        let bytes = encode(&backwards, blocks::BLOCK_PARTS);
+        assert_eq!(columns(&bytes).0.len(), 1, "the services column alone");
+        assert_eq!(block_users(&bytes, false, &[]).expect("parts").len(), 300);
+    }
+
+    #[test]
+    fn a_damaged_column_is_refused() {
+        let bytes = encode(&users(300), blocks::BLOCK_PARTS);
+        let path = Path::new("x.idx");
+        let (digest, _) = digest_of_file(path, &bytes).expect("digest");
+        let d = &digest.blocks[0];
+        let (columns, body) = columns(&bytes);
+        let services = columns[0].1.clone();
+        let head = &body[..columns[1].1.end];
+        let read = |head: &[u8]| {
+            block_column_values(
+                path,
+                0,
+                head,
+                digest.strings,
+                d.parts,
+                None,
+                "user",
+                &[],
+                |_, _| (),
+            )
+        };
+        assert!(read(head).expect("whole"));
+        // The first part's count of services said as none: the column no
+        // longer fits the parts.
+        let mut bad = head.to_vec();
+        assert_eq!(bad[services.start], 1);
+        bad[services.start] = 0;
+        let err = read(&bad).expect_err("a damaged column");
+        assert!(err.is_corruption(), "{err}");
+        // A head with the parts after it is refused too.
+        let err = read(&body).expect_err("more than a head");
+        assert!(err.is_corruption(), "{err}");
     }
 
     #[test]
