@@ -146,6 +146,9 @@ pub struct BlockDigest {
     pub frame_len: u32,
     pub body_len: u32,
     pub crc: u32,
+    /// Bytes of its head's frame, the first of its two, and their CRC-32C.
+    pub head_len: u32,
+    pub head_crc: u32,
     /// Bit `k` set: some part has a span of OTLP kind `k` (kinds of 8 and
     /// over set every bit).
     pub kinds: u8,
@@ -232,6 +235,8 @@ pub fn digest_of<'s>(
         frame_len: 0,
         body_len: 0,
         crc: 0,
+        head_len: 0,
+        head_crc: 0,
         kinds,
         flags,
         bloom: Bloom::of(&mut terms),
@@ -354,20 +359,14 @@ impl FileIndex {
 
     /// Block `i`'s place in the sidecar and its body, read and inflated.
     fn body(&self, i: usize) -> Result<(u64, Vec<u8>)> {
-        let (at, frame) = self.frame(i)?;
-        let body = super::sidecar::inflate_frame(&self.path, at, &frame, &self.blocks[i])?;
-        Ok((at, body))
-    }
-
-    /// Block `i`'s place in the sidecar and its bytes there.
-    fn frame(&self, i: usize) -> Result<(u64, Vec<u8>)> {
         let d = &self.blocks[i];
         let at = self.base + d.offset;
         let mut frame = vec![0u8; d.frame_len as usize];
         self.file
             .read_exact_at(&mut frame, at)
             .map_err(|e| crate::error::Error::io(&self.path, e))?;
-        Ok((at, frame))
+        let body = super::sidecar::inflate_frame(&self.path, at, &frame, d)?;
+        Ok((at, body))
     }
 
     /// The distinct values of the attribute `key` (in `scope`, or either) in
@@ -396,7 +395,11 @@ impl FileIndex {
                 && n.tags.is_empty()
         };
         if whole && needs.iter().all(service_alone) {
-            let (at, frame) = self.frame(i)?;
+            let at = self.base + d.offset;
+            let mut frame = vec![0u8; d.head_len as usize];
+            self.file
+                .read_exact_at(&mut frame, at)
+                .map_err(|e| crate::error::Error::io(&self.path, e))?;
             let head = super::sidecar::inflate_head(&self.path, at, &frame, d)?;
             if super::sidecar::block_column_values(
                 &self.path,

@@ -132,6 +132,8 @@ pub(super) fn encode_parts(
         rest.extend_from_slice(&encoded);
         let mut frame =
             zstd::bulk::compress(&body, ZSTD_LEVEL).expect("zstd compresses into memory");
+        d.head_len = frame.len() as u32;
+        d.head_crc = crc32c::crc32c(&frame);
         frame.extend(zstd::bulk::compress(&rest, ZSTD_LEVEL).expect("zstd compresses into memory"));
         d.offset = frames.len() as u64;
         d.frame_len = frame.len() as u32;
@@ -152,6 +154,8 @@ pub(super) fn encode_parts(
         put_varint(&mut digest, u64::from(d.frame_len));
         put_varint(&mut digest, u64::from(d.body_len));
         digest.extend_from_slice(&d.crc.to_le_bytes());
+        put_varint(&mut digest, u64::from(d.head_len));
+        digest.extend_from_slice(&d.head_crc.to_le_bytes());
         digest.push(d.kinds);
         digest.push(d.flags);
         put_varint(&mut digest, d.bloom.words().len() as u64);
@@ -199,12 +203,18 @@ const SERVICES_COLUMN: u8 = 0xff;
 fn put_columns(out: &mut Vec<u8>, parts: &[TraceSummary]) {
     let mut column = Vec::with_capacity(parts.len() * 4);
     let mut places = Vec::new();
-    for p in parts {
-        places.clear();
-        places.extend(p.ops.iter().map(|o| o.service));
-        places.sort_unstable();
-        places.dedup();
-        put_places(&mut column, &places);
+    let mut services: std::collections::BTreeMap<u32, Vec<u8>> = Default::default();
+    for (i, p) in parts.iter().enumerate() {
+        for o in &p.ops {
+            let bits = services
+                .entry(o.service)
+                .or_insert_with(|| vec![0; parts.len().div_ceil(8)]);
+            bits[i / 8] |= 1 << (i % 8);
+        }
+    }
+    for (service, bits) in &services {
+        put_varint(&mut column, u64::from(*service));
+        column.extend_from_slice(bits);
     }
     let mut distinct: std::collections::BTreeMap<(u32, u8), Vec<u32>> = Default::default();
     for p in parts {
@@ -500,6 +510,11 @@ fn parse_digest(path: &Path, head: &[u8], frame: &[u8], blocks_len: u64) -> Resu
         let frame_len = r.u32()?;
         let body_len = r.u32()?;
         let crc = u32::from_le_bytes(r.bytes(4)?.try_into().expect("4 bytes"));
+        let head_len = r.u32()?;
+        let head_crc = u32::from_le_bytes(r.bytes(4)?.try_into().expect("4 bytes"));
+        if head_len == 0 || head_len > frame_len {
+            return Err(r.err("block head outside its frames"));
+        }
         let kinds = r.bytes(1)?[0];
         let flags = r.bytes(1)?[0];
         let words = r.count(8)?;
@@ -549,6 +564,8 @@ fn parse_digest(path: &Path, head: &[u8], frame: &[u8], blocks_len: u64) -> Resu
             frame_len,
             body_len,
             crc,
+            head_len,
+            head_crc,
             kinds,
             flags,
             bloom,
@@ -610,16 +627,17 @@ pub(super) fn inflate_frame(
         .ok_or_else(|| corrupt(path, at, "block does not inflate to its length"))
 }
 
-/// The head of block `d` (its strings and columns) from its `frame`, found
-/// at `at` in the sidecar: the frame's checksum is checked, and only its
-/// first zstd frame inflated.
-pub(super) fn inflate_head(path: &Path, at: u64, frame: &[u8], d: &BlockDigest) -> Result<Vec<u8>> {
-    if crc32c::crc32c(frame) != d.crc {
-        return Err(corrupt(path, at, "block checksum mismatch"));
+/// The head of block `d` (its strings and columns) from its first frame,
+/// `head` (the digest's `head_len` bytes at `at` in the sidecar), checked
+/// against the digest's checksum and inflated.
+pub(super) fn inflate_head(path: &Path, at: u64, head: &[u8], d: &BlockDigest) -> Result<Vec<u8>> {
+    if crc32c::crc32c(head) != d.head_crc {
+        return Err(corrupt(path, at, "block head checksum mismatch"));
     }
     let bad = || corrupt(path, at, "block head does not inflate to its length");
-    let first = zstd::zstd_safe::find_frame_compressed_size(frame).map_err(|_| bad())?;
-    let head = &frame[..first.min(frame.len())];
+    if zstd::zstd_safe::find_frame_compressed_size(head) != Ok(head.len()) {
+        return Err(bad());
+    }
     let len = match zstd::zstd_safe::get_frame_content_size(head) {
         Ok(Some(len)) if len <= u64::from(d.body_len) => len as usize,
         _ => return Err(bad()),
@@ -647,12 +665,21 @@ thread_local! {
 /// A block's body split up: its strings (ascending index, text) and where
 /// each part lies in the body.
 struct BlockBody<'a> {
-    strings: Vec<(u32, &'a str)>,
+    /// Checked to be UTF-8 when read ([`BlockBody::text`]): a key's values
+    /// read from the columns check only those they give.
+    strings: Vec<(u32, &'a [u8])>,
     columns: Vec<Column>,
     /// Empty when only the head was read.
     parts: Vec<Range<usize>>,
     /// Parts in the block.
     count: usize,
+}
+
+impl<'a> BlockBody<'a> {
+    /// The text of the block's string `i`, in the block at `at`.
+    fn text(&self, path: &Path, at: u64, i: usize) -> Result<&'a str> {
+        std::str::from_utf8(self.strings[i].1).map_err(|_| corrupt(path, at, "string is not UTF-8"))
+    }
 }
 
 /// A column of a block's body: the services of each part, or the values of
@@ -716,17 +743,15 @@ fn split_head<'a>(
         at: 0,
     };
     let n = r.count(2)?;
-    let mut strings: Vec<(u32, &'a str)> = Vec::with_capacity(n);
+    let mut strings: Vec<(u32, &'a [u8])> = Vec::with_capacity(n);
     for _ in 0..n {
         let id = r.string(ns)?;
         if strings.last().is_some_and(|&(prev, _)| prev >= id) {
             return Err(err(&r, "block strings out of order"));
         }
         let len = r.count(1)?;
-        let text = std::str::from_utf8(&body[r.at..r.at + len])
-            .map_err(|_| err(&r, "string is not UTF-8"))?;
+        strings.push((id, &body[r.at..r.at + len]));
         r.at += len;
-        strings.push((id, text));
     }
     if r.count(0)? != parts as usize {
         return Err(err(
@@ -786,10 +811,12 @@ pub(super) fn decode_block(
     let block = split_block(path, at, body, ns, parts)?;
     let local = block.strings.len();
     let mut traces = Vec::with_capacity(block.parts.len());
-    for range in block.parts {
+    for range in block.parts.iter().cloned() {
         traces.push(part_at(path, body, range, local)?);
     }
-    let strings = block.strings.into_iter().map(|s| s.1.to_owned()).collect();
+    let strings = (0..local)
+        .map(|i| block.text(path, at, i).map(str::to_owned))
+        .collect::<Result<_>>()?;
     Ok(SummarySet::new(strings, traces))
 }
 
@@ -817,7 +844,7 @@ pub(super) fn block_tag_values(
         block
             .strings
             .iter()
-            .position(|s| s.1 == text)
+            .position(|s| s.1 == text.as_bytes())
             .map(|i| i as u32)
     };
     let Some(k) = local_id(key) else {
@@ -896,7 +923,7 @@ pub(super) fn block_tag_values(
             }
         }
     }
-    each_met(&block, &met, f);
+    each_met(path, at, &block, &met, f)?;
     Ok(())
 }
 
@@ -925,7 +952,7 @@ pub(super) fn block_column_values(
         block
             .strings
             .iter()
-            .position(|s| s.1 == text)
+            .position(|s| s.1 == text.as_bytes())
             .map(|i| i as u32)
     };
     let Some(k) = local_id(key) else {
@@ -947,20 +974,28 @@ pub(super) fn block_column_values(
     if !column_values(path, at, head, &block, k, scope, &services, &mut met)? {
         return Ok(false);
     }
-    each_met(&block, &met, f);
+    each_met(path, at, &block, &met, f)?;
     Ok(true)
 }
 
-/// Calls `f` with each (string, type) of a block set in `met`.
-fn each_met(block: &BlockBody<'_>, met: &[u8], mut f: impl FnMut(&str, ValueKind)) {
-    for (v, &kinds) in met.iter().enumerate() {
+/// Calls `f` with each (string, type) of a block (at `at`) set in `met`.
+fn each_met(
+    path: &Path,
+    at: u64,
+    block: &BlockBody<'_>,
+    met: &[u8],
+    mut f: impl FnMut(&str, ValueKind),
+) -> Result<()> {
+    for (v, &kinds) in met.iter().enumerate().filter(|m| *m.1 != 0) {
+        let text = block.text(path, at, v)?;
         for code in 0..8u8 {
             if kinds & (1 << code) != 0 {
                 let kind = ValueKind::from_code(code).expect("a code set from a ValueKind");
-                f(block.strings[v].1, kind);
+                f(text, kind);
             }
         }
     }
+    Ok(())
 }
 
 /// Sets in `met` the values of the key at place `k` (in `scope`, or either)
@@ -989,9 +1024,36 @@ fn column_values(
     {
         return Ok(false);
     }
-    let Some(mut held) = block.columns.iter().find(|c| c.key.is_none()).map(reader) else {
+    let Some(held) = block.columns.iter().find(|c| c.key.is_none()) else {
         return Err(corrupt(path, at, "block without its services column"));
     };
+    let local = block.strings.len();
+    // The parts that have every service, a bit each; `None`: all.
+    let mut meets: Option<Vec<u8>> = None;
+    if !services.is_empty() {
+        let bytes = block.count.div_ceil(8);
+        let mut r = reader(held);
+        let mut found = vec![false; services.len()];
+        let mut mask = vec![0xffu8; bytes];
+        let mut last = None;
+        while r.at < r.buf.len() {
+            let service = r.string(local)?;
+            if last.is_some_and(|l| l >= service) {
+                return Err(r.err("services column out of order"));
+            }
+            last = Some(service);
+            let bits = r.bytes(bytes)?;
+            if let Some(i) = services.iter().position(|&s| s == service) {
+                found[i] = true;
+                mask.iter_mut().zip(bits).for_each(|(m, b)| *m &= b);
+            }
+        }
+        if !found.iter().all(|&f| f) || mask.iter().all(|&m| m == 0) {
+            // No part has every service.
+            return Ok(true);
+        }
+        meets = Some(mask);
+    }
     let mut columns: Vec<(ValueKind, Reader<'_>)> = block
         .columns
         .iter()
@@ -1004,26 +1066,21 @@ fn column_values(
             _ => None,
         })
         .collect();
-    let local = block.strings.len();
-    let mut have = Vec::new();
-    for _ in 0..block.count {
-        have.clear();
-        for _ in 0..held.count(1)? {
-            have.push(held.string(local)?);
-        }
-        let meets = services.iter().all(|s| have.contains(s));
+    for i in 0..block.count {
+        let part_meets = meets
+            .as_ref()
+            .is_none_or(|m| m[i / 8] & (1 << (i % 8)) != 0);
         for (kind, r) in &mut columns {
             for _ in 0..r.count(1)? {
                 let v = r.string(local)?;
-                if meets {
+                if part_meets {
                     met[v as usize] |= 1 << *kind as u8;
                 }
             }
         }
     }
-    let done = |r: &Reader<'_>| r.at == r.buf.len();
-    if !done(&held) || !columns.iter().all(|(_, r)| done(r)) {
-        return Err(held.err("column longer than its block's parts"));
+    if let Some((_, r)) = columns.iter().find(|(_, r)| r.at != r.buf.len()) {
+        return Err(r.err("column longer than its block's parts"));
     }
     Ok(true)
 }
@@ -1218,7 +1275,8 @@ impl SidecarParts {
             let block = split_block(path, at, &body, ns, d.parts)?;
             let shift = buf.len();
             let offset = |s: &str| s.as_ptr() as usize - body.as_ptr() as usize + shift;
-            for (id, text) in &block.strings {
+            for (i, (id, _)) in block.strings.iter().enumerate() {
+                let text = block.text(path, at, i)?;
                 strings[*id as usize] = (offset(text), text.len());
             }
             for range in block.parts {
@@ -1604,7 +1662,7 @@ mod tests {
         let add = |v: &str, _| out.push(v.to_owned());
         if columns {
             let at = base + d.offset as usize;
-            let head = inflate_head(path, 0, &bytes[at..at + d.frame_len as usize], d)?;
+            let head = inflate_head(path, 0, &bytes[at..at + d.head_len as usize], d)?;
             let (ns, parts) = (digest.strings, d.parts);
             let read = block_column_values(path, 0, &head, ns, parts, None, "user", needs, add)?;
             assert!(read, "the columns answer");
@@ -1630,7 +1688,9 @@ mod tests {
             .columns
             .iter()
             .map(|c| {
-                let key = c.key.map(|k| block.strings[k.0 as usize].1.to_owned());
+                let key = c
+                    .key
+                    .map(|k| block.text(path, 0, k.0 as usize).expect("UTF-8").to_owned());
                 (key, c.data.clone())
             })
             .collect();
@@ -1672,8 +1732,8 @@ mod tests {
         let (digest, _) = digest_of_file(path, &bytes).expect("digest");
         let d = &digest.blocks[0];
         let (columns, body) = columns(&bytes);
-        let services = columns[0].1.clone();
-        let head = &body[..columns[1].1.end];
+        let users = columns[1].1.clone();
+        let head = &body[..users.end];
         let read = |head: &[u8]| {
             block_column_values(
                 path,
@@ -1688,15 +1748,23 @@ mod tests {
             )
         };
         assert!(read(head).expect("whole"));
-        // The first part's count of services said as none: the column no
+        // The first part's count of users said as none: the column no
         // longer fits the parts.
         let mut bad = head.to_vec();
-        assert_eq!(bad[services.start], 1);
-        bad[services.start] = 0;
+        assert_eq!(bad[users.start], 1);
+        bad[users.start] = 0;
         let err = read(&bad).expect_err("a damaged column");
         assert!(err.is_corruption(), "{err}");
         // A head with the parts after it is refused too.
         let err = read(&body).expect_err("more than a head");
+        assert!(err.is_corruption(), "{err}");
+        // So is a head frame that does not match its checksum.
+        let (_, base) = digest_of_file(path, &bytes).expect("digest");
+        let at = base + d.offset as usize;
+        let mut frame = bytes[at..at + d.head_len as usize].to_vec();
+        inflate_head(path, 0, &frame, d).expect("the head as written");
+        frame[3] ^= 0x10;
+        let err = inflate_head(path, 0, &frame, d).expect_err("a damaged head");
         assert!(err.is_corruption(), "{err}");
     }
 
