@@ -324,7 +324,8 @@ impl Engine {
             range.end_unix_nano,
         );
         let (buffers, snapshot) = self.buffer_sets();
-        let mut out = TagValues::new(limit);
+        let threads = self.inner.opts.search_threads;
+        let mut out = TagValues::new(limit, threads);
         out.extend(index::tag_values(&buffers, scope, key, start, end, needs));
         let terms: Vec<NeedTerms> = needs.iter().map(NeedTerms::new).collect();
         let mut files = self.files_in(&snapshot, range);
@@ -333,7 +334,6 @@ impl Engine {
         // The file being walked and its next block.
         let mut walking: Option<(&Arc<TableFile>, Arc<FileIndex>, usize)> = None;
         let mut round = 1;
-        let threads = self.inner.opts.search_threads;
         while !out.stopped {
             // The next blocks that hold the key and may meet the needs, in
             // the walk's order.
@@ -380,7 +380,7 @@ impl Engine {
                     };
                     // The block's values of the key are all answered
                     // already: reading it could add none.
-                    if all_listed && listed_values().all(|(v, kind)| out.seen.contains(&v, kind)) {
+                    if all_listed && listed_values().all(|(v, kind)| out.contains(&v, kind)) {
                         return Some(Vec::new());
                     }
                     let inside = d.min_start >= start && (end == 0 || d.max_start <= end);
@@ -393,23 +393,32 @@ impl Engine {
                 .filter(|(_, l)| l.is_none())
                 .map(|((_, index, b), _)| (&**index, *b))
                 .collect();
-            let mut read =
-                scan_blocks(&to_read, threads, scope, key, (start, end), needs).into_iter();
+            let mut read = scan_blocks(
+                &to_read,
+                threads,
+                &out.hasher,
+                scope,
+                key,
+                (start, end),
+                needs,
+            )
+            .into_iter();
+            let mut values = Vec::with_capacity(batch.len());
             for ((file, _, _), listed) in batch.iter().zip(listed) {
-                if out.stopped {
-                    break;
-                }
-                match listed {
-                    Some(values) => out.extend(values),
-                    None => match read.next().expect("a scan per block to read") {
-                        Ok(values) => values.each(|v, kind| out.add(v, kind)),
-                        Err(e) => {
-                            let set = [Arc::new(self.rebuilt_block(file, e)?)];
-                            out.extend(index::tag_values(&set, scope, key, start, end, needs));
-                        }
-                    },
-                }
+                let read = match listed {
+                    Some(listed) => Ok(BlockValues::of(listed, &out.hasher)),
+                    None => read.next().expect("a scan per block to read"),
+                };
+                values.push(match read {
+                    Ok(values) => values,
+                    Err(e) => {
+                        let set = [Arc::new(self.rebuilt_block(file, e)?)];
+                        let rebuilt = index::tag_values(&set, scope, key, start, end, needs);
+                        BlockValues::of(rebuilt, &out.hasher)
+                    }
+                });
             }
+            out.add_round(&values);
         }
         out.finish();
         Ok(out)
@@ -660,23 +669,33 @@ fn key_tags<'a>(d: &'a BlockDigest, key: &str, scope: Option<TagScope>) -> Vec<&
 }
 
 /// The distinct values of a key read from one block: their texts one after
-/// another, each with where it ends and its type.
+/// another, each with where it ends, its type and its hash in the answer's
+/// [`ValueSet`] (worked out by the thread that read the block).
 #[derive(Default)]
 struct BlockValues {
     text: String,
-    ends: Vec<(usize, ValueKind)>,
+    ends: Vec<(usize, ValueKind, u64)>,
 }
 
 impl BlockValues {
-    fn push(&mut self, value: &str, kind: ValueKind) {
+    fn push(&mut self, value: &str, kind: ValueKind, hasher: &ValueHasher) {
         self.text.push_str(value);
-        self.ends.push((self.text.len(), kind));
+        self.ends
+            .push((self.text.len(), kind, value_hash(hasher, value, kind)));
     }
 
-    fn each(&self, mut f: impl FnMut(&str, ValueKind)) {
+    fn of(values: impl IntoIterator<Item = (String, ValueKind)>, hasher: &ValueHasher) -> Self {
+        let mut out = BlockValues::default();
+        for (v, kind) in values {
+            out.push(&v, kind, hasher);
+        }
+        out
+    }
+
+    fn each(&self, mut f: impl FnMut(&str, ValueKind, u64)) {
         let mut from = 0;
-        for &(to, kind) in &self.ends {
-            f(&self.text[from..to], kind);
+        for &(to, kind, hash) in &self.ends {
+            f(&self.text[from..to], kind, hash);
             from = to;
         }
     }
@@ -684,9 +703,11 @@ impl BlockValues {
 
 /// [`FileIndex::block_tag_values`] of each block of `blocks`, in their order,
 /// read by up to `threads` threads, each a run of neighbouring blocks.
+#[allow(clippy::too_many_arguments)]
 fn scan_blocks(
     blocks: &[(&FileIndex, usize)],
     threads: usize,
+    hasher: &ValueHasher,
     scope: Option<TagScope>,
     key: &str,
     window: (u64, u64),
@@ -697,7 +718,7 @@ fn scan_blocks(
             .map(|&(index, b)| {
                 let mut values = BlockValues::default();
                 index.block_tag_values(b, scope, key, window, needs, |v, kind| {
-                    values.push(v, kind)
+                    values.push(v, kind, hasher)
                 })?;
                 Ok(values)
             })
@@ -793,8 +814,23 @@ mod tests {
             assert!(!same.insert_hashed(7, v, *k), "{v} twice");
         }
         assert!(!same.find(7, "v5", ValueKind::Float) && !same.find(8, "v5", ValueKind::Str));
-        assert_eq!(same.into_sorted(), want);
+        assert_eq!(same.clone().into_sorted(), want);
         assert_eq!(set, set.clone());
+
+        // Cut back to the first ten added: the rest are gone from the chain
+        // of their hash, and can be added again.
+        let first: Vec<&(String, ValueKind)> = want.iter().take(10).collect();
+        same.truncate(10);
+        assert_eq!(same.len(), 10);
+        for (i, (v, k)) in want.iter().enumerate() {
+            assert_eq!(same.find(7, v, *k), i < 10, "{v} {k:?}");
+        }
+        assert_eq!(
+            same.clone().into_sorted(),
+            first.into_iter().cloned().collect()
+        );
+        let (v, k) = want.iter().nth(10).expect("an 11th");
+        assert!(same.insert_hashed(7, v, *k) && same.find(7, v, *k));
     }
 
     #[test]
@@ -851,7 +887,7 @@ impl ValuesLimit {
 
 /// Values of a key, and whether gathering them stopped at a
 /// [`ValuesLimit`] (more may exist).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct TagValues {
     /// At most `limit.values` of them, of at most `limit.bytes` in all
     /// (each when not 0), sorted.
@@ -861,47 +897,105 @@ pub struct TagValues {
     /// A limit was reached before every block was read.
     pub stopped: bool,
     limit: ValuesLimit,
-    /// The values met so far: `values` once finished.
-    seen: ValueSet,
+    /// The values met so far (`values` once finished), split by their
+    /// hashes into a set per thread that adds them.
+    seen: Vec<ValueSet>,
+    hasher: ValueHasher,
 }
 
+/// Equal answers: the same values, bytes and mark, under the same limit.
+impl PartialEq for TagValues {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.values, self.bytes, self.stopped, self.limit)
+            == (&other.values, other.bytes, other.stopped, other.limit)
+            && self.seen == other.seen
+    }
+}
+
+impl Eq for TagValues {}
+
 impl TagValues {
-    fn new(limit: ValuesLimit) -> Self {
+    /// `threads`: the sets the values are split among.
+    fn new(limit: ValuesLimit, threads: usize) -> Self {
+        let hasher = ValueHasher::default();
         TagValues {
             values: BTreeSet::new(),
             bytes: 0,
             stopped: false,
             limit,
-            seen: ValueSet::default(),
+            seen: vec![ValueSet::with_hasher(hasher); threads.max(1)],
+            hasher,
         }
+    }
+
+    fn contains(&self, value: &str, kind: ValueKind) -> bool {
+        let hash = value_hash(&self.hasher, value, kind);
+        self.seen[set_of(hash, self.seen.len())].find(hash, value, kind)
     }
 
     fn extend(&mut self, values: impl IntoIterator<Item = (String, ValueKind)>) {
-        for (value, kind) in values {
-            if self.seen.insert(&value, kind) {
-                self.bytes += value.len();
+        let hasher = self.hasher;
+        self.add_round(&[BlockValues::of(values, &hasher)]);
+    }
+
+    /// Adds the values of blocks in the walk's order, each set by its own
+    /// thread, and stops after the block that reaches the limit: what a
+    /// single set adding them one at a time would hold.
+    fn add_round(&mut self, blocks: &[BlockValues]) {
+        if self.stopped || blocks.is_empty() {
+            return;
+        }
+        let parts = self.seen.len();
+        // Per set, after each block: its values and the bytes it added.
+        let add = |(p, set): (usize, &mut ValueSet)| -> Vec<(usize, usize)> {
+            let mut bytes = 0;
+            let mut after = Vec::with_capacity(blocks.len());
+            for b in blocks {
+                b.each(|v, kind, hash| {
+                    if set_of(hash, parts) == p && set.insert_hashed(hash, v, kind) {
+                        bytes += v.len();
+                    }
+                });
+                after.push((set.len(), bytes));
+            }
+            after
+        };
+        let afters: Vec<Vec<(usize, usize)>> = if parts == 1 {
+            vec![add((0, &mut self.seen[0]))]
+        } else {
+            std::thread::scope(|s| {
+                let mut sets = self.seen.iter_mut().enumerate();
+                let first = sets.next().expect("a set");
+                let others: Vec<_> = sets.map(|one| s.spawn(move || add(one))).collect();
+                let mut afters = vec![add(first)];
+                for other in others {
+                    afters.push(other.join().expect("adding values does not panic"));
+                }
+                afters
+            })
+        };
+        let ValuesLimit { values, bytes } = self.limit;
+        for b in 0..blocks.len() {
+            let len: usize = afters.iter().map(|a| a[b].0).sum();
+            let added: usize = afters.iter().map(|a| a[b].1).sum();
+            if (values > 0 && len >= values) || (bytes > 0 && self.bytes + added >= bytes) {
+                self.stopped = true;
+                self.bytes += added;
+                for (set, after) in self.seen.iter_mut().zip(&afters) {
+                    set.truncate(after[b].0);
+                }
+                return;
             }
         }
-        self.check_limit();
-    }
-
-    /// One value.
-    fn add(&mut self, value: &str, kind: ValueKind) {
-        if self.seen.insert(value, kind) {
-            self.bytes += value.len();
-            self.check_limit();
-        }
-    }
-
-    fn check_limit(&mut self) {
-        let ValuesLimit { values, bytes } = self.limit;
-        self.stopped =
-            (values > 0 && self.seen.len() >= values) || (bytes > 0 && self.bytes >= bytes);
+        self.bytes += afters.iter().map(|a| a[blocks.len() - 1].1).sum::<usize>();
     }
 
     /// Keeps at most `limit.values` values, of at most `limit.bytes`.
     fn finish(&mut self) {
-        self.values = std::mem::take(&mut self.seen).into_sorted();
+        self.values = std::mem::take(&mut self.seen)
+            .into_iter()
+            .flat_map(ValueSet::into_sorted)
+            .collect();
         let ValuesLimit { values, bytes } = self.limit;
         while (values > 0 && self.values.len() > values) || (bytes > 0 && self.bytes > bytes) {
             match self.values.pop_last() {
@@ -929,17 +1023,56 @@ struct ValueSet {
     /// links each value to the one with its hash before it.
     table: HashMap<u64, usize, std::hash::BuildHasherDefault<Prehashed>>,
     before: Vec<Option<usize>>,
-    hasher: foldhash::fast::RandomState,
+    /// Each value's hash.
+    hashes: Vec<u64>,
+    hasher: ValueHasher,
+}
+
+/// Which of `sets` holds the values of this hash: neither the low bits a
+/// set's table places by nor its top bits.
+fn set_of(hash: u64, sets: usize) -> usize {
+    (hash >> 32) as usize % sets
+}
+
+/// What hashes the values of a [`ValueSet`].
+type ValueHasher = foldhash::fast::RandomState;
+
+/// The hash of a value in a [`ValueSet`] whose hasher is `hasher`.
+fn value_hash(hasher: &ValueHasher, text: &str, kind: ValueKind) -> u64 {
+    use std::hash::BuildHasher;
+    hasher.hash_one((text, kind as u8))
 }
 
 impl ValueSet {
+    fn with_hasher(hasher: ValueHasher) -> Self {
+        ValueSet {
+            hasher,
+            ..ValueSet::default()
+        }
+    }
+
     fn len(&self) -> usize {
         self.values.len()
     }
 
+    /// Keeps the first `len` values added.
+    fn truncate(&mut self, len: usize) {
+        while self.values.len() > len {
+            let i = self.values.len() - 1;
+            let hash = self.hashes[i];
+            match self.before[i] {
+                Some(prev) => self.table.insert(hash, prev),
+                None => self.table.remove(&hash),
+            };
+            self.values.pop();
+            self.before.pop();
+            self.hashes.pop();
+        }
+        self.text.truncate(self.values.last().map_or(0, |v| v.0));
+    }
+
     fn hash(&self, text: &str, kind: ValueKind) -> u64 {
-        use std::hash::BuildHasher;
-        self.hasher.hash_one((text, kind as u8))
+        value_hash(&self.hasher, text, kind)
     }
 
     fn get(&self, i: usize) -> (&str, ValueKind) {
@@ -964,6 +1097,7 @@ impl ValueSet {
     }
 
     /// Adds the value; whether it was not held yet.
+    #[cfg(test)]
     fn insert(&mut self, text: &str, kind: ValueKind) -> bool {
         self.insert_hashed(self.hash(text, kind), text, kind)
     }
@@ -976,6 +1110,7 @@ impl ValueSet {
         self.values.push((self.text.len(), kind));
         let i = self.values.len() - 1;
         self.before.push(self.table.insert(hash, i));
+        self.hashes.push(hash);
         true
     }
 
