@@ -39,7 +39,7 @@ pub use query::{
 };
 pub use sidecar::{
     decode as decode_sidecar, encode as encode_sidecar, open_index, read as read_sidecar,
-    remove_orphans, remove_sidecar, sidecar_path, write as write_sidecar, SidecarParts,
+    remove_orphans, remove_sidecar, sidecar_path, write as write_sidecar, BlockParts, SidecarParts,
 };
 
 /// Hash maps keyed by strings and IDs from spans, used for every span a

@@ -18,10 +18,10 @@ use std::{
 
 use super::{search::rebuild, Engine, Inner, SuperVersion};
 use crate::{
-    error::Result,
+    error::{Error, Result},
     index::{
         blocks::{FileIndex, NeedTerms},
-        OpNeed, PartFilter, SearchQuery, SummarySet,
+        BlockParts, OpNeed, PartFilter, SearchQuery, SummarySet,
     },
     span::TraceId,
     version::{TableFile, TimeRange},
@@ -48,12 +48,20 @@ pub struct WalkStats {
 
 /// A set of parts being walked: a buffer's, or the block of a file read last.
 struct Walking {
-    set: Arc<SummarySet>,
+    parts: Parts,
     /// Its heap bytes, with its order made, as counted in the walk's.
     bytes: usize,
     filter: Option<PartFilter>,
-    /// Position in [`SummarySet::by_start`].
+    /// Position in the parts' start order.
     pos: usize,
+}
+
+/// The parts of a [`Walking`]: a set, walked in [`SummarySet::by_start`]'s
+/// order, or a sidecar block, whose parts are in that order already and
+/// are decoded one at a time as the walk reaches them.
+enum Parts {
+    Set(Arc<SummarySet>),
+    Block(BlockParts),
 }
 
 impl Walking {
@@ -62,16 +70,31 @@ impl Walking {
         set.by_start();
         Walking {
             bytes: set.heap_bytes(),
-            set,
+            parts: Parts::Set(set),
+            filter,
+            pos: 0,
+        }
+    }
+
+    fn block(block: BlockParts, need: Option<&OpNeed>) -> Walking {
+        let filter = need.map(|n| PartFilter::with(|s| block.id(s), n));
+        Walking {
+            bytes: block.heap_bytes(),
+            parts: Parts::Block(block),
             filter,
             pos: 0,
         }
     }
 
     fn next_start(&self) -> Option<(u64, TraceId)> {
-        let &i = self.set.by_start().get(self.pos)?;
-        let t = &self.set.traces[i as usize];
-        Some((t.start_unix_nano, t.trace_id))
+        match &self.parts {
+            Parts::Set(set) => {
+                let &i = set.by_start().get(self.pos)?;
+                let t = &set.traces[i as usize];
+                Some((t.start_unix_nano, t.trace_id))
+            }
+            Parts::Block(block) => (self.pos < block.len()).then(|| block.start_and_id(self.pos)),
+        }
     }
 }
 
@@ -224,10 +247,10 @@ impl Candidates {
         let walking = match &mut self.sources[i] {
             Source::Buffer(w) => w,
             Source::File {
-                file,
                 index,
                 next_block,
                 current,
+                ..
             } => {
                 if current.as_ref().is_some_and(|w| w.next_start().is_some()) {
                     current.as_mut().expect("checked")
@@ -247,39 +270,39 @@ impl Candidates {
                         return Ok(None);
                     }
                     self.stats.blocks_read += 1;
-                    let set = match index.block(b) {
-                        Ok(set) => Arc::new(set),
+                    let w = match index.block_parts(b) {
+                        Ok(block) => Walking::block(block, need),
                         Err(e) => {
-                            // Walk the rest of the file from its spans, from this block's start on.
                             let max_start = d.max_start;
-                            self.inner.summary_cache.forget_digest(file.id);
-                            let set =
-                                Arc::new(rebuild(file, &e, self.inner.opts.index_block_parts)?);
-                            let mut w = Walking::new(set, need);
-                            let order = w.set.by_start();
-                            w.pos = order.partition_point(|&t| {
-                                w.set.traces[t as usize].start_unix_nano > max_start
-                            });
-                            self.held += w.bytes;
-                            *next_block = index.blocks.len();
-                            *current = Some(w);
-                            return Ok(None);
+                            let w = self.walk_spans(i, &e, max_start)?;
+                            return Ok(w);
                         }
                     };
-                    let w = Walking::new(set, need);
                     self.held += w.bytes;
                     *current = Some(w);
                     return Ok(None);
                 }
             }
         };
-        let &t = walking
-            .set
-            .by_start()
-            .get(walking.pos)
-            .expect("in the heap");
+        let decoded;
+        let part = match &walking.parts {
+            Parts::Set(set) => {
+                let &t = set.by_start().get(walking.pos).expect("in the heap");
+                &set.traces[t as usize]
+            }
+            Parts::Block(block) => match block.part(walking.pos) {
+                Ok(part) => {
+                    decoded = part;
+                    &decoded
+                }
+                Err(e) => {
+                    // Walk the rest of the file from its spans, from this part's start on.
+                    let from = block.start_and_id(walking.pos).0;
+                    return self.walk_spans(i, &e, from);
+                }
+            },
+        };
         walking.pos += 1;
-        let part = &walking.set.traces[t as usize];
         self.stats.parts_checked += 1;
         let wanted = (self.start_max == 0 || part.start_unix_nano <= self.start_max)
             && part.end_unix_nano >= self.expire_before
@@ -292,5 +315,34 @@ impl Candidates {
             trace_id: part.trace_id,
             start_unix_nano: part.start_unix_nano,
         }))
+    }
+
+    /// Source `i`'s sidecar failed its checks with `e`: walks the rest of
+    /// its file from the spans (rebuilding the sidecar), from the parts
+    /// starting at `from` or earlier on. Parts already proposed are not
+    /// proposed again.
+    fn walk_spans(&mut self, i: usize, e: &Error, from: u64) -> Result<Option<Candidate>> {
+        let need = self.need.as_ref();
+        let Source::File {
+            file,
+            index,
+            next_block,
+            current,
+        } = &mut self.sources[i]
+        else {
+            unreachable!("only a file's sidecar is walked by blocks");
+        };
+        if let Some(done) = current.take() {
+            self.held -= done.bytes;
+        }
+        self.inner.summary_cache.forget_digest(file.id);
+        let set = Arc::new(rebuild(file, e, self.inner.opts.index_block_parts)?);
+        let mut w = Walking::new(set.clone(), need);
+        let order = set.by_start();
+        w.pos = order.partition_point(|&t| set.traces[t as usize].start_unix_nano > from);
+        self.held += w.bytes;
+        *next_block = index.blocks.len();
+        *current = Some(w);
+        Ok(None)
     }
 }

@@ -357,6 +357,12 @@ impl FileIndex {
         super::sidecar::decode_block(&self.path, at, &body, self.strings, self.blocks[i].parts)
     }
 
+    /// Block `i`'s parts, to be decoded one at a time.
+    pub fn block_parts(&self, i: usize) -> Result<super::sidecar::BlockParts> {
+        let (at, body) = self.body(i)?;
+        super::sidecar::BlockParts::new(&self.path, at, body, self.strings, self.blocks[i].parts)
+    }
+
     /// Block `i`'s place in the sidecar and its body, read and inflated.
     fn body(&self, i: usize) -> Result<(u64, Vec<u8>)> {
         let d = &self.blocks[i];

@@ -211,16 +211,21 @@ pub struct PartFilter {
 
 impl PartFilter {
     pub fn new(set: &SummarySet, need: &OpNeed) -> PartFilter {
+        PartFilter::with(|s| set.id(s), need)
+    }
+
+    /// The filter for parts whose strings are found by `lookup`.
+    pub fn with(lookup: impl Fn(&str) -> Option<u32>, need: &OpNeed) -> PartFilter {
         let id = |s: &Option<String>| match s {
             None => Some(None),
-            Some(s) => set.id(s).map(Some),
+            Some(s) => lookup(s).map(Some),
         };
         PartFilter {
             ops: id(&need.service).and_then(|s| Some((s, id(&need.name)?))),
             tags: need
                 .tags
                 .iter()
-                .map(|t| (set.id(&t.key), set.id(&t.value)))
+                .map(|t| (lookup(&t.key), lookup(&t.value)))
                 .collect(),
         }
     }

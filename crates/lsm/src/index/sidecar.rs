@@ -820,6 +820,93 @@ pub(super) fn decode_block(
     Ok(SummarySet::new(strings, traces))
 }
 
+/// A block's parts read one at a time, newest start first (equal starts in
+/// trace-ID order): a search that stops after a few parts of a block
+/// decodes those alone.
+#[derive(Debug)]
+pub struct BlockParts {
+    path: PathBuf,
+    at: u64,
+    body: Vec<u8>,
+    /// Where each string of the block's table lies in `body`.
+    strings: Vec<Range<usize>>,
+    /// Where each part lies in `body`, in the block's order.
+    parts: Vec<Range<usize>>,
+}
+
+impl BlockParts {
+    /// The parts of block `body`, found at `at` in the sidecar at `path`
+    /// (`ns`: strings in its table; `parts`: the digest's count).
+    pub(super) fn new(path: &Path, at: u64, body: Vec<u8>, ns: usize, parts: u32) -> Result<Self> {
+        let block = split_block(path, at, &body, ns, parts)?;
+        let base = body.as_ptr() as usize;
+        let strings = block
+            .strings
+            .iter()
+            .map(|s| {
+                let from = s.1.as_ptr() as usize - base;
+                from..from + s.1.len()
+            })
+            .collect();
+        let parts = block.parts;
+        Ok(BlockParts {
+            path: path.to_path_buf(),
+            at,
+            body,
+            strings,
+            parts,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.parts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    /// Part `i`'s start and trace ID, read without decoding it.
+    pub fn start_and_id(&self, i: usize) -> (u64, TraceId) {
+        let at = self.parts[i].start;
+        let id = self.body[at..at + 16]
+            .try_into()
+            .expect("a part is over 24 bytes");
+        let start = self.body[at + 16..at + 24]
+            .try_into()
+            .expect("a part is over 24 bytes");
+        (u64::from_le_bytes(start), TraceId(id))
+    }
+
+    /// Part `i`, its strings named by their place in the block's table.
+    pub fn part(&self, i: usize) -> Result<TraceSummary> {
+        part_at(
+            &self.path,
+            &self.body,
+            self.parts[i].clone(),
+            self.strings.len(),
+        )
+    }
+
+    /// The place of `text` in the block's table.
+    pub fn id(&self, text: &str) -> Option<u32> {
+        self.strings
+            .iter()
+            .position(|r| &self.body[r.clone()] == text.as_bytes())
+            .map(|i| i as u32)
+    }
+
+    /// About how many heap bytes it holds.
+    pub fn heap_bytes(&self) -> usize {
+        self.body.capacity() + (self.strings.capacity() + self.parts.capacity()) * 16
+    }
+
+    /// Where the block lies in its sidecar, for errors.
+    pub fn at(&self) -> u64 {
+        self.at
+    }
+}
+
 /// Calls `f` once with each distinct value (and its type) of the attribute
 /// `key` (in `scope`, or either) held by a part of a block's `body` that may
 /// lie in `start..=end` (0: open) and meets every one of `needs` on its own
