@@ -709,7 +709,12 @@ fn split_block<'a>(
     }
     let mut lens = Vec::with_capacity(parts as usize);
     for _ in 0..parts {
-        lens.push(r.count(1)?);
+        let len = r.count(1)?;
+        // A part is read for its trace ID and start before it is decoded.
+        if len < 24 {
+            return Err(r.err("part shorter than its trace ID and start"));
+        }
+        lens.push(len);
     }
     block.parts.reserve(parts as usize);
     for len in lens {
