@@ -67,6 +67,7 @@ pub mod layout;
 pub mod manifest;
 pub mod memtable;
 mod mmap;
+mod readahead;
 pub mod sort;
 pub mod span;
 pub mod stores;

@@ -162,6 +162,9 @@ impl Engine {
         }
         for file in self.files_in(&snapshot, range) {
             let index = self.file_index(file)?;
+            // Every file's newest block is read from the disk at once, not
+            // each as the walk reaches it.
+            index.prefetch(0);
             sources.push(Source::File {
                 file: file.clone(),
                 index,
@@ -270,6 +273,7 @@ impl Candidates {
                         return Ok(None);
                     }
                     self.stats.blocks_read += 1;
+                    index.prefetch(b + 1);
                     let w = match index.block_parts(b) {
                         Ok(block) => Walking::block(block, need),
                         Err(e) => {

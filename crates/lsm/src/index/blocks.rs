@@ -357,6 +357,14 @@ impl FileIndex {
         super::sidecar::decode_block(&self.path, at, &body, self.strings, self.blocks[i].parts)
     }
 
+    /// Asks the kernel to read block `i` ahead (see [`crate::readahead`]).
+    pub fn prefetch(&self, i: usize) {
+        if let Some(d) = self.blocks.get(i) {
+            let len = u64::from(d.frame_len);
+            crate::readahead::will_need(&self.file, self.base + d.offset, len);
+        }
+    }
+
     /// Block `i`'s parts, to be decoded one at a time.
     pub fn block_parts(&self, i: usize) -> Result<super::sidecar::BlockParts> {
         let (at, body) = self.body(i)?;
