@@ -375,6 +375,16 @@ impl Engine {
         self.lookup_trace(trace_id, range).map(|found| found.spans)
     }
 
+    /// Asks the kernel to read ahead the file blocks that hold the trace's
+    /// spans (see [`crate::table::SsTable::prefetch`]): a search calls it
+    /// for the next candidates while it reads the current one.
+    pub fn prefetch_trace(&self, trace_id: &TraceId) {
+        let snapshot = self.snapshot();
+        for file in snapshot.version.candidates(trace_id, TimeRange::ALL) {
+            file.table().prefetch(trace_id);
+        }
+    }
+
     /// [`Engine::get_trace_in`], and the files that may hold spans of the
     /// trace but could not be read: a file that fails its checksums here is
     /// quarantined (see `engine/quarantine.rs`) and reported, and so is every

@@ -39,6 +39,22 @@ impl Mmap {
         &self.map
     }
 
+    /// Asks the kernel to start reading the pages under `range` from the
+    /// disk, for a read that will follow; advice only, so failures are
+    /// ignored.
+    pub(crate) fn will_need(&self, range: std::ops::Range<usize>) {
+        let end = range.end.min(self.map.len());
+        if range.start < end {
+            let advice = memmap2::Advice::WillNeed;
+            if let Err(e) = self
+                .map
+                .advise_range(advice, range.start, end - range.start)
+            {
+                tracing::debug!(error = %e, "madvise(WILLNEED) on a sorted file");
+            }
+        }
+    }
+
     /// Takes the pages under `range` out of the process's resident set: a
     /// scan that has decoded them will not read them again. They stay in the
     /// page cache, and a later read maps them in again. Without this, a

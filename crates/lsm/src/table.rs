@@ -199,6 +199,18 @@ impl SsTable {
         Ok((out, blocks))
     }
 
+    /// Asks the kernel to read ahead the blocks [`SsTable::get`] would read
+    /// for the trace, so that lookups of several traces wait on the disk
+    /// together rather than one after another.
+    pub fn prefetch(&self, trace_id: &TraceId) {
+        if self.may_contain(trace_id) {
+            for i in blocks_for(&self.blocks, trace_id) {
+                let h = &self.blocks[i];
+                self.map.will_need(h.offset as usize..h.end() as usize);
+            }
+        }
+    }
+
     /// Every span in file order, block by block. After an error the iterator ends.
     pub fn iter(&self) -> SsTableIterator<'_> {
         SsTableIterator {

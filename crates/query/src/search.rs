@@ -15,7 +15,7 @@
 //! there answers what it found, marked partial with the reason, rather than
 //! claim no older trace matches.
 
-use std::sync::Arc;
+use std::{collections::VecDeque, sync::Arc};
 
 use tracedb_lsm::{
     index::{OpNeed, SearchQuery, TagNeed, TagScope, ValueKind},
@@ -191,15 +191,33 @@ pub fn run(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunEr
     let mut found: Vec<Match> = Vec::new();
     let mut partial: Vec<String> = Vec::new();
     let mut inspected = 0;
+    // The next candidates, taken from the walk ahead of their turn so that
+    // their spans are read from the disk while the one before is evaluated.
+    let mut ahead: VecDeque<Candidate> = VecDeque::with_capacity(READ_AHEAD);
     loop {
         if let Some(last) = found.get(limit - 1) {
-            // A trace the walk has yet to propose starts at or before its
-            // position: none can come before `last` unless it starts then too.
-            if walk.position().is_none_or(|p| p < last.start_unix_nano) {
+            // A trace not evaluated yet starts at or before the next
+            // candidate's part, or the walk's position: none can come
+            // before `last` unless it starts then too.
+            let position = match ahead.front() {
+                Some(next) => Some(next.start_unix_nano),
+                None => walk.position(),
+            };
+            if position.is_none_or(|p| p < last.start_unix_nano) {
                 break;
             }
         }
-        let Some(candidate) = next_counted(&mut walk, &mut held, &mut walk_bytes)? else {
+        // No more ahead than the answers still wanted: the walk does not go
+        // further than a search without read-ahead would.
+        let wanted = READ_AHEAD.min(limit.saturating_sub(found.len())).max(1);
+        while ahead.len() < wanted {
+            let Some(next) = next_counted(&mut walk, &mut held, &mut walk_bytes)? else {
+                break;
+            };
+            engine.prefetch_trace(&next.trace_id);
+            ahead.push_back(next);
+        }
+        let Some(candidate) = ahead.pop_front() else {
             break;
         };
         inspected += 1;
@@ -231,7 +249,7 @@ pub fn run(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunEr
             Ok(None) => {}
             Err(e) => partial.push(format!("trace {} not evaluated: {e}", candidate.trace_id)),
         }
-        if inspected >= MAX_INSPECTED && walk.position().is_some() {
+        if inspected >= MAX_INSPECTED && (!ahead.is_empty() || walk.position().is_some()) {
             partial.push(stopped_inspecting(inspected));
             break;
         }
@@ -242,6 +260,11 @@ pub fn run(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunEr
         partial,
     })
 }
+
+/// Candidates a search takes from the walk ahead of their turn, their spans
+/// asked of the disk at once ([`Engine::prefetch_trace`]): a cold search
+/// then waits on the disk for several traces together.
+const READ_AHEAD: usize = 8;
 
 /// The walk's next candidate, with `held` grown or shrunk to the bytes the
 /// walk holds now (`walk_bytes` is what it held at the last call).
