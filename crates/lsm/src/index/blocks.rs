@@ -357,7 +357,7 @@ impl FileIndex {
         super::sidecar::decode_block(&self.path, at, &body, self.strings, self.blocks[i].parts)
     }
 
-    /// Asks the kernel to read block `i` ahead (see [`crate::readahead`]).
+    /// Asks the kernel to read block `i` ahead, for a read that will follow.
     pub fn prefetch(&self, i: usize) {
         if let Some(d) = self.blocks.get(i) {
             let len = u64::from(d.frame_len);
