@@ -676,6 +676,14 @@ struct BlockBody<'a> {
 }
 
 impl<'a> BlockBody<'a> {
+    /// The place of `text` in the block's strings.
+    fn place(&self, text: &str) -> Option<u32> {
+        self.strings
+            .iter()
+            .position(|s| s.1 == text.as_bytes())
+            .map(|i| i as u32)
+    }
+
     /// The text of the block's string `i`, in the block at `at`.
     fn text(&self, path: &Path, at: u64, i: usize) -> Result<&'a str> {
         std::str::from_utf8(self.strings[i].1).map_err(|_| corrupt(path, at, "string is not UTF-8"))
@@ -932,13 +940,7 @@ pub(super) fn block_tag_values(
     f: impl FnMut(&str, ValueKind),
 ) -> Result<()> {
     let block = split_block(path, at, body, ns, parts)?;
-    let local_id = |text: &str| {
-        block
-            .strings
-            .iter()
-            .position(|s| s.1 == text.as_bytes())
-            .map(|i| i as u32)
-    };
+    let local_id = |text: &str| block.place(text);
     let Some(k) = local_id(key) else {
         return Ok(());
     };
@@ -1040,13 +1042,7 @@ pub(super) fn block_column_values(
     if r.at != head.len() {
         return Err(r.err("bytes left over after the block's columns"));
     }
-    let local_id = |text: &str| {
-        block
-            .strings
-            .iter()
-            .position(|s| s.1 == text.as_bytes())
-            .map(|i| i as u32)
-    };
+    let local_id = |text: &str| block.place(text);
     let Some(k) = local_id(key) else {
         return Ok(true);
     };
