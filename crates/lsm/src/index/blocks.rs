@@ -374,13 +374,19 @@ impl FileIndex {
     /// Block `i`'s place in the sidecar and its body, read and inflated.
     fn body(&self, i: usize) -> Result<(u64, Vec<u8>)> {
         let d = &self.blocks[i];
-        let at = self.base + d.offset;
-        let mut frame = vec![0u8; d.frame_len as usize];
-        self.file
-            .read_exact_at(&mut frame, at)
-            .map_err(|e| crate::error::Error::io(&self.path, e))?;
+        let (at, frame) = self.read(i, d.frame_len)?;
         let body = super::sidecar::inflate_frame(&self.path, at, &frame, d)?;
         Ok((at, body))
+    }
+
+    /// Block `i`'s place in the sidecar and its first `len` bytes there.
+    fn read(&self, i: usize, len: u32) -> Result<(u64, Vec<u8>)> {
+        let at = self.base + self.blocks[i].offset;
+        let mut bytes = vec![0u8; len as usize];
+        self.file
+            .read_exact_at(&mut bytes, at)
+            .map_err(|e| crate::error::Error::io(&self.path, e))?;
+        Ok((at, bytes))
     }
 
     /// The distinct values of the attribute `key` (in `scope`, or either) in
@@ -401,19 +407,8 @@ impl FileIndex {
         // Every part in the window and needs of a service each: the block's
         // columns may answer, from its head alone.
         let whole = d.min_start >= window.0 && (window.1 == 0 || d.max_start <= window.1);
-        let service_alone = |n: &OpNeed| {
-            n.service.is_some()
-                && n.name.is_none()
-                && n.kind.is_none()
-                && !n.error
-                && n.tags.is_empty()
-        };
-        if whole && needs.iter().all(service_alone) {
-            let at = self.base + d.offset;
-            let mut frame = vec![0u8; d.head_len as usize];
-            self.file
-                .read_exact_at(&mut frame, at)
-                .map_err(|e| crate::error::Error::io(&self.path, e))?;
+        if whole && needs.iter().all(OpNeed::names_a_service_alone) {
+            let (at, frame) = self.read(i, d.head_len)?;
             let head = super::sidecar::inflate_head(&self.path, at, &frame, d)?;
             if super::sidecar::block_column_values(
                 &self.path,

@@ -63,6 +63,17 @@ pub struct TagNeed {
     pub kind: ValueKind,
 }
 
+impl OpNeed {
+    /// Whether the need names a service and nothing else.
+    pub fn names_a_service_alone(&self) -> bool {
+        self.service.is_some()
+            && self.name.is_none()
+            && self.kind.is_none()
+            && !self.error
+            && self.tags.is_empty()
+    }
+}
+
 impl SearchQuery {
     /// [`SearchQuery::limit`], with 0 read as 20.
     pub fn limit_or_default(&self) -> usize {

@@ -611,17 +611,7 @@ pub(super) fn inflate_frame(
     if crc32c::crc32c(frame) != d.crc {
         return Err(corrupt(path, at, "block checksum mismatch"));
     }
-    let inflated = INFLATE.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        if cell.is_none() {
-            *cell = zstd::bulk::Decompressor::new().ok();
-        }
-        match cell.as_mut() {
-            Some(z) => z.decompress(frame, d.body_len as usize),
-            None => zstd::bulk::decompress(frame, d.body_len as usize),
-        }
-    });
-    inflated
+    inflate(frame, d.body_len as usize)
         .ok()
         .filter(|b| b.len() == d.body_len as usize)
         .ok_or_else(|| corrupt(path, at, "block does not inflate to its length"))
@@ -642,17 +632,25 @@ pub(super) fn inflate_head(path: &Path, at: u64, head: &[u8], d: &BlockDigest) -
         Ok(Some(len)) if len <= u64::from(d.body_len) => len as usize,
         _ => return Err(bad()),
     };
-    let inflated = INFLATE.with(|cell| {
+    inflate(head, len)
+        .ok()
+        .filter(|b| b.len() == len)
+        .ok_or_else(bad)
+}
+
+/// The zstd `frames` inflated into at most `len` bytes, with this thread's
+/// context.
+fn inflate(frames: &[u8], len: usize) -> std::io::Result<Vec<u8>> {
+    INFLATE.with(|cell| {
         let mut cell = cell.borrow_mut();
         if cell.is_none() {
             *cell = zstd::bulk::Decompressor::new().ok();
         }
         match cell.as_mut() {
-            Some(z) => z.decompress(head, len),
-            None => zstd::bulk::decompress(head, len),
+            Some(z) => z.decompress(frames, len),
+            None => zstd::bulk::decompress(frames, len),
         }
-    });
-    inflated.ok().filter(|b| b.len() == len).ok_or_else(bad)
+    })
 }
 
 thread_local! {
@@ -839,7 +837,6 @@ pub(super) fn decode_block(
 #[derive(Debug)]
 pub struct BlockParts {
     path: PathBuf,
-    at: u64,
     body: Vec<u8>,
     /// Where each string of the block's table lies in `body`.
     strings: Vec<Range<usize>>,
@@ -864,7 +861,6 @@ impl BlockParts {
         let parts = block.parts;
         Ok(BlockParts {
             path: path.to_path_buf(),
-            at,
             body,
             strings,
             parts,
@@ -912,11 +908,6 @@ impl BlockParts {
     /// About how many heap bytes it holds.
     pub fn heap_bytes(&self) -> usize {
         self.body.capacity() + (self.strings.capacity() + self.parts.capacity()) * 16
-    }
-
-    /// Where the block lies in its sidecar, for errors.
-    pub fn at(&self) -> u64 {
-        self.at
     }
 }
 
@@ -1223,10 +1214,8 @@ impl<'a> LocalNeed<'a> {
 
     /// The service (its place) the need names, when it names nothing else.
     fn service_alone(&self) -> Option<u32> {
-        let n = self.need;
-        let alone = n.name.is_none() && n.kind.is_none() && !n.error && n.tags.is_empty();
         match self.ops {
-            Some((Some(service), None)) if alone => Some(service),
+            Some((Some(service), None)) if self.need.names_a_service_alone() => Some(service),
             _ => None,
         }
     }
