@@ -23,7 +23,8 @@
 //!
 //! Read: spans move memtable -> sealed buffer -> file, each move atomic with
 //! respect to the next stage, and a reader looks in that same order. A span
-//! is never missed; at worst it is seen twice and deduplicated.
+//! is never missed; at worst it is seen twice, an exact repeat, and dropped
+//! once ([`crate::span::drop_repeats`]).
 //!
 //! Shutdown ([`Engine::close`]): refuse new writes, seal and flush every
 //! buffer, stop compaction (a running merge stops at the next trace and
@@ -44,7 +45,7 @@ mod tree;
 mod walk;
 
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::BTreeMap,
     fs::{self, File},
     path::{Path, PathBuf},
     sync::{
@@ -438,9 +439,8 @@ impl Engine {
             }
         }
         let expire_before = self.inner.retention.expire_before();
-        let mut seen = HashSet::with_capacity(spans.len());
-        spans.retain(|s| s.end_unix_nano >= expire_before && seen.insert(s.span_id));
-        spans.sort_by_key(|s| (s.start_unix_nano, s.span_id));
+        spans.retain(|s| s.end_unix_nano >= expire_before);
+        crate::span::drop_repeats(&mut spans);
         Ok(TraceLookup { spans, skipped })
     }
 

@@ -96,7 +96,7 @@ fn hex_value(c: u8) -> Result<u8, ParseIdError> {
 
 /// The resource and instrumentation scope a group of spans was exported under,
 /// as encoded OTLP messages. `None` means the field was absent on the wire.
-#[derive(Clone, PartialEq, Eq, Hash, Default, Debug)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Debug)]
 pub struct ScopeGroup {
     /// Encoded `opentelemetry.proto.resource.v1.Resource`.
     pub resource: Option<Bytes>,
@@ -122,11 +122,48 @@ pub struct Span {
 }
 
 impl Span {
+    /// The order of a trace's spans as every read returns them: by start
+    /// time, then span ID; spans that share both (a shared span ID, a span
+    /// sent twice with changes) by their bytes, so the order is total and an
+    /// exact repeat sits next to its original.
+    pub fn read_order(&self, other: &Span) -> std::cmp::Ordering {
+        (self.start_unix_nano, self.span_id)
+            .cmp(&(other.start_unix_nano, other.span_id))
+            .then_with(|| self.payload.cmp(&other.payload))
+            .then_with(|| {
+                if Arc::ptr_eq(&self.group, &other.group) {
+                    std::cmp::Ordering::Equal
+                } else {
+                    self.group.cmp(&other.group)
+                }
+            })
+    }
+
+    /// True when `other` is an exact repeat of this span: the same bytes
+    /// under the same resource and scope, as a retried export resends them.
+    /// Spans that merely share a span ID are not repeats: each is kept.
+    pub fn is_repeat_of(&self, other: &Span) -> bool {
+        self.trace_id == other.trace_id
+            && self.span_id == other.span_id
+            && self.payload == other.payload
+            && (Arc::ptr_eq(&self.group, &other.group) || self.group == other.group)
+    }
+
     /// Bytes this span holds in memory beyond its share of the request buffer;
     /// used to decide when a memtable is full.
     pub fn memory_size(&self) -> usize {
         std::mem::size_of::<Span>() + self.payload.len()
     }
+}
+
+/// Puts one trace's spans in [`Span::read_order`] and drops exact repeats
+/// ([`Span::is_repeat_of`]), keeping every span that differs, even from
+/// another span of the same ID. Returns how many spans were dropped.
+pub fn drop_repeats(spans: &mut Vec<Span>) -> usize {
+    let before = spans.len();
+    spans.sort_by(Span::read_order);
+    spans.dedup_by(|later, earlier| later.is_repeat_of(earlier));
+    before - spans.len()
 }
 
 #[cfg(test)]
@@ -163,5 +200,51 @@ mod tests {
         let small = TraceId(u128::to_be_bytes(0x00ff));
         let big = TraceId(u128::to_be_bytes(0x0100));
         assert!(small < big);
+    }
+
+    #[test]
+    fn only_exact_repeats_are_dropped_and_spans_sharing_an_id_are_kept() {
+        let group = |service: &[u8]| {
+            Arc::new(ScopeGroup {
+                resource: Some(Bytes::copy_from_slice(service)),
+                ..ScopeGroup::default()
+            })
+        };
+        let span = |start: u64, payload: &'static [u8], group: Arc<ScopeGroup>| Span {
+            trace_id: TraceId([1; 16]),
+            span_id: SpanId([2; 8]),
+            start_unix_nano: start,
+            end_unix_nano: start + 1,
+            group,
+            payload: Bytes::from_static(payload),
+        };
+        let a = group(b"a");
+        let mut spans = vec![
+            span(20, b"later", a.clone()),
+            span(10, b"name a", a.clone()),
+            span(10, b"name b", a.clone()),
+            // The same bytes, another resource: a different span.
+            span(10, b"name a", group(b"b")),
+            // Exact repeats, one through another Arc of an equal group.
+            span(10, b"name a", group(b"a")),
+            span(20, b"later", a.clone()),
+        ];
+        assert_eq!(drop_repeats(&mut spans), 2);
+        let kept: Vec<(u64, &[u8], &[u8])> = spans
+            .iter()
+            .map(|s| {
+                let resource = s.group.resource.as_deref().unwrap_or_default();
+                (s.start_unix_nano, &s.payload[..], resource)
+            })
+            .collect();
+        assert_eq!(
+            kept,
+            vec![
+                (10, &b"name a"[..], &b"a"[..]),
+                (10, &b"name a"[..], &b"b"[..]),
+                (10, &b"name b"[..], &b"a"[..]),
+                (20, &b"later"[..], &b"a"[..]),
+            ]
+        );
     }
 }

@@ -19,7 +19,7 @@
 //! An answer with no spans is never a success.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashSet},
+    collections::{BTreeMap, BTreeSet},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -276,7 +276,7 @@ impl Reads for LocalReads {
 #[derive(Debug)]
 pub struct FoundTrace {
     trace_id: TraceId,
-    /// Ordered by start time, each span ID once, all of `trace_id`.
+    /// In [`Span::read_order`], without exact repeats, all of `trace_id`.
     spans: Vec<Span>,
     partial: Vec<String>,
 }
@@ -285,7 +285,8 @@ impl FoundTrace {
     /// The trace `trace_id` from the spans read of it, or `empty(partial)`
     /// when none is left. Spans of another trace are dropped (they are not
     /// this trace's, whatever returned them); the rest are ordered by start
-    /// time, each span ID once. `partial` holds one reason per source that may
+    /// time, exact repeats dropped (spans that share a span ID but differ are
+    /// all kept). `partial` holds one reason per source that may
     /// hold more spans and was not read.
     pub fn new(
         trace_id: TraceId,
@@ -293,12 +294,11 @@ impl FoundTrace {
         partial: Vec<String>,
         empty: impl FnOnce(Vec<String>) -> Error,
     ) -> Result<FoundTrace, Error> {
-        let mut seen = HashSet::with_capacity(spans.len());
-        spans.retain(|s| s.trace_id == trace_id && seen.insert(s.span_id));
+        spans.retain(|s| s.trace_id == trace_id);
         if spans.is_empty() {
             return Err(empty(partial));
         }
-        spans.sort_by_key(|s| (s.start_unix_nano, s.span_id));
+        tracedb_lsm::span::drop_repeats(&mut spans);
         Ok(FoundTrace {
             trace_id,
             spans,

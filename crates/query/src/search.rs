@@ -1046,7 +1046,7 @@ pub fn combine(m: &mut Match, other: &Match, spans_per_spanset: usize) {
         (Some(mine), Some(theirs)) => {
             mine.matched += theirs.matched;
             for span in &theirs.spans {
-                if !mine.spans.iter().any(|s| s.span_id == span.span_id) {
+                if !mine.spans.contains(span) {
                     mine.spans.push(span.clone());
                 }
             }

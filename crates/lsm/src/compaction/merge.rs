@@ -4,9 +4,10 @@
 //! (trace ID, input index): a strict total order, so equal trace IDs never
 //! compare "less" both ways and a run of one trace costs one comparison per
 //! span. All spans of the smallest trace ID are drained from every input,
-//! duplicates of a span ID are dropped (the copy from the earliest input is
-//! kept; retried exports carry identical bytes), and the rest are ordered by
-//! (start time, span ID) so a trace reads back in a stable order.
+//! exact repeats are dropped (retried exports carry identical bytes; spans
+//! that merely share a span ID are all kept, see [`crate::span::drop_repeats`]),
+//! and the rest are ordered by (start time, span ID, bytes) so a trace reads
+//! back in a stable order.
 //!
 //! Inputs a merge wrote (every file of level 1 and deeper) already hold each
 //! trace that way. Told so ([`MergeIterator::merged_inputs`]), the iterator
@@ -112,22 +113,18 @@ impl<'a> MergeIterator<'a> {
             }
         }
         // A merge wrote this input, so the trace it holds whole has no
-        // duplicate span IDs; strictly ascending, it is in final order (two
-        // identical copies would be equal, not ascending).
+        // exact repeats; strictly ascending by (start, span ID), it is in
+        // final order (two spans sharing both would be equal, not
+        // ascending, and take the sort below).
         let ordered = self.merged_inputs
             && self.sources.len() == 1
             && spans.windows(2).all(|w| {
                 (w[0].start_unix_nano, w[0].span_id) < (w[1].start_unix_nano, w[1].span_id)
             });
         if !ordered {
-            // Inputs were drained in ascending order, so a stable sort by span
-            // ID puts the earliest input's copy first among equals. (A hash set
-            // per trace cost more than two sorts of a few dozen spans.)
-            let before = spans.len();
-            spans.sort_by_key(|s| s.span_id);
-            spans.dedup_by_key(|s| s.span_id);
-            self.duplicates += (before - spans.len()) as u64;
-            spans.sort_unstable_by_key(|s| (s.start_unix_nano, s.span_id));
+            // Exact repeats (a retried export) collapse; spans that only
+            // share a span ID are all kept.
+            self.duplicates += crate::span::drop_repeats(spans) as u64;
         }
         Ok(Some(spans))
     }
@@ -166,7 +163,7 @@ mod tests {
     }
 
     #[test]
-    fn a_trace_from_several_inputs_keeps_the_first_inputs_copy_ordered_by_start() {
+    fn a_trace_from_several_inputs_keeps_one_copy_of_each_span_ordered_by_start() {
         let dir = tempfile::tempdir().expect("tempdir");
         let g = group("svc");
         let a = table(
@@ -175,7 +172,7 @@ mod tests {
             &[
                 with(span(&g, 5, 1, 30), "first"),
                 with(span(&g, 5, 2, 10), "two"),
-                with(span(&g, 5, 1, 30), "first again"),
+                with(span(&g, 5, 1, 30), "first"),
             ],
         );
         let b = table(
@@ -183,7 +180,9 @@ mod tests {
             "b.sst",
             &[
                 with(span(&g, 5, 3, 20), "three"),
-                with(span(&g, 5, 1, 30), "second"),
+                with(span(&g, 5, 1, 30), "first"),
+                // The same span ID and start, other bytes: another span.
+                with(span(&g, 5, 1, 30), "first, changed"),
                 with(span(&g, 9, 1, 5), "other trace"),
             ],
         );
@@ -194,7 +193,12 @@ mod tests {
             .iter()
             .map(|s| (s.start_unix_nano, &s.payload[..]))
             .collect();
-        let want: Vec<(u64, &[u8])> = vec![(10, b"two"), (20, b"three"), (30, b"first")];
+        let want: Vec<(u64, &[u8])> = vec![
+            (10, b"two"),
+            (20, b"three"),
+            (30, b"first"),
+            (30, b"first, changed"),
+        ];
         assert_eq!(got, want);
         assert_eq!(merge.duplicates, 2);
         assert_eq!(merge.sources(), &[0, 1]);
@@ -238,7 +242,7 @@ mod tests {
                 with(span(&g, 2, 2, 10), "2/2"),
                 // Two identical copies in one input: not ascending, deduplicated.
                 with(span(&g, 3, 1, 5), "3/1"),
-                with(span(&g, 3, 1, 5), "3/1 again"),
+                with(span(&g, 3, 1, 5), "3/1"),
                 // In order in each input, but in two of them.
                 with(span(&g, 4, 1, 10), "4/1"),
                 with(span(&g, 4, 3, 30), "4/3"),
@@ -248,7 +252,7 @@ mod tests {
             dir.path(),
             "b.sst",
             &[
-                with(span(&g, 4, 1, 10), "4/1 from b"),
+                with(span(&g, 4, 1, 10), "4/1"),
                 with(span(&g, 4, 2, 20), "4/2"),
                 // Equal starts, span IDs descending.
                 with(span(&g, 5, 9, 7), "5/9"),

@@ -62,6 +62,81 @@ fn check_trace(engine: &Engine, trace: u128, spans: u64) {
     }
 }
 
+/// Spans that share a span ID but differ (a shared client/server span ID,
+/// a fixture that resends a span a second later) are all kept: in memory,
+/// in files, after compaction and after reopening. Exact repeats collapse.
+#[test]
+fn spans_sharing_a_span_id_are_all_kept_and_only_exact_repeats_collapse() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let open = || {
+        let mut opts = options(dir.path(), usize::MAX);
+        opts.compaction.l0_trigger_files = 2;
+        opts.compaction_threads = 0;
+        Engine::open(opts).expect("open")
+    };
+    let engine = open();
+    let (a, b) = (group("svc-a"), group("svc-b"));
+    // Span ID 7 four times: two starts, two payloads, two resources.
+    let batch = vec![
+        span_with(&a, 1, 7, (10, 20), "first"),
+        span_with(&a, 1, 7, (11, 21), "a second later"),
+        span_with(&a, 1, 7, (10, 20), "same start, other bytes"),
+        span_with(&b, 1, 7, (10, 20), "first"),
+    ];
+    let want = |engine: &Engine, when: &str| {
+        let got = engine
+            .get_trace(&TraceId(1u128.to_be_bytes()))
+            .expect("get_trace");
+        let mut got: Vec<(u64, String, Option<Bytes>)> = got
+            .iter()
+            .map(|s| {
+                let text = String::from_utf8_lossy(&s.payload).into_owned();
+                (s.start_unix_nano, text, s.group.resource.clone())
+            })
+            .collect();
+        got.sort();
+        let resource = |svc: &str| Some(Bytes::from(format!("resource {svc}")));
+        assert_eq!(
+            got,
+            vec![
+                (10, "first".to_string(), resource("svc-a")),
+                (10, "first".to_string(), resource("svc-b")),
+                (10, "same start, other bytes".to_string(), resource("svc-a")),
+                (11, "a second later".to_string(), resource("svc-a")),
+            ],
+            "{when}"
+        );
+    };
+    engine.write_blocking(batch.clone()).expect("write");
+    // A retried export in the same buffer.
+    engine.write_blocking(batch.clone()).expect("retry");
+    want(&engine, "in memory");
+    engine.flush().expect("flush");
+    want(&engine, "flushed");
+    engine
+        .write_blocking(batch.clone())
+        .expect("retry after flush");
+    engine.flush().expect("flush");
+    engine
+        .write_blocking(batch.clone())
+        .expect("retry after two flushes");
+    engine.flush().expect("flush");
+    engine
+        .write_blocking(batch)
+        .expect("retry after three flushes");
+    engine.flush().expect("flush");
+    want(&engine, "in four files");
+    engine.compact().expect("compact");
+    want(&engine, "compacted");
+    let stats = engine.stats();
+    assert!(stats.compactions > 0, "{stats:?}");
+    // 20 spans written (8 before the first flush), 4 kept.
+    assert_eq!(stats.compaction_duplicates, 16, "{stats:?}");
+    engine.close().expect("close");
+    drop(engine);
+    want(&open(), "reopened");
+}
+
 #[test]
 fn spans_are_found_in_memory_in_files_and_after_reopen() {
     let dir = tempfile::tempdir().expect("tempdir");

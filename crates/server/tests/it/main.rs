@@ -17,6 +17,7 @@ mod overload;
 mod python_sdk;
 mod readme;
 mod restart;
+mod shared_span_ids;
 mod shutdown;
 mod telemetrygen;
 mod tempo;
