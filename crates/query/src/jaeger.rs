@@ -199,6 +199,8 @@ fn search(p: &TraceQueryParameters) -> Result<Search, Status> {
             )))],
         },
         most_recent: false,
+        metrics: None,
+        hints: Vec::new(),
     });
     let depth = match p.search_depth {
         d if d <= 0 => DEFAULT_SEARCH_DEPTH,

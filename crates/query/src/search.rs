@@ -146,14 +146,15 @@ impl Search {
 
 /// Bytes a decoded span holds beyond its stored bytes (its strings and
 /// vectors), for the memory budget: a conservative estimate.
-const DECODED_SPAN_BYTES: usize = 512;
+pub(crate) const DECODED_SPAN_BYTES: usize = 512;
 
 /// Why a search did not run: it could not have its share of the memory
-/// budget (retryable), or reading the store failed.
+/// budget (retryable), reading the store failed, or the query cannot run.
 #[derive(Debug)]
 pub enum RunError {
     Overloaded(tracedb_lsm::budget::Overloaded),
     Storage(tracedb_lsm::Error),
+    Invalid(String),
 }
 
 impl From<tracedb_lsm::Error> for RunError {
@@ -166,6 +167,7 @@ impl From<RunError> for Error {
     fn from(e: RunError) -> Self {
         match e {
             RunError::Storage(e) => Error::Storage(e),
+            RunError::Invalid(why) => Error::InvalidArgument(why),
             RunError::Overloaded(o) => Error::Unavailable(format!(
                 "the memory budget cannot hold this search now ({} bytes more over {} of {} in use); retry",
                 o.needed, o.in_use, o.limit
@@ -268,7 +270,7 @@ const READ_AHEAD: usize = 8;
 
 /// The walk's next candidate, with `held` grown or shrunk to the bytes the
 /// walk holds now (`walk_bytes` is what it held at the last call).
-fn next_counted(
+pub(crate) fn next_counted(
     walk: &mut Candidates,
     held: &mut Permit,
     walk_bytes: &mut usize,
@@ -522,7 +524,7 @@ fn field_key(a: &Attribute) -> String {
 }
 
 /// A query's needs as the search index checks them.
-fn op_needs(needs: Vec<tracedb_traceql::SpanNeed>) -> Vec<OpNeed> {
+pub(crate) fn op_needs(needs: Vec<tracedb_traceql::SpanNeed>) -> Vec<OpNeed> {
     use tracedb_traceql::{ast::Scope, LiteralKind};
     needs
         .into_iter()
@@ -583,9 +585,21 @@ pub fn narrowing(text: &str) -> Vec<OpNeed> {
         .unwrap_or_default()
 }
 
-/// `text` parsed, checked and compiled; a query tracedb cannot run is
-/// [`Error::InvalidArgument`] with the parser's position and reason.
+/// `text` parsed, checked and compiled as a search; a query tracedb cannot
+/// run is [`Error::InvalidArgument`] with the parser's position and reason,
+/// and so is a metrics query, which searches do not answer.
 pub fn compile(text: &str) -> Result<Arc<Compiled>, Error> {
+    let query = compile_any(text)?;
+    if query.query.metrics.is_some() {
+        return Err(Error::InvalidArgument(format!(
+            "{text:?} is a metrics query: ask /api/metrics/query_range or /api/metrics/query"
+        )));
+    }
+    Ok(query)
+}
+
+/// `text` parsed, checked and compiled, a search or a metrics query.
+pub fn compile_any(text: &str) -> Result<Arc<Compiled>, Error> {
     let query = tracedb_traceql::parse(text)
         .map_err(|e| Error::InvalidArgument(format!("invalid TraceQL {text:?}: {e}")))?;
     refused(&query)
@@ -903,6 +917,8 @@ pub fn relaxed(query: &Query) -> Query {
             stages: vec![Stage::Spansets(expr)],
         },
         most_recent: false,
+        metrics: None,
+        hints: Vec::new(),
     }
 }
 
@@ -1166,6 +1182,8 @@ pub mod legacy {
                 stages: vec![Stage::Spansets(expr)],
             },
             most_recent: false,
+            metrics: None,
+            hints: Vec::new(),
         }
     }
 
@@ -1180,6 +1198,8 @@ pub mod legacy {
                 )?))],
             },
             most_recent: false,
+            metrics: None,
+            hints: Vec::new(),
         })
     }
 }

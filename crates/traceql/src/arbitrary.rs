@@ -418,5 +418,7 @@ pub fn query(rng: &mut Rng) -> Query {
     Query {
         pipeline: Pipeline { stages },
         most_recent: false,
+        metrics: None,
+        hints: Vec::new(),
     }
 }

@@ -9,13 +9,87 @@
 
 use std::fmt;
 
-/// A whole query: the pipeline and its `with(...)` hints.
+/// A whole query: the pipeline, its metrics stage if it asks for series
+/// rather than traces, and its `with(...)` hints.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Query {
     pub pipeline: Pipeline,
     /// `with(most_recent=true)`: accepted; tracedb always answers the newest
     /// traces first.
     pub most_recent: bool,
+    /// `| rate()` and the like after the pipeline: a metrics query, whose
+    /// answer is time series of the spans the pipeline matches.
+    pub metrics: Option<Box<Metrics>>,
+    /// Every hint but `most_recent`, in the order written (later ones win).
+    pub hints: Vec<Hint>,
+}
+
+/// A `with(name=value)` hint other than `most_recent`: Tempo's sampling
+/// and exemplar hints (`sample`, `span_sample`, `trace_sample`,
+/// `exemplars`) are accepted; see `Query::hint`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hint {
+    pub name: String,
+    pub value: Static,
+}
+
+impl Query {
+    /// The last value given to hint `name`, if any.
+    pub fn hint(&self, name: &str) -> Option<&Static> {
+        self.hints
+            .iter()
+            .rev()
+            .find(|h| h.name == name)
+            .map(|h| &h.value)
+    }
+}
+
+/// The metrics stage of a query: an aggregation over time of the matched
+/// spans, split by `by(...)`, then the second stage's functions in order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metrics {
+    pub function: MetricsFn,
+    /// `by(a, b)`: one series per distinct tuple of values.
+    pub by: Vec<Attribute>,
+    /// `| topk(n)`, `| bottomk(n)`, `> 10` after the aggregation.
+    pub second: Vec<SecondStage>,
+}
+
+/// The aggregations over time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetricsFn {
+    /// `rate()`: matching spans per second.
+    Rate,
+    /// `count_over_time()`: matching spans per interval.
+    CountOverTime,
+    MinOverTime(Attribute),
+    MaxOverTime(Attribute),
+    SumOverTime(Attribute),
+    AvgOverTime(Attribute),
+    /// `quantile_over_time(field, q...)`: one series per quantile.
+    QuantileOverTime(Attribute, Vec<f64>),
+    /// `histogram_over_time(field)`: one series per power-of-two bucket.
+    HistogramOverTime(Attribute),
+    /// `compare({ selection }, top, start, end)`: the attribute values of
+    /// the selection's spans against the rest's; `start` and `end` (Unix
+    /// ns, 0 for the query's own) narrow the selection in time.
+    Compare {
+        selection: FieldExpr,
+        top: usize,
+        start_unix_nano: u64,
+        end_unix_nano: u64,
+    },
+}
+
+/// A function applied to the series an aggregation made.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SecondStage {
+    /// `topk(n)`: at each step, the `n` series with the largest values.
+    TopK(usize),
+    /// `bottomk(n)`: the smallest.
+    BottomK(usize),
+    /// `> 10`: keeps the samples whose value compares true.
+    Filter(CmpOp, f64),
 }
 
 /// Stages joined by `|`; never empty.
@@ -270,6 +344,14 @@ pub enum Intrinsic {
     InstrumentationName,
     /// `instrumentation:version`.
     InstrumentationVersion,
+    /// `nestedSetLeft`: the span's number on entering it in a depth-first
+    /// walk of the trace's tree from 1; 0 for a span outside the tree.
+    NestedSetLeft,
+    /// `nestedSetRight`: its number on leaving it; 0 outside the tree.
+    NestedSetRight,
+    /// `nestedSetParent`: its parent's `nestedSetLeft`, -1 on a root span,
+    /// 0 outside the tree.
+    NestedSetParent,
 }
 
 impl Intrinsic {
@@ -292,7 +374,7 @@ impl Intrinsic {
             Status => Type::Status,
             Kind => Type::Kind,
             Duration | TraceDuration | EventTimeSinceStart => Type::Duration,
-            ChildCount => Type::Int,
+            ChildCount | NestedSetLeft | NestedSetRight | NestedSetParent => Type::Int,
         }
     }
 
@@ -318,6 +400,9 @@ impl Intrinsic {
             LinkSpanId => "link:spanID",
             InstrumentationName => "instrumentation:name",
             InstrumentationVersion => "instrumentation:version",
+            NestedSetLeft => "nestedSetLeft",
+            NestedSetRight => "nestedSetRight",
+            NestedSetParent => "nestedSetParent",
         }
     }
 }

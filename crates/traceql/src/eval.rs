@@ -62,7 +62,7 @@ pub struct Spanset {
 impl Compiled {
     pub fn new(query: Query) -> Result<Compiled, RegexError> {
         let mut patterns = Vec::new();
-        visit_pipeline(&query.pipeline, &mut |e| {
+        visit_query(&query, &mut |e| {
             if let FieldExpr::Binary {
                 op: BinaryOp::Cmp(CmpOp::Match | CmpOp::NotMatch),
                 rhs,
@@ -136,6 +136,55 @@ impl Compiled {
     }
 }
 
+/// A field's value on one span, as a metrics query groups and measures it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FieldValue {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    /// Nanoseconds.
+    Duration(i64),
+    Status(Status),
+    Kind(Kind),
+}
+
+impl Compiled {
+    /// The value of `field` on span `i` of `trace`; `None` when the span
+    /// lacks it. Of several values (an array, one per event) the first.
+    pub fn field_value(&self, trace: &Trace, i: usize, field: &Attribute) -> Option<FieldValue> {
+        let v = Eval {
+            trace,
+            regexes: &self.regexes,
+        }
+        .attribute(field, i);
+        fn of(v: Val<'_>) -> Option<FieldValue> {
+            Some(match v {
+                Val::Nil => return None,
+                Val::Bool(b) => FieldValue::Bool(b),
+                Val::Int(i) => FieldValue::Int(i),
+                Val::Float(f) => FieldValue::Float(f),
+                Val::Str(s) => FieldValue::Str(s.into_owned()),
+                Val::Dur(d) => FieldValue::Duration(d),
+                Val::Status(s) => FieldValue::Status(s),
+                Val::Kind(k) => FieldValue::Kind(k),
+                Val::Many(vs) => return vs.into_iter().find_map(of),
+            })
+        }
+        of(v)
+    }
+
+    /// Whether `filter` holds on span `i` of `trace` (as inside `{ }`).
+    pub fn holds(&self, trace: &Trace, i: usize, filter: &FieldExpr) -> bool {
+        Eval {
+            trace,
+            regexes: &self.regexes,
+        }
+        .field(filter, i)
+        .truthy()
+    }
+}
+
 /// A value as the answer shows it: text and type.
 fn shown(v: &Val<'_>) -> Option<(String, &'static str)> {
     Some(match v {
@@ -155,7 +204,8 @@ fn shown(v: &Val<'_>) -> Option<(String, &'static str)> {
 }
 
 /// Calls `f` on every field expression of `query`, depth first: those of
-/// `select()` first, then filters, `by` and aggregates.
+/// `select()` first, then filters, `by` and aggregates, then the metrics
+/// stage's (`compare`'s filter, the measured field, the `by()` fields).
 pub fn visit_query(query: &Query, f: &mut dyn FnMut(&FieldExpr)) {
     for stage in &query.pipeline.stages {
         if let Stage::Select(fields) = stage {
@@ -165,6 +215,25 @@ pub fn visit_query(query: &Query, f: &mut dyn FnMut(&FieldExpr)) {
         }
     }
     visit_pipeline(&query.pipeline, f);
+    if let Some(m) = &query.metrics {
+        use crate::ast::MetricsFn::*;
+        let field = match &m.function {
+            Rate | CountOverTime => None,
+            MinOverTime(a)
+            | MaxOverTime(a)
+            | SumOverTime(a)
+            | AvgOverTime(a)
+            | QuantileOverTime(a, _)
+            | HistogramOverTime(a) => Some(a),
+            Compare { selection, .. } => {
+                visit_field(selection, f);
+                None
+            }
+        };
+        for a in field.into_iter().chain(&m.by) {
+            f(&FieldExpr::Attribute(a.clone()));
+        }
+    }
 }
 
 /// Calls `f` on every field expression of the pipeline (filters, `by`,
@@ -699,6 +768,9 @@ impl<'t> Eval<'t> {
             Intrinsic::InstrumentationVersion => {
                 span.origin.scope_version.as_deref().map_or(Val::Nil, text)
             }
+            Intrinsic::NestedSetLeft => Val::Int(trace.nested[i].left),
+            Intrinsic::NestedSetRight => Val::Int(trace.nested[i].right),
+            Intrinsic::NestedSetParent => Val::Int(trace.nested[i].parent),
         }
     }
 }

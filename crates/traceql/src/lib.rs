@@ -17,6 +17,9 @@
 //!   only thing a query is evaluated on.
 //! - [`eval`]: a query compiled once ([`Compiled`]) and evaluated on one
 //!   trace at a time: the spansets it matches.
+//! - [`metrics`]: the metrics stage (`| rate()` and the other functions
+//!   over time): the spans the pipeline matches, trace by trace, counted
+//!   into time series on a [`metrics::Grid`].
 //! - [`prune`]: what a matching trace must contain, for an index to rule out
 //!   traces without reading them ([`needs`]); an index only prunes, the
 //!   spans decide.
@@ -28,6 +31,7 @@ pub mod ast;
 mod error;
 pub mod eval;
 mod lexer;
+pub mod metrics;
 #[cfg(test)]
 mod model_tests;
 mod parser;
@@ -36,6 +40,8 @@ pub mod prune;
 pub mod trace;
 
 pub use eval::{Compiled, RegexError, Spanset};
-pub use parser::{parse, ParseError, MAX_DEPTH, MAX_OPERATORS, MAX_QUERY_BYTES};
+pub use parser::{
+    parse, ParseError, MAX_DEPTH, MAX_OPERATORS, MAX_QUANTILES, MAX_QUERY_BYTES, MAX_TOP,
+};
 pub use prune::{needs, AttrNeed, LiteralKind, SpanNeed};
 pub use trace::{EncodedSpan, Trace};

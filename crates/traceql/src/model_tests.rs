@@ -26,6 +26,8 @@ fn filter_truth(trace: &Trace, e: &crate::ast::FieldExpr) -> Set {
             stages: vec![Stage::Spansets(SpansetExpr::Filter(e.clone()))],
         },
         most_recent: false,
+        metrics: None,
+        hints: Vec::new(),
     };
     Compiled::new(q)
         .expect("regexes compile")
@@ -175,6 +177,8 @@ impl Reference<'_> {
                     let c = Compiled::new(Query {
                         pipeline: Pipeline { stages: vec![] },
                         most_recent: false,
+                        metrics: None,
+                        hints: Vec::new(),
                     })
                     .expect("empty query");
                     let attr = match field {

@@ -5,7 +5,7 @@
 //! `expr.y` (v3.0.3):
 //!
 //! ```text
-//! query     := pipeline ( "with" "(" hint ( "," hint )* ")" )*
+//! query     := pipeline [ "|" metrics ] ( "with" "(" hint ( "," hint )* ")" )*
 //! pipeline  := spansets ( "|" stage )*
 //! stage     := spansets | scalar cmp scalar | "by" "(" field ")"
 //!            | "select" "(" attribute ( "," attribute )* ")" | "coalesce" "(" ")"
@@ -13,7 +13,7 @@
 //! operand   := "{" [ field ] "}" | "(" pipeline ")"
 //! ```
 //!
-//! Field expressions are in [`field`]. The parser type-checks as it builds
+//! Field expressions are in [`field`], the metrics stage in [`metrics`]. The parser type-checks as it builds
 //! (the rules of Tempo's `ast_validate.go`), bottom-up, so no second pass
 //! walks the tree: a query of thousands of `&&` makes a deep tree, and
 //! nothing here recurses along it.
@@ -25,12 +25,15 @@
 //! bounded number of times, so parsing is linear.
 
 mod field;
+mod metrics;
 #[cfg(test)]
 mod tests;
 
+pub use metrics::{MAX_QUANTILES, MAX_TOP};
+
 use crate::ast::{
-    Aggregate, CmpOp, Pipeline, Query, Relation, ScalarExpr, ScalarFilter, SpansetExpr, SpansetOp,
-    Stage, Static, Structure, Type,
+    Aggregate, CmpOp, Hint, Pipeline, Query, Relation, ScalarExpr, ScalarFilter, SpansetExpr,
+    SpansetOp, Stage, Static, Structure, Type,
 };
 pub use crate::error::ParseError;
 use crate::error::Result;
@@ -262,9 +265,16 @@ impl Parser<'_> {
 
     fn query(&mut self) -> Result<Query> {
         let (pipeline, _) = self.pipeline()?;
+        let metrics = if self.at_metrics() {
+            self.bump();
+            Some(Box::new(self.metrics()?))
+        } else {
+            None
+        };
         let mut most_recent = false;
+        let mut hints = Vec::new();
         while self.at_word("with") {
-            self.hints(&mut most_recent)?;
+            self.hints(&mut most_recent, &mut hints)?;
         }
         if *self.peek_kind() != TokenKind::Eof {
             return Err(
@@ -274,11 +284,14 @@ impl Parser<'_> {
         Ok(Query {
             pipeline,
             most_recent,
+            metrics,
+            hints,
         })
     }
 
-    /// `with(name=value, ...)`: only `most_recent` means something here.
-    fn hints(&mut self, most_recent: &mut bool) -> Result<()> {
+    /// `with(name=value, ...)`: `most_recent`, and Tempo's sampling and
+    /// exemplar hints, each checked for a value of its type.
+    fn hints(&mut self, most_recent: &mut bool, hints: &mut Vec<Hint>) -> Result<()> {
         self.bump();
         self.expect(Punct::OpenParen, "\"(\"")?;
         loop {
@@ -301,11 +314,37 @@ impl Parser<'_> {
                         ),
                     ))
                 }
+                (name @ ("sample" | "span_sample" | "trace_sample" | "exemplars"), value) => {
+                    let fraction = |f: f64| (0.0..=1.0).contains(&f);
+                    let ok = match (name, &value) {
+                        ("sample" | "exemplars", Static::Bool(_)) => true,
+                        ("sample" | "span_sample" | "trace_sample", Static::Float(f)) => {
+                            fraction(*f)
+                        }
+                        ("sample" | "span_sample" | "trace_sample", Static::Int(i)) => {
+                            (0..=1).contains(i)
+                        }
+                        ("exemplars", Static::Int(i)) => *i >= 0,
+                        _ => false,
+                    };
+                    if !ok {
+                        let wants = match name {
+                            "sample" => "true, false or a fraction from 0 to 1",
+                            "exemplars" => "true, false or a count",
+                            _ => "a fraction from 0 to 1",
+                        };
+                        return Err(self.error_at(value_at, format!("{name} takes {wants}")));
+                    }
+                    hints.push(Hint {
+                        name: name.to_owned(),
+                        value,
+                    });
+                }
                 _ => {
                     return Err(self.error_at(
                         name_at,
                         format!(
-                            "the hint \"{name}\" is not supported by tracedb (only most_recent is)"
+                            "the hint \"{name}\" is not supported by tracedb (most_recent, sample, span_sample, trace_sample and exemplars are)"
                         ),
                     ))
                 }
@@ -335,7 +374,7 @@ impl Parser<'_> {
         let (first, first_info) = self.spansets()?;
         let mut stages = vec![Stage::Spansets(first)];
         let mut pipeline_at = first_info.pipeline_at;
-        while self.eat(Punct::Pipe) {
+        while !self.at_metrics() && self.eat(Punct::Pipe) {
             let (stage, info) = self.stage()?;
             stages.push(stage);
             pipeline_at = pipeline_at.or(info.pipeline_at);

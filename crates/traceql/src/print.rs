@@ -15,8 +15,9 @@
 use std::fmt::{self, Display, Formatter, Write};
 
 use crate::ast::{
-    Aggregate, ArithOp, Attribute, BinaryOp, CmpOp, FieldExpr, Pipeline, Query, Relation,
-    ScalarExpr, ScalarFilter, Scope, SpansetExpr, SpansetOp, Stage, Static, Structure, UnaryOp,
+    Aggregate, ArithOp, Attribute, BinaryOp, CmpOp, FieldExpr, Metrics, MetricsFn, Pipeline, Query,
+    Relation, ScalarExpr, ScalarFilter, Scope, SecondStage, SpansetExpr, SpansetOp, Stage, Static,
+    Structure, UnaryOp,
 };
 use crate::lexer::is_plain_attribute_name;
 
@@ -300,8 +301,72 @@ fn joins_pipelines(e: &SpansetExpr) -> bool {
 impl Display for Query {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         self.pipeline.fmt(f)?;
-        if self.most_recent {
-            f.write_str(" with(most_recent=true)")?;
+        if let Some(m) = &self.metrics {
+            write!(f, " | {m}")?;
+        }
+        if self.most_recent || !self.hints.is_empty() {
+            f.write_str(" with(")?;
+            if self.most_recent {
+                f.write_str("most_recent=true")?;
+            }
+            for (i, h) in self.hints.iter().enumerate() {
+                if i > 0 || self.most_recent {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{}={}", h.name, h.value)?;
+            }
+            f.write_char(')')?;
+        }
+        Ok(())
+    }
+}
+
+impl Display for Metrics {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        match &self.function {
+            MetricsFn::Rate => f.write_str("rate()")?,
+            MetricsFn::CountOverTime => f.write_str("count_over_time()")?,
+            MetricsFn::MinOverTime(a) => write!(f, "min_over_time({a})")?,
+            MetricsFn::MaxOverTime(a) => write!(f, "max_over_time({a})")?,
+            MetricsFn::SumOverTime(a) => write!(f, "sum_over_time({a})")?,
+            MetricsFn::AvgOverTime(a) => write!(f, "avg_over_time({a})")?,
+            MetricsFn::HistogramOverTime(a) => write!(f, "histogram_over_time({a})")?,
+            MetricsFn::QuantileOverTime(a, qs) => {
+                write!(f, "quantile_over_time({a}")?;
+                for q in qs {
+                    write!(f, ", {q:?}")?;
+                }
+                f.write_char(')')?;
+            }
+            MetricsFn::Compare {
+                selection,
+                top,
+                start_unix_nano,
+                end_unix_nano,
+            } => {
+                write!(f, "compare({{ {selection} }}, {top}")?;
+                if *start_unix_nano != 0 || *end_unix_nano != 0 {
+                    write!(f, ", {start_unix_nano}, {end_unix_nano}")?;
+                }
+                f.write_char(')')?;
+            }
+        }
+        if !self.by.is_empty() {
+            f.write_str(" by(")?;
+            for (i, a) in self.by.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                a.fmt(f)?;
+            }
+            f.write_char(')')?;
+        }
+        for stage in &self.second {
+            match stage {
+                SecondStage::TopK(n) => write!(f, " | topk({n})")?,
+                SecondStage::BottomK(n) => write!(f, " | bottomk({n})")?,
+                SecondStage::Filter(op, v) => write!(f, " {} {v:?}", op.symbol())?,
+            }
         }
         Ok(())
     }

@@ -106,6 +106,9 @@ pub struct Trace {
     /// between spans in the tree (a span whose parent was never stored, and
     /// everything below it, has no place in it).
     pub in_tree: Vec<bool>,
+    /// For each span, its nested-set numbers (left, right, parent's left),
+    /// as Tempo gives them: see [`NestedSet`].
+    pub nested: Vec<NestedSet>,
     pub start_unix_nano: u64,
     pub end_unix_nano: u64,
 }
@@ -200,6 +203,7 @@ impl Trace {
         }
         let start = spans.iter().map(|s| s.start_unix_nano).min().unwrap_or(0);
         let end = spans.iter().map(|s| s.end_unix_nano).max().unwrap_or(0);
+        let nested = nested_sets(&spans, &parent, &children);
         Trace {
             trace_id,
             spans,
@@ -207,6 +211,7 @@ impl Trace {
             child_count,
             root,
             in_tree,
+            nested,
             start_unix_nano: start,
             end_unix_nano: end,
         }
@@ -224,6 +229,68 @@ impl Trace {
     pub fn root_name(&self) -> Option<&str> {
         self.root.map(|r| self.spans[r].name.as_str())
     }
+}
+
+/// A span's place in a depth-first walk of its trace's tree (Tempo's
+/// `nestedSetLeft`, `nestedSetRight` and `nestedSetParent`): one counter
+/// from 1 numbers each span on the way down (`left`) and on the way back up
+/// (`right`), so a span's descendants are the spans whose `left` lies
+/// between its `left` and `right`; `parent` is the parent's `left`, -1 for
+/// a root. Roots are walked in start order, and so are the children of a
+/// span (Tempo walks them in the order they were sent, which tracedb does
+/// not keep: the numbers may differ from Tempo's, the relations they
+/// describe do not). A span outside the tree (its parent never stored, or
+/// below such a span) has 0 for all three, as in Tempo, and so has every
+/// span of a trace where more than two spans share one span ID.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NestedSet {
+    pub left: i64,
+    pub right: i64,
+    pub parent: i64,
+}
+
+fn nested_sets(
+    spans: &[SpanData],
+    parent: &[Option<usize>],
+    children: &[Vec<usize>],
+) -> Vec<NestedSet> {
+    let mut out = vec![NestedSet::default(); spans.len()];
+    let mut ids: Vec<[u8; 8]> = spans.iter().map(|s| s.span_id).collect();
+    ids.sort_unstable();
+    if ids.windows(3).any(|w| w[0] == w[2]) {
+        return out;
+    }
+    let mut counter = 1i64;
+    // (span, whether its children were pushed); spans are in start order,
+    // and so is each children list, so reversing keeps that order.
+    let mut stack: Vec<(usize, bool)> = Vec::new();
+    for root in (0..spans.len()).filter(|&i| spans[i].parent_id.is_none()) {
+        stack.push((root, false));
+        while let Some((i, expanded)) = stack.pop() {
+            if expanded {
+                out[i].right = counter;
+                counter += 1;
+                continue;
+            }
+            if out[i].left != 0 {
+                // Reached twice (a parent cycle through shared IDs): once.
+                continue;
+            }
+            out[i].left = counter;
+            counter += 1;
+            out[i].parent = match parent[i] {
+                Some(p) if spans[i].parent_id.is_some() => out[p].left,
+                _ => -1,
+            };
+            stack.push((i, true));
+            for &c in children[i].iter().rev() {
+                if spans[c].parent_id.is_some() && out[c].left == 0 {
+                    stack.push((c, false));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The first attribute named `key`.
@@ -317,4 +384,78 @@ pub fn hex(bytes: &[u8]) -> String {
         let _ = write!(out, "{b:02x}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(id: u8, parent: Option<u8>, start: u64) -> SpanData {
+        SpanData {
+            span_id: [id; 8],
+            parent_id: parent.map(|p| [p; 8]),
+            name: String::new(),
+            kind: Kind::Server,
+            status: Status::Unset,
+            status_message: String::new(),
+            start_unix_nano: start,
+            end_unix_nano: start + 1,
+            attributes: Vec::new(),
+            events: Vec::new(),
+            links: Vec::new(),
+            origin: Arc::new(Origin::default()),
+        }
+    }
+
+    fn nested(t: &Trace, id: u8) -> (i64, i64, i64) {
+        let i = t
+            .spans
+            .iter()
+            .position(|s| s.span_id == [id; 8])
+            .expect("span");
+        let n = t.nested[i];
+        (n.left, n.right, n.parent)
+    }
+
+    #[test]
+    fn nested_sets_number_the_tree_depth_first_and_leave_orphans_at_zero() {
+        // A(1) has children B(2) and C(3); B has D(4); E(5)'s parent 9 was
+        // never stored, and F(6) is below E.
+        let t = Trace::new(
+            [1; 16],
+            vec![
+                span(3, Some(1), 40),
+                span(1, None, 10),
+                span(4, Some(2), 30),
+                span(2, Some(1), 20),
+                span(5, Some(9), 50),
+                span(6, Some(5), 60),
+            ],
+        );
+        assert_eq!(nested(&t, 1), (1, 8, -1));
+        assert_eq!(nested(&t, 2), (2, 5, 1));
+        assert_eq!(nested(&t, 4), (3, 4, 2));
+        assert_eq!(nested(&t, 3), (6, 7, 1));
+        assert_eq!(nested(&t, 5), (0, 0, 0));
+        assert_eq!(nested(&t, 6), (0, 0, 0));
+        // Two roots: the counter runs on from the first to the second.
+        let t = Trace::new(
+            [1; 16],
+            vec![span(1, None, 10), span(2, None, 20), span(3, Some(2), 30)],
+        );
+        assert_eq!(nested(&t, 1), (1, 2, -1));
+        assert_eq!(nested(&t, 2), (3, 6, -1));
+        assert_eq!(nested(&t, 3), (4, 5, 3));
+        // Three spans sharing an ID: Tempo gives up on the whole trace.
+        let t = Trace::new(
+            [1; 16],
+            vec![
+                span(1, None, 10),
+                span(2, Some(1), 20),
+                span(2, Some(1), 21),
+                span(2, Some(1), 22),
+            ],
+        );
+        assert!(t.nested.iter().all(|n| *n == NestedSet::default()));
+    }
 }

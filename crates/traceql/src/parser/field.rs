@@ -440,11 +440,9 @@ fn short_intrinsic(w: &str) -> Result<Option<Intrinsic>, String> {
                 "the intrinsic \"parent\" is not supported by tracedb (nor run by Tempo)".into(),
             )
         }
-        "nestedSetLeft" | "nestedSetRight" | "nestedSetParent" => {
-            return Err(format!(
-            "the intrinsic \"{w}\" is not supported by tracedb (it is Tempo's storage internals)"
-        ))
-        }
+        "nestedSetLeft" => Intrinsic::NestedSetLeft,
+        "nestedSetRight" => Intrinsic::NestedSetRight,
+        "nestedSetParent" => Intrinsic::NestedSetParent,
         _ => return Ok(None),
     }))
 }

@@ -72,6 +72,8 @@ fn query(stages: Vec<Stage>) -> Query {
     Query {
         pipeline: Pipeline { stages },
         most_recent: false,
+        metrics: None,
+        hints: Vec::new(),
     }
 }
 
@@ -603,7 +605,12 @@ fn with_hints() {
         want,
     );
     parses("{ } with(most_recent=false)", one(all()));
-    refused_at("{ } with(sample=0.1)", 1, 10, "\"sample\" is not supported");
+    refused_at(
+        "{ } with(job_size=1)",
+        1,
+        10,
+        "\"job_size\" is not supported",
+    );
     refused_at("{ } with(most_recent=1)", 1, 22, "true or false");
 }
 
@@ -770,7 +777,6 @@ fn pipeline_errors() {
 fn unsupported_names_say_so() {
     refused_at("{ parent = nil }", 1, 3, "not supported by tracedb");
     refused_at("{ parent.x = 1 }", 1, 3, "not supported by tracedb");
-    refused_at("{ nestedSetLeft > 1 }", 1, 3, "not supported by tracedb");
 }
 
 // ---- hostile input ----
