@@ -76,8 +76,11 @@ pub use members::{
     Connect, Dial, Group, Membership, Source, DEFAULT_DNS_FORGET, DEFAULT_DNS_REFRESH,
 };
 
+use tracedb_traceql::metrics::MetricsEval;
+
 use crate::{
     error::Error,
+    metrics::MetricsRequest,
     read::{Answer, Dependencies, FoundTrace, Reads, TagKeys, TagValues},
     search::{Match, Search},
     service::{proto_scope, PARTIAL_REASON_HEADER},
@@ -997,6 +1000,16 @@ impl Reads for NodeReads {
             }
             out
         })
+    }
+
+    /// Not yet answered through the tier: its nodes do not send series to
+    /// add, and a copy in each replica group must be counted once. Refused
+    /// with a reason rather than answered from one node as if whole.
+    async fn metrics(&self, _: MetricsRequest) -> Result<Answer<MetricsEval>, Error> {
+        Err(Error::InvalidArgument(
+            "TraceQL metrics are not answered by tracedb query yet; ask a storage node's HTTP port"
+                .into(),
+        ))
     }
 }
 

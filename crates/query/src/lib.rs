@@ -8,6 +8,9 @@
 //! - [`search`]: TraceQL search, the one search every front end runs: the
 //!   index proposes candidates newest first, the query is evaluated on each
 //!   candidate's spans, and the search stops at the limit.
+//! - [`metrics`]: TraceQL metrics (`| rate()` and the other functions):
+//!   the traces with spans in the window, found by the same walk, read whole
+//!   and counted into series.
 //! - [`tenants`]: which [`read::Reads`] a request gets: the stores of the
 //!   tenants it names ([`tenants::ReadsFor`]); every front-end asks it first.
 //! - [`fanout`]: [`read::Reads`] over replica groups of storage nodes, for
@@ -15,8 +18,8 @@
 //! - [`service`]: `tracedb.query.v1.QueryService` (GetTrace, SearchTraces).
 //! - [`jaeger`]: Jaeger v2 remote storage (`jaeger.storage.v2.TraceReader`
 //!   and `DependencyReader`).
-//! - [`tempo`]: the Grafana Tempo HTTP API (trace by ID, search, tags) as an
-//!   axum router for the server's HTTP port.
+//! - [`tempo`]: the Grafana Tempo HTTP API (trace by ID, search, tags,
+//!   metrics) as an axum router for the server's HTTP port.
 //! - [`otlp_json`]: OTLP/JSON encoding of `TracesData`.
 //! - [`traces_data`]: turns stored spans (encoded OTLP bytes plus their resource
 //!   and scope) into `TracesData` messages without decoding them.
@@ -26,6 +29,7 @@
 pub mod error;
 pub mod fanout;
 pub mod jaeger;
+pub mod metrics;
 pub mod otlp_json;
 pub mod read;
 pub mod search;

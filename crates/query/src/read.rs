@@ -32,8 +32,11 @@ use tracedb_lsm::{
     Engine, SearchSnapshot, SkippedFile, Span, TimeRange, TraceId, ValuesLimit,
 };
 
+use tracedb_traceql::metrics::MetricsEval;
+
 use crate::{
     error::Error,
+    metrics::MetricsRequest,
     search::{Match, Search},
     traces_data::encode_traces_data,
 };
@@ -84,6 +87,10 @@ pub trait Reads: Send + Sync + 'static {
 
     /// Calls from one service to another in `range`: (parent, child) -> count.
     async fn dependencies(&self, range: TimeRange) -> Result<Answer<Dependencies>, Error>;
+
+    /// A TraceQL metrics query's series, accumulated and not yet finished
+    /// ([`crate::metrics`]), so the stores of several tenants can be added.
+    async fn metrics(&self, request: MetricsRequest) -> Result<Answer<MetricsEval>, Error>;
 }
 
 /// The most bytes of values a tag-values answer holds; past it the answer
@@ -196,6 +203,14 @@ impl Reads for LocalReads {
     async fn find(&self, search: Search) -> Result<Answer<Vec<Match>>, Error> {
         let engine = self.engine.clone();
         tokio::task::spawn_blocking(move || crate::search::run(&engine, &search))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .map_err(Error::from)
+    }
+
+    async fn metrics(&self, request: MetricsRequest) -> Result<Answer<MetricsEval>, Error> {
+        let engine = self.engine.clone();
+        tokio::task::spawn_blocking(move || crate::metrics::run(&engine, &request))
             .await
             .map_err(|e| Error::Internal(e.to_string()))?
             .map_err(Error::from)

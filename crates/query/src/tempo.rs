@@ -9,6 +9,7 @@
 //! | `GET /api/search` | `{"traces": [{traceID, rootServiceName, rootTraceName, startTimeUnixNano, durationMs, serviceStats: {service: {spanCount, errorCount}}, spanSets: [{spans: [{spanID, name, startTimeUnixNano, durationNanos, attributes}], matched}]}], "metrics": {...}}` |
 //! | `GET /api/v2/search/tags`, `/api/search/tags` | tag names (by scope in v2) |
 //! | `GET /api/v2/search/tag/{tag}/values`, `/api/search/tag/{tag}/values` | tag values |
+//! | `GET /api/metrics/query_range`, `/api/metrics/query` | TraceQL metrics: `{"series": [{labels, samples, exemplars}], "metrics", "status", "message"}` (`metrics`) |
 //!
 //! Trace IDs are 1 to 32 hex digits (left-padded with zeros); anything else
 //! is 400, an ID with no stored span 404, a trace no span of which can be
@@ -51,6 +52,8 @@ use crate::{
 /// before storage is open; until then every route but `/api/echo` is 503).
 pub type ReadsCell = StartCell<Arc<dyn ReadsFor>>;
 
+mod metrics;
+
 const PROTOBUF: &str = "application/protobuf";
 const SEC: u64 = 1_000_000_000;
 
@@ -65,6 +68,8 @@ pub fn router(reads: ReadsCell) -> Router {
         .route("/api/search/tags", get(tags_v1))
         .route("/api/v2/search/tag/{tag}/values", get(tag_values_v2))
         .route("/api/search/tag/{tag}/values", get(tag_values_v1))
+        .route("/api/metrics/query_range", get(metrics::query_range))
+        .route("/api/metrics/query", get(metrics::query_instant))
         .with_state(reads)
 }
 

@@ -16,9 +16,12 @@ use tonic::metadata::{Ascii, MetadataKey};
 use tracedb_lsm::{index::TagScope, Stores, TimeRange, TraceId};
 use tracedb_proto::tenant::{Tenants, SINGLE_TENANT};
 
+use tracedb_traceql::metrics::MetricsEval;
+
 use crate::{
     error::Error,
     fanout::NodeReads,
+    metrics::MetricsRequest,
     read::{Answer, Dependencies, FoundTrace, LocalReads, Reads, TagKeys, TagValues},
     search::{Match, Search},
 };
@@ -147,6 +150,17 @@ impl Reads for NoStore {
 
     async fn dependencies(&self, _: TimeRange) -> Result<Answer<Dependencies>, Error> {
         Ok(Answer::whole(Dependencies::new()))
+    }
+
+    async fn metrics(&self, request: MetricsRequest) -> Result<Answer<MetricsEval>, Error> {
+        MetricsEval::new(
+            &request.query,
+            request.grid,
+            request.max_series,
+            request.max_exemplars,
+        )
+        .map(Answer::whole)
+        .map_err(|e| Error::InvalidArgument(e.to_string()))
     }
 }
 
@@ -321,6 +335,25 @@ impl Reads for Together {
         let mut value = BTreeMap::new();
         for (edge, calls) in maps.into_iter().flatten() {
             *value.entry(edge).or_insert(0) += calls;
+        }
+        Ok(Answer { value, partial })
+    }
+
+    /// Each tenant's series, added: a series of several stores is one.
+    async fn metrics(&self, request: MetricsRequest) -> Result<Answer<MetricsEval>, Error> {
+        let (evals, partial) = self
+            .each(|r| {
+                let request = request.clone();
+                async move { r.metrics(request).await }
+            })
+            .await?;
+        let mut evals = evals.into_iter();
+        let mut value = match evals.next() {
+            Some(first) => first,
+            None => return NoStore.metrics(request).await,
+        };
+        for other in evals {
+            value.merge(other);
         }
         Ok(Answer { value, partial })
     }

@@ -125,7 +125,9 @@ pub struct Candidates {
     terms: Option<NeedTerms>,
     start_min: u64,
     start_max: u64,
-    expire_before: u64,
+    /// Parts that end before this are left out: the query's `end_min`, or
+    /// retention's cut when later.
+    end_min: u64,
     proposed: HashSet<TraceId>,
     held: usize,
     stats: WalkStats,
@@ -143,7 +145,7 @@ impl Engine {
     /// and starts within the window: a trace whose parts meeting it all
     /// start after the window's end is not proposed.
     pub fn candidates(&self, q: &SearchQuery) -> Result<Candidates> {
-        let range = TimeRange::new(q.start_min, q.start_max);
+        let range = TimeRange::new(q.start_min.max(q.end_min), q.start_max);
         let (buffers, snapshot) = self.buffer_sets();
         let need = q
             .needs
@@ -180,7 +182,7 @@ impl Engine {
             heap: BinaryHeap::new(),
             start_min: q.start_min,
             start_max: q.start_max,
-            expire_before: self.inner.retention.expire_before(),
+            end_min: q.end_min.max(self.inner.retention.expire_before()),
             proposed: HashSet::new(),
             held: 0,
             stats: WalkStats::default(),
@@ -266,7 +268,7 @@ impl Candidates {
                     *next_block += 1;
                     let d = &index.blocks[b];
                     let wanted = (self.start_max == 0 || d.min_start <= self.start_max)
-                        && d.max_end >= self.expire_before
+                        && d.max_end >= self.end_min
                         && self.terms.as_ref().is_none_or(|t| t.may_meet(d));
                     if !wanted {
                         self.stats.blocks_skipped += 1;
@@ -309,7 +311,7 @@ impl Candidates {
         walking.pos += 1;
         self.stats.parts_checked += 1;
         let wanted = (self.start_max == 0 || part.start_unix_nano <= self.start_max)
-            && part.end_unix_nano >= self.expire_before
+            && part.end_unix_nano >= self.end_min
             && match (&walking.filter, need) {
                 (Some(f), Some(n)) => f.passes(n, part),
                 _ => true,

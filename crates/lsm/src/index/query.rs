@@ -23,6 +23,11 @@ pub struct SearchQuery {
     /// The trace's start lies in `[start_min, start_max]` (Unix ns).
     pub start_min: u64,
     pub start_max: u64,
+    /// Only trace parts that end at or after this (Unix ns; 0: any). With
+    /// `start_min` 0, the walk proposes every trace with a part that
+    /// overlaps `[end_min, start_max]`: a metrics query's window, whose
+    /// spans may belong to traces that began before it.
+    pub end_min: u64,
     /// The trace's duration lies in `[duration_min, duration_max]` (ns).
     pub duration_min: u64,
     pub duration_max: u64,

@@ -12,6 +12,7 @@ mod crash;
 mod harness;
 mod jaeger;
 mod large;
+mod metrics;
 mod otlp_http;
 mod overload;
 mod python_sdk;

@@ -64,7 +64,7 @@ fn shifted(traces: &str, base: u64) -> Vec<u8> {
 }
 
 /// `s` percent-encoded for a query string.
-fn encoded(s: &str) -> String {
+pub fn encoded(s: &str) -> String {
     let mut out = String::new();
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
