@@ -24,8 +24,8 @@ use tracedb_lsm::{
 use tracedb_proto::query::v1 as proto;
 use tracedb_traceql::{
     ast::{
-        Attribute, BinaryOp, FieldExpr, Intrinsic, Query, Relation, ScalarExpr, Scope, SpansetExpr,
-        SpansetOp, Stage, Static, Structure,
+        Attribute, BinaryOp, FieldExpr, Intrinsic, Query, ScalarExpr, Scope, SpansetExpr,
+        SpansetOp, Stage, Static,
     },
     Compiled, EncodedSpan, Trace,
 };
@@ -758,14 +758,7 @@ fn refused_in_pipeline(p: &tracedb_traceql::ast::Pipeline) -> Result<(), String>
         match s {
             SpansetExpr::Filter(e) => field(e),
             SpansetExpr::Pipeline(p) => pipeline(p),
-            SpansetExpr::Binary { op, lhs, rhs } => {
-                if let SpansetOp::Structural(
-                    Relation::Descendant | Relation::Ancestor,
-                    Structure::Union,
-                ) = op
-                {
-                    return Err("the unions &>> and &<< are not supported: Tempo 3.0.3 leaves nested spans out of them; >> and << work".to_owned());
-                }
+            SpansetExpr::Binary { lhs, rhs, .. } => {
                 spansets(lhs)?;
                 spansets(rhs)
             }

@@ -42,6 +42,17 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ),
     // Every span stored: no partial success.
     ("http://127.0.0.1:4318/v1/traces", &["={}"]),
+    // TraceQL metrics: the span's rate by name, its duration's quantiles
+    // (250 ms lies in the 2^28 ns bucket: 0.268435456 s at both).
+    (
+        "/api/metrics/query_range",
+        &[
+            "{\"key\":\"name\",\"value\":{\"stringValue\":\"GET /cart\"}}",
+            "\"timestampMs\":",
+            "{\"key\":\"p\",\"value\":{\"doubleValue\":0.99}}",
+            "2x \"value\":0.268435456",
+        ],
+    ),
     (
         "tracedb get 5b8efff798038103d269b633813fc60c",
         &[
