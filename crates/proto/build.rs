@@ -107,6 +107,12 @@ fn main() -> Result<(), Box<dyn Error>> {
             "TimeWindow",
             "GetDependenciesResponse",
         ))
+        .method(query(
+            "query_metrics",
+            "QueryMetrics",
+            "QueryMetricsRequest",
+            "QueryMetricsResponse",
+        ))
         .build();
     let jaeger = |name: &str, route: &str, input: &str, output: &str, streaming: bool| {
         let m = Method::builder()

@@ -88,6 +88,8 @@ prost_wire!(
     crate::query::v1::GetTagKeysResponse,
     crate::query::v1::GetTagValuesRequest,
     crate::query::v1::GetDependenciesResponse,
+    crate::query::v1::QueryMetricsRequest,
+    crate::query::v1::QueryMetricsResponse,
     crate::jaeger::storage::v2::GetTracesRequest,
     crate::jaeger::storage::v2::GetServicesRequest,
     crate::jaeger::storage::v2::GetServicesResponse,

@@ -89,6 +89,9 @@ use crate::{
 /// The default bound on one node's answer: long enough for a cold GetTrace
 /// of a large trace, short enough that a hung node does not hold an answer.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_secs(3);
+/// The bound on one node's answer to a metrics query, which reads the
+/// spans of every trace in its window: far longer than a lookup's.
+pub const METRICS_NODE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest message accepted from a node (nodes send under 4 MiB).
 const MAX_NODE_MESSAGE: usize = 8 << 20;
 /// QueryService's GetTrace, called with the raw codec.
@@ -378,6 +381,24 @@ impl NodeReads {
         F: Fn(&Node) -> Fut,
         Fut: Future<Output = Result<(T, Option<String>), Status>> + Send + 'static,
     {
+        self.ask_nodes_within(wait, self.options.node_timeout, call)
+            .await
+    }
+
+    /// [`NodeReads::ask_nodes`] with each call bounded by `timeout` (at
+    /// least the tier's node timeout).
+    async fn ask_nodes_within<T, F, Fut>(
+        &self,
+        wait: Wait,
+        timeout: Duration,
+        call: F,
+    ) -> Gathered<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Node) -> Fut,
+        Fut: Future<Output = Result<(T, Option<String>), Status>> + Send + 'static,
+    {
+        let timeout = timeout.max(self.options.node_timeout);
         let membership = self.members.current();
         // Each call is a task of its own that runs to its end even when the
         // answer no longer waits for it, so a hung node's timeouts are
@@ -387,7 +408,7 @@ impl NodeReads {
         for (g, group) in membership.groups.iter().enumerate() {
             for (n, node) in group.nodes.iter().enumerate() {
                 let answer = call(node);
-                let (node, timeout) = (node.clone(), self.options.node_timeout);
+                let node = node.clone();
                 let done = done_tx.clone();
                 calls += 1;
                 tokio::spawn(async move {
@@ -1002,14 +1023,71 @@ impl Reads for NodeReads {
         })
     }
 
-    /// Not yet answered through the tier: its nodes do not send series to
-    /// add, and a copy in each replica group must be counted once. Refused
-    /// with a reason rather than answered from one node as if whole.
-    async fn metrics(&self, _: MetricsRequest) -> Result<Answer<MetricsEval>, Error> {
-        Err(Error::InvalidArgument(
-            "TraceQL metrics are not answered by tracedb query yet; ask a storage node's HTTP port"
-                .into(),
-        ))
+    /// Each node counts the spans it holds and sends its series raw; the
+    /// series of one replica group's nodes are added (a trace split over two
+    /// nodes is counted span by span where each span lies), and one group
+    /// answers: the first that answered in full, else the one with the most
+    /// nodes answering, marked partial. A query whose spans depend on other
+    /// spans of their trace (structural operators, trace-level fields, the
+    /// nested-set numbers) would count a split trace's parts apart: refused.
+    async fn metrics(&self, request: MetricsRequest) -> Result<Answer<MetricsEval>, Error> {
+        if !crate::search::per_span_only(&request.query.query) {
+            return Err(Error::InvalidArgument(
+                "through tracedb query, metrics answer queries whose conditions each hold on one span; \
+                 structural operators, pipelines, trace-level fields and nested-set intrinsics \
+                 (other than nestedSetParent < 0) are not answered here yet: ask a storage node"
+                    .into(),
+            ));
+        }
+        let message = crate::metrics::node_request(&request);
+        let gathered = self
+            .ask_nodes_within(Wait::FirstFullGroup, METRICS_NODE_TIMEOUT, |node| {
+                let mut client = node.client.clone();
+                let request = self.call(message.clone());
+                async move {
+                    let (found, partial) = with_partial(client.query_metrics(request).await?);
+                    Ok((found, partial))
+                }
+            })
+            .await;
+        if gathered.none_answered() {
+            return Err(gathered.unavailable());
+        }
+        let fresh = || {
+            MetricsEval::new(
+                &request.query,
+                request.grid,
+                request.max_series,
+                request.max_exemplars,
+            )
+            .map_err(|e| Error::InvalidArgument(e.to_string()))
+        };
+        let answered = |g: usize| {
+            gathered.groups[g]
+                .iter()
+                .filter(|(_, o)| matches!(o, Outcome::Answered(..)))
+                .count()
+        };
+        let chosen = gathered.full_group().unwrap_or_else(|| {
+            (0..gathered.groups.len())
+                .max_by_key(|&g| (answered(g), std::cmp::Reverse(g)))
+                .unwrap_or(0)
+        });
+        let mut partial = gathered.partial();
+        let mut value = fresh()?;
+        for (node, outcome) in &gathered.groups[chosen] {
+            if let Outcome::Answered(found, _) = outcome {
+                let raw = crate::metrics::raw_from_proto(found.raw_series.clone())
+                    .and_then(|raw| value.add_raw(raw, found.series_capped));
+                if let Err(why) = raw {
+                    partial.push(format!("node {}: series not added: {why}", node.addr));
+                }
+                partial.extend(found.partial.iter().cloned());
+            }
+        }
+        partial.sort();
+        partial.dedup();
+        Ok(Answer { value, partial })
     }
 }
 

@@ -12,15 +12,87 @@
 use std::sync::Arc;
 
 use tracedb_lsm::{index::SearchQuery, Engine, TimeRange};
+use tracedb_proto::query::v1 as proto;
 use tracedb_traceql::{
-    metrics::{Grid, MetricsEval},
+    metrics::{go_duration, Cells, Grid, LabelValue, MetricsEval, Picked, RawSeries, Series},
     Compiled,
 };
 
 use crate::{
+    error::Error,
     read::{file_reason, Answer},
     search::{decode, op_needs, RunError, DECODED_SPAN_BYTES},
 };
+
+const SEC: u64 = 1_000_000_000;
+/// The longest range a metrics query takes: Tempo's query frontend default
+/// (`query_frontend.metrics.max_duration`).
+pub const MAX_RANGE: u64 = 24 * 3_600 * SEC;
+/// The most intervals (`max_intervals`).
+pub const MAX_INTERVALS: u64 = 10_000;
+
+fn refuse(why: String) -> Error {
+    Error::InvalidArgument(why)
+}
+
+/// A range query's grid from `start` to `end` (Unix ns) by `step` (ns;
+/// `None`: Tempo's default for the range), or a 400 saying which of Tempo's
+/// limits it passes.
+pub fn range_grid(start: u64, end: u64, step: Option<i128>) -> Result<Grid, Error> {
+    if start > end {
+        return Err(refuse("end must be greater than start".into()));
+    }
+    let step = step.unwrap_or_else(|| i128::from(default_step(start, end)));
+    if step <= 0 || i128::from(end - start) / step > i128::from(MAX_INTERVALS) {
+        let shown = step.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+        return Err(refuse(format!(
+            "step of {} is too small, minimum step for given range is {}",
+            go_duration(shown),
+            go_duration(((end - start) / MAX_INTERVALS) as i64)
+        )));
+    }
+    check_range(start, end)?;
+    Ok(Grid::range(start, end, step as u64))
+}
+
+/// An instant query's grid over `[start, end]`, within Tempo's limits.
+pub fn instant_grid(start: u64, end: u64) -> Result<Grid, Error> {
+    if start > end {
+        return Err(refuse("end must be greater than start".into()));
+    }
+    check_range(start, end)?;
+    Ok(Grid::instant(start, end))
+}
+
+fn check_range(start: u64, end: u64) -> Result<(), Error> {
+    if end == start {
+        return Err(refuse("end must be greater than start".into()));
+    }
+    if end - start > MAX_RANGE {
+        return Err(refuse(format!(
+            "metrics query time range exceeds the maximum allowed duration of {}",
+            go_duration(MAX_RANGE as i64)
+        )));
+    }
+    Ok(())
+}
+
+/// Tempo's default step for a range: about 240 points, rounded down to a
+/// whole 1h, 5m, 1m, 15s, 5s or 1s (at least 1s); under a minute, to 50 ms.
+pub fn default_step(start: u64, end: u64) -> u64 {
+    let range = end.saturating_sub(start);
+    let baseline = range / 240;
+    if range < 60 * SEC {
+        let g = 50_000_000;
+        return if baseline > g { baseline / g * g } else { g };
+    }
+    for g in [3_600 * SEC, 300 * SEC, 60 * SEC, 15 * SEC, 5 * SEC, SEC] {
+        if baseline > g {
+            return baseline / g * g;
+        }
+    }
+    SEC
+}
 
 /// A metrics query to run: the compiled query, its grid and its limits.
 #[derive(Debug, Clone)]
@@ -105,4 +177,230 @@ pub fn run(engine: &Engine, req: &MetricsRequest) -> Result<Answer<MetricsEval>,
         value: eval,
         partial,
     })
+}
+
+/// The request `QueryService.QueryMetrics` carries, checked as Tempo's API
+/// checks its parameters.
+pub fn from_proto(r: &proto::QueryMetricsRequest) -> Result<MetricsRequest, Error> {
+    let query = crate::search::compile_any(&r.query)?;
+    if query.query.metrics.is_none() {
+        return Err(refuse(format!(
+            "not a metrics query: {:?} has no metrics function (such as | rate())",
+            r.query
+        )));
+    }
+    let (start, end) = (r.start_time_unix_nano, r.end_time_unix_nano);
+    let grid = if r.instant {
+        instant_grid(start, end)?
+    } else if r.aligned {
+        // A tier's grid, checked for what the grid itself needs.
+        let step = r.step_nanos;
+        if step == 0 || end <= start || (end - start) % step != 0 {
+            return Err(refuse(
+                "an aligned grid needs end - start a positive multiple of step".into(),
+            ));
+        }
+        if (end - start) / step > MAX_INTERVALS + 2 {
+            return Err(refuse(format!(
+                "a grid of more than {MAX_INTERVALS} intervals"
+            )));
+        }
+        Grid {
+            start,
+            end,
+            step,
+            instant: false,
+        }
+    } else {
+        let step = (r.step_nanos != 0).then(|| i128::from(r.step_nanos));
+        range_grid(start, end, step)?
+    };
+    let max_series = match r.max_series {
+        0 => MAX_SERIES,
+        n => (n as usize).min(MAX_SERIES),
+    };
+    Ok(MetricsRequest {
+        query,
+        grid,
+        max_series,
+        max_exemplars: (r.max_exemplars as usize).min(100),
+    })
+}
+
+fn value_proto(v: &LabelValue) -> proto::MetricsValue {
+    use proto::metrics_value::Value;
+    proto::MetricsValue {
+        value: Some(match v {
+            LabelValue::Str(s) => Value::StringValue(s.clone()),
+            LabelValue::Int(i) => Value::IntValue(*i),
+            LabelValue::Float(f) => Value::DoubleValue(*f),
+            LabelValue::Bool(b) => Value::BoolValue(*b),
+        }),
+    }
+}
+
+fn value_from_proto(v: &proto::MetricsValue) -> Option<LabelValue> {
+    use proto::metrics_value::Value;
+    Some(match v.value.as_ref()? {
+        Value::StringValue(s) => LabelValue::Str(s.clone()),
+        Value::IntValue(i) => LabelValue::Int(*i),
+        Value::DoubleValue(f) => LabelValue::Float(*f),
+        Value::BoolValue(b) => LabelValue::Bool(*b),
+    })
+}
+
+fn labels_proto(labels: &[(String, LabelValue)]) -> Vec<proto::MetricsLabel> {
+    labels
+        .iter()
+        .map(|(key, v)| proto::MetricsLabel {
+            key: key.clone(),
+            value: Some(value_proto(v)),
+        })
+        .collect()
+}
+
+fn labels_from_proto(labels: &[proto::MetricsLabel]) -> Vec<(String, LabelValue)> {
+    labels
+        .iter()
+        .filter_map(|l| Some((l.key.clone(), value_from_proto(l.value.as_ref()?)?)))
+        .collect()
+}
+
+/// Finished series as the wire carries them.
+pub fn series_proto(series: &[Series]) -> Vec<proto::MetricsSeries> {
+    series
+        .iter()
+        .map(|s| proto::MetricsSeries {
+            labels: labels_proto(&s.labels),
+            samples: s
+                .samples
+                .iter()
+                .map(|&(t, value)| proto::MetricsSample {
+                    timestamp_ms: t as i64,
+                    value,
+                })
+                .collect(),
+            exemplars: s
+                .exemplars
+                .iter()
+                .map(|e| proto::MetricsExemplar {
+                    labels: labels_proto(&e.labels),
+                    value: e.value,
+                    timestamp_ms: e.timestamp_ms as i64,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Accumulated series as the wire carries them, for a query tier.
+pub fn raw_proto(raw: Vec<RawSeries>) -> Vec<proto::RawMetricsSeries> {
+    use proto::raw_metrics_series::Cells as P;
+    raw.into_iter()
+        .map(|s| {
+            let doubles = |values: Vec<f64>| proto::DoubleCells { values };
+            let cells = match s.cells {
+                Cells::Count(c) => P::Counts(doubles(c)),
+                Cells::Min(c) => P::Mins(doubles(c)),
+                Cells::Max(c) => P::Maxes(doubles(c)),
+                Cells::Sum(c) => P::Sums(doubles(c)),
+                Cells::Avg(c) => {
+                    P::Averages(doubles(c.into_iter().flat_map(|(s, n)| [s, n]).collect()))
+                }
+                Cells::Buckets(b) => P::Buckets(proto::BucketCells {
+                    intervals: b
+                        .into_iter()
+                        .map(|cell| proto::Buckets {
+                            exponents: cell.iter().map(|b| b.0).collect(),
+                            counts: cell.iter().map(|b| b.1).collect(),
+                        })
+                        .collect(),
+                }),
+            };
+            proto::RawMetricsSeries {
+                key: s
+                    .key
+                    .iter()
+                    .map(|v| v.as_ref().map(value_proto).unwrap_or_default())
+                    .collect(),
+                cells: Some(cells),
+                exemplars: s
+                    .exemplars
+                    .into_iter()
+                    .map(|e| proto::RawMetricsExemplar {
+                        interval: e.interval as u32,
+                        value: e.value,
+                        timestamp_ms: e.timestamp_ms as i64,
+                        labels: labels_proto(&e.labels),
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// Accumulated series from the wire; an error for a message no node of
+/// this version sends (cells missing, averages or buckets mismatched).
+pub fn raw_from_proto(raw: Vec<proto::RawMetricsSeries>) -> Result<Vec<RawSeries>, String> {
+    use proto::raw_metrics_series::Cells as P;
+    raw.into_iter()
+        .map(|s| {
+            let cells = match s.cells.ok_or("a series without cells")? {
+                P::Counts(c) => Cells::Count(c.values),
+                P::Mins(c) => Cells::Min(c.values),
+                P::Maxes(c) => Cells::Max(c.values),
+                P::Sums(c) => Cells::Sum(c.values),
+                P::Averages(c) => {
+                    if c.values.len() % 2 != 0 {
+                        return Err("averages come in pairs".into());
+                    }
+                    Cells::Avg(c.values.chunks(2).map(|p| (p[0], p[1])).collect())
+                }
+                P::Buckets(b) => Cells::Buckets(
+                    b.intervals
+                        .into_iter()
+                        .map(|cell| {
+                            if cell.exponents.len() != cell.counts.len() {
+                                return Err(
+                                    "bucket exponents and counts differ in length".to_owned()
+                                );
+                            }
+                            Ok(cell.exponents.into_iter().zip(cell.counts).collect())
+                        })
+                        .collect::<Result<_, _>>()?,
+                ),
+            };
+            Ok(RawSeries {
+                key: s.key.iter().map(value_from_proto).collect(),
+                cells,
+                exemplars: s
+                    .exemplars
+                    .into_iter()
+                    .map(|e| Picked {
+                        interval: e.interval as usize,
+                        value: e.value,
+                        timestamp_ms: e.timestamp_ms.max(0) as u64,
+                        labels: labels_from_proto(&e.labels),
+                    })
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// The request a query tier sends each node for `request`: the same query
+/// on the same grid, answered raw.
+pub fn node_request(request: &MetricsRequest) -> proto::QueryMetricsRequest {
+    let g = request.grid;
+    proto::QueryMetricsRequest {
+        query: request.query.query.to_string(),
+        start_time_unix_nano: g.start,
+        end_time_unix_nano: g.end,
+        step_nanos: if g.instant { 0 } else { g.step },
+        instant: g.instant,
+        max_series: request.max_series as u32,
+        max_exemplars: request.max_exemplars as u32,
+        raw: true,
+        aligned: !g.instant,
+    }
 }

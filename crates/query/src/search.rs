@@ -788,25 +788,13 @@ fn refused_in_pipeline(p: &tracedb_traceql::ast::Pipeline) -> Result<(), String>
 /// across the nodes of a group matches on the node holding a matching span,
 /// and its spansets are the union of the nodes'. Anything else needs the
 /// whole trace in one place: the tier finds candidates with the query's
-/// [`relaxed`] form and evaluates the query on each whole trace.
+/// [`relaxed`] form and evaluates the query on each whole trace. The
+/// fields `select()` shows and a metrics stage measures or groups by must
+/// be the span's own too.
 pub fn per_span_only(query: &Query) -> bool {
     fn per_span(s: &SpansetExpr) -> bool {
         match s {
-            SpansetExpr::Filter(e) => {
-                let mut ok = true;
-                visit(e, &mut |a| {
-                    ok &= !matches!(
-                        a,
-                        Attribute::Intrinsic(
-                            Intrinsic::RootName
-                                | Intrinsic::RootServiceName
-                                | Intrinsic::TraceDuration
-                                | Intrinsic::ChildCount
-                        )
-                    );
-                });
-                ok
-            }
+            SpansetExpr::Filter(e) => !trace_level(e),
             SpansetExpr::Binary {
                 op: SpansetOp::Or,
                 lhs,
@@ -815,45 +803,86 @@ pub fn per_span_only(query: &Query) -> bool {
             _ => false,
         }
     }
-    fn visit(e: &FieldExpr, f: &mut dyn FnMut(&Attribute)) {
-        match e {
-            FieldExpr::Attribute(a) => f(a),
-            FieldExpr::Unary(_, inner) => visit(inner, f),
-            FieldExpr::Binary { lhs, rhs, .. } => {
-                visit(lhs, f);
-                visit(rhs, f);
-            }
-            FieldExpr::Static(_) => {}
-        }
-    }
     let stages = &query.pipeline.stages;
+    let metrics_fields_per_span = query.metrics.as_deref().is_none_or(|m| {
+        use tracedb_traceql::ast::MetricsFn::*;
+        let field = match &m.function {
+            MinOverTime(a)
+            | MaxOverTime(a)
+            | SumOverTime(a)
+            | AvgOverTime(a)
+            | QuantileOverTime(a, _)
+            | HistogramOverTime(a) => Some(a),
+            Rate | CountOverTime | Compare { .. } => None,
+        };
+        field
+            .into_iter()
+            .chain(&m.by)
+            .all(|a| !trace_level(&FieldExpr::Attribute(a.clone())))
+    });
     matches!(stages.first(), Some(Stage::Spansets(s)) if per_span(s))
-        && stages[1..].iter().all(|s| matches!(s, Stage::Select(_)))
+        && stages[1..]
+            .iter()
+            .all(|s| matches!(s, Stage::Select(fields) if fields.iter().all(|f| !trace_level(f))))
+        && metrics_fields_per_span
+}
+
+/// Whether `e` reads a field of the whole trace rather than of its span
+/// alone: `rootName`, `rootServiceName`, `traceDuration`,
+/// `span:childCount` and the nested-set numbers, whose values on a node
+/// holding part of a trace are not the whole trace's. `nestedSetParent < 0`
+/// (and `= -1`), "the span is a root", is the exception: a span is a root
+/// by its own parent ID, on any node.
+fn trace_level(e: &FieldExpr) -> bool {
+    use tracedb_traceql::ast::{BinaryOp::Cmp, CmpOp, UnaryOp};
+    let parent = |e: &FieldExpr| {
+        matches!(
+            e,
+            FieldExpr::Attribute(Attribute::Intrinsic(Intrinsic::NestedSetParent))
+        )
+    };
+    let int = |e: &FieldExpr| match e {
+        FieldExpr::Static(Static::Int(i)) => Some(*i),
+        FieldExpr::Unary(UnaryOp::Neg, inner) => match inner.as_ref() {
+            FieldExpr::Static(Static::Int(i)) => Some(-*i),
+            _ => None,
+        },
+        _ => None,
+    };
+    match e {
+        FieldExpr::Binary {
+            op: Cmp(op),
+            lhs,
+            rhs,
+        } if parent(lhs)
+            && matches!((op, int(rhs)), (CmpOp::Lt, Some(0)) | (CmpOp::Eq, Some(-1))) =>
+        {
+            false
+        }
+        FieldExpr::Attribute(Attribute::Intrinsic(
+            Intrinsic::RootName
+            | Intrinsic::RootServiceName
+            | Intrinsic::TraceDuration
+            | Intrinsic::ChildCount
+            | Intrinsic::NestedSetLeft
+            | Intrinsic::NestedSetRight
+            | Intrinsic::NestedSetParent,
+        )) => true,
+        FieldExpr::Unary(_, inner) => trace_level(inner),
+        FieldExpr::Binary { lhs, rhs, .. } => trace_level(lhs) || trace_level(rhs),
+        FieldExpr::Attribute(_) | FieldExpr::Static(_) => false,
+    }
 }
 
 /// A query whose matches include every trace `query` matches, and whose
 /// filters each hold on one span alone ([`per_span_only`]): the filters of
 /// `query` joined by `||` (of an operator between spansets other than `||`,
 /// those of its right side only, which must have spans for it to answer),
-/// with each comparison of a trace-level field (`rootName`,
-/// `rootServiceName`, `traceDuration`, `span:childCount`) replaced by
-/// `true`. A span of every matching trace passes one of those filters, and
+/// with each comparison of a trace-level field ([`trace_level`]) replaced
+/// by `true`. A span of every matching trace passes one of those filters, and
 /// so the weaker one, on whichever node holds it: a query tier finds
 /// candidates with it and evaluates `query` on each whole trace.
 pub fn relaxed(query: &Query) -> Query {
-    fn trace_level(e: &FieldExpr) -> bool {
-        match e {
-            FieldExpr::Attribute(Attribute::Intrinsic(
-                Intrinsic::RootName
-                | Intrinsic::RootServiceName
-                | Intrinsic::TraceDuration
-                | Intrinsic::ChildCount,
-            )) => true,
-            FieldExpr::Unary(_, inner) => trace_level(inner),
-            FieldExpr::Binary { lhs, rhs, .. } => trace_level(lhs) || trace_level(rhs),
-            FieldExpr::Attribute(_) | FieldExpr::Static(_) => false,
-        }
-    }
     /// `e` with the conditions on trace-level fields made true (`!` is
     /// refused before a query runs, so weakening a part weakens the whole).
     fn weaken(e: &FieldExpr) -> FieldExpr {

@@ -19,8 +19,8 @@ use tracedb_proto::{
     query::v1::{
         Dependency, GetDependenciesResponse, GetOperationsRequest, GetOperationsResponse,
         GetTagKeysResponse, GetTagValuesRequest, GetTraceRequest, Names, Operation,
-        SearchTracesRequest, SearchTracesResponse, TagKey, TagScope as ProtoTagScope, TimeWindow,
-        TraceSummary,
+        QueryMetricsRequest, QueryMetricsResponse, SearchTracesRequest, SearchTracesResponse,
+        TagKey, TagScope as ProtoTagScope, TimeWindow, TraceSummary,
     },
     query_service_server::QueryService,
     tenant::Tenants,
@@ -374,6 +374,35 @@ impl QueryService for QueryApi {
                         call_count,
                     })
                     .collect(),
+            }
+        }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn query_metrics(
+        &self,
+        request: Request<QueryMetricsRequest>,
+    ) -> Result<Response<QueryMetricsResponse>, Status> {
+        let reads = self.reads.reads(request.extensions().get::<Tenants>());
+        let r = request.into_inner();
+        let metrics = crate::metrics::from_proto(&r)?;
+        let found = reads.metrics(metrics).await?;
+        let partial = found.partial.clone();
+        Ok(answer(found, "QueryMetrics", |eval| {
+            if r.raw {
+                let (raw, series_capped) = eval.into_raw();
+                QueryMetricsResponse {
+                    raw_series: crate::metrics::raw_proto(raw),
+                    series_capped,
+                    partial,
+                    ..Default::default()
+                }
+            } else {
+                QueryMetricsResponse {
+                    series: crate::metrics::series_proto(&eval.finish()),
+                    partial,
+                    ..Default::default()
+                }
             }
         }))
     }

@@ -1,7 +1,8 @@
 //! The command-line clients of the `tracedb` binary, apart from the server
 //! they talk to.
 //!
-//! - [`get`] (`tracedb get`) and [`search`] (`tracedb search`): gRPC calls to
+//! - [`get`] (`tracedb get`), [`search`] (`tracedb search`) and `metrics`
+//!   (`tracedb metrics`, a TraceQL metrics query as a table): gRPC calls to
 //!   `tracedb.query.v1.QueryService` at `ServerArgs::addr`, plaintext or,
 //!   with `--tls-ca`, over TLS ([`connect`]), printed with [`render`] or as
 //!   OTLP/JSON.
@@ -14,6 +15,7 @@
 pub mod check;
 pub mod connect;
 mod get;
+mod metrics;
 pub mod render;
 mod search;
 pub mod tenant;
@@ -24,6 +26,7 @@ use anyhow::Context;
 
 pub use connect::ClientTls;
 pub use get::{get, GetArgs};
+pub use metrics::{metrics, MetricsArgs};
 pub use search::{search, SearchArgs};
 
 use crate::DEFAULT_GRPC_ADDR;

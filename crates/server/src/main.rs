@@ -54,6 +54,9 @@ enum Command {
     Get(cli::GetArgs),
     /// List traces of a service, newest first, from the search index.
     Search(cli::SearchArgs),
+    /// Run a TraceQL metrics query (`{ } | rate() by(resource.service.name)`)
+    /// and print its series as a table, one column per interval.
+    Metrics(cli::MetricsArgs),
     /// Verify every file of a data directory offline, changing nothing; exit
     /// status 1 if a problem is found.
     Check {
@@ -137,6 +140,7 @@ fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
         }
         Command::Get(args) => client_runtime()?.block_on(cli::get(args)),
         Command::Search(args) => client_runtime()?.block_on(cli::search(args)),
+        Command::Metrics(args) => client_runtime()?.block_on(cli::metrics(args)),
         Command::Check { data_dir } => cli::check::run(&data_dir),
         Command::Tenant(TenantCommand::List { data_dir }) => cli::tenant::list(&data_dir),
         Command::Tenant(TenantCommand::Delete { tenant, data_dir }) => {

@@ -228,8 +228,8 @@ pub struct Series {
 const EXEMPLARS_PER_BUCKET: usize = 2;
 
 /// What one series accumulates, per interval.
-#[derive(Debug, Clone)]
-enum Cells {
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cells {
     /// Spans (`rate`, `count_over_time`, a histogram bucket).
     Count(Vec<f64>),
     /// NaN where no span had a value.
@@ -288,13 +288,25 @@ impl Cells {
 }
 
 /// A pending exemplar: a matched span, in its series and interval.
-#[derive(Debug, Clone)]
-struct Picked {
-    interval: usize,
-    /// The span's own value, for the functions whose exemplars carry it.
-    value: f64,
-    timestamp_ms: u64,
-    labels: Vec<(String, LabelValue)>,
+#[derive(Debug, Clone, PartialEq)]
+pub struct Picked {
+    pub interval: usize,
+    /// The span's own value, for the functions whose exemplars carry it
+    /// (NaN for those that take the series' value at the end).
+    pub value: f64,
+    pub timestamp_ms: u64,
+    pub labels: Vec<(String, LabelValue)>,
+}
+
+/// A series as accumulated, before [`MetricsEval::finish`]: what a node
+/// sends a query tier, which adds the nodes' series
+/// ([`MetricsEval::add_raw`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawSeries {
+    /// The `by()` values (`None`: nil), then a histogram's bucket bound.
+    pub key: Vec<Option<LabelValue>>,
+    pub cells: Cells,
+    pub exemplars: Vec<Picked>,
 }
 
 #[derive(Debug, Clone)]
@@ -535,6 +547,99 @@ impl MetricsEval {
         }
     }
 
+    /// The series as accumulated, and whether some were left out for the
+    /// cap: for another evaluator to add ([`MetricsEval::add_raw`]).
+    pub fn into_raw(self) -> (Vec<RawSeries>, bool) {
+        let raw = self
+            .series
+            .into_iter()
+            .map(|(key, acc)| RawSeries {
+                key: key.iter().map(KeyPart::value).collect(),
+                cells: acc.cells,
+                exemplars: acc.exemplars,
+            })
+            .collect();
+        (raw, self.capped)
+    }
+
+    /// Adds series another evaluator of the same query and grid sent
+    /// ([`MetricsEval::into_raw`]); an error, and nothing added, when they
+    /// are not of this query's shape (another function, another grid).
+    pub fn add_raw(&mut self, raw: Vec<RawSeries>, capped: bool) -> Result<(), String> {
+        let n = self.grid.len();
+        let key_len = self.metrics.by.len()
+            + usize::from(matches!(
+                self.metrics.function,
+                MetricsFn::HistogramOverTime(_)
+            ));
+        let mut checked = Vec::with_capacity(raw.len());
+        for mut series in raw {
+            if series.key.len() != key_len {
+                return Err(format!(
+                    "a series has {} labels where the query makes {key_len}",
+                    series.key.len()
+                ));
+            }
+            let kind_ok = match (&mut series.cells, &self.metrics.function) {
+                (
+                    Cells::Count(c),
+                    MetricsFn::Rate | MetricsFn::CountOverTime | MetricsFn::HistogramOverTime(_),
+                )
+                | (Cells::Min(c), MetricsFn::MinOverTime(_))
+                | (Cells::Max(c), MetricsFn::MaxOverTime(_))
+                | (Cells::Sum(c), MetricsFn::SumOverTime(_)) => c.len() == n,
+                (Cells::Avg(c), MetricsFn::AvgOverTime(_)) => c.len() == n,
+                (Cells::Buckets(b), MetricsFn::QuantileOverTime(..)) => {
+                    for cell in b.iter_mut() {
+                        cell.sort_unstable_by_key(|&(e, _)| e);
+                        cell.dedup_by(|later, earlier| {
+                            let same = later.0 == earlier.0;
+                            if same {
+                                earlier.1 += later.1;
+                            }
+                            same
+                        });
+                    }
+                    b.len() == n && b.iter().flatten().all(|&(e, _)| e < 64)
+                }
+                _ => false,
+            };
+            if !kind_ok {
+                return Err(format!(
+                    "a series' cells are not {n} intervals of {}",
+                    function_name(&self.metrics.function)
+                ));
+            }
+            if series.exemplars.iter().any(|e| e.interval >= n) {
+                return Err("an exemplar lies outside the grid".into());
+            }
+            checked.push(series);
+        }
+        let mut other = MetricsEval {
+            metrics: self.metrics.clone(),
+            grid: self.grid,
+            series: HashMap::new(),
+            max_series: usize::MAX,
+            capped,
+            max_exemplars: self.max_exemplars,
+            exemplar_buckets: Vec::new(),
+            exemplars_taken: 0,
+            spans: 0,
+        };
+        for series in checked {
+            let key: Vec<KeyPart> = series.key.into_iter().map(KeyPart::of).collect();
+            other.series.insert(
+                key,
+                SeriesAcc {
+                    cells: series.cells,
+                    exemplars: series.exemplars,
+                },
+            );
+        }
+        self.merge(other);
+        Ok(())
+    }
+
     /// The time bucket of the range an exemplar at `ts` falls in.
     fn exemplar_bucket(&self, ts: u64) -> usize {
         let n = self.exemplar_buckets.len() as u64;
@@ -665,6 +770,12 @@ impl MetricsEval {
             }
         }
         out.retain(|s| !s.samples.is_empty());
+        // Series added from other stores may bring more than were asked.
+        let mut left = self.max_exemplars;
+        for s in &mut out {
+            s.exemplars.truncate(left);
+            left -= s.exemplars.len();
+        }
         for stage in &self.metrics.second {
             out = second_stage(out, stage);
         }

@@ -24,20 +24,18 @@ use axum::{extract::Query, response::Response};
 use serde_json::{json, Value};
 use tracedb_traceql::{
     ast::Static,
-    metrics::{go_duration, Exemplar, Grid, LabelValue, Series},
+    metrics::{Exemplar, Grid, LabelValue, Series},
     Compiled,
 };
 
 use super::{bad, json_response, marked, noted, Scoped};
 use crate::{
     error::Result,
-    metrics::{MetricsRequest, MAX_SERIES},
+    metrics::{instant_grid, range_grid, MetricsRequest, MAX_SERIES},
 };
 
 const SEC: u64 = 1_000_000_000;
-/// Tempo's query frontend defaults (`query_frontend.metrics`).
-const MAX_RANGE: u64 = 24 * 3_600 * SEC;
-const MAX_INTERVALS: u64 = 10_000;
+/// Tempo's query frontend default (`query_frontend.metrics.max_exemplars`).
 const MAX_EXEMPLARS: u64 = 100;
 
 /// `GET /api/metrics/query_range`.
@@ -184,70 +182,27 @@ fn range_request(params: &HashMap<String, String>, now: u64) -> Result<MetricsRe
         .map(String::as_str)
         .filter(|v| !v.is_empty())
     {
-        Some(v) => seconds_or_duration(v)?,
-        None => default_step(start, end) as i128,
+        Some(v) => Some(seconds_or_duration(v)?),
+        None => None,
     };
-    if step <= 0 || (end - start) as i128 / step > MAX_INTERVALS as i128 {
-        return Err(bad(format!(
-            "step of {} is too small, minimum step for given range is {}",
-            go_duration(step.clamp(i64::MIN as i128, i64::MAX as i128) as i64),
-            go_duration(((end - start) / MAX_INTERVALS) as i64)
-        )));
-    }
-    if end == start {
-        return Err(bad("end must be greater than start"));
-    }
-    if end - start > MAX_RANGE {
-        return Err(bad(format!(
-            "metrics query time range exceeds the maximum allowed duration of {}",
-            go_duration(MAX_RANGE as i64)
-        )));
-    }
-    let grid = Grid::range(start, end, step as u64);
     Ok(MetricsRequest {
         max_exemplars: exemplars(params, &query),
         max_series: max_series(params),
         query,
-        grid,
+        grid: range_grid(start, end, step)?,
     })
 }
 
 fn instant_request(params: &HashMap<String, String>, now: u64) -> Result<MetricsRequest> {
     let query = metrics_query(params)?;
     let (start, end) = bounds(params, now)?;
-    if end == start {
-        return Err(bad("end must be greater than start"));
-    }
-    if end - start > MAX_RANGE {
-        return Err(bad(format!(
-            "metrics query time range exceeds the maximum allowed duration of {}",
-            go_duration(MAX_RANGE as i64)
-        )));
-    }
     Ok(MetricsRequest {
         query,
-        grid: Grid::instant(start, end),
+        grid: instant_grid(start, end)?,
         max_series: max_series(params),
         // Tempo's instant answers carry no exemplars.
         max_exemplars: 0,
     })
-}
-
-/// Tempo's default step for a range: about 240 points, rounded down to a
-/// whole 1h, 5m, 1m, 15s, 5s or 1s (at least 1s); under a minute, to 50 ms.
-pub(super) fn default_step(start: u64, end: u64) -> u64 {
-    let range = end.saturating_sub(start);
-    let baseline = range / 240;
-    if range < 60 * SEC {
-        let g = 50_000_000;
-        return if baseline > g { baseline / g * g } else { g };
-    }
-    for g in [3_600 * SEC, 300 * SEC, 60 * SEC, 15 * SEC, 5 * SEC, SEC] {
-        if baseline > g {
-            return baseline / g * g;
-        }
-    }
-    SEC
 }
 
 /// A time as Tempo's API takes it: see the module docs.

@@ -28,7 +28,7 @@ pub struct SearchArgs {
 }
 
 /// `30s`, `15m`, `1h`, `2d`.
-fn parse_since(s: &str) -> Result<std::time::Duration, String> {
+pub(super) fn parse_since(s: &str) -> Result<std::time::Duration, String> {
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 = n
         .parse()

@@ -18,6 +18,11 @@ const MS: u64 = 1_000_000;
 /// (server, 100-400 ms, an error on every third), a `cart` server child
 /// and a `db` client grandchild of 10 ms.
 fn traces(base: u64) -> Vec<u8> {
+    traces_of(base, &["frontend", "cart", "db"])
+}
+
+/// The spans of [`traces`] of these services only.
+fn traces_of(base: u64, services: &[&str]) -> Vec<u8> {
     let span = |t: u64,
                 id: u64,
                 parent: Option<u64>,
@@ -54,9 +59,19 @@ fn traces(base: u64) -> Vec<u8> {
         cart.push(span(t, 2, Some(1), "add", 2, start + MS, 50 * MS));
         db.push(span(t, 3, Some(2), "select", 3, start + 2 * MS, 10 * MS));
     }
-    let body = json!({ "resourceSpans": [
-        resource("frontend", front), resource("cart", cart), resource("db", db)
-    ]});
+    let all = [
+        resource("frontend", front),
+        resource("cart", cart),
+        resource("db", db),
+    ];
+    let kept: Vec<Value> = all
+        .into_iter()
+        .filter(|r| {
+            let name = &r["resource"]["attributes"][0]["value"]["stringValue"];
+            services.iter().any(|s| name == s)
+        })
+        .collect();
+    let body = json!({ "resourceSpans": kept });
     serde_json::to_vec(&body).expect("JSON")
 }
 
@@ -397,13 +412,78 @@ fn metrics_queries_answer_with_tempos_series() {
         assert_eq!(r.status, 400, "{path}: {body}");
         assert!(body.contains(needle), "{path}: {body}");
     }
+}
 
-    // The query tier does not add nodes' series yet: it says so.
-    let tier = Server::start_tier(&[&[&server]], &[]);
-    let r = get(
-        &tier,
-        &format!("/api/metrics/query_range?q={}", encoded("{} | rate()")),
+/// Through `tracedb query`: the series of one node holding every span, from
+/// a group whose two nodes each hold part of every trace (frontend spans on
+/// one, cart and db on the other) and a second group with a whole copy, as
+/// long as the second group answers; then from the split group alone.
+#[test]
+fn the_query_tier_adds_its_nodes_series() {
+    let dirs: Vec<_> = (0..4)
+        .map(|_| tempfile::tempdir().expect("tempdir"))
+        .collect();
+    let [all, a1, a2, b1] = [0, 1, 2, 3].map(|i| Server::start(dirs[i].path()));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64;
+    let base = (now - 600 * SEC) / (60 * SEC) * (60 * SEC);
+    let end = base + 180 * SEC;
+    let json = [("Content-Type", "application/json")];
+    for (server, services) in [
+        (&all, &["frontend", "cart", "db"][..]),
+        (&b1, &["frontend", "cart", "db"][..]),
+        (&a1, &["frontend"][..]),
+        (&a2, &["cart", "db"][..]),
+    ] {
+        let r = post_traces(server, &json, &traces_of(base, services));
+        assert_eq!(r.status, 200);
+    }
+    let queries = [
+        "{ } | count_over_time() by(resource.service.name)",
+        "{nestedSetParent<0 && true} | rate()  with(sample=true)",
+        "{nestedSetParent<0 && true && status=error} | rate()  with(sample=true)",
+        "{nestedSetParent<0 && true} | histogram_over_time(duration) with(sample=true)",
+        "{ } | quantile_over_time(duration, 0.5, 0.9) by(kind)",
+        "{ } | avg_over_time(duration) by(name)",
+        "{ kind = client || status = error } | max_over_time(duration)",
+        "{ } | count_over_time() by(span.http.route) | topk(1)",
+    ];
+    let both = Server::start_tier(&[&[&a1, &a2], &[&b1]], &[]);
+    let split = Server::start_tier(&[&[&a1, &a2]], &[]);
+    for q in queries {
+        let want = range(&all, q, base, end, "60s");
+        assert!(!want.is_empty(), "{q}");
+        assert_eq!(range(&both, q, base, end, "60s"), want, "{q}: two groups");
+        assert_eq!(
+            range(&split, q, base, end, "60s"),
+            want,
+            "{q}: the split group"
+        );
+    }
+    // What depends on other spans of the trace is not added up from parts.
+    for q in [
+        "{ resource.service.name = \"frontend\" } >> { kind = client } | rate()",
+        "{ rootServiceName = \"frontend\" } | rate()",
+        "{ } | rate() by(nestedSetLeft)",
+    ] {
+        let r = get(
+            &split,
+            &format!("/api/metrics/query_range?q={}&since=1h", encoded(q)),
+        );
+        assert_eq!(r.status, 400, "{q}");
+        assert!(
+            String::from_utf8_lossy(&r.body).contains("ask a storage node"),
+            "{q}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+    // A node that does not answer: the other group's copy is whole.
+    a2.pause();
+    assert_eq!(
+        range(&both, queries[0], base, end, "60s"),
+        range(&all, queries[0], base, end, "60s")
     );
-    assert_eq!(r.status, 400);
-    assert!(String::from_utf8_lossy(&r.body).contains("not answered by tracedb query"));
+    a2.resume();
 }

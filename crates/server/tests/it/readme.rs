@@ -54,6 +54,10 @@ const EXPECTED: &[(&str, &[&str])] = &[
         ],
     ),
     (
+        "tracedb metrics --query",
+        &["SERIES", "{name=GET /cart}", "\"p\":0.99", "0.268435456"],
+    ),
+    (
         "tracedb get 5b8efff798038103d269b633813fc60c",
         &[
             "trace 5b8efff798038103d269b633813fc60c: 1 span, 1 service, 250.00ms",

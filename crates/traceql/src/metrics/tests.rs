@@ -374,3 +374,52 @@ fn go_durations_print_as_tempo_labels_them() {
         assert_eq!(go_duration(ns), text, "{ns}");
     }
 }
+
+/// Series accumulated on two stores and added equal the series of one
+/// store holding both halves, for every function; cells of another shape
+/// are refused.
+#[test]
+fn series_of_two_stores_add_up_to_one_stores() {
+    let grid = Grid::range(T0, T0 + 30 * SEC, 10 * SEC);
+    let t = traces();
+    for q in [
+        "{ } | rate() by(resource.service.name)",
+        "{ } | count_over_time()",
+        "{ } | min_over_time(duration)",
+        "{ } | max_over_time(duration) by(name)",
+        "{ } | sum_over_time(duration)",
+        "{ } | avg_over_time(duration)",
+        "{ } | quantile_over_time(duration, 0.5, 0.9)",
+        "{ } | histogram_over_time(duration) by(name)",
+        "{ } | count_over_time() by(name) | topk(1)",
+    ] {
+        let compiled = Compiled::new(parse(q).expect("parses")).expect("compiles");
+        let whole = run(q, grid, &t);
+        let mut total = MetricsEval::new(&compiled, grid, 1_000, 100).expect("metrics");
+        for part in t.chunks(1) {
+            let mut one = MetricsEval::new(&compiled, grid, 1_000, 100).expect("metrics");
+            for trace in part {
+                one.observe(&compiled, trace, &compiled.eval(trace));
+            }
+            let (raw, capped) = one.into_raw();
+            total.add_raw(raw, capped).expect("the same shape");
+        }
+        assert_eq!(table(&total.finish()), table(&whole), "{q}");
+    }
+    let rate = Compiled::new(parse("{ } | rate()").expect("parses")).expect("compiles");
+    let mut eval = MetricsEval::new(&rate, grid, 1_000, 100).expect("metrics");
+    let shaped = |cells| RawSeries {
+        key: Vec::new(),
+        cells,
+        exemplars: Vec::new(),
+    };
+    assert!(eval
+        .add_raw(vec![shaped(Cells::Count(vec![1.0; 2]))], false)
+        .is_err());
+    assert!(eval
+        .add_raw(vec![shaped(Cells::Sum(vec![1.0; grid.len()]))], false)
+        .is_err());
+    assert!(eval
+        .add_raw(vec![shaped(Cells::Count(vec![1.0; grid.len()]))], false)
+        .is_ok());
+}

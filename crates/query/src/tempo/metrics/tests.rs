@@ -34,7 +34,7 @@ fn the_default_step_is_about_240_points_rounded_down() {
         (30, 0.1),
         (10, 0.05),
     ] {
-        let got = default_step(0, range * SEC) as f64 / SEC as f64;
+        let got = crate::metrics::default_step(0, range * SEC) as f64 / SEC as f64;
         assert_eq!(got, step, "a range of {range} s");
     }
 }
