@@ -38,6 +38,7 @@ mod options;
 mod quarantine;
 mod recovery;
 mod retention;
+mod scan;
 mod scheduler;
 mod search;
 mod stats;
@@ -71,6 +72,7 @@ pub use search::{SearchSnapshot, TagValues, ValuesLimit};
 pub use stats::EngineStats;
 use stats::{add, Counters};
 use tree::TreeState;
+pub use scan::ScanStats;
 pub use walk::{Candidate, Candidates, WalkStats};
 
 use crate::{
@@ -91,7 +93,7 @@ use crate::{
 /// What [`Engine::lookup_trace`] found.
 #[derive(Debug, Clone, Default)]
 pub struct TraceLookup {
-    /// The spans read, each (trace ID, span ID) once, ordered by start time.
+    /// The spans read, exact repeats dropped, in [`Span::read_order`].
     pub spans: Vec<Span>,
     /// Files that may hold more spans of the trace but could not be read.
     pub skipped: Vec<SkippedFile>,

@@ -86,8 +86,8 @@ pub mod test_util;
 pub use budget::{MemoryBudget, Permit};
 pub use compaction::{CompactionOptions, CompactionTask};
 pub use engine::{
-    Candidate, Candidates, Clock, Engine, EngineOptions, EngineStats, SearchSnapshot, SkippedFile,
-    Snapshot, TagValues, TraceLookup, ValuesLimit, WalkStats,
+    Candidate, Candidates, Clock, Engine, EngineOptions, EngineStats, ScanStats, SearchSnapshot,
+    SkippedFile, Snapshot, TagValues, TraceLookup, ValuesLimit, WalkStats,
 };
 #[cfg(feature = "test-support")]
 pub use engine::{CrashPoint, Hooks};

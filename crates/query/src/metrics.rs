@@ -122,7 +122,74 @@ const CELL_BYTES: usize = 24;
 
 /// Runs `req` on `engine`: the series accumulated, not yet finished (so a
 /// caller can add other stores' before [`MetricsEval::finish`]).
+///
+/// A query whose conditions each hold on one span
+/// ([`crate::search::per_span_only`]) reads the window's files in one pass
+/// ([`Engine::scan_traces`]): a span's match depends on it alone, so the
+/// spans of a trace stored outside the window need not be read. Any other
+/// (structural operators, trace-level fields) reads each candidate trace
+/// whole, as a search does.
 pub fn run(engine: &Engine, req: &MetricsRequest) -> Result<Answer<MetricsEval>, RunError> {
+    if crate::search::per_span_only(&req.query.query) {
+        return scan(engine, req);
+    }
+    whole_traces(engine, req)
+}
+
+/// [`run`] over the window's files in one pass.
+fn scan(engine: &Engine, req: &MetricsRequest) -> Result<Answer<MetricsEval>, RunError> {
+    let budget = engine.memory_budget();
+    let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
+    let mut eval = MetricsEval::new(&req.query, req.grid, req.max_series, req.max_exemplars)
+        .map_err(|e| RunError::Invalid(e.to_string()))?;
+    let row_bytes = req.grid.len() * CELL_BYTES + 256;
+    let mut series_bytes = 0;
+    let mut partial: Vec<String> = Vec::new();
+    let mut over: Option<RunError> = None;
+    // Files are chosen by the spans' times; a span counts by its start, so
+    // the window is the grid's.
+    let range = TimeRange::new(req.grid.start, req.grid.end);
+    engine.scan_traces(range, |trace_id, spans| {
+        // Only spans that start in the window can count.
+        if !spans
+            .iter()
+            .any(|s| s.start_unix_nano > req.grid.start && s.start_unix_nano <= req.grid.end)
+        {
+            return true;
+        }
+        match decode(trace_id, spans) {
+            Ok(trace) => {
+                let sets = req.query.eval(&trace);
+                if !sets.is_empty() {
+                    eval.observe(&req.query, &trace, &sets);
+                }
+            }
+            Err(e) => partial.push(format!("trace {trace_id} not evaluated: {e}")),
+        }
+        let now = eval.series_count() * row_bytes;
+        if now > series_bytes {
+            if let Err(e) = held.grow(now - series_bytes) {
+                over = Some(RunError::Overloaded(e));
+                return false;
+            }
+            series_bytes = now;
+        }
+        true
+    })?;
+    if let Some(e) = over {
+        return Err(e);
+    }
+    if eval.series_capped() {
+        partial.push(series_capped(req.max_series));
+    }
+    Ok(Answer {
+        value: eval,
+        partial,
+    })
+}
+
+/// [`run`] trace by trace: each candidate of the index's walk read whole.
+fn whole_traces(engine: &Engine, req: &MetricsRequest) -> Result<Answer<MetricsEval>, RunError> {
     let budget = engine.memory_budget();
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
     let mut eval = MetricsEval::new(&req.query, req.grid, req.max_series, req.max_exemplars)
