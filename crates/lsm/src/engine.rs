@@ -67,12 +67,12 @@ pub use hooks::{CrashPoint, Hooks};
 pub use options::{Clock, EngineOptions};
 use quarantine::Quarantined;
 use retention::Retention;
+pub use scan::ScanStats;
 use scheduler::CompactionScheduler;
 pub use search::{SearchSnapshot, TagValues, ValuesLimit};
 pub use stats::EngineStats;
 use stats::{add, Counters};
 use tree::TreeState;
-pub use scan::ScanStats;
 pub use walk::{Candidate, Candidates, WalkStats};
 
 use crate::{

@@ -636,6 +636,7 @@ impl NodeReads {
             limit: u32::try_from(search.limit.max(1)).unwrap_or(u32::MAX),
             spans_per_spanset: u32::try_from(spss).unwrap_or(u32::MAX),
             candidates_only: search.candidates_only,
+            span_window: search.span_window,
             ..SearchTracesRequest::default()
         };
         let gathered = self
@@ -702,6 +703,7 @@ impl NodeReads {
                     // The nodes name candidates from their indexes; the
                     // query is evaluated here on each trace read whole.
                     candidates_only: true,
+                    span_window: search.span_window,
                 })
                 .await?;
             for reason in candidates.partial {

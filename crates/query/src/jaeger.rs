@@ -160,9 +160,10 @@ fn kind_number(name: &str) -> Option<u8> {
 
 /// Jaeger's search parameters as a TraceQL search, with the meaning Jaeger
 /// gives them: one span of the trace is of the service, has the operation's
-/// name, a duration within the bounds and every attribute (on the span or
-/// its resource; values compared as text, so `500` finds the int 500); the
-/// trace starts within the time bounds. At most `search_depth` traces.
+/// name, a duration within the bounds and every attribute (on the span,
+/// its resource, one of its events or its scope, as Jaeger's tags, process
+/// tags and logs; values compared as text, so `500` finds the int 500), and
+/// starts within the time bounds (the trace may have begun before them). At most `search_depth` traces.
 fn search(p: &TraceQueryParameters) -> Result<Search, Status> {
     let mut conds = Vec::new();
     if !p.service_name.is_empty() {
@@ -184,7 +185,7 @@ fn search(p: &TraceQueryParameters) -> Result<Search, Status> {
                 ))))
             }
         };
-        conds.push(legacy::tag(&kv.key, &value));
+        conds.push(legacy::tag_anywhere(&kv.key, &value));
     }
     for (bound, op) in [(&p.duration_min, CmpOp::Ge), (&p.duration_max, CmpOp::Le)] {
         let nanos = duration_nanos(bound.as_ref());
@@ -214,6 +215,8 @@ fn search(p: &TraceQueryParameters) -> Result<Search, Status> {
         limit: depth,
         spans_per_spanset: 1,
         candidates_only: false,
+        // A span starting in the window finds its trace, as in Jaeger.
+        span_window: true,
     })
 }
 

@@ -62,6 +62,10 @@ pub struct Search {
     /// part: what a tier asks its nodes for when it evaluates each trace
     /// whole itself.
     pub candidates_only: bool,
+    /// The window bounds the start of a matched span rather than the
+    /// trace's (Jaeger's meaning): a trace that began before the window is
+    /// found by a matching span in it.
+    pub span_window: bool,
 }
 
 /// A field of a matched span or spanset, as the answer shows it.
@@ -135,10 +139,20 @@ fn add_stats(stats: &mut Vec<ServiceStats>, more: &[ServiceStats]) {
 impl Search {
     /// What the index walks for: the window and what the query needs.
     fn index_query(&self) -> SearchQuery {
+        let needs = op_needs(tracedb_traceql::needs(&self.query.query));
+        if self.span_window {
+            // Every trace with a part overlapping the window.
+            return SearchQuery {
+                start_max: self.end_unix_nano,
+                end_min: self.start_unix_nano,
+                needs,
+                ..SearchQuery::default()
+            };
+        }
         SearchQuery {
             start_min: self.start_unix_nano,
             start_max: self.end_unix_nano,
-            needs: op_needs(tracedb_traceql::needs(&self.query.query)),
+            needs,
             ..SearchQuery::default()
         }
     }
@@ -403,13 +417,22 @@ pub fn evaluate(
     let trace = decode(trace_id, spans)?;
     // The index places a trace by its summaries; the window is decided on
     // the spans read.
-    let start = trace.start_unix_nano;
-    if (search.start_unix_nano != 0 && start < search.start_unix_nano)
-        || (search.end_unix_nano != 0 && start > search.end_unix_nano)
-    {
+    let within = |start: u64| {
+        (search.start_unix_nano == 0 || start >= search.start_unix_nano)
+            && (search.end_unix_nano == 0 || start <= search.end_unix_nano)
+    };
+    if !search.span_window && !within(trace.start_unix_nano) {
         return Ok(None);
     }
-    let sets = search.query.eval(&trace);
+    let mut sets = search.query.eval(&trace);
+    if search.span_window {
+        // Some matched span starts in the window.
+        sets.retain(|set| {
+            set.spans
+                .iter()
+                .any(|&i| within(trace.spans[i].start_unix_nano))
+        });
+    }
     if sets.is_empty() {
         return Ok(None);
     }
@@ -1152,6 +1175,23 @@ pub mod legacy {
         } else {
             (Scope::Unscoped, key.strip_prefix('.').unwrap_or(key))
         };
+        tag_in(scope, name, text)
+    }
+
+    /// Jaeger's meaning of a tag: the attribute `key` equal to `text` (read
+    /// as text) wherever the span carries it: its own attributes, its
+    /// resource's (Jaeger's process tags), one of its events' (Jaeger's
+    /// logs) or its instrumentation scope's.
+    pub fn tag_anywhere(key: &str, text: &str) -> FieldExpr {
+        let places = [Scope::Unscoped, Scope::Event, Scope::Instrumentation]
+            .into_iter()
+            .map(|scope| tag_in(scope, key, text))
+            .collect();
+        join(BinaryOp::Or, places).unwrap_or(FieldExpr::Static(Static::Bool(false)))
+    }
+
+    /// The attribute `name` of `scope` equal to `text` read as text.
+    fn tag_in(scope: Scope, name: &str, text: &str) -> FieldExpr {
         let mut values = vec![Static::Str(text.to_owned())];
         if let Ok(i) = text.parse::<i64>() {
             values.push(Static::Int(i));
@@ -1331,6 +1371,7 @@ mod tests {
                 limit,
                 spans_per_spanset: 1000,
                 candidates_only: false,
+                span_window: false,
             };
             let mut want: Vec<super::Match> = every
                 .iter()
@@ -1365,6 +1406,7 @@ mod tests {
                 limit: super::MAX_LIMIT,
                 spans_per_spanset: 1,
                 candidates_only,
+                span_window: false,
             };
             let relaxed = Arc::new(Compiled::new(relaxation.clone()).expect("compiles"));
             for (id, spans) in &every {
@@ -1476,6 +1518,7 @@ mod tests {
                 limit: 20,
                 spans_per_spanset: 3,
                 candidates_only: false,
+                span_window: false,
             };
             run(&engine, &search).expect("search").value.len()
         };
@@ -1578,6 +1621,7 @@ mod tests {
             limit: 20,
             spans_per_spanset: 3,
             candidates_only: false,
+            span_window: false,
         };
         let all = run(&engine, &search(0, 0)).expect("search");
         assert!(all.value.is_empty());
@@ -1644,6 +1688,7 @@ mod tests {
             limit,
             spans_per_spanset: 1000,
             candidates_only: false,
+            span_window: false,
         };
         let budget = engine.memory_budget();
         assert_eq!(run(&engine, &search(5)).expect("fits").value.len(), 5);

@@ -111,6 +111,7 @@ impl QueryApi {
                 n => (n as usize).min(crate::search::MAX_SPSS),
             },
             candidates_only: r.candidates_only,
+            span_window: r.span_window,
         };
         let found = reads.find(search).await?;
         if found.is_partial() {
@@ -229,6 +230,7 @@ impl QueryService for QueryApi {
             },
             spans_per_spanset: 1,
             candidates_only: false,
+            span_window: false,
         };
         let found = reads.find(search).await?;
         if found.is_partial() {

@@ -370,6 +370,7 @@ fn search_request(params: &HashMap<String, String>) -> Result<Search> {
             crate::search::MAX_SPSS,
         )?,
         candidates_only: false,
+        span_window: false,
     })
 }
 

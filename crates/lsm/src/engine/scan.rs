@@ -62,7 +62,10 @@ impl Engine {
         let mut spans: Vec<Span> = Vec::new();
         let mut from_file = merge.next_trace()?.map(std::mem::take);
         loop {
-            let file_id = from_file.as_ref().and_then(|s| s.first()).map(|s| s.trace_id);
+            let file_id = from_file
+                .as_ref()
+                .and_then(|s| s.first())
+                .map(|s| s.trace_id);
             let buffer_id = buffered.peek().map(|s| s.trace_id);
             let id = match (file_id, buffer_id) {
                 (None, None) => break,

@@ -52,6 +52,7 @@ fn search_all() -> Search {
         limit: 20,
         spans_per_spanset: 1,
         candidates_only: false,
+        span_window: false,
     }
 }
 
@@ -108,6 +109,7 @@ async fn the_tier_answers_for_every_node_through_kills_and_hangs() {
         limit: 20,
         spans_per_spanset: 10,
         candidates_only: false,
+        span_window: false,
     };
     let found = tier
         .find(traceql(
@@ -602,6 +604,7 @@ async fn a_search_through_the_tier_stops_after_its_most_candidates_and_says_so()
         limit: 20,
         spans_per_spanset: 1,
         candidates_only: false,
+        span_window: false,
     };
     let found = |answer: &Answer<Vec<tracedb_query::search::Match>>| -> Vec<TraceId> {
         answer.value.iter().map(|m| m.trace_id).collect()

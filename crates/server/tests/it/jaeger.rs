@@ -457,3 +457,95 @@ async fn health_reports_the_jaeger_services() {
         assert_eq!(status, ServingStatus::Serving as i32, "{service}");
     }
 }
+
+/// Jaeger's tag search matches a tag wherever the span carries it (its own
+/// tags, its process's, its logs: OTLP's span, resource and event
+/// attributes, and the scope's), and its time bounds bound the start of the
+/// span that matches, so a trace that began before them is found by a span
+/// inside them (Jaeger's "spans over multiple indices").
+#[tokio::test]
+async fn jaeger_tags_are_found_in_logs_and_a_trace_begun_earlier_by_its_span() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(dir.path());
+    let t0 = now() - 600_000 * MS;
+    const EARLY: u128 = 0xea;
+    // The root starts 5 minutes before the window; its child, inside it,
+    // carries `error.kind=timeout` in a log (an event) and `cache=cold` in
+    // its scope.
+    let root = span(
+        EARLY,
+        1,
+        None,
+        "GET /report",
+        SpanKind::Server,
+        t0,
+        400_000 * MS,
+    );
+    let mut child = span(
+        EARLY,
+        2,
+        Some(1),
+        "query",
+        SpanKind::Client,
+        t0 + 300_000 * MS,
+        10 * MS,
+    );
+    child.events = vec![tracedb_proto::trace::v1::span::Event {
+        time_unix_nano: t0 + 300_005 * MS,
+        name: "log".into(),
+        attributes: vec![string_kv("error.kind", "timeout")],
+        ..Default::default()
+    }];
+    let mut request = export("reports", vec![root, child]);
+    request.resource_spans[0].scope_spans[0].scope = Some(InstrumentationScope {
+        name: "db".into(),
+        attributes: vec![string_kv("cache", "cold")],
+        ..Default::default()
+    });
+    server.ingest().await.export(request).await.expect("export");
+    let mut client = TraceReaderClient::new(server.channel().await);
+    let tag = |k: &str, v: &str| KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        }),
+    };
+    let within = |attributes: Vec<KeyValue>, operation: &str| TraceQueryParameters {
+        service_name: "reports".into(),
+        operation_name: operation.into(),
+        attributes,
+        start_time_min: Some(ts(t0 + 240_000 * MS)),
+        start_time_max: Some(ts(t0 + 360_000 * MS)),
+        ..Default::default()
+    };
+    for (what, q) in [
+        (
+            "a tag in a log",
+            within(vec![tag("error.kind", "timeout")], ""),
+        ),
+        (
+            "a tag of the scope",
+            within(vec![tag("cache", "cold")], "query"),
+        ),
+        (
+            "tags in two places",
+            within(
+                vec![tag("error.kind", "timeout"), tag("cache", "cold")],
+                "query",
+            ),
+        ),
+        ("the span in the window", within(Vec::new(), "query")),
+    ] {
+        assert_eq!(find_ids(&mut client, q).await, [EARLY], "{what}");
+    }
+    // The root, the only span starting before the window, matches no span
+    // inside it; nor does a tag no span has.
+    assert!(find_ids(&mut client, within(Vec::new(), "GET /report"))
+        .await
+        .is_empty());
+    assert!(
+        find_ids(&mut client, within(vec![tag("error.kind", "oom")], ""))
+            .await
+            .is_empty()
+    );
+}
