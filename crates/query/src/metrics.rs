@@ -20,8 +20,8 @@ use tracedb_traceql::{
 
 use crate::{
     error::Error,
-    read::{file_reason, Answer},
-    search::{decode, op_needs, RunError, DECODED_SPAN_BYTES},
+    read::Answer,
+    search::{decode, op_needs, RunError},
 };
 
 const SEC: u64 = 1_000_000_000;
@@ -207,19 +207,8 @@ fn whole_traces(engine: &Engine, req: &MetricsRequest) -> Result<Answer<MetricsE
     let row_bytes = req.grid.len() * CELL_BYTES + 256;
     while let Some(candidate) = crate::search::next_counted(&mut walk, &mut held, &mut walk_bytes)?
     {
-        let lookup = engine.lookup_trace(&candidate.trace_id, TimeRange::ALL)?;
-        for skipped in &lookup.skipped {
-            let reason = file_reason(skipped);
-            if !partial.contains(&reason) {
-                partial.push(reason);
-            }
-        }
-        let trace_bytes: usize = lookup
-            .spans
-            .iter()
-            .map(|s| 2 * s.payload.len() + DECODED_SPAN_BYTES)
-            .sum();
-        held.grow(trace_bytes).map_err(RunError::Overloaded)?;
+        let (lookup, trace_bytes) =
+            crate::search::read_candidate(engine, &candidate, &mut held, &mut partial)?;
         match decode(candidate.trace_id, &lookup.spans) {
             Ok(trace) => {
                 let sets = req.query.eval(&trace);

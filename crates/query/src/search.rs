@@ -237,19 +237,7 @@ pub fn run(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunEr
             break;
         };
         inspected += 1;
-        let lookup = engine.lookup_trace(&candidate.trace_id, TimeRange::ALL)?;
-        let trace_bytes: usize = lookup
-            .spans
-            .iter()
-            .map(|s| 2 * s.payload.len() + DECODED_SPAN_BYTES)
-            .sum();
-        held.grow(trace_bytes).map_err(RunError::Overloaded)?;
-        for skipped in &lookup.skipped {
-            let reason = file_reason(skipped);
-            if !partial.contains(&reason) {
-                partial.push(reason);
-            }
-        }
+        let (lookup, trace_bytes) = read_candidate(engine, &candidate, &mut held, &mut partial)?;
         let evaluated = evaluate(search, candidate.trace_id, &lookup.spans);
         held.shrink(trace_bytes);
         match evaluated {
@@ -275,6 +263,31 @@ pub fn run(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunEr
         value: found,
         partial,
     })
+}
+
+/// A candidate's spans read whole, with `held` grown by what decoding them
+/// will hold (returned, for the caller to give back) and the files that
+/// could not be read named in `partial`.
+pub(crate) fn read_candidate(
+    engine: &Engine,
+    candidate: &Candidate,
+    held: &mut Permit,
+    partial: &mut Vec<String>,
+) -> Result<(tracedb_lsm::TraceLookup, usize), RunError> {
+    let lookup = engine.lookup_trace(&candidate.trace_id, TimeRange::ALL)?;
+    let trace_bytes: usize = lookup
+        .spans
+        .iter()
+        .map(|s| 2 * s.payload.len() + DECODED_SPAN_BYTES)
+        .sum();
+    held.grow(trace_bytes).map_err(RunError::Overloaded)?;
+    for skipped in &lookup.skipped {
+        let reason = file_reason(skipped);
+        if !partial.contains(&reason) {
+            partial.push(reason);
+        }
+    }
+    Ok((lookup, trace_bytes))
 }
 
 /// Candidates a search takes from the walk ahead of their turn, their spans
@@ -828,19 +841,7 @@ pub fn per_span_only(query: &Query) -> bool {
     }
     let stages = &query.pipeline.stages;
     let metrics_fields_per_span = query.metrics.as_deref().is_none_or(|m| {
-        use tracedb_traceql::ast::MetricsFn::*;
-        let field = match &m.function {
-            MinOverTime(a)
-            | MaxOverTime(a)
-            | SumOverTime(a)
-            | AvgOverTime(a)
-            | QuantileOverTime(a, _)
-            | HistogramOverTime(a) => Some(a),
-            Rate | CountOverTime | Compare { .. } => None,
-        };
-        field
-            .into_iter()
-            .chain(&m.by)
+        m.fields()
             .all(|a| !trace_level(&FieldExpr::Attribute(a.clone())))
     });
     matches!(stages.first(), Some(Stage::Spansets(s)) if per_span(s))
@@ -901,7 +902,7 @@ fn trace_level(e: &FieldExpr) -> bool {
 /// filters each hold on one span alone ([`per_span_only`]): the filters of
 /// `query` joined by `||` (of an operator between spansets other than `||`,
 /// those of its right side only, which must have spans for it to answer),
-/// with each comparison of a trace-level field ([`trace_level`]) replaced
+/// with each comparison of a trace-level field (see `trace_level`) replaced
 /// by `true`. A span of every matching trace passes one of those filters, and
 /// so the weaker one, on whichever node holds it: a query tier finds
 /// candidates with it and evaluates `query` on each whole trace.

@@ -55,6 +55,24 @@ pub struct Metrics {
     pub second: Vec<SecondStage>,
 }
 
+impl Metrics {
+    /// The fields of the spans the stage reads: the one it measures, if
+    /// any, then its `by()` fields (not `compare()`'s filter).
+    pub fn fields(&self) -> impl Iterator<Item = &Attribute> {
+        use MetricsFn::*;
+        let measured = match &self.function {
+            MinOverTime(a)
+            | MaxOverTime(a)
+            | SumOverTime(a)
+            | AvgOverTime(a)
+            | QuantileOverTime(a, _)
+            | HistogramOverTime(a) => Some(a),
+            Rate | CountOverTime | Compare { .. } => None,
+        };
+        measured.into_iter().chain(&self.by)
+    }
+}
+
 /// The aggregations over time.
 #[derive(Debug, Clone, PartialEq)]
 pub enum MetricsFn {
