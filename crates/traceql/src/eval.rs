@@ -216,21 +216,10 @@ pub fn visit_query(query: &Query, f: &mut dyn FnMut(&FieldExpr)) {
     }
     visit_pipeline(&query.pipeline, f);
     if let Some(m) = &query.metrics {
-        use crate::ast::MetricsFn::*;
-        let field = match &m.function {
-            Rate | CountOverTime => None,
-            MinOverTime(a)
-            | MaxOverTime(a)
-            | SumOverTime(a)
-            | AvgOverTime(a)
-            | QuantileOverTime(a, _)
-            | HistogramOverTime(a) => Some(a),
-            Compare { selection, .. } => {
-                visit_field(selection, f);
-                None
-            }
-        };
-        for a in field.into_iter().chain(&m.by) {
+        if let crate::ast::MetricsFn::Compare { selection, .. } = &m.function {
+            visit_field(selection, f);
+        }
+        for a in m.fields() {
             f(&FieldExpr::Attribute(a.clone()));
         }
     }
