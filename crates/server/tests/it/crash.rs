@@ -54,6 +54,11 @@ struct Shape {
 
 /// Older traces read again after each restart, besides all of the last cycle's.
 const OLDER_SAMPLE: usize = 50;
+/// Most traces the clients export in one cycle. They export while the last
+/// cycle's traces are read back, so without a bound a slow read-back (a
+/// loaded machine) lets them export more for the next one to read, and the
+/// harness runs away: seen at 5-minute cycles and 40 minutes in all.
+const CYCLE_TRACES: i64 = 6_000;
 /// Jaeger's GetTraces is asked for this many traces at once.
 const JAEGER_BATCH: usize = 16;
 
@@ -178,14 +183,20 @@ async fn harness(shape: Shape) {
         let deadline = Instant::now() + Duration::from_millis(rng.random_range(100..1_200));
         let (per_request, spans, pace) =
             (shape.traces_per_request, shape.spans_per_trace, shape.pace);
+        let budget = Arc::new(std::sync::atomic::AtomicI64::new(CYCLE_TRACES));
         let clients: Vec<_> = (0..shape.clients)
             .map(|_| {
                 let (acked, next_trace, endpoint) = (acked.clone(), next_trace.clone(), endpoint.clone());
+                let budget = budget.clone();
                 tokio::spawn(async move {
                     let Ok(mut client) = tracedb_proto::collector::trace::v1::trace_service_client::TraceServiceClient::connect(endpoint).await else {
                         return;
                     };
                     loop {
+                        let n = per_request as i64;
+                        if budget.fetch_sub(n, std::sync::atomic::Ordering::Relaxed) < n {
+                            return;
+                        }
                         let first = u128::from(next_trace.fetch_add(per_request as u64, std::sync::atomic::Ordering::Relaxed));
                         let traces: Vec<u128> = (first..first + per_request).collect();
                         match client.export(request("crash", &traces, spans)).await {
