@@ -39,8 +39,10 @@
 
 use std::collections::HashMap;
 
+use second::{second_stage, sort_series};
+
 use crate::{
-    ast::{Attribute, CmpOp, Metrics, MetricsFn, SecondStage},
+    ast::{Attribute, Metrics, MetricsFn},
     eval::{Compiled, FieldValue, Spanset},
     trace::{hex, Trace},
 };
@@ -418,14 +420,14 @@ impl MetricsEval {
                 },
                 MetricsFn::HistogramOverTime(a) | MetricsFn::QuantileOverTime(a, _) => {
                     match log2_bucket(query, trace, i, a) {
-                        Some((exp, _)) => exp as f64,
+                        Some(exp) => exp as f64,
                         None => continue,
                     }
                 }
                 MetricsFn::Compare { .. } => unreachable!("refused in new"),
             };
             if let MetricsFn::HistogramOverTime(a) = &self.metrics.function {
-                let bound = bucket_bound(value as u32, is_duration(query, trace, i, a));
+                let bound = bucket_bound(value as u32, field_is_duration(a));
                 key.push(KeyPart::Float(bound.to_bits()));
             }
             let n = self.grid.len();
@@ -795,13 +797,6 @@ fn measure(query: &Compiled, trace: &Trace, i: usize, field: &Attribute) -> Opti
     }
 }
 
-fn is_duration(query: &Compiled, trace: &Trace, i: usize, field: &Attribute) -> bool {
-    matches!(
-        query.field_value(trace, i, field),
-        Some(FieldValue::Duration(_))
-    )
-}
-
 /// Whether `field` is an intrinsic measured in time.
 fn field_is_duration(field: &Attribute) -> bool {
     matches!(
@@ -810,25 +805,18 @@ fn field_is_duration(field: &Attribute) -> bool {
     )
 }
 
-/// The power-of-two bucket of `field` on span `i`: (exponent, whether a
-/// duration). Integers (durations in ns) of 2 or more only.
-fn log2_bucket(
-    query: &Compiled,
-    trace: &Trace,
-    i: usize,
-    field: &Attribute,
-) -> Option<(u32, bool)> {
-    let (v, duration) = match query.field_value(trace, i, field)? {
-        FieldValue::Duration(d) => (d, true),
-        FieldValue::Int(v) => (v, false),
+/// The exponent of the power-of-two bucket of `field` on span `i`:
+/// integers (durations in ns) of 2 or more only.
+fn log2_bucket(query: &Compiled, trace: &Trace, i: usize, field: &Attribute) -> Option<u32> {
+    let v = match query.field_value(trace, i, field)? {
+        FieldValue::Duration(v) | FieldValue::Int(v) => v,
         _ => return None,
     };
     if v < 2 {
         return None;
     }
     // The smallest power of two at or above v.
-    let exp = 64 - (v as u64 - 1).leading_zeros();
-    Some((exp, duration))
+    Some(64 - (v as u64 - 1).leading_zeros())
 }
 
 /// A bucket's upper bound as its label shows it: seconds for durations.
@@ -867,90 +855,6 @@ fn quantile(buckets: &[(u32, u64)], q: f64, duration: bool) -> f64 {
         }
     }
     buckets.last().map_or(0.0, |b| bucket_bound(b.0, duration))
-}
-
-/// `topk`, `bottomk` or a comparison, on the final series.
-fn second_stage(mut series: Vec<Series>, stage: &SecondStage) -> Vec<Series> {
-    match *stage {
-        SecondStage::Filter(op, v) => {
-            let holds = |x: f64| match op {
-                CmpOp::Eq => x == v,
-                CmpOp::Ne => x != v,
-                CmpOp::Gt => x > v,
-                CmpOp::Ge => x >= v,
-                CmpOp::Lt => x < v,
-                CmpOp::Le => x <= v,
-                CmpOp::Match | CmpOp::NotMatch => false,
-            };
-            for s in &mut series {
-                s.samples.retain(|&(_, x)| holds(x));
-                s.exemplars.retain(|e| holds(e.value));
-            }
-            series.retain(|s| !s.samples.is_empty());
-            series
-        }
-        SecondStage::TopK(k) | SecondStage::BottomK(k) => {
-            if series.len() <= k {
-                return series;
-            }
-            let top = matches!(stage, SecondStage::TopK(_));
-            sort_series(&mut series);
-            let mut times: Vec<u64> = series
-                .iter()
-                .flat_map(|s| s.samples.iter().map(|&(t, _)| t))
-                .collect();
-            times.sort_unstable();
-            times.dedup();
-            let mut keep: Vec<Vec<u64>> = vec![Vec::new(); series.len()];
-            for t in times {
-                let mut at: Vec<(usize, f64)> = series
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, s)| {
-                        s.samples
-                            .binary_search_by_key(&t, |&(x, _)| x)
-                            .ok()
-                            .map(|j| (i, s.samples[j].1))
-                    })
-                    .collect();
-                // Largest (smallest) first; ties in series order.
-                at.sort_by(|a, b| {
-                    let by_value = if top {
-                        b.1.total_cmp(&a.1)
-                    } else {
-                        a.1.total_cmp(&b.1)
-                    };
-                    by_value.then(a.0.cmp(&b.0))
-                });
-                for &(i, _) in at.iter().take(k) {
-                    keep[i].push(t);
-                }
-            }
-            for (s, kept) in series.iter_mut().zip(keep) {
-                s.samples.retain(|(t, _)| kept.binary_search(t).is_ok());
-            }
-            series.retain(|s| !s.samples.is_empty());
-            series
-        }
-    }
-}
-
-/// Tempo's order of series: fewer labels first, then label by label, by
-/// key and by the value's protobuf text.
-fn sort_series(series: &mut [Series]) {
-    series.sort_by(|a, b| {
-        a.labels.len().cmp(&b.labels.len()).then_with(|| {
-            for (x, y) in a.labels.iter().zip(&b.labels) {
-                let c =
-                    x.0.cmp(&y.0)
-                        .then_with(|| x.1.sort_text().cmp(&y.1.sort_text()));
-                if c.is_ne() {
-                    return c;
-                }
-            }
-            std::cmp::Ordering::Equal
-        })
-    });
 }
 
 /// The name a series without `by()` carries in `__name__`.
@@ -1048,5 +952,6 @@ pub fn go_duration(ns: i64) -> String {
     }
 }
 
+mod second;
 #[cfg(test)]
 mod tests;

@@ -24,7 +24,7 @@ use axum::{extract::Query, response::Response};
 use serde_json::{json, Value};
 use tracedb_traceql::{
     ast::Static,
-    metrics::{Exemplar, Grid, LabelValue, Series},
+    metrics::{Exemplar, LabelValue, Series},
     Compiled,
 };
 
@@ -45,11 +45,10 @@ pub(super) async fn query_range(
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response> {
     let request = range_request(&params, now())?;
-    let grid = request.grid;
     let (eval, mut partial) = noted(reads.metrics(request).await?, "metrics");
     let series = eval.finish();
     let body = json!({
-        "series": series.iter().map(|s| series_json(s, &grid)).collect::<Vec<Value>>(),
+        "series": series.iter().map(series_json).collect::<Vec<Value>>(),
         "metrics": { "completedJobs": 1, "totalJobs": 1 },
     });
     Ok(answer(body, &mut partial))
@@ -365,7 +364,7 @@ fn labels_json(labels: &[(String, LabelValue)]) -> Vec<Value> {
         .collect()
 }
 
-fn series_json(s: &Series, _grid: &Grid) -> Value {
+fn series_json(s: &Series) -> Value {
     let samples: Vec<Value> = s
         .samples
         .iter()
