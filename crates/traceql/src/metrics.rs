@@ -772,16 +772,17 @@ impl MetricsEval {
             }
         }
         out.retain(|s| !s.samples.is_empty());
-        // Series added from other stores may bring more than were asked.
+        for stage in &self.metrics.second {
+            out = second_stage(out, stage);
+        }
+        sort_series(&mut out);
+        // Series added from other stores may bring more than were asked;
+        // the first series in order keep theirs.
         let mut left = self.max_exemplars;
         for s in &mut out {
             s.exemplars.truncate(left);
             left -= s.exemplars.len();
         }
-        for stage in &self.metrics.second {
-            out = second_stage(out, stage);
-        }
-        sort_series(&mut out);
         out
     }
 }
