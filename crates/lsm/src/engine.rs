@@ -462,7 +462,8 @@ impl Engine {
         self.inner.tree.current()
     }
 
-    /// Seals every buffer and waits until all sealed buffers are in files.
+    /// Seals every buffer, waits until all sealed buffers are in files and
+    /// deletes the log segments they came from.
     pub fn flush(&self) -> Result<()> {
         self.inner
             .memtable
@@ -473,7 +474,12 @@ impl Engine {
                 self.inner.tree.is_crashed()
                     || (self.inner.closed.load(Ordering::Acquire)
                         && self.threads.lock().flusher.is_none())
-            })
+            })?;
+        // The flusher trims the log after it installs a file, so the last
+        // buffer's segments may still be there when its file is in the
+        // tree; trim here too, so what was flushed has left the log.
+        self.inner.trim_wal();
+        Ok(())
     }
 
     /// Runs compaction in the calling thread until [`crate::compaction::pick`]

@@ -195,7 +195,7 @@ impl Inner {
     }
 
     /// Deletes WAL segments that hold nothing which is not yet in a file.
-    fn trim_wal(&self) {
+    pub(super) fn trim_wal(&self) {
         let mut keep_from = self
             .wal
             .current_segment()
