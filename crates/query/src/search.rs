@@ -840,9 +840,12 @@ pub fn per_span_only(query: &Query) -> bool {
         }
     }
     let stages = &query.pipeline.stages;
+    // compare() counts every field of a span, its trace's root name and
+    // service and its child count among them.
     let metrics_fields_per_span = query.metrics.as_deref().is_none_or(|m| {
-        m.fields()
-            .all(|a| !trace_level(&FieldExpr::Attribute(a.clone())))
+        !matches!(m.function, tracedb_traceql::ast::MetricsFn::Compare { .. })
+            && m.fields()
+                .all(|a| !trace_level(&FieldExpr::Attribute(a.clone())))
     });
     matches!(stages.first(), Some(Stage::Spansets(s)) if per_span(s))
         && stages[1..]

@@ -109,6 +109,46 @@ impl Compiled {
         .pipeline(&self.query.pipeline, vec![all])
     }
 
+    /// True when no span can ever match: every stage is a filter, or two
+    /// filters joined by an operator, whose condition names no field and is
+    /// false (`{ false }`, `{ 1 = 2 }`). Tempo answers a metrics query that
+    /// is a no-op with no series at all, not with series of zeros.
+    pub fn is_noop(&self) -> bool {
+        let empty = Trace {
+            trace_id: [0; 16],
+            spans: Vec::new(),
+            parent: Vec::new(),
+            child_count: Vec::new(),
+            root: None,
+            in_tree: Vec::new(),
+            nested: Vec::new(),
+            start_unix_nano: 0,
+            end_unix_nano: 0,
+        };
+        let eval = Eval {
+            trace: &empty,
+            regexes: &self.regexes,
+        };
+        let false_filter = |s: &SpansetExpr| {
+            let SpansetExpr::Filter(e) = s else {
+                return false;
+            };
+            let mut names_field = false;
+            visit_field(e, &mut |x| {
+                names_field |= matches!(x, FieldExpr::Attribute(_));
+            });
+            !names_field && eval.field(e, 0) == Val::Bool(false)
+        };
+        !self.query.pipeline.stages.is_empty()
+            && self.query.pipeline.stages.iter().all(|stage| match stage {
+                Stage::Spansets(SpansetExpr::Binary { lhs, rhs, .. }) => {
+                    false_filter(lhs) && false_filter(rhs)
+                }
+                Stage::Spansets(s) => false_filter(s),
+                _ => false,
+            })
+    }
+
     /// The fields the answer shows for each matched span: those the query's
     /// conditions and `select()` name, each once, in the order they come.
     pub fn shown_fields(&self) -> Vec<Attribute> {

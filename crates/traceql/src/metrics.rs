@@ -42,7 +42,7 @@ use std::collections::HashMap;
 use second::{second_stage, sort_series};
 
 use crate::{
-    ast::{Attribute, Metrics, MetricsFn},
+    ast::{Attribute, Intrinsic, Metrics, MetricsFn},
     eval::{Compiled, FieldValue, Spanset},
     trace::{hex, Trace},
 };
@@ -333,7 +333,17 @@ pub struct MetricsEval {
     exemplars_taken: usize,
     /// Spans counted.
     spans: u64,
+    /// No span can match ([`Compiled::is_noop`]).
+    noop: bool,
 }
+
+/// Why series of nested-set numbers are refused: the numbers are positions
+/// in one trace's tree, and which sibling comes first is each store's own
+/// order (Tempo's is the order it stored the spans in, tracedb's their
+/// start), so the same traces give other series.
+const NESTED_SET_SERIES: &str = "by() or a measure of nestedSetLeft, nestedSetRight or \
+nestedSetParent (their numbers follow the order a store keeps sibling spans in, \
+which is not Tempo's)";
 
 /// Why a metrics stage cannot run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -359,8 +369,17 @@ impl MetricsEval {
             .as_deref()
             .cloned()
             .ok_or(MetricsError::NotMetrics)?;
-        if matches!(metrics.function, MetricsFn::Compare { .. }) {
-            return Err(MetricsError::Unsupported("compare()"));
+        if metrics.fields().any(|a| {
+            matches!(
+                a,
+                Attribute::Intrinsic(
+                    Intrinsic::NestedSetLeft
+                        | Intrinsic::NestedSetRight
+                        | Intrinsic::NestedSetParent
+                )
+            )
+        }) {
+            return Err(MetricsError::Unsupported(NESTED_SET_SERIES));
         }
         let buckets = (max_exemplars / 2).max(1);
         Ok(MetricsEval {
@@ -373,6 +392,7 @@ impl MetricsEval {
             exemplar_buckets: vec![0; buckets],
             exemplars_taken: 0,
             spans: 0,
+            noop: query.is_noop(),
         })
     }
 
@@ -398,11 +418,27 @@ impl MetricsEval {
         spans.sort_unstable();
         spans.dedup();
         let mut exemplar_left = self.max_exemplars > 0;
+        let compare = match &self.metrics.function {
+            MetricsFn::Compare {
+                selection,
+                start_unix_nano,
+                end_unix_nano,
+                ..
+            } => Some((selection.clone(), *start_unix_nano, *end_unix_nano)),
+            _ => None,
+        };
         for i in spans {
             let span = &trace.spans[i];
             let Some(interval) = self.grid.interval(span.start_unix_nano) else {
                 continue;
             };
+            if let Some((selection, start, end)) = &compare {
+                let in_window = (*start == 0 && *end == 0)
+                    || (span.start_unix_nano > *start && span.start_unix_nano <= *end);
+                let selected = in_window && query.holds(trace, i, selection);
+                self.count_compare(query, trace, i, interval, selected);
+                continue;
+            }
             let mut key: Vec<KeyPart> = self
                 .metrics
                 .by
@@ -424,7 +460,7 @@ impl MetricsEval {
                         None => continue,
                     }
                 }
-                MetricsFn::Compare { .. } => unreachable!("refused in new"),
+                MetricsFn::Compare { .. } => unreachable!("counted above"),
             };
             if let MetricsFn::HistogramOverTime(a) = &self.metrics.function {
                 let bound = bucket_bound(value as u32, field_is_duration(a));
@@ -445,7 +481,7 @@ impl MetricsEval {
                     MetricsFn::SumOverTime(_) => Cells::Sum(vec![f64::NAN; n]),
                     MetricsFn::AvgOverTime(_) => Cells::Avg(vec![(0.0, 0.0); n]),
                     MetricsFn::QuantileOverTime(..) => Cells::Buckets(vec![Vec::new(); n]),
-                    MetricsFn::Compare { .. } => unreachable!("refused in new"),
+                    MetricsFn::Compare { .. } => unreachable!("counted above"),
                 };
                 self.series.insert(
                     key.clone(),
@@ -569,11 +605,11 @@ impl MetricsEval {
     /// are not of this query's shape (another function, another grid).
     pub fn add_raw(&mut self, raw: Vec<RawSeries>, capped: bool) -> Result<(), String> {
         let n = self.grid.len();
-        let key_len = self.metrics.by.len()
-            + usize::from(matches!(
-                self.metrics.function,
-                MetricsFn::HistogramOverTime(_)
-            ));
+        let key_len = match self.metrics.function {
+            MetricsFn::Compare { .. } => 3,
+            MetricsFn::HistogramOverTime(_) => self.metrics.by.len() + 1,
+            _ => self.metrics.by.len(),
+        };
         let mut checked = Vec::with_capacity(raw.len());
         for mut series in raw {
             if series.key.len() != key_len {
@@ -585,7 +621,10 @@ impl MetricsEval {
             let kind_ok = match (&mut series.cells, &self.metrics.function) {
                 (
                     Cells::Count(c),
-                    MetricsFn::Rate | MetricsFn::CountOverTime | MetricsFn::HistogramOverTime(_),
+                    MetricsFn::Rate
+                    | MetricsFn::CountOverTime
+                    | MetricsFn::HistogramOverTime(_)
+                    | MetricsFn::Compare { .. },
                 )
                 | (Cells::Min(c), MetricsFn::MinOverTime(_))
                 | (Cells::Max(c), MetricsFn::MaxOverTime(_))
@@ -627,6 +666,7 @@ impl MetricsEval {
             exemplar_buckets: Vec::new(),
             exemplars_taken: 0,
             spans: 0,
+            noop: self.noop,
         };
         for series in checked {
             let key: Vec<KeyPart> = series.key.into_iter().map(KeyPart::of).collect();
@@ -652,6 +692,9 @@ impl MetricsEval {
 
     /// The series, with the second stage applied, in Tempo's order.
     pub fn finish(self) -> Vec<Series> {
+        if let MetricsFn::Compare { top, .. } = self.metrics.function {
+            return self.finish_compare(top);
+        }
         let grid = self.grid;
         let name = function_name(&self.metrics.function);
         let mut out = Vec::new();
@@ -770,6 +813,24 @@ impl MetricsEval {
                     });
                 }
             }
+        }
+        // Tempo answers an ungrouped count or rate that matched nothing
+        // with a series of zeros, unless no span could ever match.
+        if out.is_empty()
+            && !self.noop
+            && self.metrics.by.is_empty()
+            && matches!(
+                self.metrics.function,
+                MetricsFn::Rate | MetricsFn::CountOverTime
+            )
+        {
+            out.push(Series {
+                labels: vec![("__name__".into(), LabelValue::Str(name.into()))],
+                samples: (0..grid.len())
+                    .map(|i| (grid.timestamp_ms(i), 0.0))
+                    .collect(),
+                exemplars: Vec::new(),
+            });
         }
         out.retain(|s| !s.samples.is_empty());
         for stage in &self.metrics.second {
@@ -953,6 +1014,7 @@ pub fn go_duration(ns: i64) -> String {
     }
 }
 
+mod compare;
 mod second;
 #[cfg(test)]
 mod tests;

@@ -22,6 +22,7 @@ mod shared_span_ids;
 mod shutdown;
 mod telemetrygen;
 mod tempo;
+mod tempo_metrics;
 mod tenants;
 mod time_rules;
 mod tls;

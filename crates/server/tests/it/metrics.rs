@@ -354,6 +354,59 @@ fn metrics_queries_answer_with_tempos_series() {
         .map(|s| (format!("resource.service.name={s}"), 12.0))
         .collect();
     assert_eq!(got, want);
+
+    // compare(): the error spans (four frontend roots) against the other
+    // 32, field by field; then with a window holding the first error only.
+    let compare = |q: &str| -> BTreeMap<String, f64> {
+        let path = format!(
+            "/api/metrics/query?q={}&start={}&end={}",
+            encoded(q),
+            base / SEC,
+            end / SEC
+        );
+        let r = get(&server, &path);
+        assert_eq!(r.status, 200, "{q}: {}", String::from_utf8_lossy(&r.body));
+        let body: Value = serde_json::from_slice(&r.body).expect("JSON");
+        body["series"]
+            .as_array()
+            .expect("series")
+            .iter()
+            .map(|s| (labels(s), value(s)))
+            .collect()
+    };
+    let got = compare("{ } | compare({ status = error })");
+    for (series, n) in [
+        ("__meta_type=selection,resource.service.name=frontend", 4.0),
+        ("__meta_type=baseline,resource.service.name=frontend", 8.0),
+        ("__meta_type=baseline,resource.service.name=cart", 12.0),
+        ("__meta_type=baseline,resource.service.name=db", 12.0),
+        ("__meta_type=selection_total,resource.service.name=nil", 4.0),
+        ("__meta_type=baseline_total,resource.service.name=nil", 32.0),
+        ("__meta_type=selection,status=error", 4.0),
+        ("__meta_type=baseline,status=unset", 32.0),
+        ("__meta_type=baseline,span:childCount=0", 12.0),
+        ("__meta_type=baseline,span:childCount=1", 20.0),
+        ("__meta_type=selection,span.http.route=/r0", 2.0),
+        ("__meta_type=selection,span.http.route=/r1", 2.0),
+    ] {
+        assert_eq!(got.get(series), Some(&n), "{series} in {got:?}");
+    }
+    assert!(!got.contains_key("__meta_type=selection,resource.service.name=cart"));
+    let got = compare(&format!(
+        "{{ }} | compare({{ status = error }}, 10, {}, {})",
+        base,
+        base + 16 * SEC
+    ));
+    assert_eq!(
+        got.get("__meta_type=selection,resource.service.name=frontend"),
+        Some(&1.0),
+        "{got:?}"
+    );
+    assert_eq!(
+        got.get("__meta_type=baseline,resource.service.name=frontend"),
+        Some(&11.0),
+        "{got:?}"
+    );
     // Drilldown's first question: anything in the last minute (none here).
     let r = get(
         &server,
@@ -398,9 +451,9 @@ fn metrics_queries_answer_with_tempos_series() {
         (
             format!(
                 "/api/metrics/query_range?q={}",
-                encoded("{} | compare({status=error})")
+                encoded("{} | rate() by(nestedSetParent)")
             ),
-            "compare() is not supported",
+            "nestedSetParent (their numbers follow the order a store keeps sibling spans in",
         ),
         (
             format!("/api/search?q={}", encoded("{} | rate()")),
@@ -466,7 +519,8 @@ fn the_query_tier_adds_its_nodes_series() {
     for q in [
         "{ resource.service.name = \"frontend\" } >> { kind = client } | rate()",
         "{ rootServiceName = \"frontend\" } | rate()",
-        "{ } | rate() by(nestedSetLeft)",
+        "{ nestedSetLeft > 2 } | rate()",
+        "{ } | compare({ status = error })",
     ] {
         let r = get(
             &split,

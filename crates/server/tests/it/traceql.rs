@@ -88,13 +88,13 @@ fn nested_spans_only(
     None
 }
 
-fn fixture(name: &str) -> String {
+pub fn fixture(name: &str) -> String {
     let path = format!("{}/tests/traceql/{name}", env!("CARGO_MANIFEST_DIR"));
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 /// The fixture's OTLP/JSON with its time offsets moved to start at `base`.
-fn shifted(traces: &str, base: u64) -> Vec<u8> {
+pub fn shifted(traces: &str, base: u64) -> Vec<u8> {
     fn walk(v: &mut Value, base: u64) {
         match v {
             Value::Object(map) => {

@@ -45,3 +45,69 @@ impl Compiled {
         of(v)
     }
 }
+
+impl Compiled {
+    /// The fields `compare()` counts on span `i` of `trace`, with their
+    /// values: the span's name, status, status message, kind and child
+    /// count, its trace's root name and service, its instrumentation scope's
+    /// name and version, and every resource, scope and span attribute it
+    /// carries. Array attributes are left out (no single value stands for
+    /// them), as are the fields whose values are unique or positions
+    /// (durations, IDs, start times, nested-set numbers), as Tempo leaves them.
+    pub fn compare_fields(&self, trace: &Trace, i: usize) -> Vec<(Attribute, FieldValue)> {
+        use crate::ast::{Intrinsic::*, Scope};
+        let span = &trace.spans[i];
+        let mut out = Vec::new();
+        for x in [
+            Name,
+            Status,
+            StatusMessage,
+            Kind,
+            ChildCount,
+            RootName,
+            RootServiceName,
+            InstrumentationName,
+            InstrumentationVersion,
+        ] {
+            let a = Attribute::Intrinsic(x);
+            if let Some(v) = self.field_value(trace, i, &a) {
+                out.push((a, v));
+            }
+        }
+        let lists = [
+            (Scope::Resource, &span.origin.resource),
+            (Scope::Instrumentation, &span.origin.scope),
+            (Scope::Span, &span.attributes),
+        ];
+        for (scope, list) in lists {
+            for (name, value) in list.iter() {
+                let v = match value {
+                    crate::trace::Value::Str(s) => FieldValue::Str(s.clone()),
+                    crate::trace::Value::Int(n) => FieldValue::Int(*n),
+                    crate::trace::Value::Float(f) => FieldValue::Float(*f),
+                    crate::trace::Value::Bool(b) => FieldValue::Bool(*b),
+                    crate::trace::Value::Array(_) => continue,
+                };
+                let a = Attribute::Attr {
+                    scope,
+                    name: name.clone(),
+                };
+                // A name sent twice counts once, with its first value.
+                if !out.iter().any(|(b, _)| *b == a) {
+                    out.push((a, v));
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether the condition `e` holds on span `i` of `trace`.
+    pub fn holds(&self, trace: &Trace, i: usize, e: &crate::ast::FieldExpr) -> bool {
+        Eval {
+            trace,
+            regexes: &self.regexes,
+        }
+        .field(e, i)
+            == Val::Bool(true)
+    }
+}

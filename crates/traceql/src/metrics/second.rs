@@ -1,7 +1,9 @@
 //! The second stage of a metrics query (`| topk(n)`, `| bottomk(n)`,
 //! `> value`), applied to the finished series, and Tempo's order of series.
 
-use super::Series;
+use std::cmp::Ordering;
+
+use super::{LabelValue, Series};
 use crate::ast::{CmpOp, SecondStage};
 
 /// `topk`, `bottomk` or a comparison, on the final series.
@@ -48,14 +50,16 @@ pub(super) fn second_stage(mut series: Vec<Series>, stage: &SecondStage) -> Vec<
                             .map(|j| (i, s.samples[j].1))
                     })
                     .collect();
-                // Largest (smallest) first; ties in series order.
+                // Largest (smallest) first. Of equal values, topk keeps
+                // the series whose labels come first in Tempo's tie order,
+                // bottomk those that come last (Tempo's heaps do so).
                 at.sort_by(|a, b| {
-                    let by_value = if top {
-                        b.1.total_cmp(&a.1)
+                    let (la, lb) = (&series[a.0].labels, &series[b.0].labels);
+                    if top {
+                        b.1.total_cmp(&a.1).then_with(|| tie_order(la, lb))
                     } else {
-                        a.1.total_cmp(&b.1)
-                    };
-                    by_value.then(a.0.cmp(&b.0))
+                        a.1.total_cmp(&b.1).then_with(|| tie_order(lb, la))
+                    }
                 });
                 for &(i, _) in at.iter().take(k) {
                     keep[i].push(t);
@@ -86,4 +90,32 @@ pub(super) fn sort_series(series: &mut [Series]) {
             std::cmp::Ordering::Equal
         })
     });
+}
+
+/// Tempo's order of series with equal values in `topk` and `bottomk`,
+/// label by label: a string value's text first (other values have none),
+/// then the label's name, then the value's type (int, float, string, bool)
+/// and its bits.
+fn tie_order(a: &[(String, LabelValue)], b: &[(String, LabelValue)]) -> Ordering {
+    fn parts(v: &LabelValue) -> (&str, u8, u64) {
+        match v {
+            LabelValue::Str(s) => (s, 5, 0),
+            LabelValue::Int(i) => ("", 3, *i as u64),
+            LabelValue::Float(f) => ("", 4, f.to_bits()),
+            LabelValue::Bool(b) => ("", 6, u64::from(*b)),
+        }
+    }
+    for ((na, va), (nb, vb)) in a.iter().zip(b) {
+        let (sa, ta, ca) = parts(va);
+        let (sb, tb, cb) = parts(vb);
+        let c = sa
+            .cmp(sb)
+            .then_with(|| na.cmp(nb))
+            .then(ta.cmp(&tb))
+            .then(ca.cmp(&cb));
+        if c.is_ne() {
+            return c;
+        }
+    }
+    Ordering::Equal
 }

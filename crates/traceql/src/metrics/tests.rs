@@ -284,7 +284,8 @@ fn topk_bottomk_and_comparisons_apply_to_the_final_series() {
     let grid = Grid::range(T0, T0 + 30 * SEC, 10 * SEC);
     let t = traces();
     let names = |q: &str| -> Vec<(String, Vec<(i64, f64)>)> { table(&run(q, grid, &t)) };
-    // topk(1) at each timestamp; ties go to the first series in order.
+    // topk(1) at each timestamp; of equal values topk keeps the series
+    // that comes first in Tempo's tie order, bottomk the one that comes last.
     assert_eq!(
         names("{ } | count_over_time() by(resource.service.name) | topk(1)"),
         vec![
@@ -298,11 +299,11 @@ fn topk_bottomk_and_comparisons_apply_to_the_final_series() {
     assert_eq!(
         names("{ } | count_over_time() by(resource.service.name) | bottomk(1)"),
         vec![
+            ("resource.service.name=a".to_owned(), vec![(30, 0.0)]),
             (
-                "resource.service.name=a".to_owned(),
-                vec![(0, 0.0), (10, 1.0), (30, 0.0)]
+                "resource.service.name=b".to_owned(),
+                vec![(0, 0.0), (10, 1.0), (20, 0.0)]
             ),
-            ("resource.service.name=b".to_owned(), vec![(20, 0.0)]),
         ]
     );
     assert_eq!(
@@ -392,6 +393,7 @@ fn series_of_two_stores_add_up_to_one_stores() {
         "{ } | quantile_over_time(duration, 0.5, 0.9)",
         "{ } | histogram_over_time(duration) by(name)",
         "{ } | count_over_time() by(name) | topk(1)",
+        "{ } | compare({ status = error }, 1)",
     ] {
         let compiled = Compiled::new(parse(q).expect("parses")).expect("compiles");
         let whole = run(q, grid, &t);
@@ -422,4 +424,75 @@ fn series_of_two_stores_add_up_to_one_stores() {
     assert!(eval
         .add_raw(vec![shaped(Cells::Count(vec![1.0; grid.len()]))], false)
         .is_ok());
+}
+
+#[test]
+fn a_count_that_matched_nothing_is_a_series_of_zeros_unless_nothing_can_match() {
+    let grid = Grid::range(T0, T0 + 30 * SEC, 10 * SEC);
+    let t = traces();
+    assert_eq!(
+        table(&run("{ span.nosuch = 1 } | rate()", grid, &t)),
+        vec![(
+            "__name__=rate".to_owned(),
+            vec![(0, 0.0), (10, 0.0), (20, 0.0), (30, 0.0)]
+        )]
+    );
+    for q in [
+        "{ false } | count_over_time()",
+        "{ 1 = 2 } | rate()",
+        "{ span.nosuch = 1 } | rate() by(name)",
+        "{ span.nosuch = 1 } | max_over_time(duration)",
+    ] {
+        assert!(run(q, grid, &t).is_empty(), "{q}");
+    }
+}
+
+#[test]
+fn compare_counts_each_field_value_of_the_selection_and_of_the_rest() {
+    let grid = Grid::instant(T0, T0 + 30 * SEC);
+    let t = traces();
+    let got = table(&run("{ } | compare({ status = error }, 1)", grid, &t));
+    let get = |labels: &str| got.iter().find(|(l, _)| l == labels).map(|(_, s)| s[0].1);
+    // One error span (b's), three others (two of a, one of b).
+    assert_eq!(
+        get("__meta_type=selection,resource.service.name=b"),
+        Some(1.0)
+    );
+    assert_eq!(
+        get("__meta_type=selection_total,resource.service.name=nil"),
+        Some(1.0)
+    );
+    assert_eq!(
+        get("__meta_type=baseline_total,resource.service.name=nil"),
+        Some(3.0)
+    );
+    // The top 1 value of each field: a (two spans) over b (one).
+    assert_eq!(
+        get("__meta_type=baseline,resource.service.name=a"),
+        Some(2.0)
+    );
+    assert_eq!(get("__meta_type=baseline,resource.service.name=b"), None);
+    assert_eq!(get("__meta_type=baseline,rootName=root"), Some(3.0));
+    assert_eq!(get("__meta_type=selection,status=error"), Some(1.0));
+    // Durations, IDs and start times are not counted.
+    assert!(
+        got.iter()
+            .all(|(l, _)| !l.contains("duration") && !l.contains("span:id")),
+        "{got:?}"
+    );
+    // A window narrows the selection: b's error at 25 s is outside 0-20 s.
+    let windowed = format!(
+        "{{ }} | compare({{ status = error }}, 10, {}, {})",
+        T0,
+        T0 + 20 * SEC
+    );
+    let got = table(&run(&windowed, grid, &t));
+    assert!(
+        got.iter()
+            .all(|(l, _)| !l.starts_with("__meta_type=selection")),
+        "{got:?}"
+    );
+    assert!(got
+        .iter()
+        .any(|(l, s)| l == "__meta_type=baseline,status=error" && s[0].1 == 1.0));
 }
