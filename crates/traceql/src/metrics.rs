@@ -30,11 +30,19 @@
 //! - `topk`/`bottomk` keep, at each timestamp, the values of the k
 //!   largest (smallest) series; a comparison keeps the values it holds for.
 //!
-//! Where tracedb answers differently, on purpose:
+//! - `compare()` counts, per field, the spans of each side carrying each
+//!   value, and keeps the `top` values with the most spans
+//!   (the `compare` module).
+//!
+//! Where tracedb answers differently, on purpose (the README lists them,
+//! and `tests/it/tempo_metrics.rs` checks them against Tempo's recorded
+//! answers):
 //! - it counts every span: sampling hints (`with(sample=true)`) are
 //!   accepted and answered exactly, as Tempo allows;
 //! - `sum_over_time` leaves out spans that lack the field (Tempo 3.0.3's
-//!   running sum restarts at such a span);
+//!   running sum restarts at such a span) and sums every numeric value
+//!   (Tempo's only those of the first value's type);
+//! - `compare()` counts no nil for a field a span lacks;
 //! - exemplars are the first matched span of a trace, not a random one.
 
 use std::collections::HashMap;
