@@ -5,7 +5,9 @@
 //! The page is hand-written HTML, CSS and JavaScript modules in
 //! `crates/server/ui/`, compiled into the binary with `include_bytes!`: no
 //! JavaScript toolchain in the build, nothing fetched at run time, so it works
-//! where tracedb runs without internet access. Every answer carries:
+//! where tracedb runs without internet access. The one library it uses,
+//! uPlot for the metrics view's charts, is vendored as its package ships it
+//! (`ui/vendor/`, with its licence, served beside it). Every answer carries:
 //! - a Content-Security-Policy that allows scripts, styles and requests only
 //!   from this origin and no inline script or style at all, so span data that
 //!   holds markup can run nothing even if it reached the document as HTML (the
@@ -76,6 +78,10 @@ pub const ASSETS: &[Asset] = &[
     asset!("model.js", JS),
     asset!("waterfall.js", JS),
     asset!("details.js", JS),
+    // Vendored, unchanged: see `ui/vendor/README.md` for their versions.
+    asset!("vendor/uPlot.iife.min.js", JS),
+    asset!("vendor/uPlot.min.css", "text/css; charset=utf-8"),
+    asset!("vendor/uPlot.LICENSE.txt", "text/plain; charset=utf-8"),
 ];
 
 /// `"` + 16 hex digits of the 64-bit FNV-1a hash of `bytes` + `"`.
@@ -97,12 +103,13 @@ const fn etag_of(bytes: &[u8]) -> [u8; 18] {
     out
 }
 
-/// `GET /` (the page) and `GET /ui/{file}` (its scripts, style and icon).
+/// `GET /` (the page) and `GET /ui/{file}` (its scripts, style and icon, and
+/// `ui/vendor/` the libraries it vendors).
 pub fn router() -> Router {
     Router::new()
         .route("/", get(|headers: HeaderMap| async move { serve("index.html", &headers) }))
         .route(
-            "/ui/{file}",
+            "/ui/{*file}",
             get(|Path(file): Path<String>, headers: HeaderMap| async move {
                 serve(&file, &headers)
             }),
