@@ -73,6 +73,7 @@ pub const ASSETS: &[Asset] = &[
     asset!("api.js", JS),
     asset!("format.js", JS),
     asset!("search.js", JS),
+    asset!("range.js", JS),
     asset!("complete.js", JS),
     asset!("trace.js", JS),
     asset!("model.js", JS),

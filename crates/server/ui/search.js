@@ -5,11 +5,10 @@
 import * as api from './api.js';
 import { attachCompletion } from './complete.js';
 import { ago, clock, duration, el, fill, traceqlString } from './format.js';
+import { RANGES, RANGE_WORDS, fromLocalInput, timeWindow, toLocalInput } from './range.js';
 
 const $ = (id) => document.getElementById(id);
 
-const RANGES = { '15m': 900, '1h': 3600, '6h': 6 * 3600, '24h': 86400 };
-const RANGE_WORDS = { '15m': 'the last 15 minutes', '1h': 'the last hour', '6h': 'the last 6 hours', '24h': 'the last 24 hours' };
 const DEFAULT = { q: '{}', range: '1h', limit: 20 };
 /** Spans shown per matched spanset. */
 const SPSS = 5;
@@ -42,24 +41,6 @@ function stateHash(state) {
   }
   p.set('limit', String(state.limit));
   return `#/?${p}`;
-}
-
-/** [start, end] in Unix seconds. */
-function timeWindow(state) {
-  if (state.range === 'custom' && state.from && state.to) return [state.from, state.to];
-  const now = Math.floor(Date.now() / 1000);
-  return [now - (RANGES[state.range] || 3600), now + 1];
-}
-
-function toLocalInput(seconds) {
-  const d = new Date(seconds * 1000);
-  const p = (n) => String(n).padStart(2, '0');
-  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
-}
-
-function fromLocalInput(value) {
-  const t = new Date(value).getTime();
-  return Number.isNaN(t) ? 0 : Math.floor(t / 1000);
 }
 
 /** The form's state. */
