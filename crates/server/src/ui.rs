@@ -79,6 +79,8 @@ pub const ASSETS: &[Asset] = &[
     asset!("model.js", JS),
     asset!("waterfall.js", JS),
     asset!("details.js", JS),
+    asset!("metrics.js", JS),
+    asset!("chart.js", JS),
     // Vendored, unchanged: see `ui/vendor/README.md` for their versions.
     asset!("vendor/uPlot.iife.min.js", JS),
     asset!("vendor/uPlot.min.css", "text/css; charset=utf-8"),

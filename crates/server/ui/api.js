@@ -103,3 +103,12 @@ export function tags({ start, end }, signal) {
 export function tagValues(tag, { start, end, q }, signal) {
   return getJson(`api/v2/search/tag/${encodeURIComponent(tag)}/values`, { start, end, q }, signal);
 }
+
+/**
+ * A TraceQL metrics query `q` over [start, end] in Unix seconds, a value every
+ * `step` seconds: Tempo's `{ series: [{ labels, samples, exemplars }] }`, with
+ * `status: 'PARTIAL'` and a `message` when some of it is missing.
+ */
+export function metricsRange({ q, start, end, step, exemplars }, signal) {
+  return getJson('api/metrics/query_range', { q, start, end, step, exemplars }, signal);
+}

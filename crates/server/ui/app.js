@@ -1,7 +1,9 @@
 // The trace viewer's entry point: routes the address's fragment to the
-// search page (`#/?q=...`) or a trace (`#/trace/<id>?span=<id>`).
+// search page (`#/?q=...`), the metrics page (`#/metrics?...`) or a trace
+// (`#/trace/<id>?span=<id>`).
 
 import { setTenant, tenant } from './api.js';
+import { showMetrics } from './metrics.js';
 import { showSearch } from './search.js';
 import { openTrace } from './trace.js';
 
@@ -10,9 +12,15 @@ const $ = (id) => document.getElementById(id);
 function route() {
   const hash = location.hash || '#/';
   const trace = /^#\/trace\/([^?]*)(?:\?(.*))?$/.exec(hash);
-  $('search-view').hidden = Boolean(trace);
+  const metrics = /^#\/metrics(?:\?(.*))?$/.exec(hash);
+  $('search-view').hidden = Boolean(trace || metrics);
+  $('metrics-view').hidden = !metrics;
   $('trace-view').hidden = !trace;
-  if (trace) {
+  $('tab-search').classList.toggle('current', !trace && !metrics);
+  $('tab-metrics').classList.toggle('current', Boolean(metrics));
+  if (metrics) {
+    showMetrics(new URLSearchParams(metrics[1] || ''));
+  } else if (trace) {
     let id = trace[1];
     try {
       id = decodeURIComponent(id);

@@ -109,6 +109,7 @@ fn the_viewer_is_served_at_the_root_of_a_node_and_of_the_query_tier() {
                 Some("js") => "text/javascript; charset=utf-8",
                 Some("css") => "text/css; charset=utf-8",
                 Some("svg") => "image/svg+xml",
+                Some("txt") => "text/plain; charset=utf-8",
                 other => panic!("unexpected asset type {other:?}"),
             };
             assert_viewer_headers(&r, kind);
