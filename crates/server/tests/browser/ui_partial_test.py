@@ -1,6 +1,7 @@
 """Opens a trace in the trace viewer (headless Chromium, Playwright for
 Python) on a query tier one of whose nodes did not answer, and checks that
-the page says the trace is partial and names why, above the spans it has.
+the page says the trace is partial and names why, above the spans it has;
+and that the metrics page says the same of its charts.
 
 Usage: ui_partial_test.py BASE_URL TRACE_ID NODE_ADDR
 
@@ -32,6 +33,13 @@ def main():
         expect(warning).to_contain_text(node)
         # The spans that were read are shown.
         expect(page.locator("#trace-body")).to_be_visible()
+
+        # The metrics page says its charts are partial, and why.
+        page.goto(f"{base}/#/metrics?range=1h")
+        warning = page.locator("#metrics-warning")
+        expect(warning).to_be_visible()
+        expect(warning).to_contain_text("Partial results")
+        expect(warning).to_contain_text(node)
         browser.close()
     print("partial trace: every check passed")
 

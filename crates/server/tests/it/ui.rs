@@ -6,11 +6,13 @@
 //! A trace read through a query tier one of whose nodes did not answer is
 //! shown with the page's partial warning (`tests/browser/ui_partial_test.py`).
 //! With tenancy on, the page asks for a tenant and reads only its traces
-//! (`tests/browser/ui_tenant_test.py`).
+//! (`tests/browser/ui_tenant_test.py`). The metrics page charts a service's
+//! error spike, and a click on it opens the spike's traces
+//! (`tests/browser/ui_metrics_test.py`, over `export_metrics_traces.py`).
 //!
-//! With `TRACEDB_UPDATE_SCREENSHOTS=1` the browser test writes its screenshots
-//! of the search page and of a trace to `docs/img/`, where the README shows
-//! them.
+//! With `TRACEDB_UPDATE_SCREENSHOTS=1` the browser tests write their
+//! screenshots of the search page, a trace and the metrics page to
+//! `docs/img/`, where the README shows them.
 
 use std::{
     io::Read,
@@ -206,6 +208,18 @@ fn run_bounded(command: &mut Command, limit: Duration) -> (bool, String) {
     }
 }
 
+/// Where the browser tests write their screenshots: `docs/img/` with
+/// `TRACEDB_UPDATE_SCREENSHOTS=1` (the README shows them), else `scratch`.
+fn screenshots(scratch: &Path) -> PathBuf {
+    let shots = if std::env::var_os("TRACEDB_UPDATE_SCREENSHOTS").is_some_and(|v| v == "1") {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/img")
+    } else {
+        scratch.join("shots")
+    };
+    std::fs::create_dir_all(&shots).expect("screenshot directory");
+    shots
+}
+
 #[test]
 fn the_viewer_searches_and_shows_traces_in_a_real_browser() {
     let (python, chromium) = browser();
@@ -224,12 +238,7 @@ fn the_viewer_searches_and_shows_traces_in_a_real_browser() {
     );
     assert!(ok, "exporting with the Python SDK failed:\n{out}");
 
-    let shots = if std::env::var_os("TRACEDB_UPDATE_SCREENSHOTS").is_some_and(|v| v == "1") {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/img")
-    } else {
-        dir.path().join("shots")
-    };
-    std::fs::create_dir_all(&shots).expect("screenshot directory");
+    let shots = screenshots(dir.path());
     let (ok, out) = run_bounded(
         Command::new(&python)
             .arg(scripts.join("ui_test.py"))
@@ -249,6 +258,45 @@ fn the_viewer_searches_and_shows_traces_in_a_real_browser() {
             png.len()
         );
     }
+    eprintln!("{}", out.trim());
+}
+
+#[test]
+fn the_viewer_charts_a_services_error_spike_and_a_click_opens_its_traces() {
+    let (python, chromium) = browser();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let base = format!("http://{}", server.http);
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let ids = dir.path().join("ids.json");
+
+    let (ok, out) = run_bounded(
+        Command::new(&python)
+            .arg(scripts.join("export_metrics_traces.py"))
+            .arg(&base)
+            .arg(&ids),
+        Duration::from_secs(120),
+    );
+    assert!(ok, "exporting with the Python SDK failed:\n{out}");
+
+    let shots = screenshots(dir.path());
+    let (ok, out) = run_bounded(
+        Command::new(&python)
+            .arg(scripts.join("ui_metrics_test.py"))
+            .arg(&base)
+            .arg(&ids)
+            .arg(&shots)
+            .env("TRACEDB_TEST_CHROMIUM", &chromium),
+        Duration::from_secs(180),
+    );
+    assert!(ok, "the metrics browser test failed:\n{out}");
+    assert!(out.contains("every check passed"), "{out}");
+    let png = std::fs::read(shots.join("ui-metrics.png")).expect("a screenshot");
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "ui-metrics.png: {} bytes",
+        png.len()
+    );
     eprintln!("{}", out.trim());
 }
 
