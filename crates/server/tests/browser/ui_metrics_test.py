@@ -204,6 +204,12 @@ def main():
         # The charts per service stay.
         expect(page.locator("#red-body .red-row")).to_have_count(2)
 
+        # 7. Picking a service charts it alone.
+        page.locator("#m-service").select_option("checkout")
+        expect(rows).to_have_count(1)
+        check(rows.first.get_attribute("data-service") == "checkout", "checkout's row alone")
+        expect(page.locator("#red-queries")).to_contain_text('{ resource.service.name = "checkout" } | rate()')
+
         csp = page.evaluate("window.__csp")
         check(csp == [], f"no Content-Security-Policy violations: {csp}")
         check(not problems, f"no errors in the page: {problems}")
