@@ -191,7 +191,7 @@ async function run(state) {
   running = request;
   const [start, end] = timeWindow(state);
   const step = stepFor(end - start);
-  const window = { start, end, step };
+  const grid = { start, end, step };
   const span = state.range === 'custom' ? `${clock(start * 1000)} to ${clock(end * 1000)}` : RANGE_WORDS[state.range];
   $('m-query-error').hidden = true;
   $('metrics-warning').hidden = true;
@@ -222,13 +222,14 @@ async function run(state) {
   running = null;
   $('metrics-view').removeAttribute('aria-busy');
 
-  if (typedAnswer) showTyped(state, typedAnswer, window);
+  if (typedAnswer) showTyped(state, typedAnswer, grid);
   else $('query-chart').hidden = true;
   if (red instanceof Error) {
-    fill($('red-body'));
+    clearRed();
+    $('red').hidden = true;
     fill($('metrics-status'), el('span', { class: 'status-error' }, red.message));
   } else {
-    showRed(state, red.map((a) => parseSeries(a.data)), queries, window, span);
+    showRed(state, red.map((a) => parseSeries(a.data)), queries, grid, span);
     loadServices(start, end);
   }
   if (partial.length) {
@@ -299,6 +300,13 @@ function showTyped(state, { a, e }, { step }) {
   });
 }
 
+/** Empties the charts per service (uPlot's listeners go with them). */
+function clearRed() {
+  const body = $('red-body');
+  body.querySelectorAll('.chart').forEach((n) => n.uplot?.destroy());
+  return fill(body);
+}
+
 function showRed(state, [rate, errors, duration], queries, { step }, span) {
   const byService = (list) => {
     const out = new Map();
@@ -314,9 +322,7 @@ function showRed(state, [rate, errors, duration], queries, { step }, span) {
   const durs = byService(duration);
   const total = (name) => rates.get(name).reduce((n, s) => n + s.samples.reduce((m, [, v]) => m + (v || 0), 0), 0);
   let services = [...rates.keys()].sort();
-  const body = $('red-body');
-  body.querySelectorAll('.chart').forEach((n) => n.uplot?.destroy());
-  fill(body);
+  const body = clearRed();
   if (!services.length) {
     $('red').hidden = true;
     fill($('metrics-status'), state.service
