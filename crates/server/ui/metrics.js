@@ -18,6 +18,8 @@ const $ = (id) => document.getElementById(id);
 const SERVICE = 'resource.service.name';
 /** Steps (seconds) the charts use: the smallest that gives at most ~100 intervals. */
 const STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400];
+/** The spans charted: all, the traces' roots (as Drilldown's default), or servers'. */
+const SPANS = { root: 'nestedSetParent < 0', server: 'kind = server' };
 /** Most services charted at once. */
 const MAX_SERVICES = 30;
 const COLORS = { rate: '#1f5f99', errors: '#c62828', p50: PALETTE[2], p90: PALETTE[1], p99: PALETTE[3] };
@@ -36,6 +38,7 @@ function parseState(params) {
   const range = params.get('range');
   return {
     service: params.get('service') || '',
+    spans: params.get('spans') in SPANS ? params.get('spans') : '',
     q: params.get('q') || '',
     range: range in RANGES || range === 'custom' ? range : '1h',
     from: Number(params.get('from')) || 0,
@@ -46,6 +49,7 @@ function parseState(params) {
 function stateHash(state) {
   const p = new URLSearchParams();
   if (state.service) p.set('service', state.service);
+  if (state.spans) p.set('spans', state.spans);
   if (state.q) p.set('q', state.q);
   p.set('range', state.range);
   if (state.range === 'custom') {
@@ -56,7 +60,7 @@ function stateHash(state) {
 }
 
 function formState() {
-  const state = { service: $('m-service').value, q: $('m-query').value.trim(), range: $('m-range').value, from: 0, to: 0 };
+  const state = { service: $('m-service').value, spans: $('m-spans').value, q: $('m-query').value.trim(), range: $('m-range').value, from: 0, to: 0 };
   if (state.range === 'custom') {
     state.from = fromLocalInput($('m-from').value);
     state.to = fromLocalInput($('m-to').value);
@@ -102,7 +106,10 @@ export function filterOf(q, labels) {
   const single = /^\{([^{}]*)\}$/.exec(filter);
   if (single) {
     const inner = single[1].trim();
-    return `{ ${[inner && inner !== 'true' ? (inner.includes('||') ? `(${inner})` : inner) : '', ...conds].filter(Boolean).join(' && ')} }`;
+    const has = inner.includes('||') ? [] : inner.split(/\s*&&\s*/);
+    const added = conds.filter((c) => !has.includes(c));
+    if (!added.length) return filter;
+    return `{ ${[inner && inner !== 'true' ? (inner.includes('||') ? `(${inner})` : inner) : '', ...added].filter(Boolean).join(' && ')} }`;
   }
   return `(${filter}) && { ${conds.join(' && ')} }`;
 }
@@ -147,6 +154,7 @@ function setup() {
     go(formState());
   });
   $('m-service').addEventListener('change', () => go(formState()));
+  $('m-spans').addEventListener('change', () => go(formState()));
   $('m-range').addEventListener('change', () => {
     const custom = $('m-range').value === 'custom';
     $('m-custom-range').hidden = !custom;
@@ -175,6 +183,7 @@ export async function showMetrics(params) {
   const state = parseState(params);
   document.title = 'Metrics · tracedb';
   setSelect($('m-service'), state.service);
+  $('m-spans').value = state.spans;
   $('m-query').value = state.q;
   $('m-range').value = state.range;
   $('m-custom-range').hidden = state.range !== 'custom';
@@ -202,11 +211,12 @@ async function run(state) {
     if (answer.partial || answer.data.status === 'PARTIAL') partial.push(answer.data.message || answer.partialReason || 'some data could not be read');
     return answer;
   };
-  const cond = state.service ? `resource.service.name = ${traceqlString(state.service)}` : '';
+  const conds = [SPANS[state.spans], state.service ? `resource.service.name = ${traceqlString(state.service)}` : ''].filter(Boolean);
+  const filter = (...more) => (conds.length + more.length ? `{ ${[...conds, ...more].join(' && ')} }` : '{}');
   const queries = {
-    rate: `{ ${cond} } | rate() by(${SERVICE})`,
-    errors: `{ ${[cond, 'status = error'].filter(Boolean).join(' && ')} } | rate() by(${SERVICE})`,
-    duration: `{ ${cond} } | quantile_over_time(duration, 0.5, 0.9, 0.99) by(${SERVICE})`,
+    rate: `${filter()} | rate() by(${SERVICE})`,
+    errors: `${filter('status = error')} | rate() by(${SERVICE})`,
+    duration: `${filter()} | quantile_over_time(duration, 0.5, 0.9, 0.99) by(${SERVICE})`,
   };
   const ask = (q) => api.metricsRange({ q, start, end, step }, request.signal).then(noted);
   const typed = state.q ? ask(state.q).then((a) => ({ a }), (e) => ({ e })) : null;
@@ -339,24 +349,24 @@ function showRed(state, [rate, errors, duration], queries, { step }, span) {
   fill($('metrics-status'), `${services.length} service${services.length === 1 ? '' : 's'} in ${span}, a point every ${step}s${note}. ` +
     'Click a point for the traces behind it, a ring (an exemplar) for its trace.');
   for (const name of services) {
-    const filter = (extra) => filterOf(`${extra} | rate()`, { [SERVICE]: name });
+    const filter = (q) => filterOf(q, { [SERVICE]: name });
     const base = rates.get(name)[0];
     const zero = base.samples.map(([ms]) => [ms, 0]);
     const errSeries = errs.get(name)?.[0];
     const charts = [
-      ['rate', 'Span rate', [{ label: 'spans/s', color: COLORS.rate, samples: base.samples, exemplars: base.exemplars }], 'rate', filter('{}')],
-      ['errors', 'Error rate', [{ label: 'errors/s', color: COLORS.errors, samples: errSeries?.samples || zero, exemplars: errSeries?.exemplars || [] }], 'rate', filter('{ status = error }')],
+      ['rate', 'Span rate', [{ label: 'spans/s', color: COLORS.rate, samples: base.samples, exemplars: base.exemplars }], 'rate', filter(queries.rate)],
+      ['errors', 'Error rate', [{ label: 'errors/s', color: COLORS.errors, samples: errSeries?.samples || zero, exemplars: errSeries?.exemplars || [] }], 'rate', filter(queries.errors)],
       ['duration', 'Duration', (durs.get(name) || [])
         .sort((x, y) => Number(x.labels.p) - Number(y.labels.p))
         .map((s) => {
           const p = `p${Math.round(Number(s.labels.p) * 100)}`;
           return { label: p, color: COLORS[p] || PALETTE[0], samples: s.samples, exemplars: s.exemplars };
-        }), 'seconds', filter('{}')],
+        }), 'seconds', filter(queries.duration)],
     ];
     const row = el('div', { class: 'red-row', 'data-service': name },
       el('div', { class: 'red-service' },
         el('a', { href: stateHash({ ...state, service: name }), class: 'service-name' }, name || '(no service name)'),
-        el('a', { href: `#/?${new URLSearchParams({ q: filter('{}'), range: state.range, ...(state.range === 'custom' ? { from: state.from, to: state.to } : {}), limit: '20' })}`, class: 'muted' }, 'traces')));
+        el('a', { href: `#/?${new URLSearchParams({ q: filter(queries.rate), range: state.range, ...(state.range === 'custom' ? { from: state.from, to: state.to } : {}), limit: '20' })}`, class: 'muted' }, 'traces')));
     body.append(row);
     for (const [metric, title, lines, unit, search] of charts) {
       const node = el('div', { class: 'chart', 'data-service': name, 'data-metric': metric });

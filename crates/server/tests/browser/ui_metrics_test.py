@@ -210,6 +210,23 @@ def main():
         check(rows.first.get_attribute("data-service") == "checkout", "checkout's row alone")
         expect(page.locator("#red-queries")).to_contain_text('{ resource.service.name = "checkout" } | rate()')
 
+        # 8. Root spans only, as Drilldown charts by default: one of the two
+        # spans of each trace, so half the span rate; the spike's errors are
+        # its roots'.
+        steady = spike_ms - 10 * step * 1000
+        rate_at = (
+            "(n, ms) => n.uplot.data[1][n.uplot.data[0].indexOf(ms / 1000)]"
+        )
+        rate = page.locator('.chart[data-service="checkout"][data-metric="rate"]')
+        check(rate.evaluate(rate_at, steady) == 0.2, "two spans in 10 s")
+        page.locator("#m-spans").select_option("root")
+        expect(page.locator("#red-queries")).to_contain_text(
+            '{ nestedSetParent < 0 && resource.service.name = "checkout" } | rate()'
+        )
+        loaded(page)
+        check(rate.evaluate(rate_at, steady) == 0.1, f"one root span in 10 s: {rate.evaluate(rate_at, steady)}")
+        check(chart.evaluate(rate_at, spike_ms) == 0.6, "the spike's six failed roots")
+
         csp = page.evaluate("window.__csp")
         check(csp == [], f"no Content-Security-Policy violations: {csp}")
         check(not problems, f"no errors in the page: {problems}")
