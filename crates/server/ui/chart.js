@@ -8,7 +8,7 @@
 // The uPlot instance is kept on the chart's element (`node.uplot`) with the
 // series it draws (`node.lines`), so that a test can read what is drawn.
 
-import { duration, el } from './format.js';
+import { clock, duration, el } from './format.js';
 
 /** An exemplar's ring: its diameter, and how near (CSS px) a click must be to open it. */
 const RING = 8;
@@ -96,6 +96,26 @@ export function drawChart(node, { lines, unit = '', height = 160, legend = lines
         values: (u, splits) => splits.map((v) => formatValue(v, unit)),
       },
     ],
+  };
+  // What is under the pointer, as the overlay's tooltip: the interval's
+  // values, or the exemplar's trace.
+  options.hooks = {
+    setCursor: [(u) => {
+      const i = u.cursor.idx;
+      if (i === null || i === undefined) {
+        u.over.title = '';
+        return;
+      }
+      const parts = [clock(data[0][i] * 1000)];
+      lines.forEach((line, l) => {
+        if (data[l + 1][i] !== null) parts.push(`${line.label}: ${formatValue(data[l + 1][i], unit)}`);
+      });
+      for (let s = lines.length + 1; s < data.length; s++) {
+        const e = exemplarRefs[s]?.[i];
+        if (e) parts.push(`exemplar: trace ${e.traceId}, ${formatValue(e.value, unit)}`);
+      }
+      u.over.title = parts.join('\n');
+    }],
   };
   const u = new uPlot(options, data, node);
   if (legend) node.append(legendOf(lines));

@@ -15,6 +15,7 @@ written to SCREENSHOT_DIR as ui-metrics.png.
 
 import json
 import os
+import re
 import sys
 from urllib.parse import parse_qs, urlparse
 
@@ -122,6 +123,10 @@ def main():
         check(red >= 3, f"the spike's line is drawn in red: {red} pixels")
         baseline = chart.evaluate(PIXELS_JS, [spike_ms - 20 * step * 1000, 1, ERROR_RGB])
         check(baseline >= 3, f"the baseline is drawn in red: {baseline} pixels")
+
+        # Hovering the spike says its value.
+        page.mouse.move(spike["x"], spike["y"] + 12)
+        expect(chart.locator(".u-over")).to_have_attribute("title", re.compile(r"errors/s: 0\.6/s"))
 
         os.makedirs(shots, exist_ok=True)
         page.screenshot(path=os.path.join(shots, "ui-metrics.png"))
