@@ -1,6 +1,7 @@
 //! The trace viewer: `GET /` on the HTTP address of a node and of the query
-//! tier serves a page that searches and shows traces through the Tempo API
-//! beside it (`tracedb_query::tempo`), read-only.
+//! tier serves a page that searches and shows traces, and charts TraceQL
+//! metrics per service, through the Tempo API beside it
+//! (`tracedb_query::tempo`), read-only.
 //!
 //! The page is hand-written HTML, CSS and JavaScript modules in
 //! `crates/server/ui/`, compiled into the binary with `include_bytes!`: no
