@@ -97,24 +97,48 @@ export function drawChart(node, { lines, unit = '', height = 160, legend = lines
       },
     ],
   };
-  // What is under the pointer, as the overlay's tooltip: the interval's
-  // values, or the exemplar's trace.
+  // What is under the pointer at (left, top) in the plot, CSS px: an
+  // exemplar whose ring it is on (drawn over the lines), else the interval
+  // whose sample is nearest in time, of the line nearest the pointer there.
+  const under = (u, left, top) => {
+    let best = null;
+    exemplarRefs.forEach((refs, s) => {
+      if (!refs) return;
+      refs.forEach((e, i) => {
+        if (!e) return;
+        const d = Math.hypot(u.valToPos(data[0][i], 'x') - left, u.valToPos(data[s][i], 'y') - top);
+        if (d <= NEAR && (!best || d < best.d)) best = { d, e };
+      });
+    });
+    let pick = null;
+    lines.forEach((line, l) => {
+      for (const [ms, v] of line.samples) {
+        const dx = Math.abs(u.valToPos(ms / 1000, 'x') - left);
+        const dy = Number.isFinite(v) ? Math.abs(u.valToPos(v, 'y') - top) : Infinity;
+        if (!pick || dx < pick.dx - 0.5 || (Math.abs(dx - pick.dx) <= 0.5 && dy < pick.dy)) pick = { dx, dy, l, ms };
+      }
+    });
+    return { exemplar: best?.e, line: pick ? lines[pick.l] : null, ms: pick?.ms };
+  };
+  // The overlay's tooltip says what a click there opens.
   options.hooks = {
     setCursor: [(u) => {
-      const i = u.cursor.idx;
-      if (i === null || i === undefined) {
+      const { left, top } = u.cursor;
+      const at = left === undefined || left < 0 ? {} : under(u, left, top);
+      if (at.exemplar) {
+        const e = at.exemplar;
+        u.over.title = `${clock(e.ms)}\nexemplar: trace ${e.traceId}, ${formatValue(e.value, unit)}\n(click to open it)`;
+      } else if (at.line) {
+        const parts = [clock(at.ms)];
+        for (const line of lines) {
+          const sample = line.samples.find(([ms]) => ms === at.ms);
+          if (sample) parts.push(`${line.label}: ${formatValue(sample[1], unit)}`);
+        }
+        parts.push('(click for the traces behind this point)');
+        u.over.title = parts.join('\n');
+      } else {
         u.over.title = '';
-        return;
       }
-      const parts = [clock(data[0][i] * 1000)];
-      lines.forEach((line, l) => {
-        if (data[l + 1][i] !== null) parts.push(`${line.label}: ${formatValue(data[l + 1][i], unit)}`);
-      });
-      for (let s = lines.length + 1; s < data.length; s++) {
-        const e = exemplarRefs[s]?.[i];
-        if (e) parts.push(`exemplar: trace ${e.traceId}, ${formatValue(e.value, unit)}`);
-      }
-      u.over.title = parts.join('\n');
     }],
   };
   const u = new uPlot(options, data, node);
@@ -125,33 +149,9 @@ export function drawChart(node, { lines, unit = '', height = 160, legend = lines
     // Where the click was, not uPlot's cursor: that follows the pointer a
     // frame late.
     const box = u.over.getBoundingClientRect();
-    const left = event.clientX - box.left;
-    const top = event.clientY - box.top;
-    // A click on an exemplar's ring (drawn over the lines) opens its trace.
-    let best = null;
-    exemplarRefs.forEach((refs, s) => {
-      if (!refs) return;
-      refs.forEach((e, i) => {
-        if (!e) return;
-        const d = Math.hypot(u.valToPos(data[0][i], 'x') - left, u.valToPos(data[s][i], 'y') - top);
-        if (d <= NEAR && (!best || d < best.d)) best = { d, e };
-      });
-    });
-    if (best) {
-      onExemplar?.(best.e);
-      return;
-    }
-    // Anywhere else, the interval under the pointer (its sample nearest in
-    // time), of the line nearest the pointer there.
-    let pick = null;
-    lines.forEach((line, l) => {
-      for (const [ms, v] of line.samples) {
-        const dx = Math.abs(u.valToPos(ms / 1000, 'x') - left);
-        const dy = Number.isFinite(v) ? Math.abs(u.valToPos(v, 'y') - top) : Infinity;
-        if (!pick || dx < pick.dx - 0.5 || (Math.abs(dx - pick.dx) <= 0.5 && dy < pick.dy)) pick = { dx, dy, l, ms };
-      }
-    });
-    if (pick) onPoint?.(lines[pick.l], pick.ms);
+    const at = under(u, event.clientX - box.left, event.clientY - box.top);
+    if (at.exemplar) onExemplar?.(at.exemplar);
+    else if (at.line) onPoint?.(at.line, at.ms);
   });
   return u;
 }
