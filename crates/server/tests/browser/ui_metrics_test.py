@@ -205,7 +205,13 @@ def main():
         page.locator("#m-query").fill("{ status = error } | rate(")
         page.locator("#metrics-button").click()
         expect(page.locator("#m-query-error")).to_be_visible()
-        expect(page.locator("#m-query-error-message")).not_to_be_empty()
+        expect(page.locator("#m-query-error-message")).to_contain_text('expected ")"')
+        # A caret under where the parser stopped (column 27, the end).
+        expect(page.locator("#m-query-error-where")).to_have_text("{ status = error } | rate(\n" + " " * 26 + "^")
+        # A search is not a metrics query: the server says where it goes.
+        page.locator("#m-query").fill("{ status = error }")
+        page.locator("#metrics-button").click()
+        expect(page.locator("#m-query-error-message")).to_contain_text("not a metrics query")
         # The charts per service stay.
         expect(page.locator("#red-body .red-row")).to_have_count(2)
 
