@@ -149,7 +149,10 @@ fn scan(engine: &Engine, req: &MetricsRequest) -> Result<Answer<MetricsEval>, Ru
     // Files are chosen by the spans' times; a span counts by its start, so
     // the window is the grid's.
     let range = TimeRange::new(req.grid.start, req.grid.end);
-    engine.scan_traces(range, |trace_id, spans| {
+    // The copy of the buffers' spans is admitted before the scan reads.
+    let buffers = engine.scan_buffers();
+    held.grow(buffers.bytes()).map_err(RunError::Overloaded)?;
+    let stats = engine.scan_traces(range, buffers, |trace_id, spans| {
         // Only spans that start in the window can count.
         if !spans
             .iter()
@@ -178,6 +181,9 @@ fn scan(engine: &Engine, req: &MetricsRequest) -> Result<Answer<MetricsEval>, Ru
     })?;
     if let Some(e) = over {
         return Err(e);
+    }
+    for skipped in &stats.skipped {
+        partial.push(crate::read::file_reason(skipped));
     }
     if eval.series_capped() {
         partial.push(series_capped(req.max_series));

@@ -2,27 +2,175 @@
 //! for a metrics query, which counts every span of its window and would
 //! otherwise look each trace up on its own, reading and decompressing the
 //! same blocks once per trace.
+//!
+//! The buffers are copied first ([`Engine::scan_buffers`]): handles to their
+//! spans, the payloads shared, sorted by trace. The copy is the scan's one
+//! allocation that grows with the data, so the caller admits its
+//! [`ScanBuffers::bytes`] to its memory budget before it scans.
+//!
+//! A damaged file found during the scan is quarantined, as a lookup would,
+//! and the scan goes on over the other files; the traces it could have held
+//! are reported ([`ScanStats::skipped`]), so the answer is marked partial.
+
+use std::sync::Arc;
 
 use crate::{
     compaction::MergeIterator,
     error::Result,
     span::{drop_repeats, Span, TraceId},
-    version::TimeRange,
+    version::{SuperVersion, TableFile, TimeRange},
 };
 
-use super::Engine;
+use super::{Engine, SkippedFile};
 
 /// What a scan read.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScanStats {
     /// Files read whole, and the traces and spans handed on.
     pub files: usize,
     pub traces: u64,
     pub spans: u64,
+    /// Files of the window that could not be read (damaged, now in
+    /// quarantine, or there already): their spans are missing.
+    pub skipped: Vec<SkippedFile>,
+}
+
+/// The spans of the buffers at one moment, and the snapshot of the files
+/// taken after them: a span moving from a buffer to a file meanwhile is seen
+/// at least once (twice is an exact repeat, dropped).
+pub struct ScanBuffers {
+    spans: Vec<Span>,
+    snapshot: Arc<SuperVersion>,
+}
+
+impl ScanBuffers {
+    /// Bytes the copy holds beyond the buffers themselves.
+    pub fn bytes(&self) -> usize {
+        self.spans.capacity() * std::mem::size_of::<Span>()
+    }
+}
+
+/// The files' traces in trace-ID order, going on without a file found
+/// damaged.
+struct FileTraces<'a> {
+    engine: &'a Engine,
+    files: Vec<&'a Arc<TableFile>>,
+    merge: MergeIterator<'a>,
+    /// The last trace handed on, and after a file was dropped, the trace
+    /// the rebuilt merge must pass before it hands on again.
+    last: Option<TraceId>,
+    resume_after: Option<TraceId>,
+    skipped: Vec<SkippedFile>,
+}
+
+impl<'a> FileTraces<'a> {
+    fn new(engine: &'a Engine, mut files: Vec<&'a Arc<TableFile>>) -> Result<Self> {
+        let mut skipped = Vec::new();
+        let merge = loop {
+            match Self::merge_of(&files) {
+                Ok(merge) => break merge,
+                Err(e) => skipped.push(Self::drop_damaged(engine, &mut files, e)?),
+            }
+        };
+        Ok(FileTraces {
+            engine,
+            files,
+            merge,
+            last: None,
+            resume_after: None,
+            skipped,
+        })
+    }
+
+    fn merge_of(files: &[&'a Arc<TableFile>]) -> Result<MergeIterator<'a>> {
+        let merge = MergeIterator::new(files.iter().map(|f| f.table().iter()).collect())?;
+        // Files of the levels below 0 were merged once already.
+        Ok(if files.iter().all(|f| f.level > 0) {
+            merge.merged_inputs()
+        } else {
+            merge
+        })
+    }
+
+    /// Takes the file `err` names as damaged out of `files` and quarantines
+    /// it; `err` itself when it names no file of the scan or is not damage.
+    fn drop_damaged(
+        engine: &Engine,
+        files: &mut Vec<&'a Arc<TableFile>>,
+        err: crate::error::Error,
+    ) -> Result<SkippedFile> {
+        let damaged = err
+            .location()
+            .filter(|_| err.is_corruption())
+            .and_then(|(path, _)| files.iter().position(|f| f.path() == path));
+        let Some(at) = damaged else {
+            return Err(err);
+        };
+        let file = files.remove(at);
+        tracing::error!(
+            file = %file.path().display(),
+            error = %err,
+            "a sorted file failed while a scan read it; its spans are left out"
+        );
+        engine.inner.quarantine(file.id, &err);
+        Ok(SkippedFile {
+            id: file.id,
+            path: file.path().to_path_buf(),
+            reason: err.to_string(),
+        })
+    }
+
+    fn next(&mut self) -> Result<Option<Vec<Span>>> {
+        loop {
+            let err = match self.merge.next_trace() {
+                Ok(None) => return Ok(None),
+                Ok(Some(spans)) => {
+                    let spans = std::mem::take(spans);
+                    let id = spans.first().map(|s| s.trace_id);
+                    if self.resume_after.is_some() && id <= self.resume_after {
+                        continue;
+                    }
+                    self.resume_after = None;
+                    self.last = id;
+                    return Ok(Some(spans));
+                }
+                Err(e) => e,
+            };
+            let skipped = Self::drop_damaged(self.engine, &mut self.files, err)?;
+            self.skipped.push(skipped);
+            // The traces handed on so far were whole: each came out of the
+            // merge before the damaged block was read.
+            self.merge = loop {
+                match Self::merge_of(&self.files) {
+                    Ok(merge) => break merge,
+                    Err(e) => {
+                        let skipped = Self::drop_damaged(self.engine, &mut self.files, e)?;
+                        self.skipped.push(skipped);
+                    }
+                }
+            };
+            self.resume_after = self.last;
+        }
+    }
 }
 
 impl Engine {
-    /// Calls `f` with each trace that has spans in a buffer or in a file
+    /// The buffers' spans for [`Engine::scan_traces`].
+    pub fn scan_buffers(&self) -> ScanBuffers {
+        let (chunks, tails) = self.inner.memtable.chunks();
+        let snapshot = self.snapshot();
+        let mut spans: Vec<Span> = tails;
+        for chunk in chunks
+            .iter()
+            .chain(snapshot.sealed.iter().flat_map(|s| s.chunks.iter()))
+        {
+            spans.extend(chunk.iter().cloned());
+        }
+        spans.sort_by_key(|s| s.trace_id);
+        ScanBuffers { spans, snapshot }
+    }
+
+    /// Calls `f` with each trace that has spans in `buffers` or in a file
     /// whose time range overlaps `range`, in trace-ID order, with its spans
     /// from those (exact repeats dropped, spans past retention left out, in
     /// [`Span::read_order`]); stops when `f` returns false. A file outside
@@ -32,35 +180,37 @@ impl Engine {
     pub fn scan_traces(
         &self,
         range: TimeRange,
+        buffers: ScanBuffers,
         mut f: impl FnMut(TraceId, &[Span]) -> bool,
     ) -> Result<ScanStats> {
-        // The buffers before the snapshot, as a search takes them: a span
-        // moving from a buffer to a file meanwhile is seen at least once,
-        // and its second copy is an exact repeat.
-        let (chunks, tails) = self.inner.memtable.chunks();
-        let snapshot = self.snapshot();
-        let mut buffered: Vec<Span> = tails;
-        for chunk in chunks
-            .iter()
-            .chain(snapshot.sealed.iter().flat_map(|s| s.chunks.iter()))
-        {
-            buffered.extend(chunk.iter().cloned());
-        }
-        buffered.sort_by_key(|s| s.trace_id);
+        let ScanBuffers {
+            spans: buffered,
+            snapshot,
+        } = buffers;
         let files = self.files_in(&snapshot, range);
         let mut stats = ScanStats {
             files: files.len(),
             ..ScanStats::default()
         };
-        let merged = files.iter().all(|f| f.level > 0);
-        let mut merge = MergeIterator::new(files.iter().map(|f| f.table().iter()).collect())?;
-        if merged {
-            merge = merge.merged_inputs();
+        // Files already in quarantine that may have held spans of the window.
+        for q in self.inner.quarantined.lock().iter() {
+            let overlaps = q.filter.as_ref().is_none_or(|t| {
+                let m = t.meta();
+                range.overlaps(m.min_time_unix_nano, m.max_time_unix_nano)
+            });
+            if overlaps {
+                stats.skipped.push(SkippedFile {
+                    id: q.id,
+                    path: q.path.clone(),
+                    reason: q.reason.clone(),
+                });
+            }
         }
+        let mut from_files = FileTraces::new(self, files)?;
         let expire_before = self.inner.retention.expire_before();
         let mut buffered = buffered.into_iter().peekable();
         let mut spans: Vec<Span> = Vec::new();
-        let mut from_file = merge.next_trace()?.map(std::mem::take);
+        let mut from_file = from_files.next()?;
         loop {
             let file_id = from_file
                 .as_ref()
@@ -77,7 +227,7 @@ impl Engine {
             let mut both = false;
             if file_id == Some(id) {
                 spans.append(from_file.as_mut().expect("peeked"));
-                from_file = merge.next_trace()?.map(std::mem::take);
+                from_file = from_files.next()?;
             }
             while let Some(s) = buffered.next_if(|s| s.trace_id == id) {
                 both |= file_id == Some(id);
@@ -96,6 +246,7 @@ impl Engine {
                 break;
             }
         }
+        stats.skipped.append(&mut from_files.skipped);
         Ok(stats)
     }
 }

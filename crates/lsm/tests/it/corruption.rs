@@ -288,6 +288,93 @@ fn damage_found_by_a_compaction_quarantines_the_input_and_the_next_compaction_su
     assert!(lookup(&engine, own(2, 0)).is_partial());
 }
 
+/// A scan (a metrics query's one pass over its window) that meets a damaged
+/// file quarantines it, hands on every trace of the other files whole, and
+/// names the file; a later scan names it again from the quarantine.
+#[test]
+fn a_scan_goes_on_without_a_damaged_file_and_names_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let files = three_files(dir.path(), &clock);
+    let engine = Engine::open(opts(dir.path(), &clock)).expect("open");
+    // A trace still in the buffers, whose copy the scan admits first.
+    engine
+        .write_blocking((0..5).map(|s| span_at(900, s, T0 + s)).collect())
+        .expect("write");
+    damage(&files[1], Damage::Blocks);
+    for pass in ["finds the damage", "finds it in quarantine"] {
+        let buffers = engine.scan_buffers();
+        assert!(
+            buffers.bytes() >= 5 * std::mem::size_of::<tracedb_lsm::Span>(),
+            "{pass}"
+        );
+        let mut seen = std::collections::BTreeMap::new();
+        let stats = engine
+            .scan_traces(TimeRange::ALL, buffers, |id, spans| {
+                seen.insert(id, spans.len());
+                true
+            })
+            .expect("the scan goes on");
+        for k in [0u128, 2] {
+            for i in 0..OWN {
+                assert_eq!(seen.get(&tid(own(k, i))), Some(&5), "{pass}: {}", own(k, i));
+            }
+        }
+        for i in 0..OWN {
+            assert_eq!(seen.get(&tid(own(1, i))), None, "{pass}");
+        }
+        assert_eq!(seen.get(&tid(SHARED)), Some(&2), "{pass}");
+        assert_eq!(seen.get(&tid(900)), Some(&5), "{pass}");
+        assert_eq!(stats.skipped.len(), 1, "{pass}: {stats:?}");
+        assert!(!stats.skipped[0].reason.is_empty(), "{pass}");
+        assert!(quarantined(dir.path(), &files[1]).exists(), "{pass}");
+    }
+    assert_eq!(engine.stats().quarantined_files, 1);
+}
+
+/// Damage in a file's last block only: the scan has handed on the traces
+/// of its earlier blocks, whole, before it meets it; it goes on over the
+/// other files without handing any of those traces twice.
+#[test]
+fn a_scan_that_meets_damage_midway_hands_each_trace_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let files = three_files(dir.path(), &clock);
+    let engine = Engine::open(opts(dir.path(), &clock)).expect("open");
+    let bytes = fs::read(&files[1]).expect("read");
+    let all = blocks(&bytes);
+    assert!(all.len() >= 2, "the file has {} blocks", all.len());
+    let (at, len) = all[all.len() - 1];
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(&files[1])
+        .expect("open");
+    f.seek(SeekFrom::Start(at + len / 2)).expect("seek");
+    f.write_all(&[bytes[(at + len / 2) as usize] ^ 0x5a])
+        .expect("write");
+    let mut seen = std::collections::BTreeMap::new();
+    let stats = engine
+        .scan_traces(TimeRange::ALL, engine.scan_buffers(), |id, spans| {
+            assert!(seen.insert(id, spans.len()).is_none(), "{id:?} twice");
+            true
+        })
+        .expect("the scan goes on");
+    for k in [0u128, 2] {
+        for i in 0..OWN {
+            assert_eq!(seen.get(&tid(own(k, i))), Some(&5), "{}", own(k, i));
+        }
+    }
+    let from_damaged: Vec<_> = (0..OWN).map(|i| seen.get(&tid(own(1, i)))).collect();
+    assert!(
+        from_damaged.iter().all(|n| matches!(n, None | Some(5))),
+        "{from_damaged:?}"
+    );
+    assert!(from_damaged.iter().any(Option::is_some), "{from_damaged:?}");
+    assert!(from_damaged.iter().any(Option::is_none), "{from_damaged:?}");
+    assert_eq!(stats.skipped.len(), 1, "{stats:?}");
+    assert!(quarantined(dir.path(), &files[1]).exists());
+}
+
 #[test]
 fn a_damaged_manifest_record_stops_the_open_with_a_clear_message() {
     let dir = tempfile::tempdir().expect("tempdir");
