@@ -113,6 +113,13 @@ pub struct Match {
     /// without one): Tempo's `serviceStats`.
     pub service_stats: Vec<ServiceStats>,
     pub spansets: Vec<MatchedSpanset>,
+    /// Spans naming a parent the trace does not hold. `Some` only when this
+    /// answer was made from the whole trace as read (a store's own search,
+    /// or a tier's evaluation of a trace it read whole), so that its start,
+    /// duration and counts are the trace's; `None` on a row combined from
+    /// the parts a tier's nodes answered, which may miss a part no node
+    /// matched.
+    pub orphans: Option<u64>,
 }
 
 /// The spans of one service in a matched trace.
@@ -343,6 +350,7 @@ fn candidates(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, Ru
                 services: Vec::new(),
                 service_stats: Vec::new(),
                 spansets: Vec::new(),
+                orphans: None,
             });
         }
     }
@@ -456,6 +464,36 @@ pub fn evaluate(
 fn matched(search: &Search, trace: &Trace, sets: Vec<tracedb_traceql::Spanset>) -> Match {
     let shown = search.query.shown_fields();
     let spss = search.spans_per_spanset.min(MAX_SPSS);
+    let spansets = sets
+        .into_iter()
+        .map(|set| MatchedSpanset {
+            matched: set.spans.len() as u64,
+            spans: set
+                .spans
+                .iter()
+                .take(spss)
+                .map(|&i| matched_span(search, trace, i, &shown))
+                .collect(),
+            attributes: set
+                .by
+                .into_iter()
+                .map(|(key, value)| Field {
+                    key,
+                    value,
+                    kind: "string".to_owned(),
+                })
+                .collect(),
+        })
+        .collect();
+    Match {
+        spansets,
+        ..summary(trace)
+    }
+}
+
+/// What an answer says of a whole trace, without spansets: its start,
+/// duration, root, and its spans, error spans and orphans, per service too.
+pub fn summary(trace: &Trace) -> Match {
     let mut services: Vec<String> = trace
         .spans
         .iter()
@@ -479,27 +517,6 @@ fn matched(search: &Search, trace: &Trace, sets: Vec<tracedb_traceql::Spanset>) 
             errors,
         })
         .collect();
-    let spansets = sets
-        .into_iter()
-        .map(|set| MatchedSpanset {
-            matched: set.spans.len() as u64,
-            spans: set
-                .spans
-                .iter()
-                .take(spss)
-                .map(|&i| matched_span(search, trace, i, &shown))
-                .collect(),
-            attributes: set
-                .by
-                .into_iter()
-                .map(|(key, value)| Field {
-                    key,
-                    value,
-                    kind: "string".to_owned(),
-                })
-                .collect(),
-        })
-        .collect();
     Match {
         trace_id: TraceId(trace.trace_id),
         start_unix_nano: trace.start_unix_nano,
@@ -514,7 +531,15 @@ fn matched(search: &Search, trace: &Trace, sets: Vec<tracedb_traceql::Spanset>) 
         root_name: trace.root_name().map(str::to_owned),
         services,
         service_stats,
-        spansets,
+        spansets: Vec::new(),
+        orphans: Some(
+            trace
+                .spans
+                .iter()
+                .zip(&trace.parent)
+                .filter(|(span, parent)| span.parent_id.is_some() && parent.is_none())
+                .count() as u64,
+        ),
     }
 }
 
@@ -1086,6 +1111,8 @@ pub fn from_proto(row: &proto::TraceSummary) -> Option<Match> {
             stats
         },
         spansets,
+        // Rows of nodes are parts of a trace, perhaps not all of them.
+        orphans: None,
     })
 }
 
@@ -1093,6 +1120,7 @@ pub fn from_proto(row: &proto::TraceSummary) -> Option<Match> {
 /// of a group), to `m`: the parts' spans together, each span once; the
 /// spansets of a per-span query ([`per_span_only`]) are one set per node.
 pub fn combine(m: &mut Match, other: &Match, spans_per_spanset: usize) {
+    m.orphans = None;
     let end =
         (m.start_unix_nano + m.duration_nanos).max(other.start_unix_nano + other.duration_nanos);
     m.start_unix_nano = m.start_unix_nano.min(other.start_unix_nano);
@@ -1452,7 +1480,20 @@ mod tests {
                 // Through a node's answer to the tier and back; two parts of
                 // a trace add up service by service.
                 let wire = super::from_proto(&super::to_proto(m)).expect("round trip");
-                assert_eq!(&wire, m);
+                // A node's row may be a part of its trace: it claims no orphan
+                // count, and says the rest as the node had it.
+                assert_eq!(wire.orphans, None);
+                assert!(
+                    m.orphans.is_some(),
+                    "a node's own match saw the whole trace"
+                );
+                assert_eq!(
+                    super::Match {
+                        orphans: m.orphans,
+                        ..wire.clone()
+                    },
+                    *m
+                );
                 let mut twice = wire.clone();
                 super::combine(&mut twice, m, 1000);
                 assert_eq!(twice.service_stats.len(), stats.len());
