@@ -1,8 +1,8 @@
 //! Compiles the `.proto` files with protox (a pure-Rust protobuf compiler), so a fresh machine
 //! builds with cargo alone, and writes:
 //! - prost message types and tonic clients for every file;
-//! - the server halves of `TraceService`, `QueryService` and Jaeger's `TraceReader` and
-//!   `DependencyReader` through tonic's manual service builder, so their handlers receive and send raw protobuf bytes (see `codec.rs`);
+//! - the server halves of `TraceService`, `QueryService` and Jaeger's `TraceReader`,
+//!   `DependencyReader` and `Capabilities` through tonic's manual service builder, so their handlers receive and send raw protobuf bytes (see `codec.rs`);
 //! - the encoded descriptor set that gRPC server reflection serves.
 
 use std::{env, error::Error, fs, path::PathBuf};
@@ -18,8 +18,10 @@ const PROTOS: &[&str] = &[
     "proto/tracedb/query/v1/query.proto",
     "proto/google/rpc/status.proto",
     "proto/google/rpc/error_details.proto",
+    "proto/jaeger/expression/v1/expression.proto",
     "proto/jaeger/storage/v2/trace_storage.proto",
     "proto/jaeger/storage/v2/dependency_storage.proto",
+    "proto/jaeger/storage/v2/capabilities.proto",
 ];
 
 fn main() -> Result<(), Box<dyn Error>> {
@@ -166,6 +168,24 @@ fn main() -> Result<(), Box<dyn Error>> {
             &v2("FindTraceIDsResponse"),
             false,
         ))
+        .method(jaeger(
+            "find_trace_summaries",
+            "FindTraceSummaries",
+            "FindTraceSummariesRequest",
+            &v2("FindTraceSummariesResponse"),
+            true,
+        ))
+        .build();
+    let capabilities = Service::builder()
+        .name("Capabilities")
+        .package("jaeger.storage.v2")
+        .method(jaeger(
+            "get_capabilities",
+            "GetCapabilities",
+            "GetCapabilitiesRequest",
+            &v2("GetCapabilitiesResponse"),
+            false,
+        ))
         .build();
     let dependency_reader = Service::builder()
         .name("DependencyReader")
@@ -187,6 +207,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             query_service,
             trace_reader,
             dependency_reader,
+            capabilities,
         ]);
     Ok(())
 }

@@ -100,6 +100,10 @@ prost_wire!(
     crate::jaeger::storage::v2::FindTraceIDsResponse,
     crate::jaeger::storage::v2::GetDependenciesRequest,
     crate::jaeger::storage::v2::GetDependenciesResponse,
+    crate::jaeger::storage::v2::FindTraceSummariesRequest,
+    crate::jaeger::storage::v2::FindTraceSummariesResponse,
+    crate::jaeger::storage::v2::GetCapabilitiesRequest,
+    crate::jaeger::storage::v2::GetCapabilitiesResponse,
 );
 
 /// The codec: `E` is what the server sends, `D` what it receives.

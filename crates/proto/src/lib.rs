@@ -9,8 +9,8 @@
 //!   owned prost trees per span.
 //! - [`trace_service_server`] and [`query_service_server`]: the server halves of
 //!   both services, wired to [`codec::RawCodec`].
-//! - [`jaeger`] and [`trace_reader_server`]/[`dependency_reader_server`]:
-//!   Jaeger v2's remote-storage API, which Jaeger's `grpc` backend reads through.
+//! - [`jaeger`] and [`trace_reader_server`]/[`dependency_reader_server`]/
+//!   [`capabilities_server`]: Jaeger v2's remote-storage API, which Jaeger's `grpc` backend reads through.
 //! - [`google::rpc`]: `google.rpc.Status` and `google.rpc.RetryInfo`, the error
 //!   model of gRPC status details and of OTLP/HTTP error bodies.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server reflection.
@@ -82,8 +82,14 @@ pub mod tracedb {
 
 pub use tracedb::query;
 
-/// Jaeger v2 remote storage (`jaeger.storage.v2`): messages and clients.
+/// Jaeger v2 remote storage (`jaeger.storage.v2`) and its structured filter
+/// (`jaeger.expression.v1`): messages and clients.
 pub mod jaeger {
+    pub mod expression {
+        pub mod v1 {
+            include!(concat!(env!("OUT_DIR"), "/jaeger.expression.v1.rs"));
+        }
+    }
     pub mod storage {
         pub mod v2 {
             include!(concat!(env!("OUT_DIR"), "/jaeger.storage.v2.rs"));
@@ -91,8 +97,8 @@ pub mod jaeger {
     }
 }
 
-/// Server halves of `jaeger.storage.v2.TraceReader` and `DependencyReader`;
-/// the trace streams send pre-encoded `TracesData`.
+/// Server halves of `jaeger.storage.v2.TraceReader`, `DependencyReader` and
+/// `Capabilities`; the trace streams send pre-encoded `TracesData`.
 pub mod jaeger_storage {
     include!(concat!(
         env!("OUT_DIR"),
@@ -102,8 +108,12 @@ pub mod jaeger_storage {
         env!("OUT_DIR"),
         "/raw/jaeger.storage.v2.DependencyReader.rs"
     ));
+    include!(concat!(
+        env!("OUT_DIR"),
+        "/raw/jaeger.storage.v2.Capabilities.rs"
+    ));
 }
-pub use jaeger_storage::{dependency_reader_server, trace_reader_server};
+pub use jaeger_storage::{capabilities_server, dependency_reader_server, trace_reader_server};
 
 /// The gRPC error model (`google.rpc.Status`, `google.rpc.RetryInfo`).
 pub mod google {

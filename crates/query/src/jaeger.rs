@@ -1,5 +1,7 @@
-//! Jaeger v2 remote storage (`jaeger.storage.v2`): `TraceReader` and
-//! `DependencyReader` over the storage engine and its search index.
+//! Jaeger v2 remote storage (`jaeger.storage.v2`, as jaeger-idl v0.14.0
+//! shapes it; v0.6.0's messages are the same on the wire): `TraceReader`,
+//! `DependencyReader` and `Capabilities` over the storage engine and its
+//! search index.
 //!
 //! - `GetTraces` streams each requested trace as `TracesData` messages of one
 //!   trace each (under 4 MiB, consecutive for a large trace), straight from
@@ -10,11 +12,22 @@
 //! - `GetServices`, `GetOperations`, `FindTraceIDs`, `FindTraces` and
 //!   `GetDependencies` read only the search index (no span payloads), except
 //!   that `FindTraces` then fetches the traces it found, as `GetTraces` does.
+//!   `FindTraceIDs` gives each trace's start and end as `GetTraces`' hint
+//!   when the search saw the whole trace (not for a tier's row combined from
+//!   parts, which may lack one).
+//! - `FindTraceSummaries` summarises each trace found (root, start, end,
+//!   spans, errors, orphans, per service) from the whole trace the search
+//!   evaluated; a tier's row combined from parts is read whole first.
+//! - `GetCapabilities` says what the searches do ([`capabilities`]).
 //!
-//! Search semantics: a trace matches when some span has the service, some
-//! span of that service has the operation, every attribute is on some span or
-//! resource of the trace, its first span starts within the time range and
-//! its duration (first start to last end) is within the duration range.
+//! Search semantics: one span of the trace is of the service, has the
+//! operation, every attribute (wherever Jaeger looks for a tag) and a
+//! duration within the bounds, and starts within the time range; or, instead
+//! of those fields, the structured filter holds on it ([`filter`]: what
+//! tracedb cannot evaluate exactly is refused). Not paginated: a page's size
+//! bounds the answer, a page token is refused.
+
+pub mod filter;
 
 use std::{pin::Pin, sync::Arc};
 
@@ -24,13 +37,16 @@ use tokio_stream::{wrappers::ReceiverStream, Stream};
 use tonic::{Request, Response, Status};
 use tracedb_lsm::{TimeRange, TraceId};
 use tracedb_proto::{
+    capabilities_server::Capabilities,
     codec::EncodedMessage,
     dependency_reader_server::DependencyReader,
     jaeger::storage::v2::{
-        any_value, Dependency, FindTraceIDsRequest, FindTraceIDsResponse, FindTracesRequest,
-        FoundTraceId, GetDependenciesRequest, GetDependenciesResponse, GetOperationsRequest,
-        GetOperationsResponse, GetServicesRequest, GetServicesResponse, GetTracesRequest,
-        Operation, TraceQueryParameters,
+        any_value, Dependency, FilterCapabilities, FindTraceIDsRequest, FindTraceIDsResponse,
+        FindTraceSummariesRequest, FindTraceSummariesResponse, FindTracesRequest, FoundTraceId,
+        GetCapabilitiesRequest, GetCapabilitiesResponse, GetDependenciesRequest,
+        GetDependenciesResponse, GetOperationsRequest, GetOperationsResponse, GetServicesRequest,
+        GetServicesResponse, GetTracesRequest, Operation, SearchCapabilities, ServiceSummary,
+        TraceQueryParameters, TraceSummary,
     },
     tenant::Tenants,
     trace_reader_server::TraceReader,
@@ -43,7 +59,7 @@ use tracedb_traceql::{
 use crate::{
     error::Error,
     read::{self, Answer, Reads},
-    search::{legacy, Search},
+    search::{legacy, Match, Search},
     tenants::ReadsFor,
     traces_data::MAX_MESSAGE_BYTES,
 };
@@ -55,6 +71,7 @@ pub const DEFAULT_SEARCH_DEPTH: usize = 20;
 pub const MAX_SEARCH_DEPTH: usize = 10_000;
 
 type MessageStream = Pin<Box<dyn Stream<Item = Result<EncodedMessage, Status>> + Send>>;
+type SummaryStream = Pin<Box<dyn Stream<Item = Result<FindTraceSummariesResponse, Status>> + Send>>;
 
 /// `jaeger.storage.v2.TraceReader` and `DependencyReader` over a store's [`Reads`].
 #[derive(Clone)]
@@ -158,13 +175,25 @@ fn kind_number(name: &str) -> Option<u8> {
     (1..=5).find(|&k| kind_name(k).eq_ignore_ascii_case(name))
 }
 
+/// Which search a request asks for: FindTraces cannot be paginated (its
+/// stream has no field for a page token).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Find {
+    Traces,
+    TraceIds,
+    Summaries,
+}
+
 /// Jaeger's search parameters as a TraceQL search, with the meaning Jaeger
 /// gives them: one span of the trace is of the service, has the operation's
 /// name, a duration within the bounds and every attribute (on the span,
 /// its resource, one of its events or its scope, as Jaeger's tags, process
 /// tags and logs; values compared as text, so `500` finds the int 500), and
-/// starts within the time bounds (the trace may have begun before them). At most `search_depth` traces.
-fn search(p: &TraceQueryParameters) -> Result<Search, Status> {
+/// starts within the time bounds (the trace may have begun before them).
+/// The structured filter instead of those fields is one condition on that
+/// span ([`filter`]). At most `search_depth` traces, or a page's size.
+fn search(p: &TraceQueryParameters, find: Find) -> Result<Search, Status> {
+    let invalid = |why: String| Status::from(Error::InvalidArgument(why));
     let mut conds = Vec::new();
     if !p.service_name.is_empty() {
         conds.push(legacy::service(&p.service_name));
@@ -179,10 +208,10 @@ fn search(p: &TraceQueryParameters) -> Result<Search, Status> {
             Some(any_value::Value::IntValue(i)) => i.to_string(),
             Some(any_value::Value::DoubleValue(d)) => d.to_string(),
             _ => {
-                return Err(Status::from(Error::InvalidArgument(format!(
+                return Err(invalid(format!(
                     "attribute {:?}: only string, bool, int and double values can be searched",
                     kv.key
-                ))))
+                )))
             }
         };
         conds.push(legacy::tag_anywhere(&kv.key, &value));
@@ -192,6 +221,16 @@ fn search(p: &TraceQueryParameters) -> Result<Search, Status> {
         if nanos != 0 {
             conds.push(legacy::duration(Intrinsic::Duration, op, nanos));
         }
+    }
+    if let Some(f) = &p.filter {
+        if !conds.is_empty() {
+            return Err(invalid(
+                "filter is asked with service_name, operation_name, attributes or duration_min/max: \
+                 say those in the filter"
+                    .to_owned(),
+            ));
+        }
+        conds.push(filter::condition(f).map_err(invalid)?);
     }
     let query = legacy::filter(conds).unwrap_or_else(|| Query {
         pipeline: Pipeline {
@@ -203,9 +242,28 @@ fn search(p: &TraceQueryParameters) -> Result<Search, Status> {
         metrics: None,
         hints: Vec::new(),
     });
-    let depth = match p.search_depth {
-        d if d <= 0 => DEFAULT_SEARCH_DEPTH,
-        d => (d as usize).min(MAX_SEARCH_DEPTH),
+    let depth = match (&p.pagination, p.search_depth) {
+        (None, d) if d <= 0 => DEFAULT_SEARCH_DEPTH,
+        (None, d) => (d as usize).min(MAX_SEARCH_DEPTH),
+        (Some(_), _) if find == Find::Traces => {
+            return Err(invalid(
+                "FindTraces is not paginated: ask with search_depth, or paginate FindTraceIDs"
+                    .to_owned(),
+            ))
+        }
+        (Some(_), d) if d != 0 => {
+            return Err(invalid(
+                "pagination and search_depth are asked together: ask one".to_owned(),
+            ))
+        }
+        (Some(page), _) if !page.page_token.is_empty() => return Err(invalid(
+            "tracedb does not paginate (Capabilities: paginated is false) and gave no page token"
+                .to_owned(),
+        )),
+        (Some(page), _) if page.page_size == 0 => {
+            return Err(invalid("pagination.page_size is 0".to_owned()))
+        }
+        (Some(page), _) => (page.page_size as usize).min(MAX_SEARCH_DEPTH),
     };
     Ok(Search {
         text: query.to_string(),
@@ -224,19 +282,117 @@ impl JaegerStorage {
     async fn find(
         reads: &dyn Reads,
         p: Option<TraceQueryParameters>,
+        find: Find,
     ) -> Result<Vec<FoundTraceId>, Status> {
-        let search = search(&p.unwrap_or_default())?;
-        let found = jaeger_whole(reads.find(search).await?, "FindTraces");
+        let search = search(&p.unwrap_or_default(), find)?;
+        let found = jaeger_whole(reads.find(search).await?, "FindTraceIDs");
         Ok(found
             .into_iter()
-            .map(|m| FoundTraceId {
-                trace_id: m.trace_id.0.to_vec().into(),
-                start: Some(timestamp(m.start_unix_nano)),
-                end: Some(timestamp(
-                    m.start_unix_nano.saturating_add(m.duration_nanos),
-                )),
+            .map(|m| {
+                // The time range as a hint for GetTraces only when it is the
+                // whole trace's: a row a tier combined from its nodes' parts
+                // may lack a part, and the hint would skip its files.
+                let (start, end) = match m.orphans {
+                    Some(_) => (
+                        Some(timestamp(m.start_unix_nano)),
+                        Some(timestamp(
+                            m.start_unix_nano.saturating_add(m.duration_nanos),
+                        )),
+                    ),
+                    None => (None, None),
+                };
+                FoundTraceId {
+                    trace_id: m.trace_id.0.to_vec().into(),
+                    start,
+                    end,
+                }
             })
             .collect())
+    }
+
+    /// Streams the summaries of the traces found, [`SUMMARIES_PER_MESSAGE`]
+    /// a message. A match made from the whole trace is summarised as it is;
+    /// another (a tier's row combined from its nodes' parts) from the trace
+    /// read whole, so no count misses a part.
+    fn stream_summaries(reads: Arc<dyn Reads>, found: Vec<Match>) -> SummaryStream {
+        let (tx, rx) = mpsc::channel::<Result<FindTraceSummariesResponse, Status>>(2);
+        tokio::spawn(async move {
+            let mut batch = Vec::new();
+            for m in found {
+                let whole = match m.orphans {
+                    Some(_) => m,
+                    None => match Self::read_summary(&*reads, m.trace_id).await {
+                        Ok(Some(m)) => m,
+                        Ok(None) => continue,
+                        Err(e) => {
+                            let _ = tx.send(Err(e)).await;
+                            return;
+                        }
+                    },
+                };
+                batch.push(trace_summary(&whole));
+                if batch.len() == SUMMARIES_PER_MESSAGE {
+                    let message = FindTraceSummariesResponse {
+                        summaries: std::mem::take(&mut batch),
+                        next_page_token: String::new(),
+                    };
+                    if tx.send(Ok(message)).await.is_err() {
+                        return; // the client went away
+                    }
+                }
+            }
+            if !batch.is_empty() {
+                let _ = tx
+                    .send(Ok(FindTraceSummariesResponse {
+                        summaries: batch,
+                        next_page_token: String::new(),
+                    }))
+                    .await;
+            }
+        });
+        Box::pin(ReceiverStream::new(rx))
+    }
+
+    /// The summary of a trace read whole; `None` when it is gone (retention).
+    async fn read_summary(reads: &dyn Reads, id: TraceId) -> Result<Option<Match>, Status> {
+        let found = match reads.trace(id, TimeRange::ALL).await {
+            Ok(found) => found,
+            Err(Error::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if found.is_partial() {
+            read::note_partial(read::Api::Jaeger, &id, found.partial());
+        }
+        let trace = crate::search::decode(id, found.spans())
+            .map_err(|e| Status::internal(format!("trace {id}: {e}")))?;
+        Ok(Some(crate::search::summary(&trace)))
+    }
+}
+
+/// Summaries in one FindTraceSummaries message.
+const SUMMARIES_PER_MESSAGE: usize = 100;
+
+/// Jaeger's summary of a trace from a match made from the whole trace.
+fn trace_summary(m: &Match) -> TraceSummary {
+    let count = |n: u64| i32::try_from(n).unwrap_or(i32::MAX);
+    TraceSummary {
+        trace_id: m.trace_id.0.to_vec().into(),
+        root_service_name: m.root_service.clone().unwrap_or_default(),
+        root_operation_name: m.root_name.clone().unwrap_or_default(),
+        min_start_time_unix_nano: m.start_unix_nano,
+        max_end_time_unix_nano: m.start_unix_nano.saturating_add(m.duration_nanos),
+        span_count: count(m.span_count),
+        error_span_count: count(m.error_count),
+        orphan_span_count: count(m.orphans.unwrap_or_default()),
+        services: m
+            .service_stats
+            .iter()
+            .map(|s| ServiceSummary {
+                name: s.service.clone(),
+                span_count: count(s.spans),
+                error_span_count: count(s.errors),
+            })
+            .collect(),
     }
 }
 
@@ -244,6 +400,7 @@ impl JaegerStorage {
 impl TraceReader for JaegerStorage {
     type GetTracesStream = MessageStream;
     type FindTracesStream = MessageStream;
+    type FindTraceSummariesStream = SummaryStream;
 
     #[tracing::instrument(skip_all)]
     async fn get_traces(
@@ -314,7 +471,7 @@ impl TraceReader for JaegerStorage {
         request: Request<FindTracesRequest>,
     ) -> Result<Response<Self::FindTracesStream>, Status> {
         let reads = self.reads_of(&request);
-        let found = Self::find(&*reads, request.into_inner().query).await?;
+        let found = Self::find(&*reads, request.into_inner().query, Find::Traces).await?;
         let traces = found
             .into_iter()
             .filter_map(|f| {
@@ -333,8 +490,53 @@ impl TraceReader for JaegerStorage {
         request: Request<FindTraceIDsRequest>,
     ) -> Result<Response<FindTraceIDsResponse>, Status> {
         let reads = self.reads_of(&request);
-        let trace_ids = Self::find(&*reads, request.into_inner().query).await?;
-        Ok(Response::new(FindTraceIDsResponse { trace_ids }))
+        let trace_ids = Self::find(&*reads, request.into_inner().query, Find::TraceIds).await?;
+        Ok(Response::new(FindTraceIDsResponse {
+            trace_ids,
+            next_page_token: String::new(),
+        }))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn find_trace_summaries(
+        &self,
+        request: Request<FindTraceSummariesRequest>,
+    ) -> Result<Response<Self::FindTraceSummariesStream>, Status> {
+        let reads = self.reads_of(&request);
+        let params = request.into_inner().query.unwrap_or_default();
+        let search = search(&params, Find::Summaries)?;
+        let found = jaeger_whole(reads.find(search).await?, "FindTraceSummaries");
+        Ok(Response::new(Self::stream_summaries(reads, found)))
+    }
+}
+
+/// What tracedb declares to Jaeger: a search without a service, every
+/// condition on one span, the structured filter's levels and operators it
+/// evaluates ([`filter`]); no pagination, no FindSpans.
+pub fn capabilities() -> GetCapabilitiesResponse {
+    GetCapabilitiesResponse {
+        search: Some(SearchCapabilities {
+            without_service_name: true,
+            same_span_conjunction: true,
+            filter: Some(FilterCapabilities {
+                levels: filter::LEVELS.iter().map(|l| l.to_string()).collect(),
+                operators: filter::OPERATORS.iter().map(|o| o.to_string()).collect(),
+            }),
+            paginated: false,
+            span_search: false,
+            span_sorting: false,
+        }),
+    }
+}
+
+#[tonic::async_trait]
+impl Capabilities for JaegerStorage {
+    #[tracing::instrument(skip_all)]
+    async fn get_capabilities(
+        &self,
+        _request: Request<GetCapabilitiesRequest>,
+    ) -> Result<Response<GetCapabilitiesResponse>, Status> {
+        Ok(Response::new(capabilities()))
     }
 }
 

@@ -16,8 +16,9 @@
 //! - [`fanout`]: [`read::Reads`] over replica groups of storage nodes, for
 //!   the query tier: every node asked at once, answers merged.
 //! - [`service`]: `tracedb.query.v1.QueryService` (GetTrace, SearchTraces).
-//! - [`jaeger`]: Jaeger v2 remote storage (`jaeger.storage.v2.TraceReader`
-//!   and `DependencyReader`).
+//! - [`jaeger`]: Jaeger v2 remote storage (`jaeger.storage.v2.TraceReader`,
+//!   `DependencyReader` and `Capabilities`), its structured filter mapped
+//!   onto TraceQL.
 //! - [`tempo`]: the Grafana Tempo HTTP API (trace by ID, search, tags,
 //!   metrics) as an axum router for the server's HTTP port.
 //! - [`otlp_json`]: OTLP/JSON encoding of `TracesData`.

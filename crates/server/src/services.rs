@@ -9,9 +9,9 @@ use tonic::codec::CompressionEncoding;
 use tracedb_ingest::{GrpcAdmission, Ingest, OtlpSizeStatus, OtlpTraceService};
 use tracedb_lsm::Stores;
 use tracedb_proto::{
-    dependency_reader_server::DependencyReaderServer, query_service_server::QueryServiceServer,
-    start::StartCell, trace_reader_server::TraceReaderServer,
-    trace_service_server::TraceServiceServer,
+    capabilities_server::CapabilitiesServer, dependency_reader_server::DependencyReaderServer,
+    query_service_server::QueryServiceServer, start::StartCell,
+    trace_reader_server::TraceReaderServer, trace_service_server::TraceServiceServer,
 };
 use tracedb_query::{
     tempo::ReadsCell,
@@ -33,6 +33,7 @@ type IngestServer = TraceServiceServer<OtlpTraceService>;
 type QueryServer = QueryServiceServer<QueryApi>;
 type JaegerTraceServer = TraceReaderServer<JaegerStorage>;
 type JaegerDependencyServer = DependencyReaderServer<JaegerStorage>;
+type JaegerCapabilitiesServer = CapabilitiesServer<JaegerStorage>;
 
 /// The read services, registered before the store they read exists: the
 /// gRPC ones and the Tempo API's cell.
@@ -41,6 +42,7 @@ pub(crate) struct QueryServices {
     query: Deferred<QueryServer>,
     jaeger_traces: Deferred<JaegerTraceServer>,
     jaeger_dependencies: Deferred<JaegerDependencyServer>,
+    jaeger_capabilities: Deferred<JaegerCapabilitiesServer>,
     /// What the Tempo API reads, once set.
     pub(crate) tempo: ReadsCell,
 }
@@ -63,7 +65,8 @@ impl QueryServices {
         router
             .add_service(Tenanted::new(self.query, tenancy.clone()))
             .add_service(Tenanted::new(self.jaeger_traces, tenancy.clone()))
-            .add_service(Tenanted::new(self.jaeger_dependencies, tenancy))
+            .add_service(Tenanted::new(self.jaeger_dependencies, tenancy.clone()))
+            .add_service(Tenanted::new(self.jaeger_capabilities, tenancy))
     }
 
     /// Switches the read services on, reading `reads`.
@@ -81,7 +84,9 @@ impl QueryServices {
                 .send_compressed(CompressionEncoding::Gzip),
         );
         self.jaeger_dependencies
-            .set(DependencyReaderServer::new(jaeger));
+            .set(DependencyReaderServer::new(jaeger.clone()));
+        self.jaeger_capabilities
+            .set(CapabilitiesServer::new(jaeger));
     }
 }
 
@@ -106,6 +111,12 @@ pub(crate) async fn set_health(
     health
         .set_service_status(
             <JaegerDependencyServer as tonic::server::NamedService>::NAME,
+            status,
+        )
+        .await;
+    health
+        .set_service_status(
+            <JaegerCapabilitiesServer as tonic::server::NamedService>::NAME,
             status,
         )
         .await;
