@@ -70,7 +70,15 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ),
     (
         "jaeger.storage.v2.TraceReader/GetServices",
-        &["\"checkout\"", "\"name\": \"GET /cart\""],
+        &[
+            "\"checkout\"",
+            "\"name\": \"GET /cart\"",
+            // FindTraceSummaries and GetCapabilities.
+            "\"rootServiceName\": \"checkout\"",
+            "\"rootOperationName\": \"GET /cart\"",
+            "\"spanCount\": 1",
+            "\"withoutServiceName\": true",
+        ],
     ),
     (
         "/api/v2/traces/5b8efff798038103d269b633813fc60c",
