@@ -580,7 +580,7 @@ fn error_status() -> Option<tracedb_proto::trace::v1::Status> {
 /// S1: frontend `GET /a` (50 ms) calls payments `charge` (an error); a
 /// payments span `retry` names a parent the trace does not hold (an
 /// orphan) and ends last, at +60 ms. S2, a second later: frontend `GET /b`
-/// alone (5 ms).
+/// alone (5 ms), with the int attribute `http.status_code=500`.
 async fn export_summary_traces(server: &Server, t0: u64) {
     let mut ingest = server.ingest().await;
     let mut charge = span(
@@ -602,24 +602,28 @@ async fn export_summary_traces(server: &Server, t0: u64) {
         t0 + 20 * MS,
         40 * MS,
     );
+    let mut get_b = span(
+        S2,
+        1,
+        None,
+        "GET /b",
+        SpanKind::Server,
+        t0 + 1_000 * MS,
+        5 * MS,
+    );
+    get_b.attributes.push(tracedb_proto::common::v1::KeyValue {
+        key: "http.status_code".into(),
+        value: Some(tracedb_proto::common::v1::AnyValue {
+            value: Some(tracedb_proto::common::v1::any_value::Value::IntValue(500)),
+        }),
+    });
     for request in [
         export(
             "frontend",
             vec![span(S1, 1, None, "GET /a", SpanKind::Server, t0, 50 * MS)],
         ),
         export("payments", vec![charge, retry]),
-        export(
-            "frontend",
-            vec![span(
-                S2,
-                1,
-                None,
-                "GET /b",
-                SpanKind::Server,
-                t0 + 1_000 * MS,
-                5 * MS,
-            )],
-        ),
+        export("frontend", vec![get_b]),
     ] {
         ingest.export(request).await.expect("export");
     }
@@ -961,6 +965,40 @@ async fn check_filters(
                 vec![attr_ref("span", "http.route"), scalar("heck")],
             ),
             vec![s2, s1],
+        ),
+        (
+            "an attribute every span has, at no level",
+            call("exists", vec![attr_ref("", "http.route")]),
+            vec![s2, s1],
+        ),
+        (
+            "a span named other than GET /b",
+            call("ne", vec![field_ref("name"), scalar("GET /b")]),
+            vec![s1],
+        ),
+        (
+            "the int 500 by its text",
+            call(
+                "eq",
+                vec![attr_ref("span", "http.status_code"), scalar("500")],
+            ),
+            vec![s2],
+        ),
+        (
+            "the int 500 is not the string 500",
+            call(
+                "eq",
+                vec![
+                    attr_ref("span", "http.status_code"),
+                    Expression {
+                        term: Some(Term::Scalar(Scalar {
+                            value: "500".into(),
+                            r#type: "string".into(),
+                        })),
+                    },
+                ],
+            ),
+            vec![],
         ),
         (
             "an attribute no span has",
