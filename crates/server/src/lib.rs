@@ -218,7 +218,7 @@ pub async fn serve(
         tls = %tls_mode,
         data_dir = %config.data_dir.display(),
         max_memory = %config.max_memory,
-        "tracedb listening (grpc: OTLP TraceService, QueryService, Jaeger TraceReader and DependencyReader, health, reflection; http: POST /v1/traces, GET /metrics, GET /ready, Tempo /api, the viewer at GET /)"
+        "tracedb listening (grpc: OTLP TraceService, QueryService, Jaeger TraceReader, DependencyReader and Capabilities, health, reflection; http: POST /v1/traces, GET /metrics, GET /ready, Tempo /api, the viewer at GET /)"
     );
 
     // 4. On the signal: refuse exports, stop accepting, finish in-flight

@@ -149,7 +149,7 @@ pub async fn serve(
         node_tls = config.node_tls_ca.is_some(),
         groups = ?config.groups(),
         node_timeout_ms = config.node_timeout_ms,
-        "tracedb query listening (grpc: QueryService, Jaeger TraceReader and DependencyReader, health, reflection; http: Tempo /api, the viewer at GET /, GET /metrics, GET /ready)"
+        "tracedb query listening (grpc: QueryService, Jaeger TraceReader, DependencyReader and Capabilities, health, reflection; http: Tempo /api, the viewer at GET /, GET /metrics, GET /ready)"
     );
 
     shutdown.await;
