@@ -216,3 +216,23 @@ pub async fn search(
         .traces
         .len())
 }
+
+/// A TraceQL metrics range query (`QueryService.QueryMetrics`); returns the
+/// series answered and whether the answer was marked partial.
+pub async fn query_metrics(
+    client: &mut QueryServiceClient<Channel>,
+    query: &str,
+    start_unix_nano: u64,
+    end_unix_nano: u64,
+    step_nanos: u64,
+) -> anyhow::Result<(usize, bool)> {
+    let request = tracedb_proto::query::v1::QueryMetricsRequest {
+        query: query.to_owned(),
+        start_time_unix_nano: start_unix_nano,
+        end_time_unix_nano: end_unix_nano,
+        step_nanos,
+        ..Default::default()
+    };
+    let answer = client.query_metrics(request).await?.into_inner();
+    Ok((answer.series.len(), !answer.partial.is_empty()))
+}

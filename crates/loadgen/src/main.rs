@@ -128,6 +128,13 @@ struct Args {
     /// one uncounted search per service.
     #[arg(long, default_value_t = 0)]
     query_searches: usize,
+    /// Rounds of Traces Drilldown's startup metrics queries (its three RED
+    /// panels and the breakdown by service, verbatim, over the window the
+    /// searches use, with its steps: the range over 64, over 24 for the
+    /// duration histogram) to send after the searches, after one uncounted
+    /// round.
+    #[arg(long, default_value_t = 0)]
+    query_metrics: usize,
     /// tracedb's gRPC address for GetTrace [default: --endpoint when it is gRPC].
     #[arg(long)]
     query_endpoint: Option<String>,
@@ -227,8 +234,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     if args.mode == Mode::Query {
         anyhow::ensure!(
-            args.query_passes > 0 && args.query_samples > 0,
-            "--mode query needs --query-passes and --query-samples"
+            args.query_passes > 0 && (args.query_samples > 0 || args.query_metrics > 0),
+            "--mode query needs --query-passes and --query-samples or --query-metrics"
         );
         let requests = workload.requests.len() as u64;
         let acked: HashSet<u64> = (0..args.query_passes)
@@ -276,7 +283,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         summary.disk_bytes_per_span =
             Some(cost::disk_bytes(dir) as f64 / summary.accepted_spans.max(1) as f64);
     }
-    if args.query_samples > 0 {
+    if args.query_samples > 0 || args.query_metrics > 0 {
         let acked: HashSet<u64> = records
             .iter()
             .filter(|r| matches!(r.outcome, Outcome::Accepted { .. }))
@@ -555,21 +562,21 @@ async fn query_phase(
     }
     result.present_latency = Some(Latency::from_histogram(&present));
     result.absent_latency = Some(Latency::from_histogram(&absent));
+    // The window the sampled traces ran in, so a store loaded hours ago is
+    // searched where its spans are (a window without them answers nothing,
+    // fast); without samples, the last hour.
+    let (start, end) = match written {
+        Some((start, end)) => (start, end),
+        None => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_nanos() as u64;
+            (now.saturating_sub(3_600_000_000_000), now)
+        }
+    };
     if args.query_searches > 0 {
         let mut searches = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
         let services = args.services.max(1);
-        // The window the sampled traces ran in, so a store loaded hours ago
-        // is searched where its spans are (a window without them answers
-        // nothing, fast); without samples, the last hour.
-        let (start, end) = match written {
-            Some((start, end)) => (start, end),
-            None => {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)?
-                    .as_nanos() as u64;
-                (now.saturating_sub(3_600_000_000_000), now)
-            }
-        };
         eprintln!(
             "searching spans that started {:.0} s to {:.0} s ago",
             seconds_ago(start),
@@ -590,5 +597,68 @@ async fn query_phase(
         }
         result.search_latency = Some(Latency::from_histogram(&searches));
     }
+    if args.query_metrics > 0 {
+        metrics_phase(args, &mut client, (start, end), &mut result).await?;
+    }
     Ok(result)
+}
+
+/// Traces Drilldown's first page, verbatim: its RED panels (root spans'
+/// rate, error rate and duration histogram) and its breakdown by service.
+const DRILLDOWN_STARTUP: [(&str, u64); 4] = [
+    ("{nestedSetParent<0 && true} | rate()  with(sample=true)", 64),
+    (
+        "{nestedSetParent<0 && true && status=error} | rate()  with(sample=true)",
+        64,
+    ),
+    (
+        "{nestedSetParent<0 && true} | histogram_over_time(duration) with(sample=true)",
+        24,
+    ),
+    (
+        "{nestedSetParent<0 && true && resource.service.name != nil} | rate() by(resource.service.name)",
+        64,
+    ),
+];
+
+/// Rounds of [`DRILLDOWN_STARTUP`] over `window`: each query's latency, and
+/// each round's (the four asked one after another, as a page that waits for
+/// all of them).
+async fn metrics_phase(
+    args: &Args,
+    client: &mut tracedb_proto::query::v1::query_service_client::QueryServiceClient<
+        tonic::transport::Channel,
+    >,
+    (start, end): (u64, u64),
+    result: &mut report::QueryResult,
+) -> anyhow::Result<()> {
+    let mut each = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)?;
+    let mut rounds = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)?;
+    let range = end.saturating_sub(start).max(1_000_000_000);
+    eprintln!(
+        "asking Drilldown's startup metrics over spans that started {:.0} s to {:.0} s ago",
+        seconds_ago(start),
+        seconds_ago(end)
+    );
+    for round in 0..=args.query_metrics {
+        let began = Instant::now();
+        for (query, parts) in DRILLDOWN_STARTUP {
+            // Drilldown's step: the range over `parts`, whole seconds.
+            let step = (range / parts).max(1_000_000_000) / 1_000_000_000 * 1_000_000_000;
+            let t = Instant::now();
+            let (series, partial) = client::query_metrics(client, query, start, end, step).await?;
+            if round > 0 {
+                each.saturating_record(t.elapsed().as_micros() as u64);
+                result.metrics_queries += 1;
+                result.metrics_series += series as u64;
+                result.metrics_partial += u64::from(partial);
+            }
+        }
+        if round > 0 {
+            rounds.saturating_record(began.elapsed().as_micros() as u64);
+        }
+    }
+    result.metrics_latency = Some(Latency::from_histogram(&each));
+    result.metrics_round_latency = Some(Latency::from_histogram(&rounds));
+    Ok(())
 }

@@ -65,6 +65,14 @@ pub struct QueryResult {
     /// Searches that answered no row: a window that missed the data.
     pub empty_searches: u64,
     pub search_latency: Option<Latency>,
+    /// Drilldown's startup metrics queries sent, the series they answered in
+    /// all, those marked partial, and their latency, each and per round of
+    /// four.
+    pub metrics_queries: u64,
+    pub metrics_series: u64,
+    pub metrics_partial: u64,
+    pub metrics_latency: Option<Latency>,
+    pub metrics_round_latency: Option<Latency>,
 }
 
 #[derive(Debug, Clone)]
@@ -231,6 +239,19 @@ impl Summary {
                 q.search_rows as f64 / q.searches.max(1) as f64
             );
         }
+        if let Some(l) = &q.metrics_latency {
+            l.row("QueryMetrics", out);
+        }
+        if let Some(l) = &q.metrics_round_latency {
+            l.row("Drilldown page (4)", out);
+            let _ = writeln!(
+                out,
+                "metrics queries {} ({} partial), series per query {:.1}",
+                q.metrics_queries,
+                q.metrics_partial,
+                q.metrics_series as f64 / q.metrics_queries.max(1) as f64
+            );
+        }
     }
 
     pub fn json(&self) -> Value {
@@ -263,6 +284,10 @@ impl Summary {
                 "searches": q.searches, "search_rows": q.search_rows,
                 "empty_searches": q.empty_searches,
                 "search_latency": q.search_latency.map(|l| l.json()),
+                "metrics_queries": q.metrics_queries, "metrics_series": q.metrics_series,
+                "metrics_partial": q.metrics_partial,
+                "metrics_latency": q.metrics_latency.map(|l| l.json()),
+                "metrics_round_latency": q.metrics_round_latency.map(|l| l.json()),
             })),
         })
     }
