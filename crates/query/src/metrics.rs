@@ -150,7 +150,7 @@ fn scan(engine: &Engine, req: &MetricsRequest) -> Result<Answer<MetricsEval>, Ru
     // the window is the grid's.
     let range = TimeRange::new(req.grid.start, req.grid.end);
     // The copy of the buffers' spans is admitted before the scan reads.
-    let buffers = engine.scan_buffers();
+    let buffers = engine.scan_buffers(range);
     held.grow(buffers.bytes()).map_err(RunError::Overloaded)?;
     let stats = engine.scan_traces(range, buffers, |trace_id, spans| {
         // Only spans that start in the window can count.

@@ -155,23 +155,29 @@ impl<'a> FileTraces<'a> {
 }
 
 impl Engine {
-    /// The buffers' spans for [`Engine::scan_traces`].
-    pub fn scan_buffers(&self) -> ScanBuffers {
+    /// The buffers' spans that overlap `range`, for [`Engine::scan_traces`]
+    /// over the same range: as a file is read when its time range overlaps,
+    /// a buffered span is handed on when its own does.
+    pub fn scan_buffers(&self, range: TimeRange) -> ScanBuffers {
         let (chunks, tails) = self.inner.memtable.chunks();
         let snapshot = self.snapshot();
+        let within = |s: &Span| range.overlaps(s.start_unix_nano, s.end_unix_nano);
         let mut spans: Vec<Span> = tails;
+        spans.retain(within);
         for chunk in chunks
             .iter()
             .chain(snapshot.sealed.iter().flat_map(|s| s.chunks.iter()))
         {
-            spans.extend(chunk.iter().cloned());
+            spans.extend(chunk.iter().filter(|s| within(s)).cloned());
         }
         spans.sort_by_key(|s| s.trace_id);
+        // What the window left out of the buffers' tails is not held.
+        spans.shrink_to_fit();
         ScanBuffers { spans, snapshot }
     }
 
-    /// Calls `f` with each trace that has spans in `buffers` or in a file
-    /// whose time range overlaps `range`, in trace-ID order, with its spans
+    /// Calls `f` with each trace that has spans in `buffers` (taken for
+    /// `range`) or in a file whose time range overlaps `range`, in trace-ID order, with its spans
     /// from those (exact repeats dropped, spans past retention left out, in
     /// [`Span::read_order`]); stops when `f` returns false. A file outside
     /// the range is not read, so a trace's spans stored only there are not

@@ -303,7 +303,7 @@ fn a_scan_goes_on_without_a_damaged_file_and_names_it() {
         .expect("write");
     damage(&files[1], Damage::Blocks);
     for pass in ["finds the damage", "finds it in quarantine"] {
-        let buffers = engine.scan_buffers();
+        let buffers = engine.scan_buffers(TimeRange::ALL);
         assert!(
             buffers.bytes() >= 5 * std::mem::size_of::<tracedb_lsm::Span>(),
             "{pass}"
@@ -332,6 +332,38 @@ fn a_scan_goes_on_without_a_damaged_file_and_names_it() {
     assert_eq!(engine.stats().quarantined_files, 1);
 }
 
+/// A scan's copy of the buffers holds only the spans of its window: a
+/// buffered span that ends before it or starts after it is not handed on.
+#[test]
+fn a_scan_takes_the_buffered_spans_of_its_window() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let engine = Engine::open(opts(dir.path(), &clock)).expect("open");
+    let hour = 3_600_000_000_000;
+    engine
+        .write_blocking(vec![
+            span_at(1, 1, T0),
+            span_at(1, 2, T0 + hour),
+            span_at(2, 1, T0 + 2 * hour),
+        ])
+        .expect("write");
+    let window = TimeRange::new(T0 + hour - 10, T0 + hour + 10);
+    let whole = engine.scan_buffers(TimeRange::ALL).bytes();
+    let buffers = engine.scan_buffers(window);
+    assert!(buffers.bytes() < whole, "{} of {whole}", buffers.bytes());
+    let mut seen = Vec::new();
+    engine
+        .scan_traces(window, buffers, |id, spans| {
+            seen.push((
+                id,
+                spans.iter().map(|s| s.start_unix_nano).collect::<Vec<_>>(),
+            ));
+            true
+        })
+        .expect("scan");
+    assert_eq!(seen, vec![(tid(1), vec![T0 + hour])]);
+}
+
 /// Damage in a file's last block only: the scan has handed on the traces
 /// of its earlier blocks, whole, before it meets it; it goes on over the
 /// other files without handing any of those traces twice.
@@ -354,10 +386,14 @@ fn a_scan_that_meets_damage_midway_hands_each_trace_once() {
         .expect("write");
     let mut seen = std::collections::BTreeMap::new();
     let stats = engine
-        .scan_traces(TimeRange::ALL, engine.scan_buffers(), |id, spans| {
-            assert!(seen.insert(id, spans.len()).is_none(), "{id:?} twice");
-            true
-        })
+        .scan_traces(
+            TimeRange::ALL,
+            engine.scan_buffers(TimeRange::ALL),
+            |id, spans| {
+                assert!(seen.insert(id, spans.len()).is_none(), "{id:?} twice");
+                true
+            },
+        )
         .expect("the scan goes on");
     for k in [0u128, 2] {
         for i in 0..OWN {
