@@ -12,9 +12,10 @@
 //! - `sidecar`: a file's set is written next to it as `{id:020}.idx` when a
 //!   flush or a compaction writes the file, before the file is installed, and
 //!   deleted with it; a missing or damaged sidecar is rebuilt from its file.
-//! - `query`: [`search`], [`services`], [`operations`], [`dependencies`],
-//!   [`tag_keys`], [`tag_values`]: pure functions over the sets of one
-//!   snapshot.
+//! - `query`: [`SearchQuery`] and [`OpNeed`], what a search asks of the
+//!   index, checked a part at a time with [`PartFilter`]; [`services`],
+//!   [`operations`], [`dependencies`], [`tag_keys`], [`tag_values`]: pure
+//!   functions over the sets of one snapshot.
 //!
 //! A trace whose spans lie in several sources (level-0 files, buffers) has
 //! one part in each; search merges the parts of a trace before it applies the
@@ -34,8 +35,8 @@ pub mod wire;
 pub use build::{service_name, SidecarBuilder, SummaryBuilder};
 pub use model::{Edge, Op, SummarySet, Tag, TagScope, TraceSummary, ValueKind, MAX_TAGS_PER_TRACE};
 pub use query::{
-    dependencies, keep_newest, operations, search, search_ids, services, tag_keys, tag_values,
-    Dependencies, OpNeed, PartFilter, SearchQuery, TagNeed, TraceHit,
+    dependencies, operations, services, tag_keys, tag_values, Dependencies, OpNeed, PartFilter,
+    SearchQuery, TagNeed,
 };
 pub use sidecar::{
     decode as decode_sidecar, encode as encode_sidecar, open_index, read as read_sidecar,

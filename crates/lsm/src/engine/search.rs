@@ -30,10 +30,9 @@ use crate::{
     index::{
         self,
         blocks::{BlockDigest, DigestTag, FileIndex, NeedTerms},
-        OpNeed, SearchQuery, SummaryBuilder, SummarySet, TagScope, TraceHit, ValueKind,
+        OpNeed, SummaryBuilder, SummarySet, TagScope, ValueKind,
     },
     memtable::Chunk,
-    span::TraceId,
     version::{TableFile, TimeRange},
 };
 
@@ -166,10 +165,6 @@ pub struct SearchSnapshot {
 }
 
 impl SearchSnapshot {
-    pub fn search(&self, q: &SearchQuery) -> Vec<TraceHit> {
-        index::search(&self.sets, q, self.expire_before)
-    }
-
     pub fn services(&self) -> Vec<String> {
         index::services(&self.sets)
     }
@@ -579,72 +574,6 @@ impl Engine {
                 set
             }
         })
-    }
-
-    /// Traces matching `q`, newest first; see [`Engine::search_counted`].
-    pub fn search(&self, q: &SearchQuery) -> Result<Vec<TraceHit>> {
-        Ok(self.search_counted(q)?.0)
-    }
-
-    /// [`index::search`] over the current snapshot, holding few files'
-    /// summaries at a time, and the most files' it held at once.
-    ///
-    /// Holding every file's summaries at once, as [`Engine::index`] does,
-    /// took 2.6 GiB for a search over 100 M spans (a few hundred bytes
-    /// decoded per trace), far past the memory budget. So the trace-ID space
-    /// is swept instead, in pieces cut at each file's smallest trace ID and
-    /// after its largest. Each piece is searched with the buffers and the
-    /// files whose IDs overlap it; a file's summaries are let go once the
-    /// sweep has passed its largest ID. A trace lies in one piece, so the
-    /// newest of the pieces' answers are the answer. The files of one sorted
-    /// run hold disjoint IDs: a search holds about one file per run in its
-    /// time range and the level-0 files, whatever the size of the runs.
-    pub fn search_counted(&self, q: &SearchQuery) -> Result<(Vec<TraceHit>, usize)> {
-        let range = TimeRange::new(q.start_min, 0);
-        let (buffers, snapshot) = self.buffer_sets();
-        let id = |t: &TraceId| u128::from_be_bytes(t.0);
-        let mut files = self.files_in(&snapshot, range);
-        files.sort_by_key(|f| f.table().meta().min_trace_id);
-        let mut cuts: Vec<u128> = vec![0];
-        for f in &files {
-            let m = f.table().meta();
-            cuts.push(id(&m.min_trace_id));
-            cuts.extend(id(&m.max_trace_id).checked_add(1));
-        }
-        cuts.sort_unstable();
-        cuts.dedup();
-
-        let expire_before = self.inner.retention.expire_before();
-        let limit = q.limit_or_default();
-        let mut hits = Vec::new();
-        let mut held: Vec<(u128, Arc<SummarySet>)> = Vec::new();
-        let mut most_held = 0;
-        let mut next = 0;
-        for (i, &from) in cuts.iter().enumerate() {
-            let to = cuts.get(i + 1).map_or(u128::MAX, |c| c - 1);
-            held.retain(|(last, _)| *last >= from);
-            // Every file's smallest ID is a cut, so the files added here start at `from`.
-            while let Some(file) = files
-                .get(next)
-                .filter(|f| id(&f.table().meta().min_trace_id) <= to)
-            {
-                held.push((id(&file.table().meta().max_trace_id), self.file_set(file)?));
-                next += 1;
-            }
-            most_held = most_held.max(held.len());
-            if held.is_empty() && buffers.is_empty() {
-                continue;
-            }
-            let sets: Vec<Arc<SummarySet>> = buffers
-                .iter()
-                .cloned()
-                .chain(held.iter().map(|(_, set)| set.clone()))
-                .collect();
-            let ids = TraceId(from.to_be_bytes())..=TraceId(to.to_be_bytes());
-            hits.extend(index::search_ids(&sets, q, expire_before, ids));
-            index::keep_newest(&mut hits, limit);
-        }
-        Ok((hits, most_held))
     }
 }
 

@@ -1,9 +1,10 @@
-//! The queries over the summary sets of one snapshot: pure functions, each
-//! merging the parts a trace has in several sets where it needs to.
+//! What a search asks of the index ([`SearchQuery`], [`OpNeed`], checked
+//! one part at a time by [`PartFilter`] in the walk), and the queries over
+//! the summary sets of one snapshot: pure functions, each merging the parts
+//! a trace has in several sets where it needs to.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    ops::{Range, RangeInclusive},
     sync::Arc,
 };
 
@@ -12,15 +13,16 @@ use super::{
 };
 use crate::span::{Span, TraceId};
 
-/// What to look for. Empty strings and zeros mean "any".
+/// What a search looks for, as the newest-first walk
+/// ([`Engine::candidates`](crate::Engine::candidates)) reads it: a window of
+/// trace-part starts and what some span of the trace needs. Zeros mean
+/// "any". The rest of a query (its TraceQL) is the caller's to evaluate on
+/// the candidates' spans.
 #[derive(Debug, Clone, Default)]
 pub struct SearchQuery {
-    pub service: String,
-    /// A span name (of `service`, when one is given).
-    pub operation: String,
-    /// (key, value) pairs, each on some span or resource of the trace.
-    pub tags: Vec<(String, String)>,
-    /// The trace's start lies in `[start_min, start_max]` (Unix ns).
+    /// Parts starting in `[start_min, start_max]` (Unix ns; `start_max` 0:
+    /// no end) propose their traces; a trace starts at or before each of its
+    /// parts.
     pub start_min: u64,
     pub start_max: u64,
     /// Only trace parts that end at or after this (Unix ns; 0: any). With
@@ -28,16 +30,8 @@ pub struct SearchQuery {
     /// overlaps `[end_min, start_max]`: a metrics query's window, whose
     /// spans may belong to traces that began before it.
     pub end_min: u64,
-    /// The trace's duration lies in `[duration_min, duration_max]` (ns).
-    pub duration_min: u64,
-    pub duration_max: u64,
-    /// Most traces returned, newest first; 0 means 20.
-    pub limit: usize,
     /// Each is met by some one span of the trace (see [`OpNeed`]).
     pub needs: Vec<OpNeed>,
-    /// Only traces that come after this (start, trace ID) in answer order
-    /// (newest first), to page through the candidates of an exact search.
-    pub after: Option<(u64, TraceId)>,
 }
 
 /// Some span of the trace has this service, name and kind (`None`: any);
@@ -79,47 +73,8 @@ impl OpNeed {
     }
 }
 
-impl SearchQuery {
-    /// [`SearchQuery::limit`], with 0 read as 20.
-    pub fn limit_or_default(&self) -> usize {
-        if self.limit == 0 {
-            20
-        } else {
-            self.limit
-        }
-    }
-}
-
-/// One trace found by [`search`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceHit {
-    pub trace_id: TraceId,
-    pub start_unix_nano: u64,
-    pub end_unix_nano: u64,
-    pub span_count: u64,
-    pub error_count: u64,
-    /// Service and name of the root span, if the trace has one.
-    pub root_service: Option<String>,
-    pub root_name: Option<String>,
-    /// Services of the trace, sorted.
-    pub services: Vec<String>,
-}
-
-impl TraceHit {
-    pub fn duration_nanos(&self) -> u64 {
-        self.end_unix_nano.saturating_sub(self.start_unix_nano)
-    }
-}
-
-/// The parts of one trace: (set index, trace index in the set).
-type Parts = Vec<(usize, usize)>;
-
 /// A query's strings resolved in one set's string table, once per query.
 struct Resolved {
-    /// `None`: the set lacks the string (so none of its parts has it).
-    service: Option<u32>,
-    operation: Option<u32>,
-    tags: Vec<Option<(u32, u32)>>,
     /// Per need, (service, name) resolved: `Some(None)` where the need names
     /// no service or name; `None` when the set lacks a string it names.
     needs: Vec<Option<(Option<u32>, Option<u32>)>>,
@@ -130,13 +85,6 @@ struct Resolved {
 
 fn resolve(set: &SummarySet, q: &SearchQuery) -> Resolved {
     Resolved {
-        service: set.id(&q.service),
-        operation: set.id(&q.operation),
-        tags: q
-            .tags
-            .iter()
-            .map(|(k, v)| Some((set.id(k)?, set.id(v)?)))
-            .collect(),
         needs: q
             .needs
             .iter()
@@ -274,237 +222,6 @@ impl PartFilter {
                 && (!need.error || o.error)
         })
     }
-}
-
-/// Traces matching `q` in `sets` (the sources of one snapshot), newest first.
-/// `expire_before`: parts ending before it are past retention and ignored.
-pub fn search(sets: &[Arc<SummarySet>], q: &SearchQuery, expire_before: u64) -> Vec<TraceHit> {
-    search_ids(
-        sets,
-        q,
-        expire_before,
-        TraceId([0; 16])..=TraceId([0xff; 16]),
-    )
-}
-
-/// [`search`] among the traces whose IDs lie in `id_range`: a caller that splits
-/// the ID space can search each piece with only the sets holding it, and
-/// keep the newest of the pieces' answers (a trace lies in one piece).
-pub fn search_ids(
-    sets: &[Arc<SummarySet>],
-    q: &SearchQuery,
-    expire_before: u64,
-    id_range: RangeInclusive<TraceId>,
-) -> Vec<TraceHit> {
-    let limit = q.limit_or_default();
-    // The parts of each set with IDs in `id_range` (sets are sorted by trace ID).
-    let within = |set: &SummarySet| -> Range<usize> {
-        let from = set
-            .traces
-            .partition_point(|t| t.trace_id < *id_range.start());
-        let to = set
-            .traces
-            .partition_point(|t| t.trace_id <= *id_range.end());
-        from..to.max(from)
-    };
-    // A part never starts before its trace, but may start after start_max.
-    let in_play: Vec<bool> = sets
-        .iter()
-        .map(|set| set.overlaps(q.start_min.max(expire_before), 0))
-        .collect();
-    let resolved: Vec<Resolved> = sets.iter().map(|set| resolve(set, q)).collect();
-    // Whether a part has a span of the service (always true without one).
-    let has_service = |si: usize, t: &TraceSummary| -> bool {
-        q.service.is_empty()
-            || resolved[si]
-                .service
-                .is_some_and(|s| t.ops.iter().any(|o| o.service == s))
-    };
-    // Pass 1: parts that have the service. Sets are sorted by trace ID, so
-    // the rest is sorting and merging, no hashing.
-    let mut found: Vec<(TraceId, usize, usize)> = Vec::new();
-    for (si, set) in sets.iter().enumerate() {
-        if !in_play[si] || (!q.service.is_empty() && resolved[si].service.is_none()) {
-            continue;
-        }
-        for ti in within(set) {
-            let t = &set.traces[ti];
-            if t.end_unix_nano >= expire_before
-                && (q.start_max == 0 || t.start_unix_nano <= q.start_max)
-                && has_service(si, t)
-            {
-                found.push((t.trace_id, si, ti));
-            }
-        }
-    }
-    found.sort_unstable();
-    // Pass 2: the candidates' other parts, which pass 1 skipped.
-    if !q.service.is_empty() && !found.is_empty() {
-        let mut ids: Vec<TraceId> = found.iter().map(|f| f.0).collect();
-        ids.dedup();
-        let mut more = Vec::new();
-        for (si, set) in sets.iter().enumerate() {
-            if !in_play[si] {
-                continue;
-            }
-            let mut i = 0;
-            for ti in within(set) {
-                let t = &set.traces[ti];
-                while i < ids.len() && ids[i] < t.trace_id {
-                    i += 1;
-                }
-                if i == ids.len() {
-                    break;
-                }
-                if ids[i] != t.trace_id || t.end_unix_nano < expire_before {
-                    continue;
-                }
-                let in_pass_1 = has_service(si, t)
-                    && (q.start_max == 0 || t.start_unix_nano <= q.start_max)
-                    && (q.service.is_empty() || resolved[si].service.is_some());
-                if !in_pass_1 {
-                    more.push((t.trace_id, si, ti));
-                }
-            }
-        }
-        if !more.is_empty() {
-            found.extend(more);
-            found.sort_unstable();
-        }
-    }
-
-    let mut matches: Vec<(u64, TraceId, Parts)> = Vec::new();
-    for group in found.chunk_by(|a, b| a.0 == b.0) {
-        let trace_id = group[0].0;
-        let parts: Parts = group.iter().map(|&(_, si, ti)| (si, ti)).collect();
-        let part = |&(si, ti): &(usize, usize)| &sets[si].traces[ti];
-        let start = parts
-            .iter()
-            .map(|p| part(p).start_unix_nano)
-            .min()
-            .unwrap_or(0);
-        let end = parts
-            .iter()
-            .map(|p| part(p).end_unix_nano)
-            .max()
-            .unwrap_or(0);
-        let duration = end.saturating_sub(start);
-        if q.after
-            .is_some_and(|(s, id)| newest_first(start, &trace_id, s, &id).is_le())
-        {
-            continue;
-        }
-        if !q
-            .needs
-            .iter()
-            .enumerate()
-            .all(|(i, need)| meets(sets, &resolved, &parts, need, i))
-        {
-            continue;
-        }
-        if (q.start_min != 0 && start < q.start_min)
-            || (q.start_max != 0 && start > q.start_max)
-            || (q.duration_min != 0 && duration < q.duration_min)
-            || (q.duration_max != 0 && duration > q.duration_max)
-        {
-            continue;
-        }
-        if !q.operation.is_empty() {
-            let found = parts.iter().any(|&(si, ti)| {
-                let r = &resolved[si];
-                let Some(name) = r.operation else {
-                    return false;
-                };
-                sets[si].traces[ti].ops.iter().any(|o| {
-                    o.name == name && (q.service.is_empty() || Some(o.service) == r.service)
-                })
-            });
-            if !found {
-                continue;
-            }
-        }
-        let tags_found = (0..q.tags.len()).all(|i| {
-            parts.iter().any(|&(si, ti)| {
-                let Some((k, v)) = resolved[si].tags[i] else {
-                    return false;
-                };
-                sets[si].traces[ti]
-                    .tags
-                    .iter()
-                    .any(|tag| tag.key == k && tag.value == v && tag.kind != ValueKind::Unindexed)
-            })
-        });
-        if tags_found {
-            matches.push((start, trace_id, parts));
-        }
-    }
-    let order =
-        |a: &(u64, TraceId, Parts), b: &(u64, TraceId, Parts)| newest_first(a.0, &a.1, b.0, &b.1);
-    if matches.len() > limit {
-        matches.select_nth_unstable_by(limit - 1, order);
-        matches.truncate(limit);
-    }
-    matches.sort_by(order);
-    matches
-        .into_iter()
-        .map(|(_, trace_id, parts)| hit(sets, trace_id, &parts))
-        .collect()
-}
-
-/// The order of search answers: newest start first, then by trace ID.
-fn newest_first(a_start: u64, a: &TraceId, b_start: u64, b: &TraceId) -> std::cmp::Ordering {
-    b_start.cmp(&a_start).then(a.cmp(b))
-}
-
-/// Keeps the `limit` first of `hits` in answer order, sorted.
-pub fn keep_newest(hits: &mut Vec<TraceHit>, limit: usize) {
-    let order = |a: &TraceHit, b: &TraceHit| {
-        newest_first(
-            a.start_unix_nano,
-            &a.trace_id,
-            b.start_unix_nano,
-            &b.trace_id,
-        )
-    };
-    if hits.len() > limit {
-        hits.select_nth_unstable_by(limit - 1, order);
-        hits.truncate(limit);
-    }
-    hits.sort_by(order);
-}
-
-/// Merges the parts of one trace into a [`TraceHit`].
-fn hit(sets: &[Arc<SummarySet>], trace_id: TraceId, parts: &[(usize, usize)]) -> TraceHit {
-    let mut h = TraceHit {
-        trace_id,
-        start_unix_nano: u64::MAX,
-        end_unix_nano: 0,
-        span_count: 0,
-        error_count: 0,
-        root_service: None,
-        root_name: None,
-        services: Vec::new(),
-    };
-    let mut services = BTreeSet::new();
-    let mut root_start = u64::MAX;
-    for &(si, ti) in parts {
-        let set = &sets[si];
-        let t = &set.traces[ti];
-        h.start_unix_nano = h.start_unix_nano.min(t.start_unix_nano);
-        h.end_unix_nano = h.end_unix_nano.max(t.end_unix_nano);
-        h.span_count += u64::from(t.span_count);
-        h.error_count += u64::from(t.error_count);
-        services.extend(t.ops.iter().map(|o| set.str(o.service).to_owned()));
-        if let Some((s, n)) = t.root {
-            if t.start_unix_nano < root_start {
-                root_start = t.start_unix_nano;
-                h.root_service = Some(set.str(s).to_owned());
-                h.root_name = Some(set.str(n).to_owned());
-            }
-        }
-    }
-    h.services = services.into_iter().collect();
-    h
 }
 
 /// Every service name, sorted.
