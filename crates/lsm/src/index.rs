@@ -1,6 +1,6 @@
 //! The search index: a summary of every trace in every sorted file, so that
-//! services, operations, tag values, trace search and dependencies are
-//! answered without reading span payloads.
+//! a search finds its candidate traces, and services, operations, tag values
+//! and dependencies are answered, without reading span payloads.
 //!
 //! - `model`: a [`SummarySet`] summarizes the spans of one source: a sorted
 //!   file, a sealed buffer, or a frozen memtable chunk. It holds one
@@ -12,16 +12,24 @@
 //! - `sidecar`: a file's set is written next to it as `{id:020}.idx` when a
 //!   flush or a compaction writes the file, before the file is installed, and
 //!   deleted with it; a missing or damaged sidecar is rebuilt from its file.
+//! - [`blocks`]: a sidecar keeps its parts in blocks, newest start first,
+//!   each described by a digest ([`blocks::BlockDigest`]: times, kinds,
+//!   errors, a Bloom filter of its strings); a file's digests
+//!   ([`blocks::FileIndex`]) are what a search holds, and it reads a block
+//!   only when its digest may meet what the query needs.
 //! - `query`: [`SearchQuery`] and [`OpNeed`], what a search asks of the
 //!   index, checked a part at a time with [`PartFilter`]; [`services`],
 //!   [`operations`], [`dependencies`], [`tag_keys`], [`tag_values`]: pure
 //!   functions over the sets of one snapshot.
 //!
-//! A trace whose spans lie in several sources (level-0 files, buffers) has
-//! one part in each; search merges the parts of a trace before it applies the
-//! filters, so a trace matches when its spans together satisfy them: some span
-//! of the service, some span of the operation (in that service), every tag on
-//! some span or resource, and the trace's start and duration in range.
+//! A search is the engine's newest-first walk (`engine/walk.rs`,
+//! [`Engine::candidates`](crate::Engine::candidates)) over the buffers' sets
+//! and the files' blocks: it proposes each trace once, from its newest part
+//! that meets the query's need (each need is met by one span, so by one
+//! part) and starts in the window. The index only rules traces out; the
+//! caller reads each candidate whole and evaluates the query on its spans
+//! (the query crate's TraceQL), so a trace whose spans lie in several
+//! sources (level-0 files, buffers) is judged on all of them together.
 
 pub mod blocks;
 mod build;

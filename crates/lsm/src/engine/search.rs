@@ -12,10 +12,14 @@
 //! counts, which are estimates while a trace is being flushed.
 //!
 //! A store's decoded summaries outgrow any memory budget (a few hundred bytes
-//! per trace), so the queries read the files' sets a few at a time: search
-//! sweeps the trace-ID space ([`Engine::search_counted`]), the lists and
-//! dependencies take one set at a time ([`Engine::each_index`]).
-//! [`Engine::index`], every set at once, is for tests and benchmarks.
+//! per trace), so no query holds the files' sets whole: a search walks the
+//! files' sidecars a block at a time, newest first, and holds only their
+//! digests ([`Engine::candidates`], in `walk.rs`, on the sets and digests
+//! this module caches); tag keys are read from the digests alone; tag values
+//! read the blocks that may hold the key, newest first, until the limit
+//! ([`Engine::tag_values`]); services, operations and dependencies take one
+//! set at a time ([`Engine::each_index`]). [`Engine::index`], every set at
+//! once, is for tests and benchmarks.
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
