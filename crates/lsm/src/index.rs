@@ -12,6 +12,9 @@
 //! - `sidecar`: a file's set is written next to it as `{id:020}.idx` when a
 //!   flush or a compaction writes the file, before the file is installed, and
 //!   deleted with it; a missing or damaged sidecar is rebuilt from its file.
+//!   Its bytes are `format`'s (docs/FORMAT.md, "Index sidecar"); `encode`
+//!   cuts a set into blocks; `block_values` reads a key's values from a
+//!   block's bytes for the tag-values query.
 //! - [`blocks`]: a sidecar keeps its parts in blocks, newest start first,
 //!   each described by a digest ([`blocks::BlockDigest`]: times, kinds,
 //!   errors, a Bloom filter of its strings); a file's digests
@@ -31,8 +34,11 @@
 //! (the query crate's TraceQL), so a trace whose spans lie in several
 //! sources (level-0 files, buffers) is judged on all of them together.
 
+mod block_values;
 pub mod blocks;
 mod build;
+mod encode;
+mod format;
 mod model;
 mod query;
 mod sidecar;
@@ -41,14 +47,15 @@ mod tests;
 pub mod wire;
 
 pub use build::{service_name, SidecarBuilder, SummaryBuilder};
+pub use encode::encode as encode_sidecar;
 pub use model::{Edge, Op, SummarySet, Tag, TagScope, TraceSummary, ValueKind, MAX_TAGS_PER_TRACE};
 pub use query::{
     dependencies, operations, services, tag_keys, tag_values, Dependencies, OpNeed, PartFilter,
     SearchQuery, TagNeed,
 };
 pub use sidecar::{
-    decode as decode_sidecar, encode as encode_sidecar, open_index, read as read_sidecar,
-    remove_orphans, remove_sidecar, sidecar_path, write as write_sidecar, BlockParts, SidecarParts,
+    decode as decode_sidecar, open_index, read as read_sidecar, remove_orphans, remove_sidecar,
+    sidecar_path, write as write_sidecar, BlockParts, SidecarParts,
 };
 
 /// Hash maps keyed by strings and IDs from spans, used for every span a

@@ -375,7 +375,7 @@ impl FileIndex {
     fn body(&self, i: usize) -> Result<(u64, Vec<u8>)> {
         let d = &self.blocks[i];
         let (at, frame) = self.read(i, d.frame_len)?;
-        let body = super::sidecar::inflate_frame(&self.path, at, &frame, d)?;
+        let body = super::format::inflate_frame(&self.path, at, &frame, d)?;
         Ok((at, body))
     }
 
@@ -409,8 +409,8 @@ impl FileIndex {
         let whole = d.min_start >= window.0 && (window.1 == 0 || d.max_start <= window.1);
         if whole && needs.iter().all(OpNeed::names_a_service_alone) {
             let (at, frame) = self.read(i, d.head_len)?;
-            let head = super::sidecar::inflate_head(&self.path, at, &frame, d)?;
-            if super::sidecar::block_column_values(
+            let head = super::format::inflate_head(&self.path, at, &frame, d)?;
+            if super::block_values::block_column_values(
                 &self.path,
                 at,
                 &head,
@@ -425,7 +425,7 @@ impl FileIndex {
             }
         }
         let (at, body) = self.body(i)?;
-        super::sidecar::block_tag_values(
+        super::block_values::block_tag_values(
             &self.path,
             at,
             &body,

@@ -7,6 +7,7 @@
 use std::{borrow::Borrow, sync::Arc};
 
 use super::{
+    format,
     sidecar::{self, SidecarParts},
     wire, Edge, HashMap, Op, SummarySet, Tag, TagScope, TraceSummary, ValueKind,
     MAX_TAGS_PER_TRACE,
@@ -307,7 +308,7 @@ impl SidecarBuilder {
         );
         self.last = Some(part.trace_id);
         let at = self.parts.len();
-        sidecar::put_part(&mut self.parts, part);
+        format::put_part(&mut self.parts, part);
         self.placed
             .push((part.start_unix_nano, at, self.parts.len() - at));
     }
@@ -373,7 +374,7 @@ fn remap(
         }
         seen[i]
     };
-    sidecar::remap_part(&mut part, s);
+    format::remap_part(&mut part, s);
     part.ops.sort_unstable();
     part.tags.sort_unstable();
     part.edges.sort_unstable();
