@@ -546,6 +546,7 @@ fn parse_duration(text: &str) -> Option<Option<i64>> {
         ("ns", 1),
         ("us", 1_000),
         ("µs", 1_000),
+        ("μs", 1_000),
         ("ms", 1_000_000),
         ("s", 1_000_000_000),
         ("m", 60_000_000_000),
@@ -611,9 +612,40 @@ fn parse_duration(text: &str) -> Option<Option<i64>> {
     Some(i64::try_from(total).ok())
 }
 
+/// `text` as Go's `time.ParseDuration` reads it (`300ms`, `1.5h`,
+/// `-2h45m`, `0`), in nanoseconds, exact and truncated as Go's is; `None`
+/// for anything else (Prometheus's day units included) or on overflow.
+pub fn parse_go_duration(text: &str) -> Option<i64> {
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    if rest == "0" {
+        return Some(0);
+    }
+    if rest.is_empty() || rest.contains(['d', 'w', 'y']) {
+        return None;
+    }
+    let ns = parse_duration(rest)??;
+    Some(if negative { -ns } else { ns })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_durations_parse_exactly_as_go_does() {
+        assert_eq!(parse_go_duration("0.3s"), Some(300_000_000));
+        assert_eq!(parse_go_duration("1.7ns"), Some(1));
+        assert_eq!(parse_go_duration("2h45m"), Some(9_900_000_000_000));
+        assert_eq!(parse_go_duration("-2us"), Some(-2_000));
+        assert_eq!(parse_go_duration("3μs"), Some(3_000));
+        assert_eq!(parse_go_duration("+0"), Some(0));
+        for bad in ["", "1d", "10", "3 s", "s", "1.5.5s", "9999999999h"] {
+            assert_eq!(parse_go_duration(bad), None, "{bad}");
+        }
+    }
 
     fn kinds(text: &str) -> Vec<TokenKind> {
         let (tokens, err) = tokenize(text);

@@ -40,6 +40,7 @@ pub mod prune;
 pub mod trace;
 
 pub use eval::{Compiled, RegexError, Spanset};
+pub use lexer::parse_go_duration;
 pub use parser::{
     parse, ParseError, MAX_DEPTH, MAX_OPERATORS, MAX_QUANTILES, MAX_QUERY_BYTES, MAX_TOP,
 };

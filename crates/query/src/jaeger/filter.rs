@@ -230,7 +230,7 @@ fn field(f: &FieldReference) -> Result<(Intrinsic, bool), Refusal> {
 fn field_constant(field: Intrinsic, text: &str) -> Result<Static, Refusal> {
     Ok(match field {
         Intrinsic::Duration => Static::Duration(
-            go_duration(text)
+            tracedb_traceql::parse_go_duration(text)
                 .ok_or_else(|| format!("filter: {text:?} is not a duration such as 1.5ms"))?,
         ),
         Intrinsic::Kind => Static::Kind(match text.to_ascii_lowercase().as_str() {
@@ -293,46 +293,6 @@ fn constants(op: CmpOp, text: &str, kind: &str, name: &str) -> Result<Vec<Static
 /// does, for TraceQL's `=~`, which matches the whole value.
 fn regex_anywhere(pattern: &str) -> Static {
     Static::Str(format!("(?s:.*)(?:{pattern})(?s:.*)"))
-}
-
-/// A Go duration (`300ms`, `1.5h`, `2h45m`, `-1s`), in nanoseconds.
-fn go_duration(text: &str) -> Option<i64> {
-    let (negative, mut rest) = match text.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, text.strip_prefix('+').unwrap_or(text)),
-    };
-    if rest == "0" {
-        return Some(0);
-    }
-    let mut total = 0f64;
-    let mut any = false;
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number: f64 = rest[..number_len].parse().ok()?;
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        total += number * scale;
-        any = true;
-    }
-    if !any || total > i64::MAX as f64 {
-        return None;
-    }
-    let nanos = total.round() as i64;
-    Some(if negative { -nanos } else { nanos })
 }
 
 fn cmp_op(op: &str) -> CmpOp {
@@ -478,17 +438,5 @@ mod tests {
             let err = text(&c).expect_err(&c.op);
             assert!(err.contains(says), "{err}");
         }
-    }
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(go_duration("1.5ms"), Some(1_500_000));
-        assert_eq!(
-            go_duration("2h45m"),
-            Some((2 * 3600 + 45 * 60) * 1_000_000_000)
-        );
-        assert_eq!(go_duration("0"), Some(0));
-        assert_eq!(go_duration("10"), None);
-        assert_eq!(go_duration("3 s"), None);
     }
 }

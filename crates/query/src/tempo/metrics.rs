@@ -235,49 +235,9 @@ fn seconds_or_duration(v: &str) -> Result<i128> {
         }
         return Ok(ns as i128);
     }
-    go_parse_duration(v)
+    tracedb_traceql::parse_go_duration(v)
         .map(i128::from)
         .ok_or_else(|| bad(format!("cannot parse {v:?} to a valid duration")))
-}
-
-/// A Go duration (`1h2m3.5s`, `-1.5ms`, `0`) in ns.
-fn go_parse_duration(v: &str) -> Option<i64> {
-    let (neg, mut rest) = match v.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, v.strip_prefix('+').unwrap_or(v)),
-    };
-    if rest == "0" {
-        return Some(0);
-    }
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number: f64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3_600e9,
-            _ => return None,
-        };
-        rest = &rest[unit_len..];
-        total += number * scale;
-    }
-    if total > i64::MAX as f64 {
-        return None;
-    }
-    Some(if neg { -(total as i64) } else { total as i64 })
 }
 
 /// A Prometheus duration (`1h30m`, `2d`, `0`) in ns: whole numbers, units

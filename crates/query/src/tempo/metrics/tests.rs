@@ -53,12 +53,21 @@ fn times_are_seconds_nanoseconds_fractions_or_rfc3339() {
 
 #[test]
 fn durations_parse_as_go_and_prometheus_write_them() {
-    assert_eq!(go_parse_duration("1m30s"), Some(90 * SEC as i64));
-    assert_eq!(go_parse_duration("1.5h"), Some(5_400 * SEC as i64));
-    assert_eq!(go_parse_duration("250ms"), Some(250_000_000));
-    assert_eq!(go_parse_duration("-2us"), Some(-2_000));
-    assert_eq!(go_parse_duration("1d"), None);
-    assert_eq!(go_parse_duration("s"), None);
+    assert_eq!(
+        tracedb_traceql::parse_go_duration("1m30s"),
+        Some(90 * SEC as i64)
+    );
+    assert_eq!(
+        tracedb_traceql::parse_go_duration("1.5h"),
+        Some(5_400 * SEC as i64)
+    );
+    assert_eq!(
+        tracedb_traceql::parse_go_duration("250ms"),
+        Some(250_000_000)
+    );
+    assert_eq!(tracedb_traceql::parse_go_duration("-2us"), Some(-2_000));
+    assert_eq!(tracedb_traceql::parse_go_duration("1d"), None);
+    assert_eq!(tracedb_traceql::parse_go_duration("s"), None);
     assert_eq!(prometheus_duration("1h30m"), Ok(5_400 * SEC));
     assert_eq!(prometheus_duration("2d"), Ok(2 * 86_400 * SEC));
     assert_eq!(prometheus_duration("0"), Ok(0));
