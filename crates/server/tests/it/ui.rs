@@ -220,8 +220,10 @@ fn screenshots(scratch: &Path) -> PathBuf {
     shots
 }
 
-#[test]
-fn the_viewer_searches_and_shows_traces_in_a_real_browser() {
+/// Exports traces with the Python SDK (`export`, in tests/browser), then
+/// runs the Playwright test `test` against a fresh server, which must pass
+/// every check and leave each of `shots` as a screenshot.
+fn browser_test(export: &str, test: &str, shots: &[&str]) {
     let (python, chromium) = browser();
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("data"));
@@ -231,27 +233,27 @@ fn the_viewer_searches_and_shows_traces_in_a_real_browser() {
 
     let (ok, out) = run_bounded(
         Command::new(&python)
-            .arg(scripts.join("export_ui_traces.py"))
+            .arg(scripts.join(export))
             .arg(&base)
             .arg(&ids),
         Duration::from_secs(120),
     );
     assert!(ok, "exporting with the Python SDK failed:\n{out}");
 
-    let shots = screenshots(dir.path());
+    let shot_dir = screenshots(dir.path());
     let (ok, out) = run_bounded(
         Command::new(&python)
-            .arg(scripts.join("ui_test.py"))
+            .arg(scripts.join(test))
             .arg(&base)
             .arg(&ids)
-            .arg(&shots)
+            .arg(&shot_dir)
             .env("TRACEDB_TEST_CHROMIUM", &chromium),
         Duration::from_secs(180),
     );
-    assert!(ok, "the browser test failed:\n{out}");
+    assert!(ok, "the browser test {test} failed:\n{out}");
     assert!(out.contains("every check passed"), "{out}");
-    for shot in ["ui-search.png", "ui-trace.png"] {
-        let png = std::fs::read(shots.join(shot)).expect("a screenshot");
+    for shot in shots {
+        let png = std::fs::read(shot_dir.join(shot)).expect("a screenshot");
         assert!(
             png.starts_with(b"\x89PNG") && png.len() > 10_000,
             "{shot}: {} bytes",
@@ -262,42 +264,21 @@ fn the_viewer_searches_and_shows_traces_in_a_real_browser() {
 }
 
 #[test]
+fn the_viewer_searches_and_shows_traces_in_a_real_browser() {
+    browser_test(
+        "export_ui_traces.py",
+        "ui_test.py",
+        &["ui-search.png", "ui-trace.png"],
+    );
+}
+
+#[test]
 fn the_viewer_charts_a_services_error_spike_and_a_click_opens_its_traces() {
-    let (python, chromium) = browser();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(&dir.path().join("data"));
-    let base = format!("http://{}", server.http);
-    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
-    let ids = dir.path().join("ids.json");
-
-    let (ok, out) = run_bounded(
-        Command::new(&python)
-            .arg(scripts.join("export_metrics_traces.py"))
-            .arg(&base)
-            .arg(&ids),
-        Duration::from_secs(120),
+    browser_test(
+        "export_metrics_traces.py",
+        "ui_metrics_test.py",
+        &["ui-metrics.png"],
     );
-    assert!(ok, "exporting with the Python SDK failed:\n{out}");
-
-    let shots = screenshots(dir.path());
-    let (ok, out) = run_bounded(
-        Command::new(&python)
-            .arg(scripts.join("ui_metrics_test.py"))
-            .arg(&base)
-            .arg(&ids)
-            .arg(&shots)
-            .env("TRACEDB_TEST_CHROMIUM", &chromium),
-        Duration::from_secs(180),
-    );
-    assert!(ok, "the metrics browser test failed:\n{out}");
-    assert!(out.contains("every check passed"), "{out}");
-    let png = std::fs::read(shots.join("ui-metrics.png")).expect("a screenshot");
-    assert!(
-        png.starts_with(b"\x89PNG") && png.len() > 10_000,
-        "ui-metrics.png: {} bytes",
-        png.len()
-    );
-    eprintln!("{}", out.trim());
 }
 
 #[test]
