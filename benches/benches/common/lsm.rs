@@ -93,12 +93,14 @@ pub fn table_file(id: u64, level: u32, partition: u64, table: SsTable) -> Arc<Ta
     let janitor = Arc::new(Janitor {
         enabled: std::sync::atomic::AtomicBool::new(false),
         trash: None,
+        cold: None,
     });
     let entry = FileEntry {
         id,
         level,
         partition,
         file_size: table.meta().file_size,
+        remote: false,
     };
     Arc::new(TableFile::new(entry, table, janitor))
 }

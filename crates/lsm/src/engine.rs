@@ -31,6 +31,7 @@
 //! removes its outputs), join the threads, then discard the WAL if every
 //! acknowledged span is in a file.
 
+mod cold;
 mod compact;
 mod flush;
 mod hooks;
@@ -60,6 +61,7 @@ use std::{
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
+pub use cold::{ColdPass, ColdStats};
 pub use flush::write_sorted_buffer;
 use flush::{FlushQueue, Task, FLUSH_RETRY};
 #[cfg(feature = "test-support")]
@@ -163,6 +165,8 @@ struct Inner {
     counters: Counters,
     /// Summaries of files and buffers for the search index.
     summary_cache: search::SummaryCache,
+    /// The object store, its lease, block cache and worker's state.
+    cold: Option<cold::ColdState>,
     /// Held for the engine's lifetime: one process per data directory.
     _lock: File,
 }
@@ -177,6 +181,7 @@ pub struct Engine {
 struct Threads {
     flusher: Option<JoinHandle<()>>,
     compactors: Vec<JoinHandle<()>>,
+    cold: Option<JoinHandle<()>>,
 }
 
 impl Threads {
@@ -204,6 +209,15 @@ impl Threads {
                 .map_err(|e| Error::io(dir, e))?,
             );
         }
+        if inner.cold.is_some() {
+            let worker = inner.clone();
+            threads.cold = Some(
+                std::thread::Builder::new()
+                    .name("tracedb-cold".into())
+                    .spawn(move || worker.run_cold())
+                    .map_err(|e| Error::io(dir, e))?,
+            );
+        }
         Ok(threads)
     }
 }
@@ -217,23 +231,68 @@ struct DataDir {
     janitor: Arc<Janitor>,
     recovered: recovery::Recovered,
     quarantined: Vec<Quarantined>,
+    cold: Option<cold::ColdState>,
 }
 
 impl DataDir {
     fn open(opts: &EngineOptions, faults: &Faults) -> Result<DataDir> {
         let dir = &opts.data_dir;
         let tables_dir = layout::tables_dir(dir);
+        let fresh = !layout::manifest_path(dir).exists();
         fs::create_dir_all(&tables_dir).map_err(|e| Error::io(&tables_dir, e))?;
         let lock = lock_data_dir(dir)?;
         let trash = Trash::open(dir)?;
+        // With an object store: the lease first (one node per prefix), then
+        // an empty directory restored from the bucket's manifest.
+        let cold_start = match &opts.cold {
+            None => None,
+            Some(c) => {
+                let lease = crate::cold::Lease::acquire(
+                    &c.bucket,
+                    &crate::cold::node_id(dir)?,
+                    c.lease_ttl,
+                )?;
+                let empty = fs::read_dir(&tables_dir)
+                    .map_err(|e| Error::io(&tables_dir, e))?
+                    .next()
+                    .is_none();
+                let restored = fresh && empty && crate::cold::restore(&c.bucket, dir)?;
+                let cache = Arc::new(crate::cold::BlockCache::open(
+                    layout::cache_dir(dir),
+                    c.block_cache_bytes,
+                )?);
+                let deletes = Arc::new(crate::version::ObjectDeletes::default());
+                Some((c.clone(), lease, cache, deletes, restored))
+            }
+        };
         let janitor = Arc::new(Janitor {
             enabled: AtomicBool::new(true),
             trash: Some(trash.clone()),
+            cold: cold_start.as_ref().map(|c| c.3.clone()),
         });
-        let recovered =
-            recovery::recover(dir, &tables_dir, opts.compaction.levels, &janitor, faults)?;
+        let remote = cold_start
+            .as_ref()
+            .map(|(c, _, cache, _, _)| (c.bucket.clone(), cache.clone()));
+        let recovered = recovery::recover(
+            dir,
+            &tables_dir,
+            opts.compaction.levels,
+            &janitor,
+            faults,
+            remote.as_ref(),
+        )?;
         let live = recovered.version.files().map(|f| f.id).collect();
         crate::index::remove_orphans(&tables_dir, &live)?;
+        let remote_live: std::collections::HashSet<u64> = recovered
+            .version
+            .files()
+            .filter(|f| f.remote)
+            .map(|f| f.id)
+            .collect();
+        recovery::remove_orphan_heads(&tables_dir, &remote_live)?;
+        let cold = cold_start.map(|(c, lease, cache, deletes, restored)| {
+            cold::ColdState::new(c, cache, lease, deletes, restored)
+        });
         let quarantined = quarantine::list_quarantined(dir)?;
         if !quarantined.is_empty() {
             tracing::warn!(
@@ -249,6 +308,7 @@ impl DataDir {
             janitor,
             recovered,
             quarantined,
+            cold,
         })
     }
 }
@@ -614,6 +674,14 @@ impl Engine {
                 tracing::error!("compaction thread panicked");
             }
         }
+        if let Some(cold) = &inner.cold {
+            cold.stop();
+        }
+        if let Some(handle) = threads.cold {
+            if handle.join().is_err() {
+                tracing::error!("object store thread panicked");
+            }
+        }
         // Nothing deletes files in steps from here on: what waits in the
         // trash goes now, and later deletes happen at once.
         inner.trash.close();
@@ -703,6 +771,7 @@ impl Inner {
             closed: AtomicBool::new(false),
             counters: Counters::default(),
             summary_cache: search::SummaryCache::new(opts.index_cache_bytes),
+            cold: dir.cold,
             _lock: dir.lock,
             opts,
         });

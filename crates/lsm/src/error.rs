@@ -131,6 +131,25 @@ pub enum Error {
         retry_after: std::time::Duration,
     },
 
+    /// The object store failed or could not be reached: `op` of `object`
+    /// (a key under the store's bucket and prefix). Not damage: the object
+    /// may read at the next try.
+    #[error("object store: {op} {object} failed: {reason}")]
+    Remote {
+        op: &'static str,
+        object: String,
+        reason: String,
+    },
+
+    /// The object store's prefix is held by another node's lease
+    /// (`crate::cold`): two nodes never write under one prefix.
+    #[error("{object} is leased to {holder} until {until_unix_ms} ms (Unix); another node uses this prefix. Give each node its own prefix, or, if that node is gone for good, wait for its lease to expire")]
+    LeaseHeld {
+        object: String,
+        holder: String,
+        until_unix_ms: u64,
+    },
+
     /// A crash point set by a test was reached; the engine does nothing more
     /// and must be abandoned ([`crate::Engine::abandon`]).
     #[cfg(feature = "test-support")]

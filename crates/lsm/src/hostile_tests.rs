@@ -117,6 +117,7 @@ fn entry(id: u64) -> FileEntry {
             id / 2
         },
         file_size: 4096 + id,
+        remote: id % 4 == 1,
     }
 }
 
@@ -175,7 +176,7 @@ fn mutated_manifests_are_refused_or_give_the_state_of_a_prefix_of_edits() {
         let b: Vec<u8> = (0..rng.random_range(0..100))
             .map(|_| rng.random())
             .collect();
-        if let Some(e) = Edit::decode(&b) {
+        if let Some(e) = Edit::decode(&b, manifest::VERSION) {
             let mut again = Vec::new();
             e.encode(&mut again);
             assert_eq!(again, b, "a decoded edit re-encodes to its bytes");

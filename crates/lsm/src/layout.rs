@@ -18,6 +18,21 @@
 //!                              out as above (`stores`); the store at the top
 //!                              is the tenant `single-tenant`
 //!   tenants.deleting/{tenant}/ a tenant's store being deleted
+//!   NODE                       this node's ID, for the object store's lease
+//!   tables/{id:020}.head       with an object store: a remote file's header,
+//!                              block index, bloom filter and footer (`cold`)
+//!   cache/                     remote files' blocks, fetched (`cold::cache`)
+//! ```
+//!
+//! In the object store, under the store's prefix (`cold`):
+//!
+//! ```text
+//! PREFIX/
+//!   manifest                   the remote files: a manifest of one edit
+//!   lease                      which node writes under this prefix, until when
+//!   tables/{id:020}.sst        remote sorted files, as on local disk
+//!   tables/{id:020}.idx        and their sidecars
+//!   tenants/{tenant}/          with tenancy on, each tenant's prefix, as above
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -39,8 +54,21 @@ pub const TENANTS_DIR: &str = "tenants";
 /// The folder tenants' stores are moved to while they are deleted.
 pub const DELETING_TENANTS_DIR: &str = "tenants.deleting";
 
+/// This node's ID.
+pub const NODE: &str = "NODE";
+/// The folder of cached remote blocks.
+pub const CACHE_DIR: &str = "cache";
+/// The object holding the remote files' manifest.
+pub const OBJECT_MANIFEST: &str = "manifest";
+/// The object holding the prefix's lease.
+pub const OBJECT_LEASE: &str = "lease";
+/// The folder of remote sorted files and sidecars.
+pub const OBJECT_TABLES: &str = "tables";
+
 /// File name suffix of sorted files.
 pub const TABLE_SUFFIX: &str = ".sst";
+/// File name suffix of a remote file's local head.
+const HEAD_SUFFIX: &str = ".head";
 /// File name suffix of search-index sidecars (`.idx`, as an extension).
 const SIDECAR_EXTENSION: &str = "idx";
 /// File name suffix of a file being written, before its rename.
@@ -96,6 +124,40 @@ pub fn deleting_tenant_dir(data_dir: &Path, tenant: &str) -> PathBuf {
 /// The sorted file `id` in `dir` (`tables/` or `quarantine/`).
 pub fn table_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("{id:020}{TABLE_SUFFIX}"))
+}
+
+pub fn node_path(data_dir: &Path) -> PathBuf {
+    data_dir.join(NODE)
+}
+
+pub fn cache_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join(CACHE_DIR)
+}
+
+/// The local head of remote file `id` in `tables/`.
+pub fn head_path(tables_dir: &Path, id: u64) -> PathBuf {
+    tables_dir.join(format!("{id:020}{HEAD_SUFFIX}"))
+}
+
+/// The ID of a head's name, or `None` for any other name.
+pub fn head_id(name: &str) -> Option<u64> {
+    name.strip_suffix(HEAD_SUFFIX)?.parse().ok()
+}
+
+/// The object of sorted file `id`, under a store's prefix.
+pub fn object_table(id: u64) -> String {
+    format!("{OBJECT_TABLES}/{id:020}{TABLE_SUFFIX}")
+}
+
+/// The object of sorted file `id`'s sidecar.
+pub fn object_sidecar(id: u64) -> String {
+    format!("{OBJECT_TABLES}/{id:020}.{SIDECAR_EXTENSION}")
+}
+
+/// The ID of an object name under `tables/` (a file or its sidecar).
+pub fn object_id(name: &str) -> Option<u64> {
+    let file = name.strip_prefix(OBJECT_TABLES)?.strip_prefix('/')?;
+    table_id(file).or_else(|| sidecar_id(file))
 }
 
 /// The ID of a sorted file's name, or `None` for any other name.
@@ -155,5 +217,21 @@ mod tests {
             assert_eq!(sidecar_id(other), None, "{other}");
         }
         assert!(is_tmp("00000000000000000007.idx.tmp"));
+        assert_eq!(
+            head_path(&tables_dir(dir), 7),
+            Path::new("/d/tables/00000000000000000007.head")
+        );
+        assert_eq!(head_id("00000000000000000007.head"), Some(7));
+        assert_eq!(object_table(7), "tables/00000000000000000007.sst");
+        assert_eq!(object_id(&object_table(7)), Some(7));
+        assert_eq!(object_id(&object_sidecar(7)), Some(7));
+        for other in [
+            "manifest",
+            "lease",
+            "tables/7.wal",
+            "x/00000000000000000007.sst",
+        ] {
+            assert_eq!(object_id(other), None, "{other}");
+        }
     }
 }

@@ -48,6 +48,10 @@
 //!   (the search index's view of a snapshot and its cache), `stats`,
 //!   `options`, and `hooks` (the crash points and hooks of tests, which exist
 //!   only with the `test-support` feature).
+//! - [`cold`]: the object store tier: cold files uploaded to S3, their
+//!   blocks read back with ranged GETs through a local block cache, the
+//!   bucket's copy of the manifest a new node restores from, and the lease
+//!   that keeps one node per prefix (the engine's side is `engine/cold`).
 //! - [`stores`]: one engine per tenant, each in a folder of its own, and
 //!   the store at the top of the data directory as the tenant
 //!   `single-tenant`.
@@ -57,6 +61,7 @@
 pub mod batch;
 pub mod budget;
 pub mod check;
+pub mod cold;
 pub mod compaction;
 pub mod engine;
 pub mod error;

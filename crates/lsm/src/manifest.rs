@@ -37,14 +37,22 @@ use crate::{
 
 /// `"TDB-MAN\0"`.
 pub const MAGIC: [u8; 8] = *b"TDB-MAN\0";
-pub const VERSION: u32 = 1;
+/// 1: an added file is (id, level, partition, size); 2: as 1, followed by a
+/// flags byte (bit 0: the file is in the object store). Both are read; 2 is
+/// written.
+pub const VERSION: u32 = 2;
+/// The oldest version still read.
+const OLDEST_VERSION: u32 = 1;
 pub const HEADER_LEN: usize = 16;
 /// Largest payload a record may claim; an edit naming a million files fits.
 pub const MAX_RECORD_LEN: u32 = 64 << 20;
 /// Edits after which the log is rewritten as one snapshot edit.
 pub const REWRITE_EDITS: u64 = 4096;
-/// Bytes of one added-file entry in an edit.
+/// Bytes of one added-file entry in an edit of version 1 (version 2 adds
+/// a flags byte).
 const ADDED_LEN: usize = 8 + 4 + 8 + 8;
+/// Bit 0 of an added file's flags: the file is remote.
+const FLAG_REMOTE: u8 = 1;
 
 /// `partition` of a level-0 file, which is not time-partitioned.
 pub const NO_PARTITION: u64 = u64::MAX;
@@ -60,6 +68,9 @@ pub struct FileEntry {
     /// Checked against the file at open: a mismatch means the file is not the
     /// one the edit was written for.
     pub file_size: u64,
+    /// The file is in the object store (`crate::cold`), uploaded and
+    /// verified; a local copy may or may not be kept.
+    pub remote: bool,
 }
 
 /// One atomic change to the set of live files.
@@ -84,12 +95,15 @@ impl Edit {
             out.extend_from_slice(&f.level.to_le_bytes());
             out.extend_from_slice(&f.partition.to_le_bytes());
             out.extend_from_slice(&f.file_size.to_le_bytes());
+            out.push(if f.remote { FLAG_REMOTE } else { 0 });
         }
     }
 
-    /// Decodes a payload; `None` if it is malformed (short, counts that do not
-    /// fit, bytes left over).
-    pub fn decode(buf: &[u8]) -> Option<Edit> {
+    /// Decodes a payload of manifest version `version`; `None` if it is
+    /// malformed (short, counts that do not fit, unknown flags, bytes left
+    /// over).
+    pub fn decode(buf: &[u8], version: u32) -> Option<Edit> {
+        let entry_len = ADDED_LEN + usize::from(version >= 2);
         let mut r = Reader(buf);
         let next_file_id = r.u64()?;
         let removed_n = r.u32()? as usize;
@@ -98,16 +112,22 @@ impl Edit {
         }
         let removed = (0..removed_n).map(|_| r.u64()).collect::<Option<_>>()?;
         let added_n = r.u32()? as usize;
-        if added_n > r.0.len() / ADDED_LEN {
+        if added_n > r.0.len() / entry_len {
             return None;
         }
         let added = (0..added_n)
             .map(|_| {
+                let (id, level, partition, file_size) = (r.u64()?, r.u32()?, r.u64()?, r.u64()?);
+                let flags = if version >= 2 { r.take::<1>()?[0] } else { 0 };
+                if flags & !FLAG_REMOTE != 0 {
+                    return None;
+                }
                 Some(FileEntry {
-                    id: r.u64()?,
-                    level: r.u32()?,
-                    partition: r.u64()?,
-                    file_size: r.u64()?,
+                    id,
+                    level,
+                    partition,
+                    file_size,
+                    remote: flags & FLAG_REMOTE != 0,
                 })
             })
             .collect::<Option<_>>()?;
@@ -207,6 +227,12 @@ pub fn read(path: &Path) -> Result<Option<(ManifestState, u64)>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io(path, e)),
     };
+    parse(path, &bytes).map(Some)
+}
+
+/// The state the manifest `bytes` describe and the length of their intact
+/// prefix; `path` names them in errors (a local file, or an object).
+pub fn parse(path: &Path, bytes: &[u8]) -> Result<(ManifestState, u64)> {
     if bytes.len() < HEADER_LEN || bytes[..8] != MAGIC {
         return Err(corrupt(
             path,
@@ -225,7 +251,7 @@ pub fn read(path: &Path) -> Result<Option<(ManifestState, u64)>> {
         });
     }
     let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-    if version != VERSION {
+    if !(OLDEST_VERSION..=VERSION).contains(&version) {
         return Err(Error::UnsupportedVersion {
             file: path.to_path_buf(),
             version,
@@ -262,7 +288,7 @@ pub fn read(path: &Path) -> Result<Option<(ManifestState, u64)>> {
                         });
                     }
                 } else {
-                    let edit = Edit::decode(payload)
+                    let edit = Edit::decode(payload, version)
                         .ok_or_else(|| corrupt(path, at as u64, "undecodable edit"))?;
                     state.apply(&edit);
                     records += 1;
@@ -291,7 +317,22 @@ pub fn read(path: &Path) -> Result<Option<(ManifestState, u64)>> {
             "no intact edit: a manifest always holds at least one, so this one was cut short",
         ));
     }
-    Ok(Some((state, at as u64)))
+    Ok((state, at as u64))
+}
+
+/// A whole manifest holding one edit that adds every file of `state`: what
+/// [`Manifest::create`] writes, and the copy kept in the object store.
+pub fn snapshot_bytes(state: &ManifestState) -> Vec<u8> {
+    let mut buf = header().to_vec();
+    frame(
+        &Edit {
+            next_file_id: state.next_file_id,
+            removed: Vec::new(),
+            added: state.files.values().copied().collect(),
+        },
+        &mut buf,
+    );
+    buf
 }
 
 impl Manifest {
@@ -301,15 +342,7 @@ impl Manifest {
     pub fn create(dir: &Path, state: &ManifestState, faults: &Faults) -> Result<Manifest> {
         let path = layout::manifest_path(dir);
         let tmp = layout::manifest_tmp_path(dir);
-        let mut buf = header().to_vec();
-        frame(
-            &Edit {
-                next_file_id: state.next_file_id,
-                removed: Vec::new(),
-                added: state.files.values().copied().collect(),
-            },
-            &mut buf,
-        );
+        let buf = snapshot_bytes(state);
         let written = (|| {
             let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
             faults.write_all(FaultTarget::Manifest, &mut f, &tmp, &buf)?;
@@ -400,6 +433,7 @@ mod tests {
             level,
             partition: if level == 0 { NO_PARTITION } else { 7 },
             file_size: 1000 + id,
+            remote: id % 3 == 0,
         }
     }
 
@@ -494,14 +528,47 @@ mod tests {
             added: vec![entry(1, 0)],
         }
         .encode(&mut buf);
-        assert!(Edit::decode(&buf).is_some());
+        assert!(Edit::decode(&buf, VERSION).is_some());
         for cut in 0..buf.len() {
-            assert!(Edit::decode(&buf[..cut]).is_none(), "cut {cut}");
+            assert!(Edit::decode(&buf[..cut], VERSION).is_none(), "cut {cut}");
         }
         let mut huge = buf.clone();
         huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(Edit::decode(&huge).is_none());
+        assert!(Edit::decode(&huge, VERSION).is_none());
+        let mut flagged = buf.clone();
+        *flagged.last_mut().expect("flags") = 0x80;
+        assert!(Edit::decode(&flagged, VERSION).is_none(), "unknown flag");
         buf.push(0);
-        assert!(Edit::decode(&buf).is_none());
+        assert!(Edit::decode(&buf, VERSION).is_none());
+    }
+
+    #[test]
+    fn version_1_edits_still_read_and_remote_files_round_trip() {
+        let mut v1 = Vec::new();
+        let old = entry(4, 1);
+        // Version 1 wrote no flags byte.
+        v1.extend_from_slice(&9u64.to_le_bytes());
+        v1.extend_from_slice(&0u32.to_le_bytes());
+        v1.extend_from_slice(&1u32.to_le_bytes());
+        v1.extend_from_slice(&old.id.to_le_bytes());
+        v1.extend_from_slice(&old.level.to_le_bytes());
+        v1.extend_from_slice(&old.partition.to_le_bytes());
+        v1.extend_from_slice(&old.file_size.to_le_bytes());
+        let read = Edit::decode(&v1, 1).expect("version 1");
+        assert_eq!(
+            read.added,
+            vec![FileEntry {
+                remote: false,
+                ..old
+            }]
+        );
+        assert!(Edit::decode(&v1, 2).is_none(), "a flags byte is missing");
+
+        let state = state_of(&[entry(3, 2), entry(4, 1)], 9);
+        let bytes = snapshot_bytes(&state);
+        let (back, len) = parse(Path::new("snapshot"), &bytes).expect("parse");
+        assert_eq!(len, bytes.len() as u64);
+        assert_eq!(back.files, state.files);
+        assert!(back.files[&3].remote && !back.files[&4].remote);
     }
 }

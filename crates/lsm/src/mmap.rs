@@ -38,7 +38,16 @@ impl Mmap {
     pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.map
     }
+}
 
+/// So a map can own the bytes of a [`bytes::Bytes`] (an upload's body).
+impl AsRef<[u8]> for Mmap {
+    fn as_ref(&self) -> &[u8] {
+        &self.map
+    }
+}
+
+impl Mmap {
     /// Asks the kernel to start reading the pages under `range` from the
     /// disk, for a read that will follow; advice only, so failures are
     /// ignored.

@@ -45,6 +45,7 @@ use std::{
 
 pub use builder::SsTableBuilder;
 
+pub use crate::cold::RemoteFile;
 use crate::{
     error::{Error, Result},
     mmap::Mmap,
@@ -97,11 +98,21 @@ pub struct TableMeta {
     pub file_size: u64,
 }
 
+/// Where a file's data blocks are read from.
+#[derive(Debug)]
+enum Data {
+    /// The whole file, mapped.
+    Local(Mmap),
+    /// The object store; the header, index, bloom filter and footer were
+    /// read from the local head at open.
+    Remote(RemoteFile),
+}
+
 /// An open, checked sorted span file. Cheap to share between threads.
 #[derive(Debug)]
 pub struct SsTable {
     path: PathBuf,
-    map: Mmap,
+    data: Data,
     meta: TableMeta,
     blocks: Vec<BlockHandle>,
     bloom: Bloom,
@@ -115,52 +126,57 @@ impl SsTable {
     pub fn open(path: &Path) -> Result<SsTable> {
         let map = Mmap::open(path)?;
         let file = map.as_bytes();
-        let footer = Footer::decode(path, file)?;
-        check_header(path, file)?;
-        let file_len = file.len() as u64;
-        let footer_at = file_len - FOOTER_LEN as u64;
-
-        // The regions must tile the file: blocks, index, bloom filter, footer.
-        let index_end = footer.index_offset.checked_add(footer.index_len);
-        let bloom_end = footer.bloom_offset.checked_add(footer.bloom_len);
-        if footer.index_offset < HEADER_LEN as u64
-            || index_end != Some(footer.bloom_offset)
-            || bloom_end != Some(footer_at)
-        {
-            return Err(corrupt(
-                path,
-                footer_at,
-                format!(
-                    "footer regions do not tile a {file_len}-byte file: index {}+{}, bloom {}+{}",
-                    footer.index_offset, footer.index_len, footer.bloom_offset, footer.bloom_len
-                ),
-            ));
-        }
-        // All four bounds are now at most the file length, which fits in usize.
-        let index_region = &file[footer.index_offset as usize..footer.bloom_offset as usize];
-        let bloom_region = &file[footer.bloom_offset as usize..footer_at as usize];
-        let blocks =
-            decode_block_index(path, footer.index_offset, index_region, HEADER_LEN as u64)?;
-        let bloom = Bloom::decode(path, footer.bloom_offset, bloom_region)?;
-        check_footer_against_index(path, footer_at, &footer, &blocks)?;
-
-        let meta = TableMeta {
-            min_trace_id: footer.min_trace_id,
-            max_trace_id: footer.max_trace_id,
-            min_time_unix_nano: footer.min_start_unix_nano,
-            max_time_unix_nano: footer.max_end_unix_nano,
-            span_count: footer.span_count,
-            trace_count: footer.trace_count,
-            file_size: file_len,
-        };
+        let (meta, blocks, bloom) = parse(path, file, file, 0)?;
         Ok(SsTable {
             path: path.to_path_buf(),
-            map,
+            data: Data::Local(map),
             meta,
             blocks,
             bloom,
             blocks_read: AtomicU64::new(0),
         })
+    }
+
+    /// Opens a file kept in the object store from its head, the bytes kept
+    /// on local disk ([`head_bytes`]: its header, then everything from its
+    /// block index on): lookups ask the bloom filter and index as for a
+    /// local file, and read data blocks from `remote`. `path` is where the
+    /// file would be, for messages.
+    pub fn open_remote(
+        path: &Path,
+        head: &[u8],
+        file_size: u64,
+        remote: RemoteFile,
+    ) -> Result<SsTable> {
+        if head.len() < HEADER_LEN || head.len() as u64 > file_size {
+            return Err(corrupt(
+                path,
+                0,
+                format!(
+                    "a head of {} bytes cannot describe a {file_size}-byte file",
+                    head.len()
+                ),
+            ));
+        }
+        let (header, tail) = head.split_at(HEADER_LEN);
+        let tail_offset = file_size - tail.len() as u64;
+        let (meta, blocks, bloom) = parse(path, header, tail, tail_offset)?;
+        Ok(SsTable {
+            path: path.to_path_buf(),
+            data: Data::Remote(remote),
+            meta,
+            blocks,
+            bloom,
+            blocks_read: AtomicU64::new(0),
+        })
+    }
+
+    /// The file in the object store, when its blocks are read from there.
+    pub fn remote(&self) -> Option<&RemoteFile> {
+        match &self.data {
+            Data::Local(_) => None,
+            Data::Remote(r) => Some(r),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -204,9 +220,11 @@ impl SsTable {
     /// together rather than one after another.
     pub fn prefetch(&self, trace_id: &TraceId) {
         if self.may_contain(trace_id) {
-            for i in blocks_for(&self.blocks, trace_id) {
-                let h = &self.blocks[i];
-                self.map.will_need(h.offset as usize..h.end() as usize);
+            if let Data::Local(map) = &self.data {
+                for i in blocks_for(&self.blocks, trace_id) {
+                    let h = &self.blocks[i];
+                    map.will_need(h.offset as usize..h.end() as usize);
+                }
             }
         }
     }
@@ -218,6 +236,7 @@ impl SsTable {
             next_block: 0,
             spans: Vec::new().into_iter(),
             released: 0,
+            fetched: None,
         }
     }
 
@@ -278,8 +297,19 @@ impl SsTable {
     fn read_block(&self, i: usize) -> Result<Vec<Span>> {
         self.blocks_read.fetch_add(1, Ordering::Relaxed);
         let h = &self.blocks[i];
-        // The index was checked at open to tile the data region of the file.
-        let bytes = &self.map.as_bytes()[h.offset as usize..h.end() as usize];
+        match &self.data {
+            // The index was checked at open to tile the data region of the file.
+            Data::Local(map) => {
+                self.decode_checked(i, &map.as_bytes()[h.offset as usize..h.end() as usize])
+            }
+            Data::Remote(r) => r.read_block(h.offset..h.end(), |b| self.decode_checked(i, b)),
+        }
+    }
+
+    /// Decodes block `i` from its `bytes` and checks it against its index
+    /// entry.
+    fn decode_checked(&self, i: usize, bytes: &[u8]) -> Result<Vec<Span>> {
+        let h = &self.blocks[i];
         let spans = decode_block(&self.path, h.offset, bytes)?;
         let sorted = spans.windows(2).all(|w| w[0].trace_id <= w[1].trace_id);
         let agrees = spans.len() == h.span_count as usize
@@ -296,6 +326,119 @@ impl SsTable {
         }
         Ok(spans)
     }
+
+    /// Block `i` of a remote file for a sequential read: from `fetched`, a
+    /// run of blocks got with one GET, fetching the next run (up to
+    /// [`REMOTE_READ_AHEAD`] bytes) when `i` is not in it.
+    fn read_block_ahead(
+        &self,
+        i: usize,
+        remote: &RemoteFile,
+        fetched: &mut Option<(u64, bytes::Bytes)>,
+    ) -> Result<Vec<Span>> {
+        let h = &self.blocks[i];
+        let held = fetched
+            .as_ref()
+            .is_some_and(|(at, b)| *at <= h.offset && h.end() <= at + b.len() as u64);
+        if !held {
+            let mut end = h.end();
+            for next in &self.blocks[i + 1..] {
+                if next.end() - h.offset > REMOTE_READ_AHEAD {
+                    break;
+                }
+                end = next.end();
+            }
+            *fetched = Some((h.offset, remote.fetch(h.offset..end)?));
+        }
+        self.blocks_read.fetch_add(1, Ordering::Relaxed);
+        let (at, bytes) = fetched.as_ref().expect("fetched above");
+        let from = (h.offset - at) as usize;
+        self.decode_checked(i, &bytes[from..from + (h.end() - h.offset) as usize])
+    }
+}
+
+/// Bytes a sequential read of a remote file (a compaction, a scan, a check)
+/// asks for with one GET.
+const REMOTE_READ_AHEAD: u64 = 8 << 20;
+
+/// A file's head, as a remote file keeps it on local disk: its header, then
+/// its bytes from the block index on (index, bloom filter, footer). `file`
+/// is the whole file.
+pub fn head_bytes(path: &Path, file: &[u8]) -> Result<Vec<u8>> {
+    let footer = Footer::decode(path, file)?;
+    let from = usize::try_from(footer.index_offset)
+        .ok()
+        .filter(|&at| at >= HEADER_LEN && at <= file.len())
+        .ok_or_else(|| corrupt(path, 0, "the footer's index offset is outside the file"))?;
+    let mut head = Vec::with_capacity(HEADER_LEN + file.len() - from);
+    head.extend_from_slice(&file[..HEADER_LEN]);
+    head.extend_from_slice(&file[from..]);
+    Ok(head)
+}
+
+/// Bytes at the start of a file that hold its header.
+pub const HEADER_BYTES: u64 = HEADER_LEN as u64;
+
+/// Bytes at the end of a file that hold its footer: what to read first to
+/// find a remote file's head ([`head_offset`]).
+pub const FOOTER_BYTES: u64 = FOOTER_LEN as u64;
+
+/// Where a file's head starts (its block index), from its last
+/// [`FOOTER_BYTES`] bytes.
+pub fn head_offset(path: &Path, footer: &[u8]) -> Result<u64> {
+    let mut padded = vec![0u8; HEADER_LEN];
+    padded.extend_from_slice(footer);
+    Ok(Footer::decode(path, &padded)?.index_offset)
+}
+
+/// Header, footer, block index and bloom filter of a file, checked against
+/// each other: `header` is the file's first bytes, `tail` its bytes from
+/// `tail_offset` to its end (the whole file, from 0, for a local one).
+fn parse(
+    path: &Path,
+    header: &[u8],
+    tail: &[u8],
+    tail_offset: u64,
+) -> Result<(TableMeta, Vec<BlockHandle>, Bloom)> {
+    let footer = Footer::decode(path, tail)?;
+    check_header(path, header)?;
+    let file_len = tail_offset + tail.len() as u64;
+    let footer_at = file_len - FOOTER_LEN as u64;
+
+    // The regions must tile the file: blocks, index, bloom filter, footer.
+    let index_end = footer.index_offset.checked_add(footer.index_len);
+    let bloom_end = footer.bloom_offset.checked_add(footer.bloom_len);
+    if footer.index_offset < HEADER_LEN as u64
+        || footer.index_offset < tail_offset
+        || index_end != Some(footer.bloom_offset)
+        || bloom_end != Some(footer_at)
+    {
+        return Err(corrupt(
+            path,
+            footer_at,
+            format!(
+                "footer regions do not tile a {file_len}-byte file: index {}+{}, bloom {}+{}",
+                footer.index_offset, footer.index_len, footer.bloom_offset, footer.bloom_len
+            ),
+        ));
+    }
+    // All bounds are now between tail_offset and the file length.
+    let at = |offset: u64| (offset - tail_offset) as usize;
+    let index_region = &tail[at(footer.index_offset)..at(footer.bloom_offset)];
+    let bloom_region = &tail[at(footer.bloom_offset)..at(footer_at)];
+    let blocks = decode_block_index(path, footer.index_offset, index_region, HEADER_LEN as u64)?;
+    let bloom = Bloom::decode(path, footer.bloom_offset, bloom_region)?;
+    check_footer_against_index(path, footer_at, &footer, &blocks)?;
+    let meta = TableMeta {
+        min_trace_id: footer.min_trace_id,
+        max_trace_id: footer.max_trace_id,
+        min_time_unix_nano: footer.min_start_unix_nano,
+        max_time_unix_nano: footer.max_end_unix_nano,
+        span_count: footer.span_count,
+        trace_count: footer.trace_count,
+        file_size: file_len,
+    };
+    Ok((meta, blocks, bloom))
 }
 
 /// Every span of a file in order; see [`SsTable::iter`]. The mapped pages of
@@ -308,6 +451,8 @@ pub struct SsTableIterator<'a> {
     spans: std::vec::IntoIter<Span>,
     /// File offset up to which mapped pages were released.
     released: usize,
+    /// For a remote file: the run of blocks fetched last, and its offset.
+    fetched: Option<(u64, bytes::Bytes)>,
 }
 
 /// Bytes of decoded blocks a scan lets pile up before it releases their pages
@@ -327,16 +472,22 @@ impl Iterator for SsTableIterator<'_> {
             }
             let i = self.next_block;
             self.next_block += 1;
-            match self.table.read_block(i) {
+            let read = match &self.table.data {
+                Data::Local(_) => self.table.read_block(i),
+                Data::Remote(r) => self.table.read_block_ahead(i, r, &mut self.fetched),
+            };
+            match read {
                 Ok(spans) => {
                     self.spans = spans.into_iter();
                     // Spans own their bytes (decompressed): the mapped block
                     // is not read again.
-                    let end = self.table.blocks[i].end() as usize;
-                    let last = self.next_block == self.table.blocks.len();
-                    if end - self.released >= RELEASE_EVERY || last {
-                        self.table.map.release(self.released..end);
-                        self.released = end;
+                    if let Data::Local(map) = &self.table.data {
+                        let end = self.table.blocks[i].end() as usize;
+                        let last = self.next_block == self.table.blocks.len();
+                        if end - self.released >= RELEASE_EVERY || last {
+                            map.release(self.released..end);
+                            self.released = end;
+                        }
                     }
                 }
                 Err(e) => {

@@ -88,12 +88,14 @@ pub fn table_file(
     let janitor = Arc::new(Janitor {
         enabled: std::sync::atomic::AtomicBool::new(false),
         trash: None,
+        cold: None,
     });
     let entry = FileEntry {
         id,
         level,
         partition,
         file_size: meta.file_size,
+        remote: false,
     };
     Arc::new(TableFile::new(entry, table, janitor))
 }

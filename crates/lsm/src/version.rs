@@ -53,6 +53,20 @@ pub struct Janitor {
     /// Where deleted files go to be freed a step at a time; `None` unlinks
     /// them at once.
     pub trash: Option<Arc<Trash>>,
+    /// With an object store: where the objects of deleted remote files are
+    /// queued for deletion (`engine/cold.rs`).
+    pub cold: Option<Arc<ObjectDeletes>>,
+}
+
+/// Remote files no live version names any more, whose objects are to be
+/// deleted once the bucket's manifest no longer names them either.
+#[derive(Debug, Default)]
+pub struct ObjectDeletes {
+    /// Versions installed so far; a file dropped at count `n` was removed
+    /// by an install at or before `n`.
+    pub installs: std::sync::atomic::AtomicU64,
+    /// (installs when dropped, file ID).
+    pub queue: parking_lot::Mutex<Vec<(u64, u64)>>,
 }
 
 /// A live sorted file and where it sits in the tree. A move to a deeper level
@@ -63,6 +77,8 @@ pub struct TableFile {
     pub level: u32,
     /// See [`FileEntry::partition`].
     pub partition: u64,
+    /// See [`FileEntry::remote`].
+    pub remote: bool,
     handle: Arc<FileHandle>,
 }
 
@@ -71,6 +87,8 @@ pub struct TableFile {
 pub struct FileHandle {
     table: SsTable,
     obsolete: AtomicBool,
+    /// The file has objects in the store, deleted with it.
+    uploaded: AtomicBool,
     janitor: Arc<Janitor>,
 }
 
@@ -80,9 +98,11 @@ impl TableFile {
             id: entry.id,
             level: entry.level,
             partition: entry.partition,
+            remote: entry.remote,
             handle: Arc::new(FileHandle {
                 table,
                 obsolete: AtomicBool::new(false),
+                uploaded: AtomicBool::new(entry.remote),
                 janitor,
             }),
         }
@@ -94,7 +114,35 @@ impl TableFile {
             id: self.id,
             level,
             partition: self.partition,
+            remote: self.remote,
             handle: self.handle.clone(),
+        }
+    }
+
+    /// The same file, uploaded: remote from now on, its objects deleted
+    /// with it.
+    pub fn uploaded(&self) -> TableFile {
+        self.handle.uploaded.store(true, Ordering::Release);
+        TableFile {
+            remote: true,
+            ..self.moved_to(self.level)
+        }
+    }
+
+    /// The same remote file read through `table` (opened from the object
+    /// store) instead: its local copy can then go.
+    pub fn reopened(&self, table: SsTable) -> TableFile {
+        TableFile {
+            id: self.id,
+            level: self.level,
+            partition: self.partition,
+            remote: self.remote,
+            handle: Arc::new(FileHandle {
+                table,
+                obsolete: AtomicBool::new(false),
+                uploaded: AtomicBool::new(true),
+                janitor: self.handle.janitor.clone(),
+            }),
         }
     }
 
@@ -108,6 +156,7 @@ impl TableFile {
             level: self.level,
             partition: self.partition,
             file_size: self.table().meta().file_size,
+            remote: self.remote,
         }
     }
 
@@ -143,6 +192,10 @@ impl Drop for FileHandle {
                 Ok(()) => {
                     tracing::debug!(file = %path.display(), "deleted obsolete file")
                 }
+                // A remote file's local copy may have gone already.
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::NotFound
+                        && self.table.remote().is_some() => {}
                 Err(e) => {
                     tracing::warn!(file = %path.display(), error = %e, "deleting obsolete file")
                 }
@@ -155,6 +208,41 @@ impl Drop for FileHandle {
                     tracing::warn!(file = %sidecar.display(), error = %e, "deleting index sidecar")
                 }
             }
+            if self.uploaded.load(Ordering::Acquire) {
+                self.forget_remote();
+            }
+        }
+    }
+}
+
+impl FileHandle {
+    /// The local traces of a deleted remote file (its head, its cached
+    /// blocks) go; its objects are queued for deletion.
+    fn forget_remote(&self) {
+        if let Some(remote) = self.table.remote() {
+            remote.forget_cached();
+        }
+        self.queue_object_delete(self.table_id());
+    }
+
+    fn table_id(&self) -> Option<u64> {
+        let name = self.table.path().file_name()?.to_str()?;
+        crate::layout::table_id(name)
+    }
+
+    fn queue_object_delete(&self, id: impl Into<Option<u64>>) {
+        let Some(id) = id.into() else { return };
+        if let Some(tables) = self.table.path().parent() {
+            let head = crate::layout::head_path(tables, id);
+            if let Err(e) = std::fs::remove_file(&head) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(file = %head.display(), error = %e, "deleting a remote file's head");
+                }
+            }
+        }
+        if let Some(deletes) = &self.janitor.cold {
+            let at = deletes.installs.load(Ordering::Acquire);
+            deletes.queue.lock().push((at, id));
         }
     }
 }

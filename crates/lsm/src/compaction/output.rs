@@ -274,6 +274,7 @@ fn finish(slot: Open, task: &CompactionTask, partition: u64, out: &mut MergeOutp
             level: task.output_level as u32,
             partition,
             file_size: meta.file_size,
+            remote: false,
         },
         path.clone(),
     ));

@@ -160,6 +160,7 @@ impl Inner {
             level: 0,
             partition: NO_PARTITION,
             file_size: meta.file_size,
+            remote: false,
         };
         let installed = SsTable::open(&path).and_then(|table| {
             let file = Arc::new(TableFile::new(entry, table, self.janitor.clone()));

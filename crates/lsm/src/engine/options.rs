@@ -70,6 +70,9 @@ pub struct EngineOptions {
     pub l0_stop_files: usize,
     /// Where "now" comes from, for retention. Default: the system clock.
     pub clock: Clock,
+    /// The object store files move to once cold ([`crate::cold`]); `None`
+    /// (the default) keeps every file on local disk.
+    pub cold: Option<crate::cold::ColdOptions>,
     /// Test hooks; [`Hooks::default`](crate::Hooks::default) does nothing.
     #[cfg(feature = "test-support")]
     #[doc(hidden)]
@@ -97,6 +100,7 @@ impl EngineOptions {
             search_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             l0_stop_files: 64,
             clock: Clock::system(),
+            cold: None,
             #[cfg(feature = "test-support")]
             hooks: super::Hooks::default(),
         }

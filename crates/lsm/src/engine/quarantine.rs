@@ -123,6 +123,15 @@ impl Inner {
             return self.quarantined.lock().iter().any(|q| q.id == id);
         };
         let offset = error.location().and_then(|(_, o)| o);
+        if file.table().remote().is_some() {
+            tracing::error!(
+                file = %file.path().display(),
+                offset,
+                damage = %error,
+                "a remote file's object is damaged; it stays live, and reads it may answer are marked partial"
+            );
+            return false;
+        }
         let dest = match move_to_quarantine(&self.opts.data_dir, file.path()) {
             Ok(dest) => dest,
             Err(e) => {

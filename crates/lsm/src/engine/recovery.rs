@@ -13,11 +13,16 @@
 //!    in `quarantine/` was being quarantined when the process stopped: it is
 //!    dropped too. One missing from both stops the open with an error rather
 //!    than losing data silently.
+//!    A remote file (in the object store) opens from its local copy when
+//!    there is one, else from its head and the bucket: a missing head or
+//!    sidecar is fetched from the bucket. Without an object store, a
+//!    manifest naming remote files stops the open.
 //! 4. Rewrite the manifest as one edit (dropping the history and any torn tail).
 
 use std::{collections::BTreeMap, fs, path::Path, sync::Arc};
 
 use crate::{
+    cold::{self, BlockCache, Bucket, RemoteFile},
     engine::quarantine::move_to_quarantine,
     error::{Error, Result},
     fault::Faults,
@@ -40,6 +45,7 @@ pub(super) fn recover(
     levels: usize,
     janitor: &Arc<Janitor>,
     faults: &Faults,
+    remote: Option<&(Bucket, Arc<BlockCache>)>,
 ) -> Result<Recovered> {
     let on_disk = list_tables(tables_dir)?;
     let max_on_disk = on_disk.keys().next_back().map_or(0, |id| id + 1);
@@ -65,6 +71,7 @@ pub(super) fn recover(
                         level: 0,
                         partition: NO_PARTITION,
                         file_size,
+                        remote: false,
                     },
                 );
             }
@@ -95,6 +102,20 @@ pub(super) fn recover(
     let mut dropped = Vec::new();
     for entry in state.files.values() {
         let path = table_path(tables_dir, entry.id);
+        if entry.remote && !path.exists() {
+            let Some((bucket, cache)) = remote else {
+                return Err(Error::Corrupt {
+                    file: path,
+                    offset: 0,
+                    reason: "the file is in an object store, and none is configured: start with \
+                             the --object-store this data directory was written with"
+                        .into(),
+                });
+            };
+            let table = open_remote(tables_dir, entry, bucket, cache)?;
+            added.push(Arc::new(TableFile::new(*entry, table, janitor.clone())));
+            continue;
+        }
         if !path.exists() {
             if table_path(&layout::quarantine_dir(dir), entry.id).exists() {
                 tracing::warn!(
@@ -154,6 +175,59 @@ pub(super) fn recover(
         version,
         next_file_id: state.next_file_id,
     })
+}
+
+/// Remote file `entry` opened on its head, fetched from the bucket first
+/// when missing, as is its sidecar.
+fn open_remote(
+    tables_dir: &Path,
+    entry: &FileEntry,
+    bucket: &Bucket,
+    cache: &Arc<BlockCache>,
+) -> Result<SsTable> {
+    let path = table_path(tables_dir, entry.id);
+    let head_path = layout::head_path(tables_dir, entry.id);
+    let head = match fs::read(&head_path) {
+        Ok(head) => head,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let head = cold::fetch_head(bucket, tables_dir, entry.id, entry.file_size)?;
+            cold::write_head(tables_dir, entry.id, &head)?;
+            head
+        }
+        Err(e) => return Err(Error::io(&head_path, e)),
+    };
+    let sidecar = layout::sidecar_path(&path);
+    if !sidecar.exists() {
+        if let Some(bytes) = bucket.get(&layout::object_sidecar(entry.id))? {
+            fs::write(&sidecar, &bytes).map_err(|e| Error::io(&sidecar, e))?;
+        }
+    }
+    let remote = RemoteFile::new(bucket.clone(), entry.id, cache.clone());
+    SsTable::open_remote(&path, &head, entry.file_size, remote).map_err(|e| {
+        if e.is_corruption() {
+            // The head is derived data: the next open fetches it again.
+            let _ = fs::remove_file(&head_path);
+        }
+        e
+    })
+}
+
+/// Removes the heads of files that are not remote files of the tree.
+pub(super) fn remove_orphan_heads(
+    tables_dir: &Path,
+    remote: &std::collections::HashSet<u64>,
+) -> Result<()> {
+    for entry in fs::read_dir(tables_dir).map_err(|e| Error::io(tables_dir, e))? {
+        let entry = entry.map_err(|e| Error::io(tables_dir, e))?;
+        let name = entry.file_name();
+        if let Some(id) = layout::head_id(&name.to_string_lossy()) {
+            if !remote.contains(&id) {
+                let path = entry.path();
+                fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Every `.sst` file by ID; removes `.tmp` leftovers on the way.

@@ -221,6 +221,7 @@ impl TreeState {
         };
         self.l0_files
             .store(current.version.l0.len(), Ordering::Relaxed);
+        self.count_install();
         self.crash_before_inputs_deleted(crash)?;
         for f in obsolete {
             f.mark_obsolete();
@@ -233,6 +234,14 @@ impl TreeState {
             }
         }
         Ok(())
+    }
+
+    /// Counts an installed version, for the object store's deletes (a
+    /// file dropped after this many installs was removed by one of them).
+    fn count_install(&self) {
+        if let Some(deletes) = &self.janitor.cold {
+            deletes.installs.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// Rewrites the manifest if an earlier append failed: its edit may or may
@@ -355,5 +364,52 @@ impl Installing<'_> {
             l0
         };
         tree.l0_files.store(l0, Ordering::Relaxed);
+        tree.count_install();
+    }
+
+    /// Marks live file `id` remote, uploaded and verified: its edit is
+    /// appended, then the version with it swapped in. `Ok(false)` when the
+    /// file is not live any more.
+    pub(super) fn mark_uploaded(&mut self, id: u64) -> Result<bool> {
+        let tree = self.tree;
+        if tree.is_crashed() {
+            return Err(Error::Closed);
+        }
+        let Some(file) = self.live_file(id) else {
+            return Ok(false);
+        };
+        let uploaded = Arc::new(file.uploaded());
+        let edit = Edit {
+            next_file_id: tree.next_file_id(),
+            removed: vec![id],
+            added: vec![uploaded.entry()],
+        };
+        tree.append_edit(&mut self.manifest, &edit)?;
+        self.swap(id, uploaded);
+        tree.count_install();
+        Ok(true)
+    }
+
+    /// Swaps live remote file `id` for the same file opened on `table` (its
+    /// blocks from the object store); no edit, the manifest already says
+    /// remote. `false` when the file is not live any more.
+    pub(super) fn reopen(&mut self, id: u64, table: crate::table::SsTable) -> bool {
+        match self.live_file(id) {
+            Some(file) if file.remote => {
+                self.swap(id, Arc::new(file.reopened(table)));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The current version with file `id` replaced by `file`.
+    fn swap(&mut self, id: u64, file: Arc<TableFile>) {
+        let mut state = self.tree.current.lock();
+        let version = Arc::new(state.version.apply(&HashSet::from([id]), vec![file]));
+        *state = Arc::new(SuperVersion {
+            sealed: state.sealed.clone(),
+            version,
+        });
     }
 }
