@@ -58,6 +58,9 @@ pub struct CheckReport {
     pub tables: usize,
     /// Spans in the live sorted files that verified.
     pub table_spans: u64,
+    /// Remote files (in the object store, no local copy) whose head read
+    /// and whose object's size and footer matched it.
+    pub remote_tables: usize,
     /// WAL segments read.
     pub wal_segments: usize,
     /// WAL records whose checksum and span batch were good.
@@ -102,9 +105,10 @@ impl fmt::Display for CheckReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{} sorted files ({} spans), {} WAL segments ({} records) checked: {} problems, {} notes",
+            "{} sorted files ({} spans), {} remote files, {} WAL segments ({} records) checked: {} problems, {} notes",
             self.tables,
             self.table_spans,
+            self.remote_tables,
             self.wal_segments,
             self.wal_records,
             self.problems.len(),
@@ -124,6 +128,17 @@ impl fmt::Display for CheckReport {
 /// `Err` only when the directory itself cannot be read; damage in files is
 /// reported in the [`CheckReport`].
 pub fn check_data_dir(dir: &Path) -> Result<CheckReport> {
+    check_data_dir_with(dir, None)
+}
+
+/// [`check_data_dir`], with the object store the directory's remote files
+/// are in: each one's object is asked for its size and footer, which must
+/// match the local head (blocks are not read: that would download the
+/// store). Without it, remote files are only noted.
+pub fn check_data_dir_with(
+    dir: &Path,
+    bucket: Option<&crate::cold::Bucket>,
+) -> Result<CheckReport> {
     if !dir.is_dir() {
         return Err(Error::io(
             dir,
@@ -135,6 +150,7 @@ pub fn check_data_dir(dir: &Path) -> Result<CheckReport> {
     let on_disk = list_tables(&tables_dir, &mut report)?;
 
     let manifest_path = layout::manifest_path(dir);
+    let mut remote = Vec::new();
     let live: Vec<(u64, Option<u64>)> = match manifest::read(&manifest_path) {
         Ok(Some((state, intact))) => {
             if state.torn_tail {
@@ -144,6 +160,12 @@ pub fn check_data_dir(dir: &Path) -> Result<CheckReport> {
                     "torn last record (an interrupted append); cut at the next open",
                 );
             }
+            remote = state
+                .files
+                .values()
+                .filter(|f| f.remote)
+                .map(|f| (f.id, f.file_size))
+                .collect();
             state
                 .files
                 .values()
@@ -170,6 +192,14 @@ pub fn check_data_dir(dir: &Path) -> Result<CheckReport> {
     let quarantine = layout::quarantine_dir(dir);
     for &(id, size) in &live {
         let path = table_path(&tables_dir, id);
+        if let Some(&(_, size)) = remote
+            .iter()
+            .find(|(r, _)| *r == id)
+            .filter(|_| !path.exists())
+        {
+            check_remote(&tables_dir, id, size, bucket, &mut report);
+            continue;
+        }
         if !path.exists() {
             let parked = table_path(&quarantine, id);
             if parked.exists() {
@@ -230,6 +260,76 @@ fn check_table(path: &Path, size: Option<u64>, report: &mut CheckReport) {
             report.table_spans += spans;
         }
         Err(e) => report.problem_from(path, &e),
+    }
+}
+
+/// A remote file without a local copy: its head, and with `bucket` its
+/// object's size and footer.
+fn check_remote(
+    tables_dir: &Path,
+    id: u64,
+    size: u64,
+    bucket: Option<&crate::cold::Bucket>,
+    report: &mut CheckReport,
+) {
+    let path = table_path(tables_dir, id);
+    let head_path = layout::head_path(tables_dir, id);
+    let head =
+        match fs::read(&head_path) {
+            Ok(head) => head,
+            Err(_) => return report.note(
+                &head_path,
+                None,
+                "a remote file's head is missing; fetched from the object store at the next open",
+            ),
+        };
+    let Some(bucket) = bucket else {
+        return report.note(
+            &path,
+            None,
+            "in the object store; give --object-store to check its object",
+        );
+    };
+    let name = layout::object_table(id);
+    match bucket.head(&name) {
+        Ok(Some((found, _))) if found == size => {}
+        Ok(Some((found, _))) => {
+            return report.problem(
+                &path,
+                None,
+                format!(
+                    "the manifest records {size} bytes, the object {bucket}/{name} has {found}"
+                ),
+            )
+        }
+        Ok(None) => {
+            return report.problem(
+                &path,
+                None,
+                format!("the object {bucket}/{name} is missing"),
+            )
+        }
+        Err(e) => return report.problem_from(&path, &e),
+    }
+    let footer = crate::table::FOOTER_BYTES;
+    match bucket.get_range(&name, size.saturating_sub(footer)..size) {
+        Ok(bytes) if head.ends_with(&bytes) => {
+            let remote = crate::cold::RemoteFile::new(
+                bucket.clone(),
+                id,
+                std::sync::Arc::new(crate::cold::BlockCache::none()),
+            );
+            match SsTable::open_remote(&path, &head, size, remote) {
+                Ok(_) => report.remote_tables += 1,
+                Err(e) => report.problem_from(&head_path, &e),
+            }
+        }
+        Ok(_) => report.problem(
+            &path,
+            Some(size - footer),
+            format!("the footer of {bucket}/{name} differs from the local head's"),
+        ),
+        Err(e) => report.problem_from(&path, &e),
     }
 }
 

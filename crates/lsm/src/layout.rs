@@ -32,7 +32,8 @@
 //!   lease                      which node writes under this prefix, until when
 //!   tables/{id:020}.sst        remote sorted files, as on local disk
 //!   tables/{id:020}.idx        and their sidecars
-//!   tenants/{tenant}/          with tenancy on, each tenant's prefix, as above
+//!   tenants.txt                with tenancy on, the tenants, one per line
+//!   tenants/{tenant}/          and each tenant's prefix, laid out as above
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -62,6 +63,8 @@ pub const CACHE_DIR: &str = "cache";
 pub const OBJECT_MANIFEST: &str = "manifest";
 /// The object holding the prefix's lease.
 pub const OBJECT_LEASE: &str = "lease";
+/// The object naming the tenants with a prefix under the store's.
+pub const OBJECT_TENANTS: &str = "tenants.txt";
 /// The folder of remote sorted files and sidecars.
 pub const OBJECT_TABLES: &str = "tables";
 

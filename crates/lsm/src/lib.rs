@@ -91,8 +91,9 @@ pub mod test_util;
 pub use budget::{MemoryBudget, Permit};
 pub use compaction::{CompactionOptions, CompactionTask};
 pub use engine::{
-    Candidate, Candidates, Clock, Engine, EngineOptions, EngineStats, ScanStats, SearchSnapshot,
-    SkippedFile, Snapshot, TagValues, TraceLookup, ValuesLimit, WalkStats,
+    Candidate, Candidates, Clock, ColdPass, ColdStats, Engine, EngineOptions, EngineStats,
+    ScanStats, SearchSnapshot, SkippedFile, Snapshot, TagValues, TraceLookup, ValuesLimit,
+    WalkStats,
 };
 #[cfg(feature = "test-support")]
 pub use engine::{CrashPoint, Hooks};
@@ -100,7 +101,10 @@ pub use error::{Backpressure, Error, Result};
 pub use layout::QUARANTINE_DIR;
 pub use memtable::MemTableOptions;
 pub use span::{ParseIdError, ScopeGroup, Span, SpanId, TraceId};
-pub use stores::{delete_tenant, list_tenants, tenant_usage, DeletedTenant, Retentions, Stores};
+pub use stores::{
+    delete_tenant, delete_tenant_objects, delete_tenant_with, list_tenants, tenant_usage,
+    DeletedTenant, Retentions, Stores,
+};
 pub use table::{SsTable, SsTableBuilder, SsTableIterator, TableMeta, TableOptions};
 pub use version::{LevelStats, SuperVersion, TableFile, TimeRange, Version};
 pub use wal::{ReplayStats, Wal, WalOptions, WalStats, WalTicket};

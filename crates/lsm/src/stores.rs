@@ -12,6 +12,12 @@
 //! Every store found at start-up is opened then (its WAL replayed), so what
 //! was acknowledged is readable at once; a tenant's store is created by its
 //! first write. A tenant without a store reads as an empty one.
+//!
+//! With an object store ([`crate::cold`]), each tenant's store has a prefix
+//! of its own (`PREFIX/tenants/{tenant}/`, with its own manifest and lease),
+//! and `PREFIX/tenants.txt` names the tenants, one per line, so that a node
+//! restored on an empty data directory opens (and restores) each of them
+//! without listing the bucket.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -65,7 +71,16 @@ impl Stores {
     /// silently left out of every answer.
     pub fn open(opts: EngineOptions, tenancy: bool) -> Result<Stores> {
         let root = opts.data_dir.clone();
-        let found = tenant_dirs(&root)?;
+        let mut found = tenant_dirs(&root)?;
+        if let Some(cold) = &opts.cold {
+            for tenant in bucket_tenants(&cold.bucket)? {
+                if !found.contains(&tenant) {
+                    tracing::info!(%tenant, "tenant named by the object store: restoring its store");
+                    found.push(tenant);
+                }
+            }
+            found.sort();
+        }
         if !tenancy && !found.is_empty() {
             return Err(Error::TenantsWithoutTenancy {
                 dir: layout::tenants_dir(&root),
@@ -134,6 +149,13 @@ impl Stores {
         let engine = Arc::new(Engine::open(self.options_of(tenant))?);
         // The tenant's folder must survive a crash with the WAL in it.
         sync_dir(&tenants)?;
+        if let Some(cold) = &self.template.cold {
+            let mut named = bucket_tenants(&cold.bucket)?;
+            if !named.contains(tenant) {
+                named.push(tenant.clone());
+                write_bucket_tenants(&cold.bucket, &named)?;
+            }
+        }
         tracing::info!(%tenant, "tenant store created");
         self.engines.write().insert(tenant.clone(), engine.clone());
         // A retention set while the store was being made applies to it too.
@@ -187,8 +209,57 @@ impl Stores {
         let mut opts = self.template.clone();
         opts.data_dir = layout::tenant_dir(&self.root, tenant.as_str());
         opts.retention = self.retention.read().of(tenant);
+        if let Some(cold) = opts.cold.as_mut() {
+            cold.bucket = tenant_bucket(&cold.bucket, tenant);
+        }
         opts
     }
+}
+
+/// `tenant`'s prefix under the store's.
+fn tenant_bucket(bucket: &crate::cold::Bucket, tenant: &TenantId) -> crate::cold::Bucket {
+    bucket.child(&format!("{}/{}", layout::TENANTS_DIR, tenant.as_str()))
+}
+
+/// The tenants `PREFIX/tenants.txt` names.
+fn bucket_tenants(bucket: &crate::cold::Bucket) -> Result<Vec<TenantId>> {
+    let Some(bytes) = bucket.get(layout::OBJECT_TENANTS)? else {
+        return Ok(Vec::new());
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    Ok(text
+        .lines()
+        .filter_map(|line| TenantId::new(line.trim()).ok())
+        .collect())
+}
+
+fn write_bucket_tenants(bucket: &crate::cold::Bucket, tenants: &[TenantId]) -> Result<()> {
+    let mut text = String::new();
+    for t in tenants {
+        text.push_str(t.as_str());
+        text.push('\n');
+    }
+    bucket.put(layout::OBJECT_TENANTS, bytes::Bytes::from(text))?;
+    Ok(())
+}
+
+/// Deletes `tenant`'s objects from the object store `bucket` (the store's
+/// prefix) and takes it off `tenants.txt`; returns the objects deleted.
+/// Lists the tenant's prefix: deleting is the one job that must find
+/// every object, including those of uploads cut short.
+pub fn delete_tenant_objects(bucket: &crate::cold::Bucket, tenant: &TenantId) -> Result<u64> {
+    let named: Vec<TenantId> = bucket_tenants(bucket)?
+        .into_iter()
+        .filter(|t| t != tenant)
+        .collect();
+    let prefix = tenant_bucket(bucket, tenant);
+    let mut deleted = 0;
+    for (name, _) in prefix.list("")? {
+        prefix.delete(&name)?;
+        deleted += 1;
+    }
+    write_bucket_tenants(bucket, &named)?;
+    Ok(deleted)
 }
 
 /// A tenant's store as [`delete_tenant`] removed it.
@@ -198,6 +269,8 @@ pub struct DeletedTenant {
     pub files: u64,
     /// Their bytes.
     pub bytes: u64,
+    /// Objects deleted from the object store.
+    pub objects: u64,
 }
 
 /// The tenants with a store in the data directory `root` (not
@@ -212,6 +285,17 @@ pub fn list_tenants(root: &std::path::Path) -> Result<Vec<TenantId>> {
 /// half way is finished at the next start). A server using the directory
 /// holds the store's lock: [`Error::Locked`].
 pub fn delete_tenant(root: &std::path::Path, tenant: &TenantId) -> Result<DeletedTenant> {
+    delete_tenant_with(root, tenant, None)
+}
+
+/// [`delete_tenant`], and with the object store `bucket` (the store's
+/// prefix) the tenant's objects first ([`delete_tenant_objects`]): a tenant
+/// gone from disk but not from the bucket would come back at a restore.
+pub fn delete_tenant_with(
+    root: &std::path::Path,
+    tenant: &TenantId,
+    bucket: Option<&crate::cold::Bucket>,
+) -> Result<DeletedTenant> {
     if tenant.as_str() == SINGLE_TENANT {
         return Err(Error::NoSuchTenant(format!(
             "{SINGLE_TENANT} (its store is the data directory's top, not a tenant's folder)"
@@ -219,12 +303,28 @@ pub fn delete_tenant(root: &std::path::Path, tenant: &TenantId) -> Result<Delete
     }
     let dir = layout::tenant_dir(root, tenant.as_str());
     if !dir.is_dir() {
+        if let Some(bucket) = bucket {
+            if bucket_tenants(bucket)?.contains(tenant) {
+                let objects = delete_tenant_objects(bucket, tenant)?;
+                return Ok(DeletedTenant {
+                    files: 0,
+                    bytes: 0,
+                    objects,
+                });
+            }
+        }
         return Err(Error::NoSuchTenant(tenant.to_string()));
     }
-    let (files, bytes) = {
-        // Held while the folder moves: no server is using it.
+    let (files, bytes, objects) = {
+        // Held while the objects go and the folder moves: no server is
+        // using it.
         let _lock = crate::engine::lock_data_dir(&dir)?;
-        let counted = count_files(&dir)?;
+        let objects = match bucket {
+            Some(bucket) => delete_tenant_objects(bucket, tenant)?,
+            None => 0,
+        };
+        let (files, bytes) = count_files(&dir)?;
+        let counted = (files, bytes, objects);
         let deleting = layout::deleting_tenant_dir(root, tenant.as_str());
         let parent = deleting.parent().expect("a folder under the root");
         fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
@@ -237,7 +337,11 @@ pub fn delete_tenant(root: &std::path::Path, tenant: &TenantId) -> Result<Delete
         counted
     };
     clear_deleting(root)?;
-    Ok(DeletedTenant { files, bytes })
+    Ok(DeletedTenant {
+        files,
+        bytes,
+        objects,
+    })
 }
 
 /// The files and bytes of `tenant`'s store in the data directory `root`.

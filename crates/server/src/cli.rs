@@ -31,6 +31,37 @@ pub use search::{search, SearchArgs};
 
 use crate::DEFAULT_GRPC_ADDR;
 
+/// The object store of a data directory, for the offline commands that
+/// reach it (`tracedb check`, `tracedb tenant delete`): as `serve` takes it.
+#[derive(clap::Args, Debug, Default)]
+pub struct ObjectStoreArgs {
+    /// The data directory's object store (s3://BUCKET/PREFIX), as given to
+    /// `serve` [default: none: remote files are not reached].
+    #[arg(long, env = "TRACEDB_OBJECT_STORE", value_name = "URL")]
+    pub object_store: Option<String>,
+    /// The address of an S3-compatible server.
+    #[arg(long, env = "TRACEDB_S3_ENDPOINT", value_name = "URL")]
+    pub s3_endpoint: Option<String>,
+    /// The bucket's region.
+    #[arg(long, env = "TRACEDB_S3_REGION")]
+    pub s3_region: Option<String>,
+}
+
+impl ObjectStoreArgs {
+    /// The bucket, when one was given.
+    pub fn bucket(&self) -> anyhow::Result<Option<tracedb_lsm::cold::Bucket>> {
+        let Some(url) = &self.object_store else {
+            return Ok(None);
+        };
+        let config = tracedb_lsm::cold::BucketConfig {
+            url: url.clone(),
+            endpoint: self.s3_endpoint.clone(),
+            region: self.s3_region.clone(),
+        };
+        Ok(Some(tracedb_lsm::cold::Bucket::open(&config)?))
+    }
+}
+
 /// Where `get` and `search` find the server, and how to talk to it.
 #[derive(clap::Args)]
 pub struct ServerArgs {

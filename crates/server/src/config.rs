@@ -178,6 +178,57 @@ pub struct Config {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overrides: Option<PathBuf>,
 
+    /// Keep cold sorted files in an object store: s3://BUCKET/PREFIX (S3 or
+    /// an S3-compatible server, credentials from AWS_ACCESS_KEY_ID and
+    /// AWS_SECRET_ACCESS_KEY, region from AWS_REGION). An empty data
+    /// directory restores from it. One node per prefix [default: none:
+    /// every file stays on local disk].
+    #[arg(long, env = "TRACEDB_OBJECT_STORE", value_name = "URL")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_store: Option<String>,
+
+    /// With --object-store: the address of an S3-compatible server, such as
+    /// http://127.0.0.1:8333 [default: none: AWS S3].
+    #[arg(long, env = "TRACEDB_S3_ENDPOINT", value_name = "URL")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_endpoint: Option<String>,
+
+    /// With --object-store: the bucket's region [default: AWS_REGION, else
+    /// us-east-1].
+    #[arg(long, env = "TRACEDB_S3_REGION")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_region: Option<String>,
+
+    /// With --object-store: a file is uploaded once its newest span ended
+    /// this long ago (suffixes s, m, h, d).
+    #[arg(long, env = "TRACEDB_COLD_AFTER", default_value = "1h")]
+    pub cold_after: Age,
+
+    /// With --object-store: local copies of uploaded files are dropped,
+    /// oldest first, while sorted files, their indexes and the block cache
+    /// take more local disk than this (suffixes KiB, MiB, GiB) [default:
+    /// none: local copies are kept].
+    #[arg(long, env = "TRACEDB_MAX_LOCAL_DISK")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_local_disk: Option<ByteSize>,
+
+    /// With --object-store: bytes of remote blocks cached on local disk;
+    /// they count in --max-local-disk, and local copies of files go first
+    /// to make room.
+    #[arg(long, env = "TRACEDB_BLOCK_CACHE", default_value = "1GiB")]
+    pub block_cache: ByteSize,
+
+    /// With --object-store: how often files are looked at for upload and
+    /// local copies for dropping (suffixes s, m, h).
+    #[arg(long, env = "TRACEDB_COLD_INTERVAL", default_value = "10s")]
+    pub cold_interval: Age,
+
+    /// With --object-store: how long this node's lease on its prefix lasts
+    /// unless renewed (renewed at a third of it); a new node takes a dead
+    /// one's prefix over once it expired.
+    #[arg(long, env = "TRACEDB_LEASE_TTL", default_value = "60s")]
+    pub lease_ttl: Age,
+
     /// Log filter: error, warn, info, debug, trace, or RUST_LOG directives
     /// such as "info,tracedb_ingest=debug".
     #[arg(long, env = "RUST_LOG", default_value = "info")]
@@ -207,6 +258,31 @@ impl Config {
         opts.memory_budget_bytes = self.data_budget();
         opts.index_cache_bytes = self.max_memory.as_usize() / 8;
         opts
+    }
+
+    /// The object store tier of `--object-store`, if given; an error names
+    /// what is wrong with the URL.
+    pub fn cold_options(&self) -> anyhow::Result<Option<tracedb_lsm::cold::ColdOptions>> {
+        use tracedb_lsm::cold::{Bucket, BucketConfig, ColdOptions};
+        let Some(url) = &self.object_store else {
+            return Ok(None);
+        };
+        let bucket = Bucket::open(&BucketConfig {
+            url: url.clone(),
+            endpoint: self.s3_endpoint.clone(),
+            region: self.s3_region.clone(),
+        })?;
+        let mut cold = ColdOptions::new(bucket);
+        cold.cold_after = self.cold_after.0.unwrap_or(Duration::MAX);
+        cold.max_local_disk = self.max_local_disk.map(|b| b.0);
+        cold.block_cache_bytes = self.block_cache.0;
+        if let Some(ttl) = self.lease_ttl.0 {
+            cold.lease_ttl = ttl;
+        }
+        if let Some(every) = self.cold_interval.0 {
+            cold.interval = every;
+        }
+        Ok(Some(cold))
     }
 
     /// Scheduler time slice for the threads an export waits on (zero: the
@@ -370,6 +446,24 @@ impl Config {
                 ),
             );
         }
+        if let Some(url) = &self.object_store {
+            check(
+                url.starts_with("s3://") && url.len() > "s3://".len(),
+                format!("object_store is {url:?}: give s3://BUCKET or s3://BUCKET/PREFIX"),
+            );
+        }
+        check(
+            self.lease_ttl
+                .0
+                .is_some_and(|t| t >= Duration::from_secs(3)),
+            format!("lease_ttl is {}: give at least 3s", self.lease_ttl),
+        );
+        check(
+            self.cold_interval
+                .0
+                .is_some_and(|t| t >= Duration::from_secs(1)),
+            format!("cold_interval is {}: give at least 1s", self.cold_interval),
+        );
         check(
             self.shutdown_timeout_secs >= 1,
             "shutdown_timeout_secs is 0: it must be at least 1 second".to_string(),

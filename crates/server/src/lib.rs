@@ -149,6 +149,14 @@ pub async fn serve(
     // They count their buffered spans in the budget ingest admits against.
     let mut engine_opts = config.engine_options();
     engine_opts.memory_budget = Some(ingest.budget().clone());
+    engine_opts.cold = match config.cold_options() {
+        Ok(cold) => cold,
+        Err(e) => {
+            let _ = stop_tx.send(true);
+            let _ = tokio::join!(grpc_task, http_task);
+            return Err(e.context("--object-store"));
+        }
+    };
     let tenancy_on = config.tenancy != Tenancy::Off;
     let opened = tokio::task::spawn_blocking(move || Stores::open(engine_opts, tenancy_on))
         .await?

@@ -62,6 +62,8 @@ enum Command {
     Check {
         /// The data directory of a stopped server.
         data_dir: PathBuf,
+        #[command(flatten)]
+        store: cli::ObjectStoreArgs,
     },
     /// The tenants' stores of a data directory (--tenancy), offline.
     #[command(subcommand)]
@@ -77,13 +79,16 @@ enum TenantCommand {
         data_dir: PathBuf,
     },
     /// Delete a tenant's store and every span in it; returns once its files
-    /// are gone from disk. The server must be stopped (it holds the store).
+    /// are gone from disk, and with --object-store from the bucket. The
+    /// server must be stopped (it holds the store).
     Delete {
         /// The tenant.
         tenant: String,
         /// The data directory.
         #[arg(long, default_value = tracedb_server::DEFAULT_DATA_DIR)]
         data_dir: PathBuf,
+        #[command(flatten)]
+        store: cli::ObjectStoreArgs,
     },
 }
 
@@ -141,10 +146,12 @@ fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
         Command::Get(args) => client_runtime()?.block_on(cli::get(args)),
         Command::Search(args) => client_runtime()?.block_on(cli::search(args)),
         Command::Metrics(args) => client_runtime()?.block_on(cli::metrics(args)),
-        Command::Check { data_dir } => cli::check::run(&data_dir),
+        Command::Check { data_dir, store } => cli::check::run(&data_dir, &store),
         Command::Tenant(TenantCommand::List { data_dir }) => cli::tenant::list(&data_dir),
-        Command::Tenant(TenantCommand::Delete { tenant, data_dir }) => {
-            cli::tenant::delete(&data_dir, &tenant)
-        }
+        Command::Tenant(TenantCommand::Delete {
+            tenant,
+            data_dir,
+            store,
+        }) => cli::tenant::delete(&data_dir, &tenant, &store),
     }
 }

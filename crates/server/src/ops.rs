@@ -224,6 +224,8 @@ struct Sampled {
     label: String,
     stats: tracedb_lsm::EngineStats,
     sealed_bytes: usize,
+    /// With an object store.
+    cold: Option<tracedb_lsm::ColdStats>,
 }
 
 impl Sampled {
@@ -364,6 +366,7 @@ pub fn render(ops: &Ops) -> String {
                 },
                 stats: engine.stats(),
                 sealed_bytes: engine.snapshot().sealed.iter().map(|b| b.bytes).sum(),
+                cold: engine.cold_stats(),
             })
             .collect();
         let gauges: [Family; 7] = [
@@ -452,6 +455,137 @@ pub fn render(ops: &Ops) -> String {
             family(&mut out, name, "counter", help, &engines, value);
         }
         write_lsm(&mut out, &engines);
+        write_cold(&mut out, &engines);
     }
     out.finish()
+}
+
+/// The object store tier's families, for the stores that have one.
+fn write_cold(out: &mut Exposition, engines: &[Sampled]) {
+    let cold: Vec<&Sampled> = engines.iter().filter(|e| e.cold.is_some()).collect();
+    if cold.is_empty() {
+        return;
+    }
+    type ColdFamily = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&tracedb_lsm::ColdStats) -> u64,
+    );
+    let families: [ColdFamily; 16] = [
+        (
+            "tracedb_object_store_remote_files",
+            "gauge",
+            "Sorted files in the object store.",
+            |c| c.remote_files as u64,
+        ),
+        (
+            "tracedb_object_store_remote_bytes",
+            "gauge",
+            "Bytes of sorted files in the object store.",
+            |c| c.remote_bytes,
+        ),
+        (
+            "tracedb_object_store_local_copies",
+            "gauge",
+            "Remote files that still have a local copy.",
+            |c| c.local_copies as u64,
+        ),
+        (
+            "tracedb_object_store_uploaded_files_total",
+            "counter",
+            "Files uploaded and verified (size and MD5).",
+            |c| c.uploaded_files,
+        ),
+        (
+            "tracedb_object_store_upload_failures_total",
+            "counter",
+            "Uploads that failed; the file stays local and is tried again.",
+            |c| c.upload_failures,
+        ),
+        (
+            "tracedb_object_store_local_copies_dropped_total",
+            "counter",
+            "Local copies of remote files dropped under --max-local-disk.",
+            |c| c.local_copies_dropped,
+        ),
+        (
+            "tracedb_object_store_files_deleted_total",
+            "counter",
+            "Remote files whose objects were deleted (compaction, retention).",
+            |c| c.objects_deleted,
+        ),
+        (
+            "tracedb_object_store_snapshots_total",
+            "counter",
+            "Manifest snapshots written to the bucket.",
+            |c| c.snapshots_written,
+        ),
+        (
+            "tracedb_object_store_puts_total",
+            "counter",
+            "PUT requests that succeeded.",
+            |c| c.bucket.uploads,
+        ),
+        (
+            "tracedb_object_store_put_bytes_total",
+            "counter",
+            "Bytes uploaded.",
+            |c| c.bucket.upload_bytes,
+        ),
+        (
+            "tracedb_object_store_gets_total",
+            "counter",
+            "GET requests (whole or ranged).",
+            |c| c.bucket.gets,
+        ),
+        (
+            "tracedb_object_store_get_bytes_total",
+            "counter",
+            "Bytes downloaded.",
+            |c| c.bucket.get_bytes,
+        ),
+        (
+            "tracedb_object_store_lists_total",
+            "counter",
+            "LIST requests (start-up orphan sweep, tenant deletion).",
+            |c| c.bucket.lists,
+        ),
+        (
+            "tracedb_object_store_errors_total",
+            "counter",
+            "Requests to the object store that failed.",
+            |c| c.bucket.errors,
+        ),
+        (
+            "tracedb_block_cache_hits_total",
+            "counter",
+            "Remote blocks read from the local block cache.",
+            |c| c.cache_hits,
+        ),
+        (
+            "tracedb_block_cache_misses_total",
+            "counter",
+            "Remote blocks fetched from the object store.",
+            |c| c.cache_misses,
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        out.header(name, kind, help);
+        for e in &cold {
+            if let Some(c) = &e.cold {
+                out.sample(name, &e.label, value(c));
+            }
+        }
+    }
+    out.header(
+        "tracedb_block_cache_bytes",
+        "gauge",
+        "Bytes of remote blocks cached on local disk.",
+    );
+    for e in &cold {
+        if let Some(c) = &e.cold {
+            out.sample("tracedb_block_cache_bytes", &e.label, c.cache_bytes);
+        }
+    }
 }

@@ -6,6 +6,9 @@
 //! make it fail.
 //!
 //! The tenants' stores in it (`tenants/NAME/`) are checked the same way.
+//! With `--object-store`, each remote file's object is asked for its size
+//! and footer, which must match the local head (its blocks are not
+//! downloaded).
 //!
 //! Run it on the directory of a stopped server: a running one may change
 //! files while they are read, which can show up as spurious findings.
@@ -17,8 +20,9 @@ use anyhow::Context;
 /// Checks `data_dir` and prints the report; an error when problems were found.
 /// With tenants' stores in it (`--tenancy`), each of them too, after a line
 /// naming the tenant.
-pub fn run(data_dir: &Path) -> anyhow::Result<()> {
-    let report = tracedb_lsm::check::check_data_dir(data_dir)
+pub fn run(data_dir: &Path, store: &super::ObjectStoreArgs) -> anyhow::Result<()> {
+    let bucket = store.bucket()?;
+    let report = tracedb_lsm::check::check_data_dir_with(data_dir, bucket.as_ref())
         .with_context(|| format!("checking {}", data_dir.display()))?;
     print!("{report}");
     let mut problems = report.problems.len();
@@ -26,7 +30,10 @@ pub fn run(data_dir: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("listing the tenants of {}", data_dir.display()))?;
     for tenant in tenants {
         let dir = tracedb_lsm::layout::tenant_dir(data_dir, tenant.as_str());
-        let report = tracedb_lsm::check::check_data_dir(&dir)
+        let tenant_bucket = bucket
+            .as_ref()
+            .map(|b| b.child(&format!("tenants/{}", tenant.as_str())));
+        let report = tracedb_lsm::check::check_data_dir_with(&dir, tenant_bucket.as_ref())
             .with_context(|| format!("checking tenant {tenant} ({})", dir.display()))?;
         println!("tenant {tenant}:");
         print!("{report}");

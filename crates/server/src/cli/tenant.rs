@@ -21,17 +21,27 @@ pub fn list(data_dir: &Path) -> anyhow::Result<()> {
 }
 
 /// Deletes a tenant's store; prints what went.
-pub fn delete(data_dir: &Path, tenant: &str) -> anyhow::Result<()> {
+pub fn delete(data_dir: &Path, tenant: &str, store: &super::ObjectStoreArgs) -> anyhow::Result<()> {
     let id = TenantId::new(tenant).with_context(|| format!("tenant {tenant:?}"))?;
-    let deleted = tracedb_lsm::delete_tenant(data_dir, &id).map_err(|e| match e {
-        tracedb_lsm::Error::Locked(_) => {
-            anyhow::anyhow!("{e}: stop the server first (it holds the tenant's store), then delete")
-        }
-        e => anyhow::Error::from(e).context(format!("deleting tenant {tenant}")),
-    })?;
+    let bucket = store.bucket()?;
+    let deleted =
+        tracedb_lsm::delete_tenant_with(data_dir, &id, bucket.as_ref()).map_err(|e| match e {
+            tracedb_lsm::Error::Locked(_) => {
+                anyhow::anyhow!(
+                    "{e}: stop the server first (it holds the tenant's store), then delete"
+                )
+            }
+            e => anyhow::Error::from(e).context(format!("deleting tenant {tenant}")),
+        })?;
     println!(
         "deleted tenant {tenant}: {} files, {} bytes, gone from disk",
         deleted.files, deleted.bytes
     );
+    if let Some(bucket) = &bucket {
+        println!(
+            "deleted tenant {tenant}'s {} objects from {bucket}",
+            deleted.objects
+        );
+    }
     Ok(())
 }

@@ -76,6 +76,22 @@ impl Server {
         Self::spawn(&args, &[], marker)
     }
 
+    /// [`Server::start_with`], with `env` in the server's environment.
+    pub fn start_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let data_dir = data_dir.to_str().expect("UTF-8 temporary path");
+        let mut args = vec![
+            "serve",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--data-dir",
+            data_dir,
+        ];
+        args.extend_from_slice(extra);
+        Self::spawn(&args, env, "tracedb listening")
+    }
+
     /// Starts a server whose gRPC address is `grpc` (HTTP on a free port).
     pub fn start_at(data_dir: &Path, grpc: SocketAddr) -> Server {
         let grpc = grpc.to_string();

@@ -13,6 +13,7 @@ mod harness;
 mod jaeger;
 mod large;
 mod metrics;
+mod object_store;
 mod otlp_http;
 mod overload;
 mod python_sdk;
