@@ -94,6 +94,14 @@ const EXPECTED: &[(&str, &[&str])] = &[
             "{\"type\":\"string\",\"value\":\"checkout\"}",
         ],
     ),
+    // Object storage: the second node, restored from the bucket, answers.
+    (
+        "--object-store s3://traces/node-a",
+        &[
+            "trace 0af7651916cd43dd8448eb211c80319c: 1 span, 1 service, 100.00ms",
+            "billing: POST /invoice server",
+        ],
+    ),
     (
         "tracedb.query.v1.QueryService/GetTrace",
         &["\"name\": \"GET /cart\"", "\"status\": \"SERVING\""],
