@@ -221,3 +221,94 @@ fn an_upload_cut_short_before_its_edit_is_swept_at_start() {
     let again = engine.cold_pass().expect("cold").expect("pass");
     assert_eq!(again.orphans, 0, "the listing runs once per start");
 }
+
+#[test]
+fn a_compaction_reads_remote_files_and_its_inputs_leave_the_bucket() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let bucket = bucket("compact");
+    let engine = Engine::open(cold_tree(dir.path(), &clock, &bucket)).expect("open");
+    write_traces(&engine);
+    let before: Vec<_> = (1..=12).map(|t| ids(&engine, t)).collect();
+    let pass = engine.cold_pass().expect("cold").expect("pass");
+    assert!(
+        pass.uploaded >= 3 && files_on_disk(dir.path()).is_empty(),
+        "{pass:?}"
+    );
+    let remote = objects(&bucket);
+
+    // Level 0's three remote files merge: read back whole from the bucket.
+    assert!(engine.compact().expect("compact") >= 1);
+    for (t, want) in (1..=12).zip(&before) {
+        assert_eq!(&ids(&engine, t), want, "trace {t} after the merge");
+    }
+    assert!(
+        !files_on_disk(dir.path()).is_empty(),
+        "the merge's outputs are local"
+    );
+    let pass = engine.cold_pass().expect("cold").expect("pass");
+    assert!(pass.deleted >= 3, "the inputs' objects go: {pass:?}");
+    let now = objects(&bucket);
+    for name in remote.iter().filter(|n| n.starts_with("tables/")) {
+        assert!(!now.contains(name), "{name} outlived its file: {now:?}");
+    }
+    assert!(pass.uploaded >= 1, "the outputs go cold in turn: {pass:?}");
+    for (t, want) in (1..=12).zip(&before) {
+        assert_eq!(&ids(&engine, t), want, "trace {t} with the outputs remote");
+    }
+}
+
+#[test]
+fn each_tenant_has_a_prefix_a_restore_finds_it_and_a_delete_empties_it() {
+    use tracedb_lsm::{delete_tenant_with, Stores};
+    use tracedb_proto::tenant::TenantId;
+
+    let (dir, restored_dir) = (
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    );
+    let clock = TestClock::new();
+    let bucket = bucket("tenants");
+    let acme = TenantId::new("acme").expect("tenant");
+    let stores = Stores::open(cold_tree(dir.path(), &clock, &bucket), true).expect("open");
+    let engine = stores.get_or_create(&acme).expect("acme's store");
+    write_traces(&engine);
+    let before: Vec<_> = (1..=12).map(|t| ids(&engine, t)).collect();
+    engine.cold_pass().expect("cold").expect("pass");
+    let names = objects(&bucket);
+    assert!(names.contains(&"tenants.txt".to_string()), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.starts_with("tenants/acme/tables/")),
+        "{names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n.starts_with("tables/")),
+        "acme's files are under its prefix: {names:?}"
+    );
+    stores.close().expect("close");
+    drop((engine, stores));
+
+    let stores =
+        Stores::open(cold_tree(restored_dir.path(), &clock, &bucket), true).expect("restore");
+    let engine = stores
+        .get(&acme)
+        .expect("acme is restored from tenants.txt");
+    for (t, want) in (1..=12).zip(&before) {
+        assert_eq!(&ids(&engine, t), want, "acme's trace {t} after the restore");
+    }
+    stores.close().expect("close");
+    drop((engine, stores));
+
+    let deleted = delete_tenant_with(restored_dir.path(), &acme, Some(&bucket)).expect("delete");
+    assert!(deleted.objects >= 4, "{deleted:?}");
+    let names = objects(&bucket);
+    assert!(
+        !names.iter().any(|n| n.starts_with("tenants/acme/")),
+        "{names:?}"
+    );
+    let listed = bucket
+        .get("tenants.txt")
+        .expect("get")
+        .expect("tenants.txt");
+    assert!(listed.is_empty(), "{listed:?}");
+}

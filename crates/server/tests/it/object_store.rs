@@ -3,15 +3,19 @@
 //! into .venv), started by the test on its own ports and killed at the end.
 //! A node uploads its cold files, drops its local copies and reads them back
 //! with ranged GETs; a new node on an empty data directory restores from
-//! the bucket; a third is refused by the lease; with the server gone, ingest
-//! goes on, uploads wait, and a read that needs the bucket is not answered
-//! as whole; `tracedb check` reaches the objects.
+//! the bucket; a third is refused by the lease; while the bucket answers 503
+//! (a fault proxy in front of it) or is killed, ingest goes on, uploads
+//! wait, and a read that needs the bucket is not answered as whole; once it
+//! is back the waiting files go up; `tracedb check` reaches the objects.
 
 use std::{
-    net::TcpListener,
+    net::{TcpListener, TcpStream},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    sync::atomic::{AtomicU16, Ordering},
+    sync::{
+        atomic::{AtomicBool, AtomicU16, Ordering},
+        Arc, Mutex,
+    },
     time::{Duration, Instant},
 };
 
@@ -137,6 +141,97 @@ impl Drop for Seaweed {
     }
 }
 
+/// A TCP proxy in front of SeaweedFS that, once told to fail, answers every
+/// request with 503 Service Unavailable (and cuts the connections it was
+/// passing through), as an S3 endpoint in trouble does.
+struct FaultProxy {
+    port: u16,
+    failing: Arc<AtomicBool>,
+    open: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl FaultProxy {
+    fn start(upstream: u16) -> FaultProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().expect("address").port();
+        let failing = Arc::new(AtomicBool::new(false));
+        let open = Arc::new(Mutex::new(Vec::new()));
+        let (fail, conns) = (failing.clone(), open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().map_while(Result::ok) {
+                if fail.load(Ordering::SeqCst) {
+                    std::thread::spawn(move || answer_503(client));
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue; // dropped: the client sees the connection close
+                };
+                if let Ok(c) = client.try_clone() {
+                    conns.lock().expect("lock").push(c);
+                }
+                pipe(&client, &server);
+                pipe(&server, &client);
+            }
+        });
+        FaultProxy {
+            port,
+            failing,
+            open,
+        }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// From now on every request gets a 503.
+    fn fail(&self) {
+        self.failing.store(true, Ordering::SeqCst);
+        for c in self.open.lock().expect("lock").drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn pass(&self) {
+        self.failing.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to` until either closes.
+fn pipe(from: &TcpStream, to: &TcpStream) {
+    let (mut from, mut to) = (
+        from.try_clone().expect("clone"),
+        to.try_clone().expect("clone"),
+    );
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut from, &mut to);
+        let _ = to.shutdown(std::net::Shutdown::Both);
+    });
+}
+
+/// Reads one request (head and Content-Length body) and answers 503.
+fn answer_503(mut client: TcpStream) {
+    use std::io::{Read, Write};
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match client.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return,
+        }
+    }
+    let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let len: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let _ = std::io::copy(&mut (&mut client).take(len), &mut std::io::sink());
+    let _ = client.write_all(
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+}
+
 const ENV: [(&str, &str); 3] = [
     ("AWS_ACCESS_KEY_ID", KEY),
     ("AWS_SECRET_ACCESS_KEY", SECRET),
@@ -144,12 +239,12 @@ const ENV: [(&str, &str); 3] = [
 ];
 
 /// The options of a node whose files go cold after a second.
-fn cold_args(weed: &Seaweed, prefix: &str) -> Vec<String> {
+fn cold_args(endpoint: &str, prefix: &str) -> Vec<String> {
     [
         "--object-store",
         &format!("s3://{BUCKET}/{prefix}"),
         "--s3-endpoint",
-        &weed.endpoint(),
+        endpoint,
         "--cold-after",
         "1s",
         "--cold-interval",
@@ -167,8 +262,8 @@ fn cold_args(weed: &Seaweed, prefix: &str) -> Vec<String> {
     .to_vec()
 }
 
-fn node(dir: &Path, weed: &Seaweed, prefix: &str, extra: &[&str]) -> Server {
-    let mut args = cold_args(weed, prefix);
+fn node(dir: &Path, endpoint: &str, prefix: &str, extra: &[&str]) -> Server {
+    let mut args = cold_args(endpoint, prefix);
     args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Server::start_env(dir, &args, &ENV)
@@ -213,6 +308,26 @@ async fn assert_whole(server: &Server, first: u128) {
     }
 }
 
+/// GetTrace of `trace`, whose blocks are only in the bucket, while the
+/// bucket fails: an error that is not NOT_FOUND, or an answer marked
+/// partial; never an answer that looks whole.
+async fn assert_not_whole(server: &Server, trace: u128) {
+    let mut query = server.query().await;
+    let response = query
+        .get_trace(tracedb_proto::query::v1::GetTraceRequest {
+            trace_id: trace.to_be_bytes().to_vec().into(),
+            ..Default::default()
+        })
+        .await;
+    match response {
+        Err(status) => assert_ne!(status.code(), tonic::Code::NotFound, "{status:?}"),
+        Ok(stream) => assert!(
+            stream.metadata().get("tracedb-partial").is_some(),
+            "trace {trace:x} answered as whole without the bucket"
+        ),
+    }
+}
+
 fn gets(server: &Server) -> f64 {
     metric(server, "tracedb_object_store_gets_total")
 }
@@ -227,7 +342,7 @@ async fn cold_files_live_in_s3_a_new_node_restores_and_an_outage_is_answered_hon
     );
 
     // 1. Files go cold, are uploaded, and their local copies go.
-    let server = node(a.path(), &weed, "node-a", &[]);
+    let server = node(a.path(), &weed.endpoint(), "node-a", &[]);
     export(&server, 1).await;
     wait_until(
         "every file is remote with no local copy",
@@ -257,8 +372,16 @@ async fn cold_files_live_in_s3_a_new_node_restores_and_an_outage_is_answered_hon
     );
     assert!(server.terminate().success());
 
-    // 2. A new machine: an empty data directory restores from the bucket.
-    let restored = node(b.path(), &weed, "node-a", &["--block-cache", "0"]);
+    // 2. A new machine: an empty data directory restores from the bucket
+    // (through a proxy that can fail, and with no block cache: every read
+    // of a remote block asks the bucket).
+    let proxy = FaultProxy::start(weed.port);
+    let restored = node(
+        b.path(),
+        &proxy.endpoint(),
+        "node-a",
+        &["--block-cache", "0"],
+    );
     assert_eq!(
         metric(&restored, "tracedb_object_store_lists_total"),
         0.0,
@@ -277,7 +400,7 @@ async fn cold_files_live_in_s3_a_new_node_restores_and_an_outage_is_answered_hon
         "--data-dir".into(),
         c.path().display().to_string(),
     ];
-    args.extend(cold_args(&weed, "node-a"));
+    args.extend(cold_args(&weed.endpoint(), "node-a"));
     args.extend(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"].map(str::to_owned));
     let refused = Command::new(TRACEDB)
         .args(&args)
@@ -291,27 +414,20 @@ async fn cold_files_live_in_s3_a_new_node_restores_and_an_outage_is_answered_hon
     );
     assert!(stderr.contains("leased to"), "{stderr}");
 
-    // 4. The bucket goes away: ingest goes on, uploads wait, and a read that
-    // needs the bucket is not answered as whole.
+    // 4. The bucket answers 503, then is gone: ingest goes on, uploads
+    // wait, and a read that needs the bucket is not answered as whole.
+    proxy.fail();
+    let errors = metric(&restored, "tracedb_object_store_errors_total");
+    assert_not_whole(&restored, 7).await;
+    assert!(
+        metric(&restored, "tracedb_object_store_errors_total") > errors,
+        "the 503s are counted"
+    );
     weed.kill();
+    proxy.pass();
     export(&restored, 1000).await;
     assert_whole(&restored, 1000).await;
-    let mut query = restored.query().await;
-    let response = query
-        .get_trace(tracedb_proto::query::v1::GetTraceRequest {
-            trace_id: 7u128.to_be_bytes().to_vec().into(),
-            ..Default::default()
-        })
-        .await;
-    match response {
-        Err(status) => assert_ne!(status.code(), tonic::Code::NotFound, "{status:?}"),
-        Ok(stream) => {
-            assert!(
-                stream.metadata().get("tracedb-partial").is_some(),
-                "answered whole without the bucket"
-            );
-        }
-    }
+    assert_not_whole(&restored, 8).await;
     let errors = metric(&restored, "tracedb_object_store_errors_total");
     wait_until(
         "the bucket's errors are counted",
