@@ -433,7 +433,7 @@ mod tests {
             level,
             partition: if level == 0 { NO_PARTITION } else { 7 },
             file_size: 1000 + id,
-            remote: id % 3 == 0,
+            remote: id.is_multiple_of(3),
         }
     }
 

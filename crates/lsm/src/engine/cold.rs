@@ -189,7 +189,9 @@ impl Inner {
             }
             let mut stop = cold.stop.lock();
             if !*stop {
-                cold.wake.wait_for(&mut stop, cold.opts.interval);
+                // Woken in time to renew the lease, however long the interval.
+                let wait = cold.opts.interval.min(cold.lease.renew_every());
+                cold.wake.wait_for(&mut stop, wait);
             }
             if *stop {
                 break;
@@ -204,11 +206,7 @@ impl Inner {
         if self.tree.is_crashed() {
             return Ok(pass);
         }
-        if cold.last_renewal.lock().elapsed() >= cold.lease.renew_every() {
-            cold.lease.renew()?;
-            *cold.last_renewal.lock() = Instant::now();
-        }
-        if cold.lease.is_lost() {
+        if !renewed(cold)? {
             return Ok(pass);
         }
         self.write_snapshot(cold)?;
@@ -234,7 +232,8 @@ impl Inner {
             .cloned()
             .collect();
         for file in due {
-            if self.closed.load(Ordering::Acquire) && *cold.stop.lock() {
+            // A long run of uploads renews the lease on its way.
+            if *cold.stop.lock() || !renewed(cold)? {
                 break;
             }
             match self.upload(cold, &file) {
@@ -436,6 +435,16 @@ impl Inner {
         }
         Ok(dropped)
     }
+}
+
+/// Renews the lease when a third of it has passed; `false` once another
+/// node holds it (nothing may be written then).
+fn renewed(cold: &ColdState) -> Result<bool> {
+    if cold.last_renewal.lock().elapsed() >= cold.lease.renew_every() {
+        cold.lease.renew()?;
+        *cold.last_renewal.lock() = Instant::now();
+    }
+    Ok(!cold.lease.is_lost())
 }
 
 /// Writes object `name` and checks it: its size, and its ETag against the

@@ -203,12 +203,11 @@ fn open_remote(
         }
     }
     let remote = RemoteFile::new(bucket.clone(), entry.id, cache.clone());
-    SsTable::open_remote(&path, &head, entry.file_size, remote).map_err(|e| {
+    SsTable::open_remote(&path, &head, entry.file_size, remote).inspect_err(|e| {
         if e.is_corruption() {
             // The head is derived data: the next open fetches it again.
             let _ = fs::remove_file(&head_path);
         }
-        e
     })
 }
 
