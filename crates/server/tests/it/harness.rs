@@ -62,22 +62,22 @@ impl Server {
     /// "tracedb listening" once it serves, "tracedb starting" as soon as its
     /// ports are bound (storage may still be opening).
     pub fn start_until(data_dir: &Path, extra: &[&str], marker: &'static str) -> Server {
-        let mut args = vec![
-            "serve",
-            "--grpc-addr",
-            "127.0.0.1:0",
-            "--http-addr",
-            "127.0.0.1:0",
-            "--data-dir",
-        ];
-        let data_dir = data_dir.to_str().expect("UTF-8 temporary path");
-        args.push(data_dir);
-        args.extend_from_slice(extra);
-        Self::spawn(&args, &[], marker)
+        Self::serve(data_dir, extra, &[], marker)
     }
 
     /// [`Server::start_with`], with `env` in the server's environment.
     pub fn start_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Self::serve(data_dir, extra, env, "tracedb listening")
+    }
+
+    /// `tracedb serve` on `data_dir` and free ports, with `extra` options
+    /// and `env`; returns once it logs `marker`.
+    fn serve(
+        data_dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        marker: &'static str,
+    ) -> Server {
         let data_dir = data_dir.to_str().expect("UTF-8 temporary path");
         let mut args = vec![
             "serve",
@@ -89,7 +89,7 @@ impl Server {
             data_dir,
         ];
         args.extend_from_slice(extra);
-        Self::spawn(&args, env, "tracedb listening")
+        Self::spawn(&args, env, marker)
     }
 
     /// Starts a server whose gRPC address is `grpc` (HTTP on a free port).
