@@ -33,6 +33,11 @@ enum Command {
         /// `max_memory = "512MiB"`. Unknown keys are an error.
         #[arg(long, env = "TRACEDB_CONFIG")]
         config: Option<PathBuf>,
+        /// Check the options (and the files they name: TLS, overrides) and
+        /// exit: 0 when the server would start with them, else 1 and every
+        /// problem. Binds nothing and opens no data directory.
+        #[arg(long)]
+        check_config: bool,
         #[command(flatten)]
         settings: Config,
     },
@@ -45,6 +50,10 @@ enum Command {
         /// `nodes = ["10.0.0.1:4317,10.0.0.2:4317", "10.0.1.1:4317"]`.
         #[arg(long, env = "TRACEDB_CONFIG")]
         config: Option<PathBuf>,
+        /// Check the options and exit (0: they would start; 1: every
+        /// problem). Binds nothing.
+        #[arg(long)]
+        check_config: bool,
         #[command(flatten)]
         settings: tracedb_server::TierConfig,
     },
@@ -123,20 +132,40 @@ fn run(cli: Cli, matches: &ArgMatches) -> anyhow::Result<()> {
             .build()
     };
     match cli.command {
-        Command::Serve { config, settings } => {
+        Command::Serve {
+            config,
+            check_config,
+            settings,
+        } => {
             let serve_matches = matches
                 .subcommand_matches("serve")
                 .context("clap gave no matches for serve")?;
             let config = tracedb_server::config::load(settings, serve_matches, config.as_deref())?;
+            if check_config {
+                config.cold_options().context("--object-store")?;
+                println!(
+                    "tracedb serve: the configuration is valid (data directory {})",
+                    config.data_dir.display()
+                );
+                return Ok(());
+            }
             start_logging(&config.log_level)?;
             runtime::request_runtime(config.request_slice())?
                 .block_on(tracedb_server::run(config, runtime::shutdown_signal()))
         }
-        Command::Query { config, settings } => {
+        Command::Query {
+            config,
+            check_config,
+            settings,
+        } => {
             let query_matches = matches
                 .subcommand_matches("query")
                 .context("clap gave no matches for query")?;
             let config = tracedb_server::config::load(settings, query_matches, config.as_deref())?;
+            if check_config {
+                println!("tracedb query: the configuration is valid");
+                return Ok(());
+            }
             start_logging(&config.log_level)?;
             client_runtime()?.block_on(tracedb_server::tier::run(
                 config,

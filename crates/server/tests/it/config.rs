@@ -145,3 +145,54 @@ fn request_threads_ask_for_the_configured_time_slice() {
         assert!(got.iter().all(|s| *s == Some(default)), "{name}: {got:?}");
     }
 }
+
+/// `--check-config` checks the settings and exits: 0 and nothing made for
+/// good ones (no data directory, no port bound), 1 and every problem for
+/// bad ones, the object store's URL among them.
+#[test]
+fn check_config_checks_and_exits_without_starting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("never-made");
+    let run = |args: &[&str]| {
+        Command::new(TRACEDB)
+            .args(["serve", "--check-config", "--data-dir"])
+            .arg(&data)
+            .args(["--grpc-addr", "127.0.0.1:1", "--http-addr", "127.0.0.1:2"])
+            .args(args)
+            .output()
+            .expect("run tracedb")
+    };
+    let good = run(&[
+        "--object-store",
+        "s3://traces/node-a",
+        "--s3-endpoint",
+        "http://127.0.0.1:9",
+    ]);
+    let out = String::from_utf8_lossy(&good.stdout);
+    assert!(
+        good.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&good.stderr)
+    );
+    assert!(out.contains("the configuration is valid"), "{out}");
+    assert!(!data.exists(), "a check made the data directory");
+    let bad = run(&["--object-store", "gs://traces", "--cold-interval", "0s"]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success(), "a bad configuration passed");
+    assert!(err.contains("object_store is \"gs://traces\""), "{err}");
+    assert!(err.contains("cold_interval"), "{err}");
+    let query = Command::new(TRACEDB)
+        .args([
+            "query",
+            "--check-config",
+            "--nodes",
+            "dns:///tracedb-g0.traces.svc.cluster.local:4317",
+        ])
+        .output()
+        .expect("run tracedb query");
+    assert!(
+        query.status.success(),
+        "{}",
+        String::from_utf8_lossy(&query.stderr)
+    );
+}
