@@ -9,6 +9,7 @@ mod cluster;
 mod collector;
 mod config;
 mod crash;
+mod deploy;
 mod harness;
 mod jaeger;
 mod large;
