@@ -112,7 +112,7 @@ const EXPECTED: &[(&str, &[&str])] = &[
 const EXIT_ZERO: &[&str] = &["export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318"];
 
 /// What a template block must name: a reader's host or files.
-const PLACEHOLDERS: &[&str] = &["tracedb.example", "/etc/"];
+const PLACEHOLDERS: &[&str] = &["tracedb.example", "/etc/", "registry.example"];
 
 struct Block {
     line: usize,
