@@ -6,7 +6,10 @@
 //! the bucket; a third is refused by the lease; while the bucket answers 503
 //! (a fault proxy in front of it) or is killed, ingest goes on, uploads
 //! wait, and a read that needs the bucket is not answered as whole; once it
-//! is back the waiting files go up; `tracedb check` reaches the objects.
+//! is back the waiting files go up; a bucket that stops answering (SIGSTOP)
+//! bounds a read by its timeouts; a node killed with SIGKILL keeps a new one
+//! out until its lease expires, then the new one takes its data over;
+//! `tracedb check` reaches the objects.
 
 use std::{
     net::{TcpListener, TcpStream},
@@ -124,6 +127,17 @@ impl Seaweed {
 
     fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGSTOP or SIGCONT: a server that holds its connections and answers
+    /// nothing, then goes on.
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success());
     }
 
     /// SIGKILL (it lingers after SIGTERM).
@@ -328,6 +342,36 @@ async fn assert_not_whole(server: &Server, trace: u128) {
     }
 }
 
+/// Runs `tracedb ARGS`, which must exit unsuccessfully within 30 s (a
+/// server that started instead is killed, and the test fails with `why`);
+/// its stderr.
+fn refused<S: AsRef<std::ffi::OsStr>>(args: &[S], why: &str) -> String {
+    let mut child = Command::new(TRACEDB)
+        .args(args)
+        .envs(ENV)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tracedb");
+    let until = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{why}: it was still running after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "{why}");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("read stderr");
+    stderr
+}
+
 fn gets(server: &Server) -> f64 {
     metric(server, "tracedb_object_store_gets_total")
 }
@@ -335,7 +379,8 @@ fn gets(server: &Server) -> f64 {
 #[tokio::test]
 async fn cold_files_live_in_s3_a_new_node_restores_and_an_outage_is_answered_honestly() {
     let mut weed = Seaweed::start();
-    let (a, b, c) = (
+    let (a, b, c, d) = (
+        tempfile::tempdir().expect("tempdir"),
         tempfile::tempdir().expect("tempdir"),
         tempfile::tempdir().expect("tempdir"),
         tempfile::tempdir().expect("tempdir"),
@@ -398,20 +443,11 @@ async fn cold_files_live_in_s3_a_new_node_restores_and_an_outage_is_answered_hon
     let mut args = vec![
         "serve".to_string(),
         "--data-dir".into(),
-        c.path().display().to_string(),
+        d.path().display().to_string(),
     ];
     args.extend(cold_args(&weed.endpoint(), "node-a"));
     args.extend(["--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"].map(str::to_owned));
-    let refused = Command::new(TRACEDB)
-        .args(&args)
-        .envs(ENV)
-        .output()
-        .expect("run a second node");
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(
-        !refused.status.success(),
-        "a second node started on a held prefix"
-    );
+    let stderr = refused(&args, "a second node started on a held prefix");
     assert!(stderr.contains("leased to"), "{stderr}");
 
     // 4. The bucket answers 503, then is gone: ingest goes on, uploads
@@ -445,13 +481,68 @@ async fn cold_files_live_in_s3_a_new_node_restores_and_an_outage_is_answered_hon
     );
     assert_whole(&restored, 1).await;
     assert_whole(&restored, 1000).await;
-    assert!(restored.terminate().success());
 
-    // 6. `tracedb check` reaches the objects of the stopped node.
+    // 6. A bucket that stops answering (SIGSTOP): a read that needs it gives
+    // up after the read timeouts and is not answered as whole.
+    weed.signal("STOP");
+    let started = Instant::now();
+    assert_not_whole(&restored, 9).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    weed.signal("CONT");
+
+    // 7. The node dies (SIGKILL): its lease keeps a new node out until it
+    // expires, then the new node takes the prefix over and serves its data.
+    // (The lease may have run out while the bucket stood still: it is
+    // renewed first, a PUT, then the node is killed at once.)
+    let puts = metric(&restored, "tracedb_object_store_puts_total");
+    wait_until("the lease is renewed", Duration::from_secs(60), || {
+        metric(&restored, "tracedb_object_store_puts_total") > puts
+    });
+    restored.kill9();
+    let args: Vec<String> = ["serve", "--data-dir", &c.path().display().to_string()]
+        .map(str::to_owned)
+        .into_iter()
+        .chain(cold_args(&weed.endpoint(), "node-a"))
+        .chain(
+            [
+                "--grpc-addr",
+                "127.0.0.1:0",
+                "--http-addr",
+                "127.0.0.1:0",
+                "--check-config",
+            ]
+            .map(str::to_owned),
+        )
+        .collect();
+    assert!(
+        Command::new(TRACEDB)
+            .args(&args)
+            .envs(ENV)
+            .status()
+            .expect("check")
+            .success(),
+        "the takeover's settings"
+    );
+    let stderr = refused(
+        &args[..args.len() - 1],
+        "started before the dead node's lease expired",
+    );
+    assert!(stderr.contains("leased to"), "{stderr}");
+    std::thread::sleep(Duration::from_secs(6));
+    let taken = node(c.path(), &weed.endpoint(), "node-a", &[]);
+    assert_whole(&taken, 1).await;
+    assert_whole(&taken, 1000).await;
+    assert!(taken.terminate().success());
+
+    // 8. `tracedb check` reaches the objects of the stopped node.
     let check = Command::new(TRACEDB)
         .args([
             "check",
-            &b.path().display().to_string(),
+            &c.path().display().to_string(),
             "--object-store",
             "s3://tracedb/node-a",
         ])
