@@ -418,14 +418,15 @@ async fn cold_files_live_in_s3_a_new_node_restores_and_an_outage_is_answered_hon
     assert!(server.terminate().success());
 
     // 2. A new machine: an empty data directory restores from the bucket
-    // (through a proxy that can fail, and with no block cache: every read
-    // of a remote block asks the bucket).
+    // (through a proxy that can fail, with no block cache, so that every
+    // read of a remote block asks the bucket, and without compaction, which
+    // would bring remote files back into a local one for a while).
     let proxy = FaultProxy::start(weed.port);
     let restored = node(
         b.path(),
         &proxy.endpoint(),
         "node-a",
-        &["--block-cache", "0"],
+        &["--block-cache", "0", "--compaction-threads", "0"],
     );
     assert_eq!(
         metric(&restored, "tracedb_object_store_lists_total"),
