@@ -31,20 +31,21 @@
 //! Lists and searches are partial on the same rule as traces, and
 //! UNAVAILABLE when no node answered at all.
 //!
-//! Who the nodes are is the `members` module's business: fixed addresses, and
+//! What each node said and what an answer made of it is (whole, partial,
+//! NOT_FOUND, UNAVAILABLE) is `gather`'s; combining their spans, lists and
+//! search rows is `merge`'s. Who the nodes are is the `members` module's
+//! business: fixed addresses, and
 //! `dns:///` names resolved again and again. A group known to lack a node
 //! (a name resolving to fewer addresses than it did lately) never answers
 //! in full, and a trace is NOT_FOUND only when no group lacks one.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::BTreeMap,
     future::Future,
-    pin::Pin,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
     },
-    task::Poll,
     time::{Duration, Instant},
 };
 
@@ -55,10 +56,9 @@ use tonic::{
     transport::Channel,
     Code, Response, Status,
 };
-use tracedb_ingest::{scan_export_request, TimeRules};
 use tracedb_lsm::{
     index::{TagScope, ValueKind},
-    Span, TimeRange, TraceId,
+    TimeRange, TraceId,
 };
 use tracedb_proto::{
     codec::{RawCodec, RawRequest},
@@ -69,12 +69,16 @@ use tracedb_proto::{
     tenant::Tenants,
 };
 
+mod gather;
 mod members;
+mod merge;
 
+use gather::{found_in_full, join_in_order, Gathered, NodeOutcome, Outcome, Wait};
 use members::Members;
 pub use members::{
     Connect, Dial, Group, Membership, Source, DEFAULT_DNS_FORGET, DEFAULT_DNS_REFRESH,
 };
+use merge::{merge_rows, spans_of, union};
 
 use tracedb_traceql::metrics::MetricsEval;
 
@@ -128,118 +132,6 @@ impl Node {
     /// The connection to the node, for other services (health checks).
     pub fn channel(&self) -> Channel {
         self.channel.clone()
-    }
-}
-
-/// What one node said.
-enum Outcome<T> {
-    /// An answer; the node's own partial reason, if it gave one.
-    Answered(T, Option<String>),
-    NotFound,
-    /// Failed or timed out: why.
-    Failed(String),
-}
-
-/// A node and what it said.
-type NodeOutcome<T> = (Arc<Node>, Outcome<T>);
-
-/// Every node's outcome, by group.
-struct Gathered<T> {
-    groups: Vec<Vec<NodeOutcome<T>>>,
-    /// Per group, why it is known to lack nodes ([`Group::missing`]).
-    missing: Vec<Vec<String>>,
-}
-
-impl<T> Gathered<T> {
-    /// Whether some group answered in full: every node answered (or said
-    /// not found) and none was partial.
-    fn has_full_group(&self) -> bool {
-        self.full_group().is_some()
-    }
-
-    fn full_group(&self) -> Option<usize> {
-        (0..self.groups.len()).find(|&i| self.is_full(i))
-    }
-
-    /// Whether group `i` lacks no node and every node of it answered (or
-    /// said not found), none partial.
-    fn is_full(&self, i: usize) -> bool {
-        self.missing[i].is_empty()
-            && self.groups[i].iter().all(|(_, o)| match o {
-                Outcome::Answered(_, partial) => partial.is_none(),
-                Outcome::NotFound => true,
-                Outcome::Failed(_) => false,
-            })
-    }
-
-    /// Why the answer may be incomplete: empty if some group answered in full.
-    fn partial(&self) -> Vec<String> {
-        if self.has_full_group() {
-            return Vec::new();
-        }
-        self.reasons(true)
-    }
-
-    /// Every group's missing nodes, then every node that failed (and, with
-    /// `partials`, that answered partial), each with why.
-    fn reasons(&self, partials: bool) -> Vec<String> {
-        let nodes = self
-            .groups
-            .iter()
-            .flatten()
-            .filter_map(|(node, o)| match o {
-                Outcome::Failed(why) => Some(format!("node {}: {why}", node.addr)),
-                Outcome::Answered(_, Some(why)) if partials => {
-                    Some(format!("node {}: {why}", node.addr))
-                }
-                _ => None,
-            });
-        self.missing
-            .iter()
-            .flatten()
-            .cloned()
-            .chain(nodes)
-            .collect()
-    }
-
-    /// Whether every node said NOT_FOUND and no group lacks a node.
-    fn all_not_found(&self) -> bool {
-        self.missing.iter().all(Vec::is_empty)
-            && self
-                .groups
-                .iter()
-                .flatten()
-                .all(|(_, o)| matches!(o, Outcome::NotFound))
-    }
-
-    fn answered(&self) -> impl Iterator<Item = &T> {
-        self.groups.iter().flatten().filter_map(|(_, o)| match o {
-            Outcome::Answered(v, _) => Some(v),
-            _ => None,
-        })
-    }
-
-    fn none_answered(&self) -> bool {
-        self.groups
-            .iter()
-            .flatten()
-            .all(|(_, o)| matches!(o, Outcome::Failed(_)))
-    }
-
-    /// The reasons every node failed, for [`Error::Unavailable`].
-    fn unavailable(&self) -> Error {
-        Error::Unavailable(crate::read::describe(&self.reasons(false)))
-    }
-
-    /// A union-style answer: UNAVAILABLE when no node answered at all.
-    fn answer<V>(&self, value: impl FnOnce(&Self) -> V) -> Result<Answer<V>, Error> {
-        if self.none_answered() {
-            return Err(self.unavailable());
-        }
-        Ok(Answer {
-            value: value(self),
-            partial: self.partial(),
-        })
     }
 }
 
@@ -487,64 +379,8 @@ impl NodeReads {
     }
 }
 
-/// When a fan-out has its answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wait {
-    /// Once one group has answered in full with something found (a full
-    /// copy), or else once every node has answered or timed out.
-    FirstFullGroup,
-    /// Once every node has answered or timed out: for dependencies, where a
-    /// group holding a trace split over two of its nodes misses the calls
-    /// between the parts, and another group may have them.
-    Every,
-}
-
-/// Whether every node of a group has answered, none partial and none
-/// failed, and some found something: the group's answer is whole. A group
-/// where every node said NOT_FOUND does not end the wait: NOT_FOUND is
-/// answered only when every node of every group said so.
-fn found_in_full<T>(group: &[Option<NodeOutcome<T>>]) -> bool {
-    let mut found = false;
-    for outcome in group {
-        match outcome {
-            Some((_, Outcome::Answered(_, None))) => found = true,
-            Some((_, Outcome::NotFound)) => {}
-            _ => return false,
-        }
-    }
-    found
-}
-
 /// Candidate traces [`NodeReads::find_whole`] reads at once.
 const WHOLE_READS_AT_ONCE: usize = 8;
-
-/// The outputs of `futures`, run concurrently on this task, in their order.
-async fn join_in_order<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
-            // A future that finished is not polled again.
-            if output.is_none() {
-                match future.as_mut().poll(cx) {
-                    Poll::Ready(value) => *output = Some(value),
-                    Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            Poll::Pending
-        } else {
-            Poll::Ready(())
-        }
-    })
-    .await;
-    outputs
-        .into_iter()
-        .map(|o| o.expect("every future finished"))
-        .collect()
-}
 
 /// A node response's value and its partial reason, if it marked one.
 fn with_partial<T>(response: Response<T>) -> (T, Option<String>) {
@@ -592,32 +428,6 @@ async fn raw_trace(
         messages.push(bytes);
     }
     Ok((messages, partial))
-}
-
-/// The spans of encoded `TracesData` messages, each as the engine would
-/// store it: cut out of the bytes by the ingest's scanner (`TracesData` and
-/// an export request share their wire shape: resource spans are field 1),
-/// so a span's payload is a slice of the message, never decoded and
-/// encoded again. Returns why spans the scanner refused (none a node would
-/// have stored) were left out, for the answer's partial mark.
-fn spans_of(messages: &[Bytes], out: &mut Vec<Span>) -> Result<Vec<String>, Error> {
-    let mut left_out = Vec::new();
-    for bytes in messages {
-        let scanned = scan_export_request(bytes, out, TimeRules::ANY)
-            .map_err(|e| Error::Internal(format!("a node sent a malformed trace: {e}")))?;
-        if scanned.rejected > 0 {
-            left_out.push(format!(
-                "{} spans from a node could not be read: {}",
-                scanned.rejected, scanned.rejection_message
-            ));
-        }
-    }
-    Ok(left_out)
-}
-
-/// Sorted union of the nodes' lists.
-fn union<T: Ord + Clone>(lists: impl Iterator<Item = impl IntoIterator<Item = T>>) -> BTreeSet<T> {
-    lists.flatten().collect()
 }
 
 impl NodeReads {
@@ -1091,54 +901,6 @@ impl Reads for NodeReads {
         partial.dedup();
         Ok(Answer { value, partial })
     }
-}
-
-/// Search rows from every node, as one answer: within a group, the rows of
-/// one trace from several nodes (its parts) are combined with `combine`;
-/// across groups, the copy with the most spans stands. Newest first (by
-/// start, then trace ID), at most `limit`. `key` gives a row's trace ID,
-/// start and span count; `read` turns a node's row into one (`None`:
-/// malformed, skipped).
-fn merge_rows<T>(
-    groups: &[Vec<NodeOutcome<tracedb_proto::query::v1::SearchTracesResponse>>],
-    read: impl Fn(&tracedb_proto::query::v1::TraceSummary) -> Option<T>,
-    key: impl Fn(&T) -> (TraceId, u64, u64),
-    combine: impl Fn(&mut T, &T),
-    limit: usize,
-) -> Vec<T> {
-    let mut best: HashMap<TraceId, T> = HashMap::new();
-    for nodes in groups {
-        let mut parts: HashMap<TraceId, T> = HashMap::new();
-        for (_, outcome) in nodes {
-            let Outcome::Answered(response, _) = outcome else {
-                continue;
-            };
-            for row in response.traces.iter().filter_map(&read) {
-                let id = key(&row).0;
-                match parts.get_mut(&id) {
-                    Some(part) => combine(part, &row),
-                    None => {
-                        parts.insert(id, row);
-                    }
-                }
-            }
-        }
-        for (id, row) in parts {
-            match best.get(&id) {
-                Some(b) if key(b).2 >= key(&row).2 => {}
-                _ => {
-                    best.insert(id, row);
-                }
-            }
-        }
-    }
-    let mut rows: Vec<T> = best.into_values().collect();
-    rows.sort_by(|a, b| {
-        let (a, b) = (key(a), key(b));
-        b.1.cmp(&a.1).then(a.0.cmp(&b.0))
-    });
-    rows.truncate(limit);
-    rows
 }
 
 /// `message` as a call naming `tenants` (header and value), if any.
