@@ -402,6 +402,14 @@ pub fn string_kv(key: &str, value: &str) -> KeyValue {
     }
 }
 
+/// A port on 127.0.0.1 that was free a moment ago, for a peer process the
+/// test configures (the port is released before the peer binds it).
+pub fn free_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
 /// The start time of every test span: this process's start, so spans are well
 /// inside the server's retention period and the same on every call.
 fn base_time() -> u64 {

@@ -7,6 +7,7 @@
 //! query tier, with v0.6.0's message shapes still answered (in `current`).
 
 mod current;
+mod query_api;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
