@@ -394,18 +394,34 @@ mod tests {
             .map(|_| {
                 let budget = Arc::clone(&budget);
                 std::thread::spawn(move || {
+                    let mut granted = 0u32;
                     for _ in 0..10_000 {
                         if let Ok(p) = budget.acquire(300) {
                             assert!(budget.in_flight() <= 1000);
+                            granted += 1;
                             drop(p);
                         }
                     }
+                    granted
                 })
             })
             .collect();
-        for t in threads {
-            t.join().expect("thread");
-        }
+        let granted: Vec<u32> = threads
+            .into_iter()
+            .map(|t| t.join().expect("thread"))
+            .collect();
         assert_eq!(budget.in_flight(), 0);
+        // Three permits of 300 fit in 1,000 at once, so with four threads
+        // at most one is refused at any moment: an acquire that always
+        // refused (or granted nothing) would leave a thread at zero.
+        assert!(
+            granted.iter().all(|&g| g > 0),
+            "every thread was granted permits: {granted:?}"
+        );
+        // A fifth permit does not fit beside three.
+        let held: Vec<_> = (0..3).map(|_| budget.acquire(300).expect("fits")).collect();
+        assert!(budget.acquire(300).is_err());
+        drop(held);
+        assert!(budget.acquire(300).is_ok());
     }
 }

@@ -313,40 +313,83 @@ fn the_evaluator_agrees_with_the_reference_on_random_traces_and_queries() {
 }
 
 /// The deepest trees a query can make (chains as long as the operator
-/// limit) evaluate, and drop, on a thread with the default 2 MiB stack that
-/// the server's blocking threads have.
+/// limit, nesting as deep as the depth limit) evaluate, print and drop on
+/// a thread with the default 2 MiB stack that the server's blocking threads
+/// have, and answer what a shallow query of the same meaning answers. (A
+/// stack overflow aborts the whole test process, which fails the run; the
+/// limits themselves are tested where the parser enforces them, in
+/// `parser/tests.rs`.)
 #[test]
 fn the_deepest_queries_evaluate_on_a_small_stack() {
     use crate::MAX_OPERATORS;
+    // (deep query, a shallow one that means the same, or None where only
+    // the round trip through text is checked)
     let queries = [
-        format!(
-            "{}{{ .a = 1 }}",
-            "{ .a = 1 } && ".repeat(MAX_OPERATORS / 2 - 1)
+        (
+            format!(
+                "{}{{ .a = 1 }}",
+                "{ .a = 1 } && ".repeat(MAX_OPERATORS / 2 - 1)
+            ),
+            Some("{ .a = 1 }".to_owned()),
         ),
-        format!(
-            "{}{{ .a = 1 }}",
-            "{ .a = 1 } >> ".repeat(MAX_OPERATORS / 2 - 1)
+        (
+            format!(
+                "{}{{ .a = 1 }}",
+                "{ .a = 1 } >> ".repeat(MAX_OPERATORS / 2 - 1)
+            ),
+            None,
         ),
-        format!("{{ {}.a = 1 }}", ".a = 1 || ".repeat(MAX_OPERATORS / 2 - 1)),
-        format!("{{ .a = {}2 }}", "2 ^ ".repeat(MAX_OPERATORS - 1)),
-        format!("{{ .a = {}2 }}", "-".repeat(crate::MAX_DEPTH - 2)),
-        format!("{{ }} | count() > {}1", "1 + ".repeat(MAX_OPERATORS - 2)),
+        (
+            format!("{{ {}.a = 1 }}", ".a = 1 || ".repeat(MAX_OPERATORS / 2 - 1)),
+            Some("{ .a = 1 }".to_owned()),
+        ),
+        (
+            format!("{{ .a = {}2 }}", "2 ^ ".repeat(MAX_OPERATORS - 1)),
+            None,
+        ),
+        // An even number of minus signs.
+        (
+            format!("{{ .a = {}2 }}", "-".repeat(crate::MAX_DEPTH - 2)),
+            Some("{ .a = 2 }".to_owned()),
+        ),
+        (
+            format!("{{ }} | count() > {}1", "1 + ".repeat(MAX_OPERATORS - 2)),
+            Some(format!("{{ }} | count() > {}", MAX_OPERATORS - 1)),
+        ),
     ];
     let mut rng = Rng::new(7);
     let id = [7; 16];
     let trace = decode(&arbitrary::trace(&mut rng, id, 1_000_000_000), id);
-    std::thread::Builder::new()
+    let answered = std::thread::Builder::new()
         .stack_size(2 << 20)
         .spawn(move || {
-            for q in &queries {
+            let mut matched = 0;
+            for (q, shallow) in &queries {
                 let parsed = crate::parse(q).expect("within the limits");
                 let compiled = Compiled::new(parsed).expect("compiles");
-                let _ = compiled.eval(&trace);
+                let got = compiled.eval(&trace);
+                // Walked for its depth only.
                 let _ = crate::needs(&compiled.query);
-                let _ = compiled.query.to_string();
+                let text = compiled.query.to_string();
+                assert_eq!(
+                    crate::parse(&text).expect("its text parses"),
+                    compiled.query,
+                    "{q} printed as {text}"
+                );
+                if let Some(shallow) = shallow {
+                    let want = Compiled::new(crate::parse(shallow).expect("parses"))
+                        .expect("compiles")
+                        .eval(&trace);
+                    assert_eq!(got, want, "{q} against {shallow}");
+                    matched += usize::from(!got.is_empty());
+                }
             }
+            matched
         })
         .expect("thread")
         .join()
-        .expect("no stack overflow");
+        .expect("the evaluating thread panicked");
+    // The trace has spans with `.a = 1`: the comparisons are not of two
+    // empty answers only.
+    assert!(answered >= 2, "{answered} deep queries matched a span");
 }

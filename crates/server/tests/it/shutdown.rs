@@ -61,9 +61,22 @@ async fn sigterm_under_load_exits_0_and_loses_nothing_acknowledged() {
         }));
     }
 
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let before = acked.lock().expect("lock").len();
-    assert!(before > 0, "nothing was exported before the signal");
+    // Signal once exports over both protocols are flowing.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let flowing = {
+            let acked = acked.lock().expect("lock");
+            acked.iter().any(|t| t >> 32 < 10) && acked.iter().any(|t| t >> 32 >= 10)
+        };
+        if flowing {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no export over both gRPC and HTTP was acknowledged within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let log = server.log.clone();
     let started = Instant::now();
     let status = tokio::task::spawn_blocking(move || server.terminate())
