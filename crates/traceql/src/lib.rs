@@ -23,9 +23,10 @@
 //! - [`prune`]: what a matching trace must contain, for an index to rule out
 //!   traces without reading them ([`needs`]); an index only prunes, the
 //!   spans decide.
-//! - [`arbitrary`]: random traces and queries from the grammar, for the
-//!   model tests here and in the crates that search.
+//! - `arbitrary` (feature `test-support`): random traces and queries from
+//!   the grammar, for the model tests here and in the crates that search.
 
+#[cfg(any(test, feature = "test-support"))]
 pub mod arbitrary;
 pub mod ast;
 mod error;
