@@ -217,6 +217,40 @@ pub async fn search(
         .len())
 }
 
+/// Jaeger's FindTraceSummaries for `service`'s traces starting within
+/// [start, end], read to the end of its stream: the summaries answered.
+pub async fn find_trace_summaries(
+    client: &mut tracedb_proto::jaeger::storage::v2::trace_reader_client::TraceReaderClient<
+        Channel,
+    >,
+    service: &str,
+    start_unix_nano: u64,
+    end_unix_nano: u64,
+    depth: i32,
+) -> anyhow::Result<usize> {
+    use tracedb_proto::jaeger::storage::v2::{FindTraceSummariesRequest, TraceQueryParameters};
+    let at = |nanos: u64| prost_types::Timestamp {
+        seconds: (nanos / 1_000_000_000) as i64,
+        nanos: (nanos % 1_000_000_000) as i32,
+    };
+    let query = TraceQueryParameters {
+        service_name: service.to_owned(),
+        start_time_min: Some(at(start_unix_nano)),
+        start_time_max: Some(at(end_unix_nano)),
+        search_depth: depth,
+        ..Default::default()
+    };
+    let mut stream = client
+        .find_trace_summaries(FindTraceSummariesRequest { query: Some(query) })
+        .await?
+        .into_inner();
+    let mut rows = 0;
+    while let Some(m) = stream.message().await? {
+        rows += m.summaries.len();
+    }
+    Ok(rows)
+}
+
 /// A TraceQL metrics range query (`QueryService.QueryMetrics`); returns the
 /// series answered and whether the answer was marked partial.
 pub async fn query_metrics(

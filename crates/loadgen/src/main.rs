@@ -128,6 +128,11 @@ struct Args {
     /// one uncounted search per service.
     #[arg(long, default_value_t = 0)]
     query_searches: usize,
+    /// Jaeger FindTraceSummaries to send after the searches, over the same
+    /// window: each for one service (in turn), search depth 20, after one
+    /// uncounted call per service; the stream is read to its end.
+    #[arg(long, default_value_t = 0)]
+    query_summaries: usize,
     /// Rounds of Traces Drilldown's startup metrics queries (its three RED
     /// panels and the breakdown by service, verbatim, over the window the
     /// searches use, with its steps: the range over 64, over 24 for the
@@ -234,8 +239,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     if args.mode == Mode::Query {
         anyhow::ensure!(
-            args.query_passes > 0 && (args.query_samples > 0 || args.query_metrics > 0),
-            "--mode query needs --query-passes and --query-samples or --query-metrics"
+            args.query_passes > 0
+                && (args.query_samples > 0 || args.query_metrics > 0 || args.query_summaries > 0),
+            "--mode query needs --query-passes and --query-samples, --query-summaries or --query-metrics"
         );
         let requests = workload.requests.len() as u64;
         let acked: HashSet<u64> = (0..args.query_passes)
@@ -283,7 +289,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         summary.disk_bytes_per_span =
             Some(cost::disk_bytes(dir) as f64 / summary.accepted_spans.max(1) as f64);
     }
-    if args.query_samples > 0 || args.query_metrics > 0 {
+    if args.query_samples > 0 || args.query_metrics > 0 || args.query_summaries > 0 {
         let acked: HashSet<u64> = records
             .iter()
             .filter(|r| matches!(r.outcome, Outcome::Accepted { .. }))
@@ -507,7 +513,7 @@ async fn query_phase(
         tokio::time::sleep(Duration::from_secs(args.query_delay)).await;
     }
     let mut client =
-        tracedb_proto::query::v1::query_service_client::QueryServiceClient::connect(uri)
+        tracedb_proto::query::v1::query_service_client::QueryServiceClient::connect(uri.clone())
             .await?
             .max_decoding_message_size(64 << 20);
     let passes = acked.iter().map(|k| k >> 32).max().map_or(0, |p| p + 1);
@@ -596,6 +602,27 @@ async fn query_phase(
             }
         }
         result.search_latency = Some(Latency::from_histogram(&searches));
+    }
+    if args.query_summaries > 0 {
+        let mut reader =
+            tracedb_proto::jaeger::storage::v2::trace_reader_client::TraceReaderClient::connect(
+                uri.clone(),
+            )
+            .await?
+            .max_decoding_message_size(64 << 20);
+        let mut calls = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+        let services = args.services.max(1);
+        for i in 0..services + args.query_summaries {
+            let service = format!("service-{}", i % services);
+            let t = Instant::now();
+            let rows = client::find_trace_summaries(&mut reader, &service, start, end, 20).await?;
+            if i >= services {
+                calls.saturating_record(t.elapsed().as_micros() as u64);
+                result.summary_rows += rows as u64;
+                result.summary_calls += 1;
+            }
+        }
+        result.summary_latency = Some(Latency::from_histogram(&calls));
     }
     if args.query_metrics > 0 {
         metrics_phase(args, &mut client, (start, end), &mut result).await?;

@@ -65,6 +65,11 @@ pub struct QueryResult {
     /// Searches that answered no row: a window that missed the data.
     pub empty_searches: u64,
     pub search_latency: Option<Latency>,
+    /// Jaeger FindTraceSummaries sent, the summaries they answered in all,
+    /// and their latency.
+    pub summary_calls: u64,
+    pub summary_rows: u64,
+    pub summary_latency: Option<Latency>,
     /// Drilldown's startup metrics queries sent, the series they answered in
     /// all, those marked partial, and their latency, each and per round of
     /// four.
@@ -239,6 +244,15 @@ impl Summary {
                 q.search_rows as f64 / q.searches.max(1) as f64
             );
         }
+        if let Some(l) = &q.summary_latency {
+            l.row("FindTraceSummaries", out);
+            let _ = writeln!(
+                out,
+                "trace summary calls {}, summaries per call {:.1}",
+                q.summary_calls,
+                q.summary_rows as f64 / q.summary_calls.max(1) as f64
+            );
+        }
         if let Some(l) = &q.metrics_latency {
             l.row("QueryMetrics", out);
         }
@@ -284,6 +298,8 @@ impl Summary {
                 "searches": q.searches, "search_rows": q.search_rows,
                 "empty_searches": q.empty_searches,
                 "search_latency": q.search_latency.map(|l| l.json()),
+                "summary_calls": q.summary_calls, "summary_rows": q.summary_rows,
+                "summary_latency": q.summary_latency.map(|l| l.json()),
                 "metrics_queries": q.metrics_queries, "metrics_series": q.metrics_series,
                 "metrics_partial": q.metrics_partial,
                 "metrics_latency": q.metrics_latency.map(|l| l.json()),
