@@ -17,6 +17,27 @@
 //!   only thing a query is evaluated on.
 //! - [`eval`]: a query compiled once ([`Compiled`]) and evaluated on one
 //!   trace at a time: the spansets it matches.
+//!
+//! A query parses to a tree that prints back as canonical TraceQL, and a
+//! query that breaks a rule is refused with where and why:
+//!
+//! ```
+//! let query = tracedb_traceql::parse(
+//!     r#"{ resource.service.name="checkout" && duration>1s } | rate() by(name)"#,
+//! )
+//! .expect("a valid query");
+//! assert_eq!(
+//!     query.to_string(),
+//!     r#"{ resource.service.name = "checkout" && span:duration > 1s } | rate() by(span:name)"#,
+//! );
+//! assert_eq!(tracedb_traceql::parse(&query.to_string()), Ok(query));
+//!
+//! let refused = tracedb_traceql::parse("{ duration > \"fast\" }").unwrap_err();
+//! assert_eq!(
+//!     refused.to_string(),
+//!     r#"parse error at line 1, column 14: the two sides of ">" have different types: duration and string"#,
+//! );
+//! ```
 //! - [`metrics`]: the metrics stage (`| rate()` and the other functions
 //!   over time): the spans the pipeline matches, trace by trace, counted
 //!   into time series on a [`metrics::Grid`].
