@@ -24,7 +24,7 @@
 
 use std::{
     collections::{BTreeSet, HashMap},
-    net::{SocketAddr, TcpListener, TcpStream},
+    net::{SocketAddr, TcpStream},
     path::PathBuf,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -41,7 +41,7 @@ use tracedb_proto::{
 };
 
 use crate::{
-    harness::{http_request, Server},
+    harness::{free_port, http_request, Server},
     python_sdk::{by_span_id, export_with_python, Expected},
 };
 
@@ -60,12 +60,6 @@ fn otelcol() -> PathBuf {
         built.display()
     );
     built
-}
-
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
 }
 
 /// A Collector process, killed when dropped.

@@ -105,11 +105,7 @@ impl Drop for Cleanup {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
+    crate::harness::free_port().port()
 }
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
