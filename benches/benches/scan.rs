@@ -9,7 +9,7 @@ use std::hint::black_box;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use prost::Message;
-use tracedb_ingest::{scan_export_request, TimeRules};
+use tracedb_otlp::{scan_export_request, TimeRules};
 use tracedb_proto::{
     collector::trace::v1::ExportTraceServiceRequest,
     common::v1::{any_value::Value, AnyValue, InstrumentationScope, KeyValue},

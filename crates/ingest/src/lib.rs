@@ -12,7 +12,8 @@
 //!   engine) for the body's bytes, scans it and hands the spans to
 //!   the storage engine, answering only once they are durable, and counts the
 //!   outcome in [`metrics`].
-//! - [`scan`] walks the encoded request by its schema with the [`wire`] cursor,
+//! - [`scan`] (in `tracedb_otlp`, which the query tier shares) walks the
+//!   encoded request by its schema with the [`wire`] cursor,
 //!   validates every message in it, and turns each span into a
 //!   [`tracedb_lsm::Span`] whose payload is a zero-copy slice of the body and
 //!   whose [`tracedb_lsm::ScopeGroup`] is shared per `ScopeSpans`. Spans with
@@ -32,18 +33,19 @@ pub mod http;
 pub mod json;
 pub mod limit;
 pub mod metrics;
-pub mod scan;
 pub mod service;
 pub mod status;
 pub mod tenants;
-pub mod wire;
 
 pub use error::{Error, FieldPath, Malformed, MalformedKind, PathSegment, Result, ScanError};
 pub use export::{Ingest, IngestOptions, Phase};
 pub use json::{json_to_protobuf, JsonError};
 pub use limit::{GrpcAdmission, OtlpSizeStatus};
 pub use metrics::{Exposition, IngestMetrics, Protocol};
-pub use scan::{
+pub use service::OtlpTraceService;
+/// The OTLP wire scanner and reader live in `tracedb_otlp`, which the query
+/// tier uses too; re-exported under their old paths.
+pub use tracedb_otlp::{scan, wire};
+pub use tracedb_otlp::{
     scan_export_request, ScanOutcome, TimeRules, FUTURE_SLACK_NANOS, MAX_ANY_VALUE_DEPTH,
 };
-pub use service::OtlpTraceService;

@@ -407,7 +407,7 @@ pub fn generate(opts: &WorkloadOptions) -> anyhow::Result<Workload> {
 /// Span.Event field 1, all fixed64.
 fn offsets(body: &Bytes) -> anyhow::Result<(Vec<usize>, Vec<usize>)> {
     let mut spans = Vec::new();
-    tracedb_ingest::scan_export_request(body, &mut spans, tracedb_ingest::TimeRules::ANY)?;
+    tracedb_otlp::scan_export_request(body, &mut spans, tracedb_otlp::TimeRules::ANY)?;
     let mut ids = Vec::with_capacity(spans.len());
     let mut times = Vec::with_capacity(spans.len() * 3);
     for s in &spans {

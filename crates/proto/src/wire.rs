@@ -5,7 +5,7 @@
 //! assembles GetTrace answers in a `BytesMut` rather than a `Vec<u8>`.
 //!
 //! The readers stay with their callers: the ingest scanner's strict
-//! `tracedb_ingest::wire::Reader`, whose speed depends on being inlined into
+//! `tracedb_otlp::wire::Reader`, whose speed depends on being inlined into
 //! the scanner's crate, and the search index's lenient field iterator in
 //! `tracedb-lsm`.
 

@@ -5,8 +5,8 @@
 use std::collections::{BTreeSet, HashMap};
 
 use bytes::Bytes;
-use tracedb_ingest::{scan_export_request, TimeRules};
 use tracedb_lsm::{Span, TraceId};
+use tracedb_otlp::{scan_export_request, TimeRules};
 
 use super::gather::{NodeOutcome, Outcome};
 use crate::error::Error;
