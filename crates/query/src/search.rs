@@ -15,8 +15,9 @@
 //! there answers what it found, marked partial with the reason, rather than
 //! claim no older trace matches.
 //!
-//! Beside the running of a search: what a query asks of it and what is
-//! refused (`policy`), the legacy search fields as query trees ([`legacy`]),
+//! Beside the running of a search: what a query asks of the index and its
+//! compiling (`policy`, over the analyses of `tracedb_traceql::analysis`:
+//! what is refused, what holds on one span, the tier's relaxed query), the legacy search fields as query trees ([`legacy`]),
 //! matches as `TraceSummary` rows for the tier (`wire`), and the tier's merge
 //! of the parts of one trace (`combine`).
 

@@ -41,12 +41,16 @@
 //! - [`metrics`]: the metrics stage (`| rate()` and the other functions
 //!   over time): the spans the pipeline matches, trace by trace, counted
 //!   into time series on a [`metrics::Grid`].
+//! - [`analysis`]: what a search makes of a query: the constructs refused
+//!   and why, whether every condition holds on one span, the relaxed query
+//!   a tier asks its nodes.
 //! - [`prune`]: what a matching trace must contain, for an index to rule out
 //!   traces without reading them ([`needs`]); an index only prunes, the
 //!   spans decide.
 //! - `arbitrary` (feature `test-support`): random traces and queries from
 //!   the grammar, for the model tests here and in the crates that search.
 
+pub mod analysis;
 #[cfg(any(test, feature = "test-support"))]
 pub mod arbitrary;
 pub mod ast;

@@ -449,34 +449,3 @@ fn a_search_the_memory_budget_cannot_hold_is_refused() {
         stored
     );
 }
-
-/// The per-span relaxation keeps the filters a match needs, joined by
-/// `||` (the right side of `&&` and of a structural operator), with the
-/// conditions on trace-level fields made true; a per-span query needs none.
-#[test]
-fn the_relaxation_keeps_each_filter_and_drops_trace_level_conditions() {
-    let relaxed = |q: &str| super::relaxed(&tracedb_traceql::parse(q).expect("valid")).to_string();
-    assert_eq!(
-        relaxed(
-            r#"{ kind = server } >> { status = error && rootServiceName = "a" } | count() > 1"#
-        ),
-        "{ span:status = error && true }"
-    );
-    assert_eq!(
-        relaxed("({ .a = 1 } | count() > 2) && ({ .b = 2 })"),
-        "{ .b = 2 }"
-    );
-    assert_eq!(
-        relaxed("({ .a = 1 } !>> { .b = 2 }) || { .c = 3 }"),
-        "{ .b = 2 } || { .c = 3 }"
-    );
-    for (q, per_span) in [
-        (r#"{ .a = 1 } || { name = "x" } | select(.b)"#, true),
-        ("{ .a = 1 } && { .b = 1 }", false),
-        ("{ traceDuration > 1s }", false),
-        ("{ } | count() > 1", false),
-    ] {
-        let query = tracedb_traceql::parse(q).expect("valid");
-        assert_eq!(super::per_span_only(&query), per_span, "{q}");
-    }
-}

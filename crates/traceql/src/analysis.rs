@@ -1,0 +1,373 @@
+//! Analyses of a query tree that decide how a search runs it: the
+//! constructs tracedb refuses and why ([`refused`]), whether every
+//! condition holds on one span ([`per_span_only`]), and the relaxed query
+//! a query tier asks its nodes when trace-level conditions need the whole
+//! trace ([`relaxed`]). Beside [`crate::prune`], which says what a matching
+//! trace must contain.
+
+use crate::ast::{
+    Attribute, BinaryOp, FieldExpr, Intrinsic, Query, ScalarExpr, Scope, SpansetExpr, SpansetOp,
+    Stage, Static,
+};
+
+/// Constructs tracedb evaluates but refuses, because Grafana Tempo 3.0.3
+/// answers them with no traces on data where they plainly match, and an
+/// answer other than Tempo's would be a different answer to the same query
+/// (see the README's TraceQL section):
+/// - `!` before a condition (`{ !(status = error) }`): write the opposite
+///   comparison (`{ status != error }`); `!` before a bool attribute
+///   (`{ !span.cache.hit }`) is answered;
+/// - `span:childCount`;
+/// - `attribute = nil` (Tempo answers it with spans that have other
+///   attributes, whether or not they have this one);
+/// - `link.` attributes (`link:traceID` and `link:spanID` are answered).
+pub fn refused(query: &Query) -> Result<(), String> {
+    let mut why = None;
+    let mut check = |e: &FieldExpr| match e {
+        FieldExpr::Unary(crate::ast::UnaryOp::Not, inner)
+            if matches!(
+                inner.as_ref(),
+                FieldExpr::Binary {
+                    op: BinaryOp::Cmp(_) | BinaryOp::And | BinaryOp::Or,
+                    ..
+                }
+            ) =>
+        {
+            why.get_or_insert("negation with ! of a condition is not supported; write the opposite comparison (!= for =, !~ for =~, and so on)");
+        }
+        FieldExpr::Binary {
+            op: crate::ast::BinaryOp::Cmp(crate::ast::CmpOp::Eq),
+            lhs,
+            rhs,
+        } if matches!(
+            (lhs.as_ref(), rhs.as_ref()),
+            (
+                FieldExpr::Attribute(Attribute::Attr { .. }),
+                FieldExpr::Static(crate::ast::Static::Nil)
+            ) | (
+                FieldExpr::Static(crate::ast::Static::Nil),
+                FieldExpr::Attribute(Attribute::Attr { .. })
+            )
+        ) =>
+        {
+            why.get_or_insert(
+                "= nil on an attribute (its absence) is not supported; != nil (its presence) is",
+            );
+        }
+        FieldExpr::Attribute(Attribute::Intrinsic(Intrinsic::ChildCount)) => {
+            why.get_or_insert("span:childCount is not supported");
+        }
+        FieldExpr::Attribute(Attribute::Attr {
+            scope: crate::ast::Scope::Link,
+            ..
+        }) => {
+            why.get_or_insert(
+                "link attributes (link.name) are not supported; link:traceID and link:spanID are",
+            );
+        }
+        _ => {}
+    };
+    crate::eval::visit_query(query, &mut check);
+    if let Some(why) = why {
+        return Err(why.to_owned());
+    }
+    refused_in_pipeline(&query.pipeline)
+}
+
+/// The attributes Tempo 3.0.3 keeps by default in columns of their own, of
+/// one type (`tempodb/backend/block_meta.go`): there a value of another
+/// type counts as absent, and a span without one counts as the string
+/// `"nil"` in an aggregate.
+const TYPED_COLUMNS: &[(Scope, &str)] = &[
+    (Scope::Resource, "k8s.cluster.name"),
+    (Scope::Resource, "k8s.namespace.name"),
+    (Scope::Resource, "k8s.pod.name"),
+    (Scope::Resource, "k8s.container.name"),
+    (Scope::Span, "http.request.method"),
+    (Scope::Span, "http.response.status_code"),
+    (Scope::Span, "url.path"),
+    (Scope::Span, "url.route"),
+    (Scope::Span, "server.address"),
+    (Scope::Span, "server.port"),
+    (Scope::Span, "http.method"),
+    (Scope::Span, "http.url"),
+    (Scope::Span, "http.route"),
+    (Scope::Span, "http.status_code"),
+];
+
+/// The name of `e` if it is an attribute Tempo keeps in a typed column.
+fn typed_column(e: &FieldExpr) -> Option<&str> {
+    let FieldExpr::Attribute(Attribute::Attr { scope, name }) = e else {
+        return None;
+    };
+    TYPED_COLUMNS
+        .iter()
+        .any(|(s, n)| n == name && (scope == s || *scope == Scope::Unscoped))
+        .then_some(name.as_str())
+}
+
+/// Refusals that are not about one field: `!= nil` and aggregates on the
+/// attributes of [`TYPED_COLUMNS`], and the unions `&>>` and `&<<`.
+fn refused_in_pipeline(p: &crate::ast::Pipeline) -> Result<(), String> {
+    fn field(e: &FieldExpr) -> Result<(), String> {
+        match e {
+            FieldExpr::Binary {
+                op: BinaryOp::Cmp(crate::ast::CmpOp::Ne),
+                lhs,
+                rhs,
+            } => {
+                let nil = |e: &FieldExpr| matches!(e, FieldExpr::Static(Static::Nil));
+                let typed = match (lhs.as_ref(), rhs.as_ref()) {
+                    (a, b) if nil(b) => typed_column(a),
+                    (a, b) if nil(a) => typed_column(b),
+                    _ => None,
+                };
+                if let Some(name) = typed {
+                    return Err(format!(
+                        "!= nil is not supported on {name}: Tempo 3.0.3 keeps it in a column of one type and counts values of another type as absent; compare it with a value instead"
+                    ));
+                }
+                field(lhs)?;
+                field(rhs)
+            }
+            FieldExpr::Binary { lhs, rhs, .. } => {
+                field(lhs)?;
+                field(rhs)
+            }
+            FieldExpr::Unary(_, inner) => field(inner),
+            FieldExpr::Static(_) | FieldExpr::Attribute(_) => Ok(()),
+        }
+    }
+    fn scalar(s: &ScalarExpr) -> Result<(), String> {
+        match s {
+            ScalarExpr::Aggregate(_, e) => {
+                if let Some(name) = typed_column(e) {
+                    return Err(format!(
+                        "avg, min, max and sum are not supported on {name}: Tempo 3.0.3 keeps it in a column of one type and counts the spans without it in the aggregate"
+                    ));
+                }
+                field(e)
+            }
+            ScalarExpr::Arith { lhs, rhs, .. } => {
+                scalar(lhs)?;
+                scalar(rhs)
+            }
+            ScalarExpr::Static(_) | ScalarExpr::Count => Ok(()),
+        }
+    }
+    fn spansets(s: &SpansetExpr) -> Result<(), String> {
+        match s {
+            SpansetExpr::Filter(e) => field(e),
+            SpansetExpr::Pipeline(p) => pipeline(p),
+            SpansetExpr::Binary { lhs, rhs, .. } => {
+                spansets(lhs)?;
+                spansets(rhs)
+            }
+        }
+    }
+    fn pipeline(p: &crate::ast::Pipeline) -> Result<(), String> {
+        for stage in &p.stages {
+            match stage {
+                Stage::Spansets(s) => spansets(s)?,
+                Stage::ScalarFilter(f) => {
+                    scalar(&f.lhs)?;
+                    scalar(&f.rhs)?;
+                }
+                Stage::By(e) => field(e)?,
+                Stage::Select(fields) => fields.iter().try_for_each(field)?,
+                Stage::Coalesce => {}
+            }
+        }
+        Ok(())
+    }
+    pipeline(p)
+}
+
+/// Whether a query tier can answer `query` from its nodes' answers alone:
+/// when whether a span matches depends on that span alone (spanset filters
+/// joined by `||`, no field of the trace's other spans), a trace split
+/// across the nodes of a group matches on the node holding a matching span,
+/// and its spansets are the union of the nodes'. Anything else needs the
+/// whole trace in one place: the tier finds candidates with the query's
+/// [`relaxed`] form and evaluates the query on each whole trace. The
+/// fields `select()` shows and a metrics stage measures or groups by must
+/// be the span's own too.
+pub fn per_span_only(query: &Query) -> bool {
+    fn per_span(s: &SpansetExpr) -> bool {
+        match s {
+            SpansetExpr::Filter(e) => !trace_level(e),
+            SpansetExpr::Binary {
+                op: SpansetOp::Or,
+                lhs,
+                rhs,
+            } => per_span(lhs) && per_span(rhs),
+            _ => false,
+        }
+    }
+    let stages = &query.pipeline.stages;
+    // compare() counts every field of a span, its trace's root name and
+    // service and its child count among them.
+    let metrics_fields_per_span = query.metrics.as_deref().is_none_or(|m| {
+        !matches!(m.function, crate::ast::MetricsFn::Compare { .. })
+            && m.fields()
+                .all(|a| !trace_level(&FieldExpr::Attribute(a.clone())))
+    });
+    matches!(stages.first(), Some(Stage::Spansets(s)) if per_span(s))
+        && stages[1..]
+            .iter()
+            .all(|s| matches!(s, Stage::Select(fields) if fields.iter().all(|f| !trace_level(f))))
+        && metrics_fields_per_span
+}
+
+/// Whether `e` reads a field of the whole trace rather than of its span
+/// alone: `rootName`, `rootServiceName`, `traceDuration`,
+/// `span:childCount` and the nested-set numbers, whose values on a node
+/// holding part of a trace are not the whole trace's. `nestedSetParent < 0`
+/// (and `= -1`), "the span is a root", is the exception: a span is a root
+/// by its own parent ID, on any node.
+fn trace_level(e: &FieldExpr) -> bool {
+    use crate::ast::{BinaryOp::Cmp, CmpOp, UnaryOp};
+    let parent = |e: &FieldExpr| {
+        matches!(
+            e,
+            FieldExpr::Attribute(Attribute::Intrinsic(Intrinsic::NestedSetParent))
+        )
+    };
+    let int = |e: &FieldExpr| match e {
+        FieldExpr::Static(Static::Int(i)) => Some(*i),
+        FieldExpr::Unary(UnaryOp::Neg, inner) => match inner.as_ref() {
+            FieldExpr::Static(Static::Int(i)) => Some(-*i),
+            _ => None,
+        },
+        _ => None,
+    };
+    match e {
+        FieldExpr::Binary {
+            op: Cmp(op),
+            lhs,
+            rhs,
+        } if parent(lhs)
+            && matches!((op, int(rhs)), (CmpOp::Lt, Some(0)) | (CmpOp::Eq, Some(-1))) =>
+        {
+            false
+        }
+        FieldExpr::Attribute(Attribute::Intrinsic(
+            Intrinsic::RootName
+            | Intrinsic::RootServiceName
+            | Intrinsic::TraceDuration
+            | Intrinsic::ChildCount
+            | Intrinsic::NestedSetLeft
+            | Intrinsic::NestedSetRight
+            | Intrinsic::NestedSetParent,
+        )) => true,
+        FieldExpr::Unary(_, inner) => trace_level(inner),
+        FieldExpr::Binary { lhs, rhs, .. } => trace_level(lhs) || trace_level(rhs),
+        FieldExpr::Attribute(_) | FieldExpr::Static(_) => false,
+    }
+}
+
+/// A query whose matches include every trace `query` matches, and whose
+/// filters each hold on one span alone ([`per_span_only`]): the filters of
+/// `query` joined by `||` (of an operator between spansets other than `||`,
+/// those of its right side only, which must have spans for it to answer),
+/// with each comparison of a trace-level field (see `trace_level`) replaced
+/// by `true`. A span of every matching trace passes one of those filters, and
+/// so the weaker one, on whichever node holds it: a query tier finds
+/// candidates with it and evaluates `query` on each whole trace.
+pub fn relaxed(query: &Query) -> Query {
+    /// `e` with the conditions on trace-level fields made true (`!` is
+    /// refused before a query runs, so weakening a part weakens the whole).
+    fn weaken(e: &FieldExpr) -> FieldExpr {
+        match e {
+            FieldExpr::Binary {
+                op: op @ (crate::ast::BinaryOp::And | crate::ast::BinaryOp::Or),
+                lhs,
+                rhs,
+            } => FieldExpr::Binary {
+                op: *op,
+                lhs: Box::new(weaken(lhs)),
+                rhs: Box::new(weaken(rhs)),
+            },
+            e if trace_level(e) => FieldExpr::Static(crate::ast::Static::Bool(true)),
+            e => e.clone(),
+        }
+    }
+    fn filters(s: &SpansetExpr, out: &mut Vec<FieldExpr>) {
+        match s {
+            SpansetExpr::Filter(e) => out.push(weaken(e)),
+            SpansetExpr::Pipeline(p) => pipeline(p, out),
+            SpansetExpr::Binary { op, lhs, rhs } => {
+                // Every operator but `||` answers only when its right side
+                // has spans (`&&` and the structural ones, `!>>` and `&>>`
+                // included), so a span of every trace it matches passes a
+                // filter of the right side.
+                if matches!(op, SpansetOp::Or) {
+                    filters(lhs, out);
+                }
+                filters(rhs, out);
+            }
+        }
+    }
+    fn pipeline(p: &crate::ast::Pipeline, out: &mut Vec<FieldExpr>) {
+        if let Some(Stage::Spansets(s)) = p.stages.first() {
+            filters(s, out);
+        }
+    }
+    let mut all = Vec::new();
+    pipeline(&query.pipeline, &mut all);
+    let expr = all
+        .into_iter()
+        .map(SpansetExpr::Filter)
+        .reduce(|a, b| SpansetExpr::Binary {
+            op: SpansetOp::Or,
+            lhs: Box::new(a),
+            rhs: Box::new(b),
+        })
+        .unwrap_or(SpansetExpr::Filter(FieldExpr::Static(
+            crate::ast::Static::Bool(true),
+        )));
+    Query {
+        pipeline: crate::ast::Pipeline {
+            stages: vec![Stage::Spansets(expr)],
+        },
+        most_recent: false,
+        metrics: None,
+        hints: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The per-span relaxation keeps the filters a match needs, joined by
+    /// `||` (the right side of `&&` and of a structural operator), with the
+    /// conditions on trace-level fields made true; a per-span query needs none.
+    #[test]
+    fn the_relaxation_keeps_each_filter_and_drops_trace_level_conditions() {
+        let relaxed = |q: &str| relaxed(&crate::parse(q).expect("valid")).to_string();
+        assert_eq!(
+            relaxed(
+                r#"{ kind = server } >> { status = error && rootServiceName = "a" } | count() > 1"#
+            ),
+            "{ span:status = error && true }"
+        );
+        assert_eq!(
+            relaxed("({ .a = 1 } | count() > 2) && ({ .b = 2 })"),
+            "{ .b = 2 }"
+        );
+        assert_eq!(
+            relaxed("({ .a = 1 } !>> { .b = 2 }) || { .c = 3 }"),
+            "{ .b = 2 } || { .c = 3 }"
+        );
+        for (q, per_span) in [
+            (r#"{ .a = 1 } || { name = "x" } | select(.b)"#, true),
+            ("{ .a = 1 } && { .b = 1 }", false),
+            ("{ traceDuration > 1s }", false),
+            ("{ } | count() > 1", false),
+        ] {
+            let query = crate::parse(q).expect("valid");
+            assert_eq!(per_span_only(&query), per_span, "{q}");
+        }
+    }
+}
