@@ -78,7 +78,7 @@ use members::Members;
 pub use members::{
     Connect, Dial, Group, Membership, Source, DEFAULT_DNS_FORGET, DEFAULT_DNS_REFRESH,
 };
-use merge::{merge_rows, spans_of, union};
+use merge::{answered_by_group, merge_rows, spans_of, union};
 
 use tracedb_traceql::metrics::MetricsEval;
 
@@ -459,7 +459,7 @@ impl NodeReads {
         // (exactly, for the queries `per_span_only` admits).
         gathered.answer(|gathered| {
             merge_rows(
-                &gathered.groups,
+                &answered_by_group(&gathered.groups),
                 crate::search::from_proto,
                 |m| (m.trace_id, m.start_unix_nano, m.span_count),
                 |m, other| crate::search::combine(m, other, spss),
