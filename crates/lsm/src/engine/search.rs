@@ -61,11 +61,14 @@ pub(crate) struct SummaryCache {
 }
 
 impl SummaryCache {
-    /// A cache that keeps at most about `file_bytes` of file summaries.
+    /// A cache that keeps at most about `file_bytes` of the files' summary
+    /// sets and sidecar digests together: half for each. (Each once had the
+    /// whole bound, so the cache could hold twice its share of
+    /// `--max-memory`.)
     pub(crate) fn new(file_bytes: usize) -> Self {
         SummaryCache {
-            files: Mutex::new(FileCache::new(file_bytes)),
-            digests: Mutex::new(FileCache::new(file_bytes)),
+            files: Mutex::new(FileCache::new(file_bytes / 2)),
+            digests: Mutex::new(FileCache::new(file_bytes - file_bytes / 2)),
             sealed: Mutex::default(),
             chunks: Mutex::default(),
         }
@@ -689,6 +692,41 @@ mod tests {
             .map(|t| span(&g, first_trace + t, 1, 1_000))
             .collect();
         Arc::new(SummarySet::from_spans(&spans))
+    }
+
+    /// The summary sets and the digests share the cache's one bound.
+    #[test]
+    fn the_sets_and_the_digests_together_stay_within_the_cache_bytes() {
+        let one = set(1).heap_bytes();
+        let limit = 4 * one;
+        let cache = SummaryCache::new(limit);
+        for id in 0..8 {
+            let s = set(1 + 1000 * u128::from(id));
+            let size = s.heap_bytes();
+            cache.files.lock().insert(id, s, size);
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let table = dir.path().join("1.sst");
+        let spans: Vec<Span> = (0..400u128)
+            .map(|t| span(&group("svc"), t, 1, 1_000))
+            .collect();
+        crate::index::write_sidecar(&table, &SummarySet::from_spans(&spans), 4).expect("sidecar");
+        let index = Arc::new(crate::index::open_index(&table).expect("digest"));
+        let digest = index.heap_bytes();
+        assert!(
+            digest < limit / 2,
+            "{digest} bytes of digest, {limit} of cache"
+        );
+        for id in 0..8 {
+            cache.digests.lock().insert(id, index.clone(), digest);
+        }
+        // Both kinds fill up to their share, and no further.
+        assert!(cache.files.lock().bytes > 0 && cache.digests.lock().bytes > 0);
+        assert!(
+            cache.file_bytes() <= limit,
+            "{} bytes cached over a bound of {limit}",
+            cache.file_bytes()
+        );
     }
 
     #[test]
