@@ -245,30 +245,9 @@ fn trace_hex(trace: u128) -> String {
     format!("{trace:032x}")
 }
 
+/// RFC 3339 in UTC, as Jaeger's query API takes times.
 fn rfc3339(nanos: u64) -> String {
-    let secs = nanos / 1_000_000_000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:09}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        nanos % 1_000_000_000
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian.
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
+    tracedb_proto::time::Utc::from_unix_nanos(nanos).to_string()
 }
 
 fn strings(v: &Value) -> BTreeSet<String> {
