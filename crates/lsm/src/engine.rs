@@ -782,8 +782,24 @@ impl Inner {
     }
 
     /// Installs `edit` ([`TreeState::install`]), then forgets the
-    /// search-index summaries of the files it removed.
-    fn install(
+    /// search-index summaries of the files it removed: a flush's file
+    /// (`flushed`, the sealed buffer it replaces), a move or retention's.
+    fn install(&self, edit: Edit, added: Vec<Arc<TableFile>>, flushed: Option<u64>) -> Result<()> {
+        self.install_at(edit, added, flushed, hooks::NO_CRASH)
+    }
+
+    /// [`Inner::install`] for a merge's outputs, which a test may crash at
+    /// one of the steps (`crash`, see `hooks`).
+    fn install_merged(
+        &self,
+        edit: Edit,
+        added: Vec<Arc<TableFile>>,
+        crash: hooks::CrashAt,
+    ) -> Result<()> {
+        self.install_at(edit, added, None, crash)
+    }
+
+    fn install_at(
         &self,
         edit: Edit,
         added: Vec<Arc<TableFile>>,

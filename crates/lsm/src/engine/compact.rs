@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{add, hooks::NO_CRASH, scheduler::Next, Inner};
+use super::{add, scheduler::Next, Inner};
 use crate::{
     compaction::{merge, CompactionTask, MergeContext, TaskKind},
     error::{Error, Result},
@@ -130,7 +130,6 @@ impl Inner {
                 },
                 moved,
                 None,
-                NO_CRASH,
             )?;
             add(&self.counters.compaction_moves, task.inputs.len() as u64);
             tracing::debug!(
@@ -210,7 +209,7 @@ impl Inner {
             removed: task.inputs.iter().map(|f| f.id).collect(),
             added: out.files.iter().map(|(e, _)| *e).collect(),
         };
-        if let Err(e) = self.install(edit, added, None, crash) {
+        if let Err(e) = self.install_merged(edit, added, crash) {
             let paths: Vec<_> = out.files.iter().map(|(_, p)| p.clone()).collect();
             self.tree.discard_uninstalled(&paths);
             return Err(e);

@@ -19,7 +19,7 @@ use std::{
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Condvar, MutexGuard};
 
-use super::{add, hooks::NO_CRASH, Inner};
+use super::{add, Inner};
 use crate::{
     error::{Error, Result},
     index::{write_sidecar, SummaryBuilder, SummarySet},
@@ -172,7 +172,6 @@ impl Inner {
                 },
                 vec![file],
                 Some(sealed.id),
-                NO_CRASH,
             )
         });
         if let Err(e) = installed {

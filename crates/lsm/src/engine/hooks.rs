@@ -27,10 +27,10 @@ pub(super) type CrashAt = Option<CrashPoint>;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct CrashAt;
 
-/// No crash: what flushes, moves and retention install with.
+/// No crash: what flushes, moves and retention install with (`Inner::install`).
 #[cfg(feature = "test-support")]
 pub(super) const NO_CRASH: CrashAt = None;
-/// No crash: what flushes, moves and retention install with.
+/// No crash: what flushes, moves and retention install with (`Inner::install`).
 #[cfg(not(feature = "test-support"))]
 pub(super) const NO_CRASH: CrashAt = CrashAt;
 

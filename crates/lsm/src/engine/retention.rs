@@ -17,7 +17,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{add, hooks::NO_CRASH, Inner};
+use super::{add, Inner};
 use crate::{
     compaction::{CompactionTask, TaskKind},
     error::Result,
@@ -125,7 +125,6 @@ impl Inner {
             },
             Vec::new(),
             None,
-            NO_CRASH,
         );
         self.scheduler.finish(&task);
         result?;
