@@ -637,9 +637,10 @@ impl Engine {
         self.shut_down(false)
     }
 
-    /// Stops the engine as a crash would (for tests): no flush, nothing more
-    /// written or deleted; acknowledged spans stay in the WAL. Reopening the
-    /// directory then exercises recovery.
+    /// Stops the engine as a crash would (feature `test-support`, for
+    /// tests): no flush, nothing more written or deleted; acknowledged spans
+    /// stay in the WAL. Reopening the directory then exercises recovery.
+    #[cfg(feature = "test-support")]
     pub fn abandon(&self) {
         if let Err(e) = self.shut_down(true) {
             tracing::warn!(error = %e, "abandoning storage");
