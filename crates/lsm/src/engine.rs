@@ -31,6 +31,7 @@
 //! removes its outputs), join the threads, then discard the WAL if every
 //! acknowledged span is in a file.
 
+mod cells;
 mod cold;
 mod compact;
 mod flush;
@@ -61,6 +62,7 @@ use std::{
 use crossbeam_channel::Receiver;
 use parking_lot::Mutex;
 
+pub use cells::{CellsError, CellsStats};
 pub use cold::{ColdPass, ColdStats};
 pub use flush::write_sorted_buffer;
 use flush::{FlushQueue, Task, FLUSH_RETRY};

@@ -37,6 +37,7 @@
 mod block_values;
 pub mod blocks;
 mod build;
+pub mod cells;
 mod encode;
 mod format;
 mod model;

@@ -91,9 +91,9 @@ pub mod test_util;
 pub use budget::{MemoryBudget, Permit};
 pub use compaction::{CompactionOptions, CompactionTask};
 pub use engine::{
-    Candidate, Candidates, Clock, ColdPass, ColdStats, Engine, EngineOptions, EngineStats,
-    ScanStats, SearchSnapshot, SkippedFile, Snapshot, TagValues, TraceLookup, ValuesLimit,
-    WalkStats,
+    Candidate, Candidates, CellsError, CellsStats, Clock, ColdPass, ColdStats, Engine,
+    EngineOptions, EngineStats, ScanStats, SearchSnapshot, SkippedFile, Snapshot, TagValues,
+    TraceLookup, ValuesLimit, WalkStats,
 };
 #[cfg(feature = "test-support")]
 pub use engine::{CrashPoint, Hooks};

@@ -294,6 +294,12 @@ impl MemTable {
         (chunks, tails)
     }
 
+    /// Buffers sealed so far: unchanged across two reads, no span left the
+    /// growing buffers between them.
+    pub fn seals(&self) -> u64 {
+        self.next_seal_id.load(Ordering::Acquire)
+    }
+
     /// Oldest WAL segment any buffered span came from.
     pub fn min_wal_segment(&self) -> u64 {
         self.shards
@@ -328,7 +334,7 @@ impl MemTable {
             full.freeze_tail();
         }
         Sealed {
-            id: self.next_seal_id.fetch_add(1, Ordering::Relaxed),
+            id: self.next_seal_id.fetch_add(1, Ordering::AcqRel),
             chunks: full.chunks,
             span_count: full.span_count,
             bytes: full.bytes,

@@ -24,6 +24,10 @@ use crate::{
     search::{decode, op_needs, RunError},
 };
 
+mod cells;
+#[cfg(test)]
+mod tests;
+
 const SEC: u64 = 1_000_000_000;
 /// The longest range a metrics query takes: Tempo's query frontend default
 /// (`query_frontend.metrics.max_duration`).
@@ -130,6 +134,11 @@ const CELL_BYTES: usize = 24;
 /// (structural operators, trace-level fields) reads each candidate trace
 /// whole, as a search does.
 pub fn run(engine: &Engine, req: &MetricsRequest) -> Result<Answer<MetricsEval>, RunError> {
+    if cells::answerable(req) {
+        if let Some(answer) = cells::run(engine, req)? {
+            return Ok(answer);
+        }
+    }
     if crate::search::per_span_only(&req.query.query) {
         return scan(engine, req);
     }

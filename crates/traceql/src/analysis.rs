@@ -219,6 +219,47 @@ pub fn per_span_only(query: &Query) -> bool {
         && metrics_fields_per_span
 }
 
+/// Every field the filters of a [`per_span_only`] query's first stage
+/// read (not those its metrics stage measures or groups by); `None` for
+/// any other query.
+pub fn span_fields(query: &Query) -> Option<Vec<&Attribute>> {
+    fn expr<'a>(e: &'a FieldExpr, out: &mut Vec<&'a Attribute>) {
+        match e {
+            FieldExpr::Static(_) => {}
+            FieldExpr::Attribute(a) => out.push(a),
+            FieldExpr::Unary(_, inner) => expr(inner, out),
+            FieldExpr::Binary { lhs, rhs, .. } => {
+                expr(lhs, out);
+                expr(rhs, out);
+            }
+        }
+    }
+    fn spansets<'a>(s: &'a SpansetExpr, out: &mut Vec<&'a Attribute>) {
+        match s {
+            SpansetExpr::Filter(e) => expr(e, out),
+            SpansetExpr::Pipeline(p) => {
+                for stage in &p.stages {
+                    if let Stage::Spansets(s) = stage {
+                        spansets(s, out);
+                    }
+                }
+            }
+            SpansetExpr::Binary { lhs, rhs, .. } => {
+                spansets(lhs, out);
+                spansets(rhs, out);
+            }
+        }
+    }
+    if !per_span_only(query) {
+        return None;
+    }
+    let mut out = Vec::new();
+    if let Some(Stage::Spansets(s)) = query.pipeline.stages.first() {
+        spansets(s, &mut out);
+    }
+    Some(out)
+}
+
 /// Whether `e` reads a field of the whole trace rather than of its span
 /// alone: `rootName`, `rootServiceName`, `traceDuration`,
 /// `span:childCount` and the nested-set numbers, whose values on a node

@@ -860,6 +860,7 @@ pub fn go_duration(ns: i64) -> String {
     }
 }
 
+mod cells;
 mod compare;
 mod merge;
 mod second;

@@ -184,6 +184,7 @@ fn write_part(
         }
         None => slot.summary.add_trace(spans),
     }
+    slot.summary.count(spans);
     out.spans_out += spans.len() as u64;
     for span in spans.drain(..) {
         slot.builder.add_owned(span)?;

@@ -22,7 +22,10 @@ use parking_lot::{Condvar, MutexGuard};
 use super::{add, Inner};
 use crate::{
     error::{Error, Result},
-    index::{write_sidecar, SummaryBuilder, SummarySet},
+    index::{
+        cells::{CellsBuilder, FileCells},
+        write_sidecar, SummaryBuilder, SummarySet,
+    },
     layout::table_path,
     manifest::{Edit, FileEntry, NO_PARTITION},
     memtable::Sealed,
@@ -151,9 +154,9 @@ impl Inner {
             zstd_level: self.opts.flush_zstd_level,
             ..self.opts.table.clone()
         };
-        let (meta, summary) = write_sorted_buffer(&path, table, &spans)?;
+        let (meta, summary, cells) = write_sorted_buffer(&path, table, &spans)?;
         let summary = Arc::new(summary);
-        write_sidecar(&path, &summary, self.opts.index_block_parts)?;
+        write_sidecar(&path, &summary, self.opts.index_block_parts, cells.as_ref())?;
         self.summary_cache.insert_file(id, summary);
         let entry = FileEntry {
             id,
@@ -219,8 +222,8 @@ impl Inner {
 }
 
 /// Writes `spans`, sorted by trace ID, as the sorted file at `path`, and
-/// returns the file's metadata and the search-index summary of its traces
-/// (which the caller writes as the file's sidecar).
+/// returns the file's metadata, the search-index summary of its traces and
+/// its metrics cells (which the caller writes as the file's sidecar).
 ///
 /// One pass, a trace at a time: a buffer's payloads are tens of megabytes
 /// in the order requests brought them, so a second pass in trace-ID order
@@ -231,17 +234,19 @@ pub fn write_sorted_buffer<S: Borrow<Span>>(
     path: &Path,
     table: TableOptions,
     spans: &[S],
-) -> Result<(TableMeta, SummarySet)> {
+) -> Result<(TableMeta, SummarySet, Option<FileCells>)> {
     let mut builder = SsTableBuilder::create(path, table)?;
     let mut summary = SummaryBuilder::default();
+    let mut cells = CellsBuilder::default();
     for trace in spans.chunk_by(|a, b| a.borrow().trace_id == b.borrow().trace_id) {
         summary.add_trace(trace);
+        cells.add_all(trace);
         for span in trace {
             builder.add(span.borrow())?;
         }
     }
     let meta = builder.finish()?;
-    Ok((meta, summary.finish()))
+    Ok((meta, summary.finish(), cells.finish()))
 }
 
 #[cfg(test)]
@@ -296,7 +301,7 @@ mod tests {
         crate::sort::sort_by_trace_id(&mut spans);
         let path = dir.path().join("buffer.sst");
 
-        let (meta, summary) =
+        let (meta, summary, _) =
             write_sorted_buffer(&path, TableOptions::default(), &spans).expect("written");
 
         assert_eq!((meta.span_count, meta.trace_count), (5, 3));

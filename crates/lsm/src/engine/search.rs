@@ -671,11 +671,15 @@ pub(super) fn rebuild(
 ) -> Result<SummarySet> {
     tracing::warn!(file = %file.path().display(), error = %why, "index sidecar unusable; rebuilding it from the file");
     let mut b = SummaryBuilder::default();
+    let mut cells = index::cells::CellsBuilder::default();
     for span in file.table().iter() {
-        b.add(&span?);
+        let span = span?;
+        b.add(&span);
+        cells.add(&span);
     }
     let set = b.finish();
-    if let Err(e) = index::write_sidecar(file.path(), &set, block_parts) {
+    let cells = cells.finish();
+    if let Err(e) = index::write_sidecar(file.path(), &set, block_parts, cells.as_ref()) {
         tracing::warn!(error = %e, "writing rebuilt index sidecar");
     }
     Ok(set)
@@ -713,7 +717,8 @@ mod tests {
         let spans: Vec<Span> = (0..400u128)
             .map(|t| span(&group("svc"), t, 1, 1_000))
             .collect();
-        crate::index::write_sidecar(&table, &SummarySet::from_spans(&spans), 4).expect("sidecar");
+        crate::index::write_sidecar(&table, &SummarySet::from_spans(&spans), 4, None)
+            .expect("sidecar");
         let index = Arc::new(crate::index::open_index(&table).expect("digest"));
         let digest = index.heap_bytes();
         assert!(

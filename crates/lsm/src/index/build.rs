@@ -7,6 +7,7 @@
 use std::{borrow::Borrow, sync::Arc};
 
 use super::{
+    cells::CellsBuilder,
     format,
     sidecar::{self, SidecarParts},
     wire, Edge, HashMap, Op, SummarySet, Tag, TagScope, TraceSummary, ValueKind,
@@ -259,6 +260,8 @@ pub struct SidecarBuilder {
     /// part's strings are then looked up, not hashed again.
     remaps: Vec<Vec<u32>>,
     scratch: TraceAcc,
+    /// The metrics cells of every span the file holds ([`SidecarBuilder::count`]).
+    cells: CellsBuilder,
 }
 
 impl SidecarBuilder {
@@ -273,7 +276,14 @@ impl SidecarBuilder {
             last: None,
             remaps: Vec::new(),
             scratch: TraceAcc::default(),
+            cells: CellsBuilder::default(),
         }
+    }
+
+    /// Counts spans the file holds into its metrics cells: every span
+    /// written, whether its trace's part was summarized here or carried over.
+    pub fn count<S: Borrow<Span>>(&mut self, spans: &[S]) {
+        self.cells.add_all(spans);
     }
 
     /// Adds every span of one trace; see [`SummaryBuilder::add_trace`].
@@ -321,6 +331,12 @@ impl SidecarBuilder {
             &self.parts,
             self.placed,
             self.block_parts,
+            // A builder told of no span writes no cells (the file's are
+            // then counted from its spans when a query needs them).
+            (!self.cells.is_empty())
+                .then(|| self.cells.finish())
+                .flatten()
+                .as_ref(),
         )
     }
 }

@@ -298,8 +298,21 @@ impl SidecarParts {
 /// Writes the sidecar of the sorted file at `table`: `.tmp` (with paced
 /// writeback, as sorted files are written), fsync, rename.
 /// The directory is not fsynced: a sidecar lost in a crash is rebuilt.
-pub fn write(table: &Path, set: &SummarySet, block_parts: usize) -> Result<()> {
-    write_file(table, &encode(set, block_parts))
+/// `cells`, when given, are written after the blocks ([`super::cells`]).
+pub fn write(
+    table: &Path,
+    set: &SummarySet,
+    block_parts: usize,
+    cells: Option<&super::cells::FileCells>,
+) -> Result<()> {
+    write_file(table, &with_cells(encode(set, block_parts), cells))
+}
+
+fn with_cells(mut bytes: Vec<u8>, cells: Option<&super::cells::FileCells>) -> Vec<u8> {
+    if let Some(c) = cells {
+        bytes.extend_from_slice(&super::cells::encode(c));
+    }
+    bytes
 }
 
 /// [`write`] for a set already encoded part by part (see [`encode_parts`]).
@@ -309,8 +322,12 @@ pub(super) fn write_parts(
     parts: &[u8],
     placed: Vec<(u64, usize, usize)>,
     block_parts: usize,
+    cells: Option<&super::cells::FileCells>,
 ) -> Result<()> {
-    write_file(table, &encode_parts(strings, parts, placed, block_parts))
+    write_file(
+        table,
+        &with_cells(encode_parts(strings, parts, placed, block_parts), cells),
+    )
 }
 
 fn write_file(table: &Path, bytes: &[u8]) -> Result<()> {

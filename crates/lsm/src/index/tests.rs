@@ -103,6 +103,20 @@ fn a_sidecar_built_part_by_part_is_the_sidecar_of_the_whole_set() {
     // fresh part per trace.
     assert_eq!(whole, SummarySet::from_spans(&spans));
     assert_eq!(written, encode_sidecar(&whole, 16));
+
+    // Told of every span, it writes their cells after the blocks.
+    let mut builder = SidecarBuilder::new(16);
+    let mut cells = super::cells::CellsBuilder::default();
+    for trace in spans.chunk_by(|x, y| x.trace_id == y.trace_id) {
+        builder.add_trace(trace);
+        builder.count(trace);
+        cells.add_all(trace);
+    }
+    builder.write(&table).expect("written");
+    let written = std::fs::read(sidecar_path(&table)).expect("read");
+    let mut want = encode_sidecar(&whole, 16);
+    want.extend(super::cells::encode(&cells.finish().expect("cells")));
+    assert_eq!(written, want);
 }
 
 #[test]
@@ -128,7 +142,7 @@ fn parts_carried_over_from_several_sidecars_keep_their_own_strings() {
         .collect();
     let open = |name: &str, spans: &[Span]| {
         let table = dir.path().join(name);
-        write_sidecar(&table, &SummarySet::from_sorted_spans(spans), 16).expect("written");
+        write_sidecar(&table, &SummarySet::from_sorted_spans(spans), 16, None).expect("written");
         SidecarParts::open(&table).expect("opened")
     };
     let mut parts = [open("x.sst", &x), open("y.sst", &y)];

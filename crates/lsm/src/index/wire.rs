@@ -28,8 +28,12 @@ pub struct SpanFields<'a> {
     /// As stored: UTF-8 unless the span was damaged after ingest checked it.
     pub name: &'a [u8],
     pub kind: u8,
+    /// The kind as sent (`kind` is 0 for one past 255).
+    pub kind_value: u32,
     pub start_unix_nano: u64,
     pub end_unix_nano: u64,
+    /// `Status.code`: 0 (unset) without a status.
+    pub status: u32,
     pub error: bool,
 }
 
@@ -116,18 +120,40 @@ fn varint(buf: &mut &[u8]) -> Option<u64> {
 /// what it read of each encoding reads it once.
 pub fn scan_span<'a>(payload: &'a [u8], attributes: &mut Vec<&'a [u8]>) -> SpanFields<'a> {
     attributes.clear();
+    scan(payload, Some(attributes))
+}
+
+/// [`scan_span`] without the attributes.
+pub fn scan_fields(payload: &[u8]) -> SpanFields<'_> {
+    scan(payload, None)
+}
+
+fn scan<'a>(payload: &'a [u8], mut attributes: Option<&mut Vec<&'a [u8]>>) -> SpanFields<'a> {
     let mut out = SpanFields::default();
     for (number, field) in fields(payload) {
         match (number, field) {
             (2, Field::Bytes(b)) => out.span_id = b,
             (4, Field::Bytes(b)) => out.parent_span_id = b,
             (5, Field::Bytes(b)) => out.name = b,
-            (6, Field::Varint(v)) => out.kind = u8::try_from(v).unwrap_or(0),
+            (6, Field::Varint(v)) => {
+                out.kind = u8::try_from(v).unwrap_or(0);
+                out.kind_value = u32::try_from(v).unwrap_or(u32::MAX);
+            }
             (7, Field::Fixed64(v)) => out.start_unix_nano = v,
             (8, Field::Fixed64(v)) => out.end_unix_nano = v,
-            (9, Field::Bytes(b)) => attributes.push(b),
+            (9, Field::Bytes(b)) => {
+                if let Some(a) = attributes.as_mut() {
+                    a.push(b);
+                }
+            }
             (15, Field::Bytes(b)) => {
-                out.error = fields(b).any(|f| matches!(f, (3, Field::Varint(2))));
+                out.status = 0;
+                for f in fields(b) {
+                    if let (3, Field::Varint(code)) = f {
+                        out.status = u32::try_from(code).unwrap_or(u32::MAX);
+                    }
+                }
+                out.error = out.status == 2;
             }
             _ => {}
         }
@@ -143,6 +169,17 @@ pub fn scan_resource(resource: &[u8]) -> Vec<(&str, Cow<'_, str>, ValueKind)> {
             _ => None,
         })
         .collect()
+}
+
+/// The encoded `KeyValue` of the first attribute named `key` of an encoded
+/// `Resource`, as stored.
+pub fn resource_attribute<'a>(resource: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
+    fields(resource).find_map(|f| match f {
+        (1, Field::Bytes(kv)) => fields(kv)
+            .any(|f| matches!(f, (1, Field::Bytes(k)) if k == key))
+            .then_some(kv),
+        _ => None,
+    })
 }
 
 /// An encoded `KeyValue` as (key, value, type): strings, bools, ints and

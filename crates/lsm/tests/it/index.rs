@@ -867,14 +867,17 @@ fn a_damaged_block_is_walked_from_the_spans_and_its_sidecar_rebuilt_once() {
     let (before, _) = walk(&engine, &all, usize::MAX);
     assert_eq!(before.len(), 160);
 
-    // Flip a byte in the last block's frame (the oldest traces).
+    // Flip a byte in the last block's frame (the oldest traces), before
+    // the metrics cells.
     let idx = std::fs::read_dir(dir.path().join("tables"))
         .expect("tables")
         .map(|e| e.expect("entry").path())
         .find(|p| p.extension().is_some_and(|e| e == "idx"))
         .expect("a sidecar");
     let mut bytes = std::fs::read(&idx).expect("read");
-    let at = bytes.len() - 20;
+    let cells = tracedb_lsm::index::cells::cells_len(&idx, &bytes).expect("cells");
+    assert!(cells > 0, "the flush wrote cells");
+    let at = bytes.len() - cells - 20;
     bytes[at] ^= 0x55;
     std::fs::write(&idx, &bytes).expect("write");
 

@@ -1,0 +1,432 @@
+//! Metrics cells: per sorted file, how many spans it holds for each *cell
+//! key* (the span's service, name, kind, status code and whether it has a
+//! parent) and each time bucket of span start, and how their durations fall
+//! into power-of-two buckets. A TraceQL metrics query whose conditions and
+//! `by()` read only those fields, counting spans or their durations on a
+//! grid of whole seconds, is answered by adding cells instead of reading
+//! spans (the query crate decides; docs/ARCHITECTURE.md, "Metrics").
+//!
+//! A file keeps several [`CellTable`]s: for each of two *families* (the
+//! whole key, and the key without the span name, which dashboards' panels
+//! mostly ask for and which has far fewer values) cells of 1 s, 1 min and
+//! 1 h. A query adds, for each interval of its grid, the coarsest buckets
+//! that lie whole inside it and finer ones at its edges; the 1 s cells of
+//! the whole key hold counts only (they are most of the bytes), so a query
+//! of durations by name needs a grid of whole minutes.
+//!
+//! A key keeps its fields as the span has them on the wire (the service as
+//! the resource's encoded `service.name` attribute, the name as its bytes,
+//! kind and status code as their numbers), so the query crate can rebuild a
+//! span with exactly those fields and let the TraceQL evaluator judge it as
+//! it would judge every span of the key.
+//!
+//! Cells are written at the end of the file's sidecar, after its blocks
+//! (docs/FORMAT.md, "Metrics cells"): a sidecar without them (written
+//! before them) is read as before, and its file's cells are counted from
+//! its spans when a query needs them.
+
+mod format;
+
+use std::borrow::Borrow;
+
+use super::{wire, HashMap};
+use crate::{error::Result, span::Span};
+
+pub use format::{cells_len, decode, encode, CellsFile};
+
+const NANOS: u64 = 1_000_000_000;
+/// The buckets' lengths, seconds, finest first: each divides the next.
+pub const BUCKET_SECONDS: [u64; 3] = [1, 60, 3600];
+
+/// Whether a span has a parent, as its `parent_span_id` field says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Parent {
+    /// No field, or an empty one: a root span.
+    None = 0,
+    /// Eight zero bytes.
+    Zero = 1,
+    /// Any other value.
+    Some = 2,
+}
+
+/// The fields of the spans a cell counts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CellKey {
+    /// The encoded `KeyValue` of the resource's first `service.name`
+    /// attribute; `None` when it has none.
+    pub service: Option<Box<[u8]>>,
+    /// The span's `name`, as stored; `None` in the family without names,
+    /// whose cells count spans of every name.
+    pub name: Option<Box<[u8]>>,
+    pub kind: u32,
+    /// `Status.code` (0 when the span has no status).
+    pub status: u32,
+    pub parent: Parent,
+}
+
+impl CellKey {
+    fn without_name(&self) -> CellKey {
+        CellKey {
+            name: None,
+            ..self.clone()
+        }
+    }
+}
+
+/// Which keys a table's cells have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// The whole key.
+    Named = 0,
+    /// The key without the span name.
+    Unnamed = 1,
+}
+
+/// One cell: spans of one key whose start falls in one bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cell {
+    /// The bucket, right-closed: spans starting in
+    /// `((bucket - 1) × len, bucket × len]` seconds, `len` its table's.
+    pub bucket: u64,
+    /// Index into [`FileCells::keys`].
+    pub key: u32,
+    pub spans: u64,
+    /// Where its duration buckets are in its table's `durations` (an
+    /// empty range in a table without them).
+    pub durations: (u32, u32),
+}
+
+/// The cells of one family and bucket length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CellTable {
+    pub family: Family,
+    /// Seconds, one of [`BUCKET_SECONDS`].
+    pub seconds: u64,
+    /// Whether the cells hold their spans' duration buckets.
+    pub has_durations: bool,
+    /// In ascending order of bucket, then key.
+    pub cells: Vec<Cell>,
+    /// (exponent, spans): spans whose duration `d` (ns, at least 2) has
+    /// `2^(exponent-1) < d <= 2^exponent`; a span shorter than 2 ns is in no
+    /// bucket, as TraceQL's histograms leave it out.
+    pub durations: Vec<(u8, u64)>,
+}
+
+impl CellTable {
+    /// The duration buckets of `cell`.
+    pub fn durations_of(&self, cell: &Cell) -> &[(u8, u64)] {
+        &self.durations[cell.durations.0 as usize..cell.durations.1 as usize]
+    }
+
+    /// The cells of buckets `from..=to`.
+    pub fn buckets(&self, from: u64, to: u64) -> &[Cell] {
+        let lo = self.cells.partition_point(|c| c.bucket < from);
+        let hi = self.cells.partition_point(|c| c.bucket <= to);
+        &self.cells[lo..hi.max(lo)]
+    }
+}
+
+/// A file's cells, decoded: what a query adds up.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileCells {
+    /// The keys of the named tables' cells, then of the unnamed ones'.
+    pub named: Vec<CellKey>,
+    pub unnamed: Vec<CellKey>,
+    pub tables: Vec<CellTable>,
+}
+
+impl FileCells {
+    /// The keys the cells of `family`'s tables number.
+    pub fn keys(&self, family: Family) -> &[CellKey] {
+        match family {
+            Family::Named => &self.named,
+            Family::Unnamed => &self.unnamed,
+        }
+    }
+
+    /// The table of `family` with buckets of `seconds`.
+    pub fn table(&self, family: Family, seconds: u64) -> Option<&CellTable> {
+        self.tables
+            .iter()
+            .find(|t| t.family == family && t.seconds == seconds)
+    }
+
+    /// Bytes these cells hold in memory.
+    pub fn bytes(&self) -> usize {
+        self.tables
+            .iter()
+            .map(|t| t.cells.capacity() * std::mem::size_of::<Cell>() + t.durations.capacity() * 16)
+            .sum::<usize>()
+            + self
+                .named
+                .iter()
+                .chain(&self.unnamed)
+                .map(|k| {
+                    64 + k.name.as_ref().map_or(0, |s| s.len())
+                        + k.service.as_ref().map_or(0, |s| s.len())
+                })
+                .sum::<usize>()
+    }
+
+    /// Spans counted (in the finest table of the whole key).
+    pub fn spans(&self) -> u64 {
+        self.table(Family::Named, 1)
+            .map_or(0, |t| t.cells.iter().map(|c| c.spans).sum())
+    }
+}
+
+/// The second (right-closed) a span starting at `start` (Unix ns) counts in.
+pub fn second_of(start: u64) -> u64 {
+    start.div_ceil(NANOS)
+}
+
+/// The power-of-two bucket of a duration, as TraceQL's histograms take it.
+pub fn duration_bucket(ns: u64) -> Option<u8> {
+    (ns >= 2).then(|| (64 - (ns - 1).leading_zeros()) as u8)
+}
+
+/// Most keys one file's cells hold: a span's cell is packed into 64 bits
+/// with its key in 24 of them. A file with more is written without cells.
+const MAX_KEYS: usize = 1 << 24;
+
+/// Counts spans into cells, in any order. Each span costs 8 bytes until
+/// [`CellsBuilder::finish`] (its second, key and bucket packed into a
+/// `u64`, sorted at the end), so a compaction output's builder holds a
+/// known share of its file whatever the spread of its spans' keys.
+#[derive(Default)]
+pub struct CellsBuilder {
+    keys: HashMap<CellKey, u32>,
+    /// Per encoded resource, its service attribute.
+    services: HashMap<Box<[u8]>, Option<Box<[u8]>>>,
+    /// Per span: second << 32 | key << 8 | duration exponent (0: none).
+    records: Vec<u64>,
+    /// A span past what a record holds (a start after 2106, more keys than
+    /// [`MAX_KEYS`]): the file gets no cells.
+    overflow: bool,
+}
+
+/// Spans and duration buckets of one cell being added up.
+#[derive(Default)]
+struct Acc {
+    spans: u64,
+    durations: Vec<(u8, u64)>,
+}
+
+impl Acc {
+    fn add(&mut self, spans: u64, durations: &[(u8, u64)]) {
+        self.spans += spans;
+        for &(exp, n) in durations {
+            match self.durations.binary_search_by_key(&exp, |d| d.0) {
+                Ok(at) => self.durations[at].1 += n,
+                Err(at) => self.durations.insert(at, (exp, n)),
+            }
+        }
+    }
+}
+
+/// A table from cells added up, in order.
+fn table_of(
+    family: Family,
+    seconds: u64,
+    has_durations: bool,
+    mut cells: Vec<((u64, u32), Acc)>,
+) -> CellTable {
+    cells.sort_unstable_by_key(|c| c.0);
+    let mut t = CellTable {
+        family,
+        seconds,
+        has_durations,
+        cells: Vec::with_capacity(cells.len()),
+        durations: Vec::new(),
+    };
+    for ((bucket, key), acc) in cells {
+        let from = t.durations.len() as u32;
+        if has_durations {
+            t.durations.extend(acc.durations);
+        }
+        t.cells.push(Cell {
+            bucket,
+            key,
+            spans: acc.spans,
+            durations: (from, t.durations.len() as u32),
+        });
+    }
+    t
+}
+
+/// `t`'s cells (with durations) added up into buckets of `seconds`, keys
+/// mapped by `key`.
+fn coarser(t: &CellTable, family: Family, seconds: u64, key: impl Fn(u32) -> u32) -> CellTable {
+    let per = seconds / t.seconds;
+    let mut sums: HashMap<(u64, u32), Acc> = HashMap::default();
+    for c in &t.cells {
+        sums.entry((c.bucket.div_ceil(per), key(c.key)))
+            .or_default()
+            .add(c.spans, t.durations_of(c));
+    }
+    table_of(family, seconds, true, sums.into_iter().collect())
+}
+
+impl CellsBuilder {
+    pub fn add_all<S: Borrow<Span>>(&mut self, spans: &[S]) {
+        for s in spans {
+            self.add(s.borrow());
+        }
+    }
+
+    /// Counts one span.
+    pub fn add(&mut self, span: &Span) {
+        if self.overflow {
+            return;
+        }
+        let resource = span.group.resource.as_deref().unwrap_or_default();
+        let service = match self.services.get(resource) {
+            Some(s) => s.clone(),
+            None => {
+                let s = wire::resource_attribute(resource, b"service.name").map(Box::from);
+                self.services.insert(resource.into(), s.clone());
+                s
+            }
+        };
+        let f = wire::scan_fields(&span.payload);
+        let parent = match f.parent_span_id {
+            [] => Parent::None,
+            [0, 0, 0, 0, 0, 0, 0, 0] => Parent::Zero,
+            _ => Parent::Some,
+        };
+        let key = CellKey {
+            service,
+            name: Some(f.name.into()),
+            kind: f.kind_value,
+            status: f.status,
+            parent,
+        };
+        let next = self.keys.len() as u32;
+        let key = *self.keys.entry(key).or_insert(next);
+        let second = second_of(span.start_unix_nano);
+        if self.keys.len() > MAX_KEYS || second > u64::from(u32::MAX) {
+            self.overflow = true;
+            self.records = Vec::new();
+            return;
+        }
+        let exp =
+            duration_bucket(span.end_unix_nano.saturating_sub(span.start_unix_nano)).unwrap_or(0);
+        self.records
+            .push(second << 32 | u64::from(key) << 8 | u64::from(exp));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The cells counted; `None` past what cells hold (the file's spans are read instead).
+    pub fn finish(self) -> Option<FileCells> {
+        if self.overflow {
+            return None;
+        }
+        let mut named: Vec<(CellKey, u32)> = self.keys.into_iter().collect();
+        named.sort_unstable();
+        let mut renumber = vec![0u32; named.len()];
+        for (new, (_, old)) in named.iter().enumerate() {
+            renumber[*old as usize] = new as u32;
+        }
+        let named: Vec<CellKey> = named.into_iter().map(|k| k.0).collect();
+        let mut unnamed: Vec<CellKey> = named.iter().map(CellKey::without_name).collect();
+        unnamed.sort_unstable();
+        unnamed.dedup();
+        let unnamed_of: Vec<u32> = named
+            .iter()
+            .map(|k| {
+                let at = unnamed
+                    .binary_search(&k.without_name())
+                    .expect("every key's unnamed key is listed");
+                at as u32
+            })
+            .collect();
+
+        let mut records = self.records;
+        for r in &mut records {
+            let key = renumber[(*r >> 8 & 0xff_ffff) as usize];
+            *r = *r & !(0xff_ffff << 8) | u64::from(key) << 8;
+        }
+        records.sort_unstable();
+        // The whole key by second, with durations: what the others are
+        // added up from.
+        let mut seconds = CellTable {
+            family: Family::Named,
+            seconds: 1,
+            has_durations: true,
+            cells: Vec::new(),
+            durations: Vec::new(),
+        };
+        for same_cell in records.chunk_by(|a, b| a >> 8 == b >> 8) {
+            let from = seconds.durations.len() as u32;
+            for same_exp in same_cell.chunk_by(|a, b| a == b) {
+                let exp = (same_exp[0] & 0xff) as u8;
+                if exp != 0 {
+                    seconds.durations.push((exp, same_exp.len() as u64));
+                }
+            }
+            seconds.cells.push(Cell {
+                bucket: same_cell[0] >> 32,
+                key: (same_cell[0] >> 8 & 0xff_ffff) as u32,
+                spans: same_cell.len() as u64,
+                durations: (from, seconds.durations.len() as u32),
+            });
+        }
+        let unnamed_seconds = coarser(&seconds, Family::Unnamed, 1, |k| unnamed_of[k as usize]);
+        let mut tables = vec![];
+        let (mut named_prev, mut unnamed_prev) = (seconds.clone(), unnamed_seconds.clone());
+        for &len in &BUCKET_SECONDS[1..] {
+            let named = coarser(&named_prev, Family::Named, len, |k| k);
+            let unnamed = coarser(&unnamed_prev, Family::Unnamed, len, |k| k);
+            tables.push(named.clone());
+            tables.push(unnamed.clone());
+            (named_prev, unnamed_prev) = (named, unnamed);
+        }
+        // The whole key's seconds keep counts only: they are most of the
+        // cells, and their durations are most of a cell's bytes.
+        seconds.has_durations = false;
+        seconds.durations = Vec::new();
+        for c in &mut seconds.cells {
+            c.durations = (0, 0);
+        }
+        tables.insert(0, seconds);
+        tables.insert(1, unnamed_seconds);
+        Some(FileCells {
+            named,
+            unnamed,
+            tables,
+        })
+    }
+}
+
+/// A source's cells as a query reads them: counted in memory, or at the
+/// end of a file's sidecar, read a key list or table at a time.
+pub enum CellsView<'a> {
+    Memory(&'a FileCells),
+    File(&'a CellsFile),
+}
+
+impl CellsView<'_> {
+    pub fn keys(&self, family: Family) -> Result<std::borrow::Cow<'_, [CellKey]>> {
+        match self {
+            CellsView::Memory(c) => Ok(std::borrow::Cow::Borrowed(c.keys(family))),
+            CellsView::File(f) => f.keys(family).map(std::borrow::Cow::Owned),
+        }
+    }
+
+    pub fn table(
+        &self,
+        family: Family,
+        seconds: u64,
+    ) -> Result<Option<std::borrow::Cow<'_, CellTable>>> {
+        match self {
+            CellsView::Memory(c) => Ok(c.table(family, seconds).map(std::borrow::Cow::Borrowed)),
+            CellsView::File(f) => Ok(f.table(family, seconds)?.map(std::borrow::Cow::Owned)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,557 @@
+//! The bytes of a file's metrics cells at the end of its sidecar, as
+//! docs/FORMAT.md ("Metrics cells") writes them down: a zstd frame per key
+//! list and per table, an index frame saying where each is, and a footer.
+
+use std::path::Path;
+
+use tracedb_proto::wire::put_varint;
+
+use super::{Cell, CellKey, CellTable, Family, FileCells, Parent, BUCKET_SECONDS};
+use crate::{
+    error::{Error, Result},
+    index::format::{Reader, MAX_BODY_BYTES, ZSTD_LEVEL},
+    table::corrupt,
+};
+
+/// The last bytes of a sidecar that ends with cells.
+const CELLS_MAGIC: &[u8; 8] = b"TDB-CEL1";
+/// Index frame length, index body length, its checksum, magic.
+const FOOTER_BYTES: usize = 20;
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+fn put_optional(out: &mut Vec<u8>, b: Option<&[u8]>) {
+    match b {
+        None => put_varint(out, 0),
+        Some(b) => {
+            put_varint(out, 1);
+            put_bytes(out, b);
+        }
+    }
+}
+
+/// What a section of the cells holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum What {
+    Keys(Family),
+    /// Family, bucket seconds, whether the cells hold durations.
+    Table(Family, u64, bool),
+}
+
+/// Where one section's zstd frame is, as the cells' index says.
+#[derive(Debug, Clone, Copy)]
+struct Section {
+    what: What,
+    /// Keys or cells it holds.
+    count: u64,
+    /// Bytes from the frame's start to the index frame's start.
+    back: u64,
+    frame_len: u32,
+    body_len: u32,
+    crc: u32,
+}
+
+fn keys_body(keys: &[CellKey]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for k in keys {
+        put_optional(&mut body, k.service.as_deref());
+        put_optional(&mut body, k.name.as_deref());
+        put_varint(&mut body, u64::from(k.kind));
+        put_varint(&mut body, u64::from(k.status));
+        body.push(k.parent as u8);
+    }
+    body
+}
+
+/// A table's cells in columns, which compress better than cells one after
+/// another: each cell's bucket (as the step from the previous cell's), its
+/// key (as the step from the previous cell's in the same bucket, else
+/// whole), its spans, then (in a table with durations) its duration
+/// buckets.
+fn table_body(t: &CellTable) -> Vec<u8> {
+    let mut body = Vec::new();
+    let mut last = 0u64;
+    for c in &t.cells {
+        put_varint(&mut body, c.bucket - last);
+        last = c.bucket;
+    }
+    let mut prev: Option<&Cell> = None;
+    for c in &t.cells {
+        let key = match prev {
+            Some(p) if p.bucket == c.bucket => c.key - p.key,
+            _ => c.key,
+        };
+        put_varint(&mut body, u64::from(key));
+        prev = Some(c);
+    }
+    for c in &t.cells {
+        put_varint(&mut body, c.spans);
+    }
+    if t.has_durations {
+        for c in &t.cells {
+            let durations = t.durations_of(c);
+            put_varint(&mut body, durations.len() as u64);
+            for &(exp, n) in durations {
+                body.push(exp);
+                put_varint(&mut body, n);
+            }
+        }
+    }
+    body
+}
+
+fn compress(body: &[u8]) -> Vec<u8> {
+    zstd::bulk::compress(body, ZSTD_LEVEL).expect("zstd compresses")
+}
+
+/// The cells as the end of a sidecar holds them: a zstd frame per key list
+/// and per table, an index frame saying where each is, then the footer
+/// (docs/FORMAT.md, "Metrics cells"). A query reads the index and the
+/// frames it needs.
+pub fn encode(cells: &FileCells) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut placed: Vec<(What, u64, u64, u32, u32, u32)> = Vec::new();
+    let mut frame = |out: &mut Vec<u8>, what: What, count: usize, body: Vec<u8>| {
+        let f = compress(&body);
+        placed.push((
+            what,
+            count as u64,
+            out.len() as u64,
+            f.len() as u32,
+            body.len() as u32,
+            crc32c::crc32c(&f),
+        ));
+        out.extend_from_slice(&f);
+    };
+    for family in [Family::Named, Family::Unnamed] {
+        let keys = cells.keys(family);
+        frame(&mut out, What::Keys(family), keys.len(), keys_body(keys));
+    }
+    for t in &cells.tables {
+        frame(
+            &mut out,
+            What::Table(t.family, t.seconds, t.has_durations),
+            t.cells.len(),
+            table_body(t),
+        );
+    }
+    let index_start = out.len() as u64;
+    let mut index = Vec::new();
+    put_varint(&mut index, placed.len() as u64);
+    for (what, count, at, frame_len, body_len, crc) in placed {
+        match what {
+            What::Keys(family) => {
+                index.extend_from_slice(&[0, family as u8]);
+                put_varint(&mut index, 0);
+                index.push(0);
+            }
+            What::Table(family, seconds, durations) => {
+                index.extend_from_slice(&[1, family as u8]);
+                put_varint(&mut index, seconds);
+                index.push(u8::from(durations));
+            }
+        }
+        put_varint(&mut index, count);
+        put_varint(&mut index, index_start - at);
+        put_varint(&mut index, u64::from(frame_len));
+        put_varint(&mut index, u64::from(body_len));
+        index.extend_from_slice(&crc.to_le_bytes());
+    }
+    let f = compress(&index);
+    out.extend_from_slice(&f);
+    out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(index.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(&f).to_le_bytes());
+    out.extend_from_slice(CELLS_MAGIC);
+    out
+}
+
+/// `frame` inflated to `len` bytes, checked against `crc`.
+fn inflate(path: &Path, at: u64, frame: &[u8], len: u32, crc: u32) -> Result<Vec<u8>> {
+    if crc32c::crc32c(frame) != crc {
+        return Err(corrupt(path, at, "metrics cells checksum mismatch"));
+    }
+    if len > MAX_BODY_BYTES {
+        return Err(corrupt(path, at, "metrics cells over 1 GiB"));
+    }
+    zstd::bulk::decompress(frame, len as usize)
+        .ok()
+        .filter(|b| b.len() == len as usize)
+        .ok_or_else(|| corrupt(path, at, "metrics cells do not inflate to their length"))
+}
+
+/// The index of the cells whose footer is `footer`, found at `at` (the
+/// footer's offset in the sidecar): where the index frame starts, and the
+/// sections. `read_at(offset, len)` reads the sidecar's bytes.
+fn read_index(
+    path: &Path,
+    footer: &[u8; FOOTER_BYTES],
+    at: u64,
+    read_at: &mut dyn FnMut(u64, usize) -> Result<Vec<u8>>,
+) -> Result<Option<(u64, Vec<Section>)>> {
+    if &footer[12..] != CELLS_MAGIC {
+        return Ok(None);
+    }
+    let word = |i: usize| u32::from_le_bytes(footer[i..i + 4].try_into().expect("4 bytes"));
+    let (frame_len, body_len, crc) = (word(0), word(4), word(8));
+    let Some(start) = at.checked_sub(u64::from(frame_len)) else {
+        return Err(corrupt(path, at, "metrics cells longer than the sidecar"));
+    };
+    let frame = read_at(start, frame_len as usize)?;
+    let body = inflate(path, start, &frame, body_len, crc)?;
+    let mut r = Reader {
+        path,
+        buf: &body,
+        at: 0,
+    };
+    let n = r.count(10)?;
+    let mut sections = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (kind, family) = match r.bytes(2)? {
+            [k @ (0 | 1), f @ (0 | 1)] => (
+                *k,
+                if *f == 0 {
+                    Family::Named
+                } else {
+                    Family::Unnamed
+                },
+            ),
+            _ => return Err(r.err("a cells section of no known kind or family")),
+        };
+        let seconds = r.varint()?;
+        let durations = match r.bytes(1)?[0] {
+            0 => false,
+            1 => true,
+            _ => return Err(r.err("a cells section's durations flag is not 0 or 1")),
+        };
+        let what = match kind {
+            0 => What::Keys(family),
+            _ if BUCKET_SECONDS.contains(&seconds) => What::Table(family, seconds, durations),
+            _ => return Err(r.err("a cell table of another bucket length")),
+        };
+        let count = r.varint()?;
+        let back = r.varint()?;
+        let frame_len = small(&mut r)?;
+        let body_len = small(&mut r)?;
+        let crc = u32::from_le_bytes(r.bytes(4)?.try_into().expect("4 bytes"));
+        let fits = back
+            .checked_sub(u64::from(frame_len))
+            .is_some_and(|_| back <= start);
+        if !fits || sections.iter().any(|s: &Section| s.what == what) {
+            return Err(r.err("a cells section out of the sidecar's bounds, or twice"));
+        }
+        sections.push(Section {
+            what,
+            count,
+            back,
+            frame_len,
+            body_len,
+            crc,
+        });
+    }
+    if r.at != body.len() {
+        return Err(r.err("bytes left over after the metrics cells' index"));
+    }
+    Ok(Some((start, sections)))
+}
+
+fn optional(r: &mut Reader<'_>) -> Result<Option<Box<[u8]>>> {
+    match r.varint()? {
+        0 => Ok(None),
+        1 => {
+            let len = r.count(1)?;
+            Ok(Some(Box::from(r.bytes(len)?)))
+        }
+        _ => Err(r.err("a cell key's field is neither absent nor present")),
+    }
+}
+
+fn small(r: &mut Reader<'_>) -> Result<u32> {
+    let v = r.varint()?;
+    u32::try_from(v).map_err(|_| r.err("value over 32 bits"))
+}
+
+fn parse_keys(path: &Path, body: &[u8], family: Family, n: u64) -> Result<Vec<CellKey>> {
+    let mut r = Reader {
+        path,
+        buf: body,
+        at: 0,
+    };
+    let mut keys = Vec::with_capacity((n as usize).min(body.len() / 5));
+    for _ in 0..n {
+        let service = optional(&mut r)?;
+        let name = optional(&mut r)?;
+        let kind = small(&mut r)?;
+        let status = small(&mut r)?;
+        let parent = match r.bytes(1)?[0] {
+            0 => Parent::None,
+            1 => Parent::Zero,
+            2 => Parent::Some,
+            _ => return Err(r.err("a cell key's parent is not 0, 1 or 2")),
+        };
+        if name.is_some() != (family == Family::Named) {
+            return Err(r.err("a cell key with a name among unnamed ones, or none among named"));
+        }
+        keys.push(CellKey {
+            service,
+            name,
+            kind,
+            status,
+            parent,
+        });
+    }
+    if r.at != body.len() {
+        return Err(r.err("bytes left over after the cell keys"));
+    }
+    Ok(keys)
+}
+
+fn parse_table(
+    path: &Path,
+    body: &[u8],
+    (family, seconds, has_durations): (Family, u64, bool),
+    n: u64,
+    keys: u64,
+) -> Result<CellTable> {
+    let mut r = Reader {
+        path,
+        buf: body,
+        at: 0,
+    };
+    // Each cell takes at least a byte in each of its three columns.
+    if n > body.len() as u64 / 3 {
+        return Err(r.err("more cells than their bytes hold"));
+    }
+    let n = n as usize;
+    let mut t = CellTable {
+        family,
+        seconds,
+        has_durations,
+        cells: vec![
+            Cell {
+                bucket: 0,
+                key: 0,
+                spans: 0,
+                durations: (0, 0),
+            };
+            n
+        ],
+        durations: Vec::new(),
+    };
+    let mut bucket = 0u64;
+    for c in &mut t.cells {
+        bucket = bucket
+            .checked_add(r.varint()?)
+            .ok_or_else(|| r.err("a cell's bucket overflows"))?;
+        c.bucket = bucket;
+    }
+    for i in 0..n {
+        let step = small(&mut r)?;
+        let key = match i.checked_sub(1).map(|p| t.cells[p]) {
+            Some(p) if p.bucket == t.cells[i].bucket => {
+                if step == 0 {
+                    return Err(r.err("cells out of order"));
+                }
+                p.key
+                    .checked_add(step)
+                    .ok_or_else(|| r.err("a cell's key overflows"))?
+            }
+            _ => step,
+        };
+        if u64::from(key) >= keys {
+            return Err(r.err("a cell names a key its family does not have"));
+        }
+        t.cells[i].key = key;
+    }
+    for c in &mut t.cells {
+        c.spans = r.varint()?;
+        if c.spans == 0 {
+            return Err(r.err("a cell of no spans"));
+        }
+    }
+    if has_durations {
+        for c in &mut t.cells {
+            let from = t.durations.len() as u32;
+            let b = r.count(2)?;
+            let mut last_exp = None;
+            let mut in_buckets = 0u64;
+            for _ in 0..b {
+                let exp = r.bytes(1)?[0];
+                let count = r.varint()?;
+                if exp == 0 || exp > 64 || last_exp.is_some_and(|e| e >= exp) || count == 0 {
+                    return Err(r.err("a cell's durations are out of order, out of range or empty"));
+                }
+                last_exp = Some(exp);
+                in_buckets = in_buckets.saturating_add(count);
+                t.durations.push((exp, count));
+            }
+            if in_buckets > c.spans {
+                return Err(r.err("a cell counts fewer spans than its durations"));
+            }
+            c.durations = (from, t.durations.len() as u32);
+        }
+    }
+    if r.at != body.len() {
+        return Err(r.err("bytes left over after the cells"));
+    }
+    Ok(t)
+}
+
+/// The cells at the end of a sidecar, opened: their index read, their key
+/// lists and tables read when asked for.
+pub struct CellsFile {
+    path: std::path::PathBuf,
+    file: std::fs::File,
+    index_start: u64,
+    sections: Vec<Section>,
+}
+
+impl CellsFile {
+    /// The cells of the sidecar of the sorted file at `table`; `None` when
+    /// it has none.
+    pub fn open(table: &Path) -> Result<Option<CellsFile>> {
+        use std::os::unix::fs::FileExt;
+        let path = crate::index::sidecar_path(table);
+        let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+        let size = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+        let Some(at) = size.checked_sub(FOOTER_BYTES as u64) else {
+            return Ok(None);
+        };
+        let mut footer = [0u8; FOOTER_BYTES];
+        file.read_exact_at(&mut footer, at)
+            .map_err(|e| Error::io(&path, e))?;
+        let mut read_at = |offset: u64, len: usize| {
+            let mut buf = vec![0u8; len];
+            file.read_exact_at(&mut buf, offset)
+                .map_err(|e| Error::io(&path, e))?;
+            Ok(buf)
+        };
+        let Some((index_start, sections)) = read_index(&path, &footer, at, &mut read_at)? else {
+            return Ok(None);
+        };
+        Ok(Some(CellsFile {
+            path,
+            file,
+            index_start,
+            sections,
+        }))
+    }
+
+    fn section(&self, what: What) -> Result<Option<(Section, Vec<u8>)>> {
+        use std::os::unix::fs::FileExt;
+        let Some(s) = self.sections.iter().find(|s| s.what == what) else {
+            return Ok(None);
+        };
+        let at = self.index_start - s.back;
+        let mut frame = vec![0u8; s.frame_len as usize];
+        self.file
+            .read_exact_at(&mut frame, at)
+            .map_err(|e| Error::io(&self.path, e))?;
+        Ok(Some((
+            *s,
+            inflate(&self.path, at, &frame, s.body_len, s.crc)?,
+        )))
+    }
+
+    /// The keys `family`'s tables number.
+    pub fn keys(&self, family: Family) -> Result<Vec<CellKey>> {
+        match self.section(What::Keys(family))? {
+            Some((s, body)) => parse_keys(&self.path, &body, family, s.count),
+            None => Err(corrupt(
+                &self.path,
+                self.index_start,
+                "metrics cells without their keys",
+            )),
+        }
+    }
+
+    /// The table of `family` with buckets of `seconds`, if the cells have it.
+    pub fn table(&self, family: Family, seconds: u64) -> Result<Option<CellTable>> {
+        let Some(&Section { what, .. }) = self
+            .sections
+            .iter()
+            .find(|s| matches!(s.what, What::Table(f, l, _) if f == family && l == seconds))
+        else {
+            return Ok(None);
+        };
+        let keys = self
+            .sections
+            .iter()
+            .find(|s| s.what == What::Keys(family))
+            .map_or(0, |s| s.count);
+        let (s, body) = self.section(what)?.expect("listed");
+        let What::Table(f, l, d) = what else {
+            unreachable!("a table")
+        };
+        parse_table(&self.path, &body, (f, l, d), s.count, keys).map(Some)
+    }
+}
+
+/// How many bytes at the end of a sidecar's bytes its cells take (0 when
+/// it has none), or an error when they fail a check.
+pub fn cells_len(path: &Path, file: &[u8]) -> Result<usize> {
+    let Some(at) = file.len().checked_sub(FOOTER_BYTES) else {
+        return Ok(0);
+    };
+    let footer: [u8; FOOTER_BYTES] = file[at..].try_into().expect("20 bytes");
+    let mut read_at =
+        |offset: u64, len: usize| Ok(file[offset as usize..offset as usize + len].to_vec());
+    Ok(match read_index(path, &footer, at as u64, &mut read_at)? {
+        None => 0,
+        Some((index_start, sections)) => {
+            let first = sections.iter().map(|s| s.back).max().unwrap_or(0);
+            file.len() - (index_start - first) as usize
+        }
+    })
+}
+
+/// The cells at the end of a sidecar's bytes held in memory: `Ok(None)`
+/// when it has none (it does not end with the magic), an error when they
+/// fail a check.
+pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
+    let Some(at) = file.len().checked_sub(FOOTER_BYTES) else {
+        return Ok(None);
+    };
+    let footer: [u8; FOOTER_BYTES] = file[at..].try_into().expect("20 bytes");
+    let mut read_at =
+        |offset: u64, len: usize| Ok(file[offset as usize..offset as usize + len].to_vec());
+    let Some((index_start, sections)) = read_index(path, &footer, at as u64, &mut read_at)? else {
+        return Ok(None);
+    };
+    let frame = |s: &Section| {
+        let at = index_start - s.back;
+        let bytes = &file[at as usize..(at + u64::from(s.frame_len)) as usize];
+        inflate(path, at, bytes, s.body_len, s.crc)
+    };
+    let mut cells = FileCells::default();
+    let count_of = |family| {
+        sections
+            .iter()
+            .find(|s| s.what == What::Keys(family))
+            .map(|s| s.count)
+            .ok_or_else(|| corrupt(path, index_start, "metrics cells without their keys"))
+    };
+    for family in [Family::Named, Family::Unnamed] {
+        let s = sections
+            .iter()
+            .find(|s| s.what == What::Keys(family))
+            .ok_or_else(|| corrupt(path, index_start, "metrics cells without their keys"))?;
+        let keys = parse_keys(path, &frame(s)?, family, s.count)?;
+        match family {
+            Family::Named => cells.named = keys,
+            Family::Unnamed => cells.unnamed = keys,
+        }
+    }
+    for s in &sections {
+        if let What::Table(f, l, d) = s.what {
+            let keys = count_of(f)?;
+            cells
+                .tables
+                .push(parse_table(path, &frame(s)?, (f, l, d), s.count, keys)?);
+        }
+    }
+    Ok(Some(cells))
+}

@@ -1,0 +1,158 @@
+use std::{path::Path, sync::Arc};
+
+use bytes::Bytes;
+use tracedb_proto::wire::put_varint;
+
+use super::*;
+use crate::span::{ScopeGroup, SpanId, TraceId};
+
+fn field(out: &mut Vec<u8>, n: u64, b: &[u8]) {
+    put_varint(out, n << 3 | 2);
+    put_varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+fn span(service: Option<&str>, name: &str, status: u64, root: bool, start: u64, dur: u64) -> Span {
+    let mut p = Vec::new();
+    field(&mut p, 2, &[9; 8]);
+    if !root {
+        field(&mut p, 4, &[5; 8]);
+    }
+    field(&mut p, 5, name.as_bytes());
+    put_varint(&mut p, 6 << 3);
+    put_varint(&mut p, 2);
+    if status != 0 {
+        let mut s = Vec::new();
+        put_varint(&mut s, 3 << 3);
+        put_varint(&mut s, status);
+        field(&mut p, 15, &s);
+    }
+    let resource = service.map(|s| {
+        let mut value = Vec::new();
+        field(&mut value, 1, s.as_bytes());
+        let mut kv = Vec::new();
+        field(&mut kv, 1, b"service.name");
+        field(&mut kv, 2, &value);
+        let mut r = Vec::new();
+        field(&mut r, 1, &kv);
+        Bytes::from(r)
+    });
+    Span {
+        trace_id: TraceId([1; 16]),
+        span_id: SpanId([9; 8]),
+        start_unix_nano: start,
+        end_unix_nano: start + dur,
+        group: Arc::new(ScopeGroup {
+            resource,
+            ..ScopeGroup::default()
+        }),
+        payload: Bytes::from(p),
+    }
+}
+
+#[test]
+fn spans_are_counted_per_key_and_bucket_and_round_trip() {
+    let s = NANOS;
+    let mut b = CellsBuilder::default();
+    // Right-closed seconds: 10 s exactly is the tenth second's.
+    b.add(&span(Some("a"), "GET", 0, true, 10 * s, 3));
+    b.add(&span(Some("a"), "GET", 0, true, 9 * s + 1, 4));
+    b.add(&span(Some("a"), "GET", 0, true, 10 * s + 1, 1));
+    b.add(&span(Some("a"), "PUT", 0, true, 70 * s, 5000));
+    b.add(&span(Some("a"), "GET", 2, false, 10 * s, 1000));
+    b.add(&span(None, "GET", 0, true, 10 * s, 0));
+    let cells = b.finish().expect("cells");
+    // Four named keys, three unnamed ones.
+    assert_eq!((cells.named.len(), cells.unnamed.len()), (4, 3));
+    assert!(cells.unnamed.iter().all(|k| k.name.is_none()));
+    assert_eq!(cells.spans(), 6);
+    assert_eq!(cells.tables.len(), 6);
+    let named = cells.table(Family::Named, 1).expect("named seconds");
+    assert!(!named.has_durations);
+    let tenth = named.buckets(10, 10);
+    assert_eq!(tenth.len(), 3, "{cells:?}");
+    let root_a = tenth
+        .iter()
+        .find(|c| {
+            let k = &cells.named[c.key as usize];
+            k.service.is_some() && k.parent == Parent::None
+        })
+        .expect("a's root cell");
+    assert_eq!(root_a.spans, 2);
+    assert!(named.durations_of(root_a).is_empty(), "counts only");
+
+    // Without names, GET and PUT of a's roots are one key.
+    let unnamed = cells.table(Family::Unnamed, 1).expect("unnamed seconds");
+    let key_of = |c: &Cell| &cells.unnamed[c.key as usize];
+    type Row = (u64, u64, Vec<(u8, u64)>);
+    let roots_a = |t: &'_ CellTable, from, to| -> Vec<Row> {
+        t.buckets(from, to)
+            .iter()
+            .filter(|c| key_of(c).service.is_some() && key_of(c).parent == Parent::None)
+            .map(|c| (c.bucket, c.spans, t.durations_of(c).to_vec()))
+            .collect()
+    };
+    // 3 ns and 4 ns in the bucket of 2^2; 1 ns in none.
+    assert_eq!(
+        roots_a(unnamed, 0, 100),
+        vec![
+            (10, 2, vec![(2, 2)]),
+            (11, 1, vec![]),
+            (70, 1, vec![(13, 1)])
+        ]
+    );
+    // Minutes: seconds 1-60 are the first, 61-120 the second.
+    let minutes = cells.table(Family::Unnamed, 60).expect("unnamed minutes");
+    assert!(minutes.has_durations);
+    assert_eq!(
+        roots_a(minutes, 0, 10),
+        vec![(1, 3, vec![(2, 2)]), (2, 1, vec![(13, 1)])]
+    );
+    let hours = cells.table(Family::Named, 3600).expect("named hours");
+    assert_eq!(hours.cells.iter().map(|c| c.spans).sum::<u64>(), 6);
+    assert!(hours.has_durations);
+
+    let mut sidecar = b"blocks before".to_vec();
+    sidecar.extend(encode(&cells));
+    let path = Path::new("x.idx");
+    assert_eq!(decode(path, &sidecar).expect("decodes"), Some(cells));
+    assert_eq!(decode(path, b"blocks, no cells").expect("no cells"), None);
+}
+
+#[test]
+fn damaged_cells_are_refused_and_never_panic() {
+    let mut b = CellsBuilder::default();
+    for i in 0..200u64 {
+        let name = format!("op{}", i % 7);
+        b.add(&span(
+            Some("s"),
+            &name,
+            i % 3,
+            i % 2 == 0,
+            i * NANOS / 3,
+            i * 1000,
+        ));
+    }
+    let cells = b.finish().expect("cells");
+    let good = encode(&cells);
+    let path = Path::new("x.idx");
+    let mut rng = 7u64;
+    let mut refused = 0;
+    for round in 0..20_000 {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let mut bad = good.clone();
+        let at = (rng >> 33) as usize % bad.len();
+        match round % 3 {
+            0 => bad[at] ^= 1 << (rng % 8),
+            1 => bad.truncate(at),
+            _ => bad.insert(at, (rng >> 17) as u8),
+        }
+        match decode(path, &bad) {
+            Ok(Some(read)) => assert_eq!(read, cells, "a change read as other cells"),
+            Ok(None) | Err(_) => refused += 1,
+        }
+    }
+    assert!(refused > 19_000, "{refused}");
+}

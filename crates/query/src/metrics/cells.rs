@@ -1,0 +1,409 @@
+//! A metrics query answered from the stores' metrics cells
+//! ([`tracedb_lsm::index::cells`]) instead of their spans: per file and
+//! second, the spans of each (service, name, kind, status, has a parent)
+//! counted, with their durations' power-of-two buckets.
+//!
+//! Exact by construction: a query is answered this way only when every
+//! field its filters and `by()` read is one a cell key holds, and its grid
+//! is of whole seconds (so an interval is a run of whole seconds). Each
+//! cell key is judged once by the TraceQL evaluator itself, on a span built
+//! with exactly the key's fields: the verdict and the labels are those of
+//! every span the cell counts. Spans are read only for exemplars: a few
+//! traces from each tenth of the window.
+
+use tracedb_lsm::{
+    index::{
+        cells::{CellKey, CellsView, Family, Parent, BUCKET_SECONDS},
+        SearchQuery,
+    },
+    CellsError, Engine, TimeRange,
+};
+use tracedb_proto::wire::put_varint;
+use tracedb_traceql::{
+    analysis::span_fields,
+    ast::{Attribute, Intrinsic, MetricsFn, Scope},
+    metrics::{Grid, MetricsEval},
+    trace::{EncodedSpan, Trace},
+    Compiled,
+};
+
+use super::{series_capped, MetricsRequest, CELL_BYTES};
+use crate::{
+    read::Answer,
+    search::{decode, op_needs, RunError},
+};
+
+const SEC: u64 = 1_000_000_000;
+/// Parts of the window exemplars are looked for in, and candidate traces
+/// read in each at most.
+const EXEMPLAR_WINDOWS: u64 = 10;
+const EXEMPLAR_READS: usize = 4;
+
+/// How a query is read from cells: the family of keys and the bucket
+/// lengths (seconds, finest first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    family: Family,
+    levels: &'static [u64],
+    durations: bool,
+}
+
+/// How `req` can be answered from cells, if it can: every field its filters
+/// and `by()` read is one a cell key holds, its function counts spans or
+/// their durations, and its grid's start and step are whole buckets of the
+/// finest table it needs.
+pub fn plan(req: &MetricsRequest) -> Option<Plan> {
+    let g = req.grid;
+    // An instant query's interval is closed at its start, which cuts the
+    // bucket ending there.
+    if g.instant {
+        return None;
+    }
+    let metrics = req.query.query.metrics.as_deref()?;
+    let duration = |a: &Attribute| matches!(a, Attribute::Intrinsic(Intrinsic::Duration));
+    let durations = match &metrics.function {
+        MetricsFn::Rate | MetricsFn::CountOverTime => false,
+        MetricsFn::HistogramOverTime(a) | MetricsFn::QuantileOverTime(a, _) if duration(a) => true,
+        _ => return None,
+    };
+    let by_ok = metrics
+        .by
+        .iter()
+        .all(|a| key_field(a) && !matches!(a, Attribute::Intrinsic(Intrinsic::NestedSetParent)));
+    let fields = span_fields(&req.query.query)?;
+    if !by_ok || !fields.iter().all(|a| key_field(a)) {
+        return None;
+    }
+    let name = |a: &Attribute| matches!(a, Attribute::Intrinsic(Intrinsic::Name));
+    let named = fields.into_iter().any(name) || metrics.by.iter().any(name);
+    // The whole key's seconds hold counts only.
+    let levels: &'static [u64] = if named && durations {
+        &BUCKET_SECONDS[1..]
+    } else {
+        &BUCKET_SECONDS[..]
+    };
+    let finest = levels[0] * SEC;
+    (g.start.is_multiple_of(finest) && g.step.is_multiple_of(finest)).then_some(Plan {
+        family: if named {
+            Family::Named
+        } else {
+            Family::Unnamed
+        },
+        levels,
+        durations,
+    })
+}
+
+/// Whether `req` can be answered from cells ([`plan`]).
+pub fn answerable(req: &MetricsRequest) -> bool {
+    plan(req).is_some()
+}
+
+/// A field a cell key holds as the span has it. `nestedSetParent` only in
+/// the form "is a root" (`< 0`, `= -1`), which is all a per-span query may
+/// ask of it.
+fn key_field(a: &Attribute) -> bool {
+    match a {
+        Attribute::Intrinsic(
+            Intrinsic::Name | Intrinsic::Kind | Intrinsic::Status | Intrinsic::NestedSetParent,
+        ) => true,
+        Attribute::Attr {
+            scope: Scope::Resource,
+            name,
+        } => name == "service.name",
+        _ => false,
+    }
+}
+
+fn bytes_field(out: &mut Vec<u8>, n: u64, b: &[u8]) {
+    put_varint(out, n << 3 | 2);
+    put_varint(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+/// A one-span trace whose span has exactly the fields of `key`.
+fn key_trace(key: &CellKey) -> Option<Trace> {
+    let mut span = Vec::new();
+    bytes_field(&mut span, 1, &[1; 16]);
+    bytes_field(&mut span, 2, &[2; 8]);
+    if let Some(name) = &key.name {
+        bytes_field(&mut span, 5, name);
+    }
+    match key.parent {
+        Parent::None => {}
+        Parent::Zero => bytes_field(&mut span, 4, &[0; 8]),
+        // A parent the trace does not hold: what a per-span query may read
+        // of it ("is not a root") is the same as for any other parent.
+        Parent::Some => bytes_field(&mut span, 4, &[3; 8]),
+    }
+    put_varint(&mut span, 6 << 3);
+    put_varint(&mut span, u64::from(key.kind));
+    put_varint(&mut span, 7 << 3 | 1);
+    span.extend_from_slice(&1u64.to_le_bytes());
+    put_varint(&mut span, 8 << 3 | 1);
+    span.extend_from_slice(&2u64.to_le_bytes());
+    if key.status != 0 {
+        let mut status = Vec::new();
+        put_varint(&mut status, 3 << 3);
+        put_varint(&mut status, u64::from(key.status));
+        bytes_field(&mut span, 15, &status);
+    }
+    let resource = key.service.as_ref().map(|kv| {
+        let mut r = Vec::new();
+        bytes_field(&mut r, 1, kv);
+        r
+    });
+    Trace::decode(
+        [1; 16],
+        [EncodedSpan {
+            payload: &span,
+            resource: resource.as_deref(),
+            scope: None,
+        }],
+    )
+    .ok()
+}
+
+type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+/// Spans and their duration buckets, added up.
+type Sum = (u64, Vec<(u8, u64)>);
+
+/// Adds up the cells of each source per key and interval, then counts the
+/// sums into the evaluator: each key is judged, and its series found, once
+/// per interval rather than once per bucket.
+struct Counter<'a> {
+    query: &'a Compiled,
+    grid: Grid,
+    plan: Plan,
+    /// Every key seen, numbered.
+    keys: Map<CellKey, u32>,
+    /// Per key number, its one-span trace if the query matches it.
+    matched: Vec<Option<Trace>>,
+    /// Per (key number, interval).
+    sums: Map<(u32, u32), Sum>,
+    /// A key whose span could not be rebuilt, or a source without the
+    /// tables the plan reads: the answer cannot be given from cells.
+    failed: bool,
+}
+
+impl Counter<'_> {
+    /// The interval holding every second of `(lo, hi]` (seconds), if one does.
+    fn whole(&self, lo: u64, hi: u64) -> Option<usize> {
+        let g = self.grid;
+        if lo * SEC < g.start || hi * SEC > g.end {
+            return None;
+        }
+        let i = g.interval(hi * SEC)?;
+        (g.interval(lo * SEC + 1) == Some(i)).then_some(i)
+    }
+
+    /// The interval bucket `b` of level `l` is counted in, if it is counted
+    /// at that level: it lies whole in one interval, and the bucket of the
+    /// next coarser level holding it does not (if that one does, it or a
+    /// coarser one holding it is counted instead).
+    fn counted_at(&self, l: usize, b: u64) -> Option<usize> {
+        let len = self.plan.levels[l];
+        let i = self.whole((b - 1) * len, b * len)?;
+        match self.plan.levels.get(l + 1) {
+            Some(&up) => {
+                let parent = (b * len).div_ceil(up);
+                match self.whole((parent - 1) * up, parent * up) {
+                    Some(_) => None,
+                    None => Some(i),
+                }
+            }
+            None => Some(i),
+        }
+    }
+
+    fn id(&mut self, k: &CellKey) -> u32 {
+        if let Some(&id) = self.keys.get(k) {
+            return id;
+        }
+        let verdict = match key_trace(k) {
+            Some(t) => self
+                .query
+                .eval(&t)
+                .iter()
+                .any(|s| s.spans.contains(&0))
+                .then_some(t),
+            None => {
+                self.failed = true;
+                None
+            }
+        };
+        let id = self.matched.len() as u32;
+        self.matched.push(verdict);
+        self.keys.insert(k.clone(), id);
+        id
+    }
+
+    /// Counts one source's cells: its keys and the tables the plan reads
+    /// are read first, so a source that fails to read counts nothing.
+    fn add(&mut self, cells: &CellsView<'_>) -> tracedb_lsm::Result<()> {
+        let family = self.plan.family;
+        let keys = cells.keys(family)?;
+        let mut tables = Vec::with_capacity(self.plan.levels.len());
+        for &len in self.plan.levels {
+            match cells.table(family, len)? {
+                Some(t) if t.has_durations || !self.plan.durations => tables.push(t),
+                _ => {
+                    self.failed = true;
+                    return Ok(());
+                }
+            }
+        }
+        let mut ids: Vec<Option<u32>> = vec![None; keys.len()];
+        let g = self.grid;
+        for (l, table) in tables.iter().enumerate() {
+            let len = self.plan.levels[l];
+            let first = g.start / SEC / len + 1;
+            let last = (g.end / SEC).div_ceil(len);
+            let mut bucket = None;
+            for cell in table.buckets(first, last) {
+                if bucket.is_none_or(|(b, _)| b != cell.bucket) {
+                    bucket = Some((cell.bucket, self.counted_at(l, cell.bucket)));
+                }
+                let Some((_, Some(interval))) = bucket else {
+                    continue;
+                };
+                let id = match ids[cell.key as usize] {
+                    Some(id) => id,
+                    None => {
+                        let id = self.id(&keys[cell.key as usize]);
+                        ids[cell.key as usize] = Some(id);
+                        id
+                    }
+                };
+                if self.matched[id as usize].is_none() {
+                    continue;
+                }
+                let sum = self.sums.entry((id, interval as u32)).or_default();
+                sum.0 += cell.spans;
+                if self.plan.durations {
+                    for &(exp, n) in table.durations_of(cell) {
+                        match sum.1.binary_search_by_key(&exp, |b| b.0) {
+                            Ok(at) => sum.1[at].1 += n,
+                            Err(at) => sum.1.insert(at, (exp, n)),
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes the sums hold, for the memory budget.
+    fn bytes(&self) -> usize {
+        self.sums.len() * 64 + self.keys.len() * 128
+    }
+
+    /// The sums counted into `eval`.
+    fn into_eval(self, eval: &mut MetricsEval) {
+        let mut sums: Vec<_> = self.sums.into_iter().collect();
+        // In one order whatever the hash: the series cap keeps the same ones.
+        sums.sort_unstable_by_key(|s| s.0);
+        for ((id, interval), (spans, buckets)) in sums {
+            if let Some(trace) = &self.matched[id as usize] {
+                eval.observe_many(self.query, trace, 0, interval as usize, spans, &buckets);
+            }
+        }
+    }
+}
+
+/// [`super::run`] from the cells; `Ok(None)` when the store cannot give
+/// them now (the caller reads the spans).
+pub fn run(engine: &Engine, req: &MetricsRequest) -> Result<Option<Answer<MetricsEval>>, RunError> {
+    let budget = engine.memory_budget();
+    let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
+    let mut eval = MetricsEval::new(&req.query, req.grid, req.max_series, 0)
+        .map_err(|e| RunError::Invalid(e.to_string()))?;
+    let Some(plan) = plan(req) else {
+        return Ok(None);
+    };
+    let mut counter = Counter {
+        query: &req.query,
+        grid: req.grid,
+        plan,
+        keys: Map::default(),
+        matched: Vec::new(),
+        sums: Map::default(),
+        failed: false,
+    };
+    let row_bytes = req.grid.len() * CELL_BYTES + 256;
+    let range = TimeRange::new(req.grid.start, req.grid.end);
+    let stats = match engine.cells_in(range, &mut held, |cells| {
+        counter.add(cells)?;
+        Ok(counter.bytes())
+    }) {
+        Ok(stats) => stats,
+        Err(CellsError::NotNow) => return Ok(None),
+        Err(CellsError::Overloaded(e)) => return Err(RunError::Overloaded(e)),
+        Err(CellsError::Engine(e)) => return Err(e.into()),
+    };
+    if counter.failed {
+        return Ok(None);
+    }
+    // The sums are held until they are counted into the series.
+    held.grow(counter.bytes()).map_err(RunError::Overloaded)?;
+    counter.into_eval(&mut eval);
+    held.grow(eval.series_count() * row_bytes)
+        .map_err(RunError::Overloaded)?;
+    let mut partial: Vec<String> = stats.skipped.iter().map(crate::read::file_reason).collect();
+    if req.max_exemplars > 0 {
+        eval.adopt_exemplars(exemplars(engine, req, &mut held, &mut partial)?);
+    }
+    if eval.series_capped() {
+        partial.push(series_capped(req.max_series));
+    }
+    Ok(Some(Answer {
+        value: eval,
+        partial,
+    }))
+}
+
+/// Exemplars for an answer counted from cells: in each tenth of the
+/// window, the newest candidate traces (a few at most) read and evaluated.
+fn exemplars(
+    engine: &Engine,
+    req: &MetricsRequest,
+    held: &mut tracedb_lsm::Permit,
+    partial: &mut Vec<String>,
+) -> Result<MetricsEval, RunError> {
+    let mut eval = MetricsEval::new(&req.query, req.grid, req.max_series, req.max_exemplars)
+        .map_err(|e| RunError::Invalid(e.to_string()))?;
+    let g = req.grid;
+    let parts = EXEMPLAR_WINDOWS.min(g.len() as u64).max(1);
+    let width = (g.end - g.start).div_ceil(parts);
+    let needs = op_needs(tracedb_traceql::needs(&req.query.query));
+    for p in 0..parts {
+        let from = g.start + p * width;
+        let to = (from + width).min(g.end);
+        let index_query = SearchQuery {
+            start_max: to,
+            end_min: from,
+            needs: needs.clone(),
+            ..SearchQuery::default()
+        };
+        let mut walk = engine.candidates(&index_query)?;
+        let mut walk_bytes = 0;
+        let mut read = 0;
+        while let Some(candidate) = crate::search::next_counted(&mut walk, held, &mut walk_bytes)? {
+            let (lookup, trace_bytes) =
+                crate::search::read_candidate(engine, &candidate, held, partial)?;
+            if let Ok(trace) = decode(candidate.trace_id, &lookup.spans) {
+                let sets = req.query.eval(&trace);
+                if !sets.is_empty() {
+                    eval.observe(&req.query, &trace, &sets);
+                }
+            }
+            held.shrink(trace_bytes);
+            read += 1;
+            if read >= EXEMPLAR_READS {
+                break;
+            }
+        }
+        held.shrink(walk_bytes);
+    }
+    Ok(eval)
+}

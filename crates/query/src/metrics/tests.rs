@@ -1,0 +1,240 @@
+//! The metrics answered from cells against the same queries answered from
+//! every span, on random traces stored in files, split across files and
+//! buffered, and random queries of the fields cells hold.
+
+use std::{sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use tracedb_lsm::{Engine, EngineOptions, MemTableOptions, ScopeGroup, Span, SpanId, TraceId};
+use tracedb_traceql::{
+    arbitrary::{self, Rng, NAMES, SERVICES},
+    metrics::{Grid, Series},
+    parse, Compiled,
+};
+
+use super::{cells, scan, MetricsRequest};
+
+const SEC: u64 = 1_000_000_000;
+
+fn spans(id: TraceId, parts: Vec<arbitrary::EncodedParts>) -> Vec<Span> {
+    parts
+        .into_iter()
+        .map(|(resource, scope, payload)| {
+            let decoded =
+                <tracedb_proto::trace::v1::Span as prost::Message>::decode(payload.as_slice())
+                    .expect("generated span");
+            Span {
+                trace_id: id,
+                span_id: SpanId::from_slice(&decoded.span_id).expect("8 bytes"),
+                start_unix_nano: decoded.start_time_unix_nano,
+                end_unix_nano: decoded.end_time_unix_nano,
+                group: Arc::new(ScopeGroup {
+                    resource: Some(Bytes::from(resource)),
+                    scope: Some(Bytes::from(scope)),
+                    ..ScopeGroup::default()
+                }),
+                payload: Bytes::from(payload),
+            }
+        })
+        .collect()
+}
+
+/// A condition on the fields a cell key holds.
+fn condition(rng: &mut Rng) -> String {
+    let service = || format!("{:?}", SERVICES[0]);
+    match rng.below(9) {
+        0 => format!("resource.service.name = {:?}", rng.pick::<&str>(SERVICES)),
+        1 => format!("resource.service.name != {:?}", rng.pick::<&str>(SERVICES)),
+        2 => format!("name = {:?}", rng.pick::<&str>(NAMES)),
+        3 => format!("name =~ {:?}", ".*a.*"),
+        4 => format!(
+            "kind = {}",
+            rng.pick(&["server", "client", "internal", "unspecified"])
+        ),
+        5 => format!(
+            "status {} {}",
+            rng.pick(&["=", "!="]),
+            rng.pick(&["error", "ok", "unset"])
+        ),
+        6 => "nestedSetParent < 0".to_owned(),
+        7 => "resource.service.name != nil".to_owned(),
+        _ => format!("true && resource.service.name != {}", service()),
+    }
+}
+
+fn query(rng: &mut Rng) -> String {
+    let mut filter = condition(rng);
+    for _ in 0..rng.below(3) {
+        let op = if rng.chance(70) { "&&" } else { "||" };
+        filter = format!("{filter} {op} {}", condition(rng));
+    }
+    let mut q = if rng.chance(20) {
+        format!("{{ {filter} }} || {{ {} }}", condition(rng))
+    } else {
+        format!("{{ {filter} }}")
+    };
+    let function = rng.pick(&[
+        "rate()",
+        "count_over_time()",
+        "histogram_over_time(duration)",
+        "quantile_over_time(duration, 0.5, 0.9)",
+    ]);
+    q = format!("{q} | {function}");
+    let by: Vec<&str> = ["resource.service.name", "name", "kind", "status"]
+        .into_iter()
+        .filter(|_| rng.chance(25))
+        .collect();
+    if !by.is_empty() {
+        q = format!("{q} by({})", by.join(", "));
+    }
+    if rng.chance(10) {
+        q = format!("{q} | topk(2)");
+    }
+    q
+}
+
+fn finished(answer: super::Answer<tracedb_traceql::metrics::MetricsEval>) -> Vec<Series> {
+    assert!(answer.partial.is_empty(), "{:?}", answer.partial);
+    answer.value.finish()
+}
+
+#[test]
+fn metrics_from_cells_answer_as_every_span_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut opts = EngineOptions::new(dir.path());
+    opts.memtable = MemTableOptions {
+        shards: 2,
+        flush_bytes: 16 << 10,
+        max_age: Duration::from_secs(3600),
+    };
+    opts.compaction_threads = 0;
+    let engine = Engine::open(opts).expect("open");
+    let mut rng = Rng::new(43);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos() as u64;
+    // Whole seconds, so the grid's edges fall on cell boundaries.
+    let base = (now - 3 * 3600 * SEC) / SEC * SEC;
+    let mut batches: Vec<Vec<Span>> = vec![Vec::new(); 4];
+    for t in 1..=500u128 {
+        let id = TraceId((t * 7919).to_be_bytes());
+        // Over two hours; some spans start exactly on a second, some just
+        // after one.
+        let start = base + (t as u64 * 15 % 7200) * SEC + (t as u64 % 3) * (SEC / 3);
+        let mut trace = spans(id, arbitrary::trace(&mut rng, id.0, start));
+        let batch = rng.below(4);
+        if trace.len() > 1 && rng.chance(20) {
+            let rest = trace.split_off(trace.len() / 2);
+            batches[(batch + 1).min(3)].extend(rest);
+        }
+        batches[batch].extend(trace);
+    }
+    for (b, batch) in batches.into_iter().enumerate() {
+        engine.write_blocking(batch).expect("write");
+        if b < 3 {
+            engine.flush().expect("flush");
+        }
+    }
+    // One file's sidecar as written before cells (they are counted from its
+    // spans), one whose cells are damaged (counted from its spans too).
+    let mut sidecars: Vec<_> = std::fs::read_dir(dir.path().join("tables"))
+        .expect("tables")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "idx"))
+        .collect();
+    sidecars.sort();
+    assert!(sidecars.len() >= 3, "{sidecars:?}");
+    let bytes = std::fs::read(&sidecars[0]).expect("read");
+    std::fs::write(&sidecars[0], &bytes[..bytes.len() - 1]).expect("write");
+    let mut bytes = std::fs::read(&sidecars[1]).expect("read");
+    let at = bytes.len() - 30;
+    bytes[at] ^= 0x10;
+    std::fs::write(&sidecars[1], &bytes).expect("write");
+
+    let mut held = engine.memory_budget().acquire(0).expect("budget");
+    let stats = engine
+        .cells_in(
+            tracedb_lsm::TimeRange::new(base, base + 7300 * SEC),
+            &mut held,
+            |_| Ok(0),
+        )
+        .unwrap_or_else(|_| panic!("cells of the window"));
+    assert_eq!(stats.files_counted, 2, "{stats:?}");
+    assert_eq!(stats.files_with_cells, sidecars.len() - 2, "{stats:?}");
+    assert!(stats.buffered_spans > 0, "{stats:?}");
+    drop(held);
+
+    let (mut counted, mut from_cells_n) = (0, 0);
+    for _ in 0..400 {
+        let text = query(&mut rng);
+        let compiled = Arc::new(Compiled::new(parse(&text).expect("parses")).expect("compiles"));
+        let step = [1, 5, 10, 56, 60, 120, 600, 3600][rng.below(8)] * SEC;
+        let from = base + rng.below(4000) as u64 * SEC;
+        let req = MetricsRequest {
+            query: compiled,
+            grid: Grid::range(from, from + (step * 200).min(8000 * SEC), step),
+            max_series: 1000,
+            max_exemplars: 0,
+        };
+        let Some(from_cells) = cells::run(&engine, &req).expect("runs") else {
+            assert!(
+                !cells::answerable(&req),
+                "{text}: answerable, yet not answered"
+            );
+            continue;
+        };
+        from_cells_n += 1;
+        let from_spans = scan(&engine, &req).expect("runs");
+        let (a, b) = (finished(from_cells), finished(from_spans));
+        counted += usize::from(!b.is_empty());
+        assert_eq!(a, b, "{text} step {step}");
+    }
+    assert!(counted > 100, "only {counted} queries had series");
+    assert!(
+        from_cells_n > 250,
+        "only {from_cells_n} queries answered from cells"
+    );
+}
+
+#[test]
+fn queries_cells_cannot_answer_are_read_from_spans() {
+    let q = |text: &str, step: u64, start: u64| MetricsRequest {
+        query: Arc::new(Compiled::new(parse(text).expect("parses")).expect("compiles")),
+        grid: Grid::range(start, start + 600 * SEC, step),
+        max_series: 10,
+        max_exemplars: 0,
+    };
+    let t = 1_700_000_000 * SEC;
+    assert!(cells::answerable(&q("{} | rate()", SEC, t)));
+    assert!(cells::answerable(&q(
+        "{ nestedSetParent < 0 && status = error } | quantile_over_time(duration, .9) by(resource.service.name)",
+        5 * SEC,
+        t
+    )));
+    // The whole key's seconds hold counts only: durations by name need
+    // whole minutes.
+    let by_name = "{} | quantile_over_time(duration, .9) by(name)";
+    assert!(!cells::answerable(&q(by_name, 56 * SEC, t)));
+    assert!(cells::answerable(&q(by_name, 120 * SEC, t)));
+    assert!(cells::answerable(&q(
+        "{ name = \"a\" } | rate()",
+        56 * SEC,
+        t
+    )));
+    for text in [
+        "{ span.http.route = \"/\" } | rate()",
+        "{ .service.name = \"a\" } | rate()",
+        "{ duration > 1s } | rate()",
+        "{} | avg_over_time(duration)",
+        "{} | rate() by(span.http.route)",
+        "{ nestedSetLeft > 1 } | rate()",
+        "{} >> {} | rate()",
+        "{} | compare({status = error})",
+    ] {
+        assert!(!cells::answerable(&q(text, SEC, t)), "{text}");
+    }
+    // Steps and starts off whole seconds cut a second in two.
+    assert!(!cells::answerable(&q("{} | rate()", SEC / 2, t)));
+    assert!(!cells::answerable(&q("{} | rate()", 1500 * 1_000_000, t)));
+}
