@@ -32,6 +32,10 @@ const SEC: u64 = 1_000_000_000;
 /// The longest range a metrics query takes: Tempo's query frontend default
 /// (`query_frontend.metrics.max_duration`).
 pub const MAX_RANGE: u64 = 24 * 3_600 * SEC;
+/// The longest range of a query answered from metrics cells
+/// ([`cells::answerable`]): Tempo refuses past [`MAX_RANGE`], and its users
+/// ask for week-long dashboards.
+pub const MAX_CELLS_RANGE: u64 = 31 * 24 * 3_600 * SEC;
 /// The most intervals (`max_intervals`).
 pub const MAX_INTERVALS: u64 = 10_000;
 
@@ -55,7 +59,7 @@ pub fn range_grid(start: u64, end: u64, step: Option<i128>) -> Result<Grid, Erro
             go_duration(((end - start) / MAX_INTERVALS) as i64)
         )));
     }
-    check_range(start, end)?;
+    check_range(start, end, MAX_CELLS_RANGE)?;
     Ok(Grid::range(start, end, step as u64))
 }
 
@@ -64,18 +68,36 @@ pub fn instant_grid(start: u64, end: u64) -> Result<Grid, Error> {
     if start > end {
         return Err(refuse("end must be greater than start".into()));
     }
-    check_range(start, end)?;
+    check_range(start, end, MAX_RANGE)?;
     Ok(Grid::instant(start, end))
 }
 
-fn check_range(start: u64, end: u64) -> Result<(), Error> {
+/// `req` unless its range (`asked`, ns, before the grid's alignment) passes
+/// Tempo's [`MAX_RANGE`] and metrics cells cannot answer it (then it must
+/// read spans, and Tempo's limit holds).
+pub fn within_range(req: MetricsRequest, asked: u64) -> Result<MetricsRequest, Error> {
+    if asked > MAX_RANGE && !cells::answerable(&req) {
+        return Err(refuse(format!(
+            "metrics query time range exceeds the maximum allowed duration of {} \
+             (tracedb answers up to {} when it can count the query from its metrics \
+             cells: conditions and by() on resource.service.name, name, kind, status \
+             and nestedSetParent<0 only, rate, count_over_time, or histogram_over_time \
+             or quantile_over_time of duration, a step of whole seconds)",
+            go_duration(MAX_RANGE as i64),
+            go_duration(MAX_CELLS_RANGE as i64)
+        )));
+    }
+    Ok(req)
+}
+
+fn check_range(start: u64, end: u64, max: u64) -> Result<(), Error> {
     if end == start {
         return Err(refuse("end must be greater than start".into()));
     }
-    if end - start > MAX_RANGE {
+    if end - start > max {
         return Err(refuse(format!(
             "metrics query time range exceeds the maximum allowed duration of {}",
-            go_duration(MAX_RANGE as i64)
+            go_duration(max as i64)
         )));
     }
     Ok(())
@@ -261,6 +283,12 @@ pub fn from_proto(r: &proto::QueryMetricsRequest) -> Result<MetricsRequest, Erro
         )));
     }
     let (start, end) = (r.start_time_unix_nano, r.end_time_unix_nano);
+    // A tier's aligned grid has up to two steps more than it was asked.
+    let asked = if r.aligned {
+        end.saturating_sub(start).saturating_sub(2 * r.step_nanos)
+    } else {
+        end.saturating_sub(start)
+    };
     let grid = if r.instant {
         instant_grid(start, end)?
     } else if r.aligned {
@@ -290,12 +318,15 @@ pub fn from_proto(r: &proto::QueryMetricsRequest) -> Result<MetricsRequest, Erro
         0 => MAX_SERIES,
         n => (n as usize).min(MAX_SERIES),
     };
-    Ok(MetricsRequest {
-        query,
-        grid,
-        max_series,
-        max_exemplars: (r.max_exemplars as usize).min(100),
-    })
+    within_range(
+        MetricsRequest {
+            query,
+            grid,
+            max_series,
+            max_exemplars: (r.max_exemplars as usize).min(100),
+        },
+        asked,
+    )
 }
 
 fn value_proto(v: &LabelValue) -> proto::MetricsValue {

@@ -31,7 +31,7 @@ use tracedb_traceql::{
 use super::{bad, json_response, marked, noted, Scoped};
 use crate::{
     error::Result,
-    metrics::{instant_grid, range_grid, MetricsRequest, MAX_SERIES},
+    metrics::{instant_grid, range_grid, within_range, MetricsRequest, MAX_SERIES},
 };
 
 const SEC: u64 = 1_000_000_000;
@@ -184,12 +184,15 @@ fn range_request(params: &HashMap<String, String>, now: u64) -> Result<MetricsRe
         Some(v) => Some(seconds_or_duration(v)?),
         None => None,
     };
-    Ok(MetricsRequest {
-        max_exemplars: exemplars(params, &query),
-        max_series: max_series(params),
-        query,
-        grid: range_grid(start, end, step)?,
-    })
+    within_range(
+        MetricsRequest {
+            max_exemplars: exemplars(params, &query),
+            max_series: max_series(params),
+            query,
+            grid: range_grid(start, end, step)?,
+        },
+        end.saturating_sub(start),
+    )
 }
 
 fn instant_request(params: &HashMap<String, String>, now: u64) -> Result<MetricsRequest> {

@@ -172,6 +172,18 @@ fn metrics_queries_answer_with_tempos_series() {
     );
     assert_eq!(r.status, 200);
 
+    // A week, past Tempo's 24 h: counted from the metrics cells. Twelve
+    // traces of three spans.
+    let week = range(
+        &server,
+        "{} | count_over_time()",
+        end - 7 * 86_400 * SEC,
+        end,
+        "3600s",
+    );
+    let total: f64 = week.values().flatten().map(|p| p.1).sum();
+    assert_eq!(total, 36.0, "{week:?}");
+
     // Drilldown's RED panels, verbatim. With step 60 s the grid is
     // (base - 60 s, base], ..., (base + 120 s, base + 180 s]: four roots a
     // minute after the first.
@@ -431,7 +443,7 @@ fn metrics_queries_answer_with_tempos_series() {
         (
             format!(
                 "/api/metrics/query_range?q={}&start={}&end={}",
-                encoded("{} | rate()"),
+                encoded("{ span.http.route = \"/r1\" } | rate()"),
                 base / SEC - 100_000,
                 base / SEC
             ),

@@ -138,14 +138,36 @@ fn bad_requests_say_what_is_wrong() {
         refused(&[q, ("start", "1700000100"), ("end", "1700000000")]),
         "end must be greater than start"
     );
+    // Past Tempo's 24 h, a query that must read spans is refused; one the
+    // metrics cells answer is taken up to 31 days.
+    let spans = ("q", "{ span.http.route = \"/\" } | rate()");
+    let past_a_day = [
+        ("start", "1699900000"),
+        ("end", "1700000000"),
+        ("step", "60"),
+    ];
+    assert!(refused(&[&[spans][..], &past_a_day].concat()).starts_with(
+        "metrics query time range exceeds the maximum allowed duration of 24h0m0s (tracedb answers up to 744h0m0s"
+    ));
+    let week = range_request(
+        &params(&[
+            q,
+            ("start", "1699395200"),
+            ("end", "1700000000"),
+            ("step", "3600"),
+        ]),
+        NOW,
+    )
+    .expect("a week of rate() is taken");
+    assert_eq!(week.grid.len(), 170);
     assert_eq!(
         refused(&[
             q,
-            ("start", "1699900000"),
+            ("start", "1690000000"),
             ("end", "1700000000"),
-            ("step", "60")
+            ("step", "3600")
         ]),
-        "metrics query time range exceeds the maximum allowed duration of 24h0m0s"
+        "metrics query time range exceeds the maximum allowed duration of 744h0m0s"
     );
     assert!(refused(&[q, ("start", "soon")]).starts_with("could not parse 'start' parameter"));
     assert!(refused(&[q, ("since", "1x")]).starts_with("could not parse 'since' parameter"));
