@@ -195,9 +195,17 @@ const MAX_KEYS: usize = 1 << 24;
 /// known share of its file whatever the spread of its spans' keys.
 #[derive(Default)]
 pub struct CellsBuilder {
-    keys: HashMap<CellKey, u32>,
-    /// Per encoded resource, its service attribute.
-    services: HashMap<Box<[u8]>, Option<Box<[u8]>>>,
+    /// Each key's number, by the numbers of its service and name.
+    keys: HashMap<(u32, u32, u32, u32, Parent), u32>,
+    /// Distinct services (`None`: no `service.name`) and names, numbered.
+    services: Vec<Option<Box<[u8]>>>,
+    names: Vec<Box<[u8]>>,
+    name_ids: HashMap<Box<[u8]>, u32>,
+    /// Per encoded resource, its service's number.
+    resources: HashMap<Box<[u8]>, u32>,
+    /// The last span's group and its service's number: a request's spans
+    /// share one (held, so its address is not reused meanwhile).
+    last: Option<(std::sync::Arc<crate::span::ScopeGroup>, u32)>,
     /// Per span: second << 32 | key << 8 | duration exponent (0: none).
     records: Vec<u64>,
     /// A span past what a record holds (a start after 2106, more keys than
@@ -279,30 +287,49 @@ impl CellsBuilder {
         if self.overflow {
             return;
         }
-        let resource = span.group.resource.as_deref().unwrap_or_default();
-        let service = match self.services.get(resource) {
-            Some(s) => s.clone(),
-            None => {
-                let s = wire::resource_attribute(resource, b"service.name").map(Box::from);
-                self.services.insert(resource.into(), s.clone());
-                s
+        let service = match &self.last {
+            Some((g, id)) if std::sync::Arc::ptr_eq(g, &span.group) => *id,
+            _ => {
+                let resource = span.group.resource.as_deref().unwrap_or_default();
+                let id = match self.resources.get(resource) {
+                    Some(&id) => id,
+                    None => {
+                        let s = wire::resource_attribute(resource, b"service.name").map(Box::from);
+                        let id = match self.services.iter().position(|x| *x == s) {
+                            Some(at) => at as u32,
+                            None => {
+                                self.services.push(s);
+                                self.services.len() as u32 - 1
+                            }
+                        };
+                        self.resources.insert(resource.into(), id);
+                        id
+                    }
+                };
+                self.last = Some((span.group.clone(), id));
+                id
             }
         };
         let f = wire::scan_fields(&span.payload);
+        let name = match self.name_ids.get(f.name) {
+            Some(&id) => id,
+            None => {
+                let id = self.names.len() as u32;
+                self.names.push(f.name.into());
+                self.name_ids.insert(f.name.into(), id);
+                id
+            }
+        };
         let parent = match f.parent_span_id {
             [] => Parent::None,
             [0, 0, 0, 0, 0, 0, 0, 0] => Parent::Zero,
             _ => Parent::Some,
         };
-        let key = CellKey {
-            service,
-            name: Some(f.name.into()),
-            kind: f.kind_value,
-            status: f.status,
-            parent,
-        };
         let next = self.keys.len() as u32;
-        let key = *self.keys.entry(key).or_insert(next);
+        let key = *self
+            .keys
+            .entry((service, name, f.kind_value, f.status, parent))
+            .or_insert(next);
         let second = second_of(span.start_unix_nano);
         if self.keys.len() > MAX_KEYS || second > u64::from(u32::MAX) {
             self.overflow = true;
@@ -324,7 +351,21 @@ impl CellsBuilder {
         if self.overflow {
             return None;
         }
-        let mut named: Vec<(CellKey, u32)> = self.keys.into_iter().collect();
+        let (services, names) = (&self.services, &self.names);
+        let mut named: Vec<(CellKey, u32)> = self
+            .keys
+            .iter()
+            .map(|(&(service, name, kind, status, parent), &id)| {
+                let key = CellKey {
+                    service: services[service as usize].clone(),
+                    name: Some(names[name as usize].clone()),
+                    kind,
+                    status,
+                    parent,
+                };
+                (key, id)
+            })
+            .collect();
         named.sort_unstable();
         let mut renumber = vec![0u32; named.len()];
         for (new, (_, old)) in named.iter().enumerate() {
