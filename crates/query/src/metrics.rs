@@ -33,7 +33,7 @@ const SEC: u64 = 1_000_000_000;
 /// (`query_frontend.metrics.max_duration`).
 pub const MAX_RANGE: u64 = 24 * 3_600 * SEC;
 /// The longest range of a query answered from metrics cells
-/// ([`cells::answerable`]): Tempo refuses past [`MAX_RANGE`], and its users
+/// (the query crate's `metrics::cells`): Tempo refuses past [`MAX_RANGE`], and its users
 /// ask for week-long dashboards.
 pub const MAX_CELLS_RANGE: u64 = 31 * 24 * 3_600 * SEC;
 /// The most intervals (`max_intervals`).

@@ -165,6 +165,8 @@ fn key_trace(key: &CellKey) -> Option<Trace> {
 }
 
 type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+/// Most sums kept in rows (about 32 MiB).
+const DENSE_SUMS: usize = 1 << 20;
 /// Spans and their duration buckets, added up.
 type Sum = (u64, Vec<(u8, u64)>);
 
@@ -179,7 +181,11 @@ struct Counter<'a> {
     keys: Map<CellKey, u32>,
     /// Per key number, its one-span trace if the query matches it.
     matched: Vec<Option<Trace>>,
-    /// Per (key number, interval).
+    /// Per matched key number, its row of sums in `dense` (one per
+    /// interval), while rows × intervals stay within [`DENSE_SUMS`];
+    /// the sums of later keys are in `sums`, by (key number, interval).
+    rows: Vec<Option<u32>>,
+    dense: Vec<Sum>,
     sums: Map<(u32, u32), Sum>,
     /// A key whose span could not be rebuilt, or a source without the
     /// tables the plan reads: the answer cannot be given from cells.
@@ -234,6 +240,7 @@ impl Counter<'_> {
         };
         let id = self.matched.len() as u32;
         self.matched.push(verdict);
+        self.rows.push(None);
         self.keys.insert(k.clone(), id);
         id
     }
@@ -278,7 +285,21 @@ impl Counter<'_> {
                 if self.matched[id as usize].is_none() {
                     continue;
                 }
-                let sum = self.sums.entry((id, interval as u32)).or_default();
+                let n = g.len();
+                let row = match self.rows[id as usize] {
+                    Some(r) => Some(r as usize),
+                    None if self.dense.len() + n <= DENSE_SUMS => {
+                        let r = self.dense.len() / n;
+                        self.dense.resize_with(self.dense.len() + n, Sum::default);
+                        self.rows[id as usize] = Some(r as u32);
+                        Some(r)
+                    }
+                    None => None,
+                };
+                let sum = match row {
+                    Some(r) => &mut self.dense[r * n + interval],
+                    None => self.sums.entry((id, interval as u32)).or_default(),
+                };
                 sum.0 += cell.spans;
                 if self.plan.durations {
                     for &(exp, n) in table.durations_of(cell) {
@@ -295,12 +316,24 @@ impl Counter<'_> {
 
     /// Bytes the sums hold, for the memory budget.
     fn bytes(&self) -> usize {
-        self.sums.len() * 64 + self.keys.len() * 128
+        (self.sums.len() + self.dense.len()) * 64 + self.keys.len() * 128
     }
 
     /// The sums counted into `eval`.
     fn into_eval(self, eval: &mut MetricsEval) {
+        let n = self.grid.len();
+        let mut dense = self.dense;
         let mut sums: Vec<_> = self.sums.into_iter().collect();
+        for (id, row) in self.rows.iter().enumerate() {
+            if let Some(r) = row {
+                let at = *r as usize * n;
+                for (interval, sum) in dense[at..at + n].iter_mut().enumerate() {
+                    if sum.0 > 0 {
+                        sums.push(((id as u32, interval as u32), std::mem::take(sum)));
+                    }
+                }
+            }
+        }
         // In one order whatever the hash: the series cap keeps the same ones.
         sums.sort_unstable_by_key(|s| s.0);
         for ((id, interval), (spans, buckets)) in sums {
@@ -327,6 +360,8 @@ pub fn run(engine: &Engine, req: &MetricsRequest) -> Result<Option<Answer<Metric
         plan,
         keys: Map::default(),
         matched: Vec::new(),
+        rows: Vec::new(),
+        dense: Vec::new(),
         sums: Map::default(),
         failed: false,
     };

@@ -238,3 +238,53 @@ fn queries_cells_cannot_answer_are_read_from_spans() {
     assert!(!cells::answerable(&q("{} | rate()", SEC / 2, t)));
     assert!(!cells::answerable(&q("{} | rate()", 1500 * 1_000_000, t)));
 }
+
+/// A span sent twice (a retried export whose acknowledgement was lost) and
+/// stored in two files: reads and metrics from spans count it once, metrics
+/// from cells twice until a compaction rewrites the files (README, "Metrics
+/// cells").
+#[test]
+fn a_span_stored_twice_counts_twice_in_cells_until_compaction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut opts = EngineOptions::new(dir.path());
+    opts.compaction_threads = 0;
+    opts.compaction.l0_trigger_files = 2;
+    let engine = Engine::open(opts).expect("open");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos() as u64;
+    let base = (now - 600 * SEC) / SEC * SEC;
+    let mut rng = Rng::new(5);
+    let id = TraceId(77u128.to_be_bytes());
+    let trace = spans(id, arbitrary::trace(&mut rng, id.0, base + 10 * SEC));
+    let n = trace.len() as f64;
+    for _ in 0..2 {
+        engine.write_blocking(trace.clone()).expect("write");
+        engine.flush().expect("flush");
+    }
+    assert_eq!(engine.get_trace(&id).expect("read").len() as f64, n);
+    let req = MetricsRequest {
+        query: Arc::new(
+            Compiled::new(parse("{} | count_over_time()").expect("parses")).expect("compiles"),
+        ),
+        grid: Grid::range(base, base + 60 * SEC, 60 * SEC),
+        max_series: 10,
+        max_exemplars: 0,
+    };
+    let total = |series: Vec<Series>| -> f64 {
+        series
+            .iter()
+            .flat_map(|s| s.samples.iter().map(|p| p.1))
+            .sum()
+    };
+    let cells_total = |engine: &Engine| {
+        total(finished(
+            cells::run(engine, &req).expect("runs").expect("from cells"),
+        ))
+    };
+    assert_eq!(total(finished(scan(&engine, &req).expect("runs"))), n);
+    assert_eq!(cells_total(&engine), 2.0 * n);
+    assert!(engine.compact().expect("compact") > 0);
+    assert_eq!(cells_total(&engine), n);
+}
