@@ -586,7 +586,7 @@ mod combine;
 pub mod legacy;
 mod policy;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod wire;
 
 pub use combine::combine;

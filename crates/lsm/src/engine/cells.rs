@@ -116,19 +116,7 @@ impl Engine {
         held.shrink(buffered * RECORD_BYTES);
         drop((chunks, tails));
 
-        for q in self.inner.quarantined.lock().iter() {
-            let overlaps = q.filter.as_ref().is_none_or(|t| {
-                let m = t.meta();
-                range.overlaps(m.min_time_unix_nano, m.max_time_unix_nano)
-            });
-            if overlaps {
-                stats.skipped.push(SkippedFile {
-                    id: q.id,
-                    path: q.path.clone(),
-                    reason: q.reason.clone(),
-                });
-            }
-        }
+        stats.skipped = self.quarantined_in(range);
         for file in self.files_in(&snapshot, range) {
             let read = match CellsFile::open(file.path()) {
                 Ok(Some(c)) => f(&CellsView::File(&c), 0, held).map(Some),

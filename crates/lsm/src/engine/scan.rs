@@ -155,6 +155,26 @@ impl<'a> FileTraces<'a> {
 }
 
 impl Engine {
+    /// Files already in quarantine that may have held spans of `range`.
+    pub(super) fn quarantined_in(&self, range: TimeRange) -> Vec<SkippedFile> {
+        self.inner
+            .quarantined
+            .lock()
+            .iter()
+            .filter(|q| {
+                q.filter.as_ref().is_none_or(|t| {
+                    let m = t.meta();
+                    range.overlaps(m.min_time_unix_nano, m.max_time_unix_nano)
+                })
+            })
+            .map(|q| SkippedFile {
+                id: q.id,
+                path: q.path.clone(),
+                reason: q.reason.clone(),
+            })
+            .collect()
+    }
+
     /// The buffers' spans that overlap `range`, for [`Engine::scan_traces`]
     /// over the same range: as a file is read when its time range overlaps,
     /// a buffered span is handed on when its own does.
@@ -198,20 +218,7 @@ impl Engine {
             files: files.len(),
             ..ScanStats::default()
         };
-        // Files already in quarantine that may have held spans of the window.
-        for q in self.inner.quarantined.lock().iter() {
-            let overlaps = q.filter.as_ref().is_none_or(|t| {
-                let m = t.meta();
-                range.overlaps(m.min_time_unix_nano, m.max_time_unix_nano)
-            });
-            if overlaps {
-                stats.skipped.push(SkippedFile {
-                    id: q.id,
-                    path: q.path.clone(),
-                    reason: q.reason.clone(),
-                });
-            }
-        }
+        stats.skipped = self.quarantined_in(range);
         let mut from_files = FileTraces::new(self, files)?;
         let expire_before = self.inner.retention.expire_before();
         let mut buffered = buffered.into_iter().peekable();

@@ -4,8 +4,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use bytes::Bytes;
-use tracedb_lsm::{Engine, EngineOptions, MemTableOptions, ScopeGroup, Span, SpanId, TraceId};
+use tracedb_lsm::{Engine, EngineOptions, MemTableOptions, Span, TraceId};
 use tracedb_traceql::{
     arbitrary::{self, Rng, NAMES, SERVICES},
     metrics::{Grid, Series},
@@ -13,31 +12,9 @@ use tracedb_traceql::{
 };
 
 use super::{cells, scan, MetricsRequest};
+use crate::search::tests::spans;
 
 const SEC: u64 = 1_000_000_000;
-
-fn spans(id: TraceId, parts: Vec<arbitrary::EncodedParts>) -> Vec<Span> {
-    parts
-        .into_iter()
-        .map(|(resource, scope, payload)| {
-            let decoded =
-                <tracedb_proto::trace::v1::Span as prost::Message>::decode(payload.as_slice())
-                    .expect("generated span");
-            Span {
-                trace_id: id,
-                span_id: SpanId::from_slice(&decoded.span_id).expect("8 bytes"),
-                start_unix_nano: decoded.start_time_unix_nano,
-                end_unix_nano: decoded.end_time_unix_nano,
-                group: Arc::new(ScopeGroup {
-                    resource: Some(Bytes::from(resource)),
-                    scope: Some(Bytes::from(scope)),
-                    ..ScopeGroup::default()
-                }),
-                payload: Bytes::from(payload),
-            }
-        })
-        .collect()
-}
 
 /// A condition on the fields a cell key holds.
 fn condition(rng: &mut Rng) -> String {

@@ -19,7 +19,7 @@ fn now() -> u64 {
 }
 
 /// Spans as the engine stores them, from the generator's encoded parts.
-fn spans(id: TraceId, parts: Vec<arbitrary::EncodedParts>) -> Vec<Span> {
+pub(crate) fn spans(id: TraceId, parts: Vec<arbitrary::EncodedParts>) -> Vec<Span> {
     parts
         .into_iter()
         .map(|(resource, scope, payload)| {
