@@ -4,6 +4,8 @@
 //! that no span is counted in a buffer and again in the file it was
 //! flushed to.
 
+use std::{collections::HashMap, sync::Arc};
+
 use crate::{
     budget::{Overloaded, Permit},
     error::Result,
@@ -89,32 +91,91 @@ impl Engine {
             return Err(CellsError::NotNow);
         };
         let mut stats = CellsStats::default();
-        let within = |s: &crate::span::Span| range.overlaps(s.start_unix_nano, s.end_unix_nano);
-        let buffered: usize = tails.len()
-            + chunks
-                .iter()
-                .chain(snapshot.sealed.iter().flat_map(|s| s.chunks.iter()))
-                .map(|c| c.len())
-                .sum::<usize>();
-        held.grow(buffered * RECORD_BYTES)
-            .map_err(CellsError::Overloaded)?;
-        let mut counted = CellsBuilder::default();
-        for span in tails.iter().chain(
-            chunks
-                .iter()
-                .chain(snapshot.sealed.iter().flat_map(|s| s.chunks.iter()))
-                .flat_map(|c| c.iter()),
-        ) {
-            if within(span) {
-                counted.add(span);
-                stats.buffered_spans += 1;
+        // The buffers' frozen chunks and sealed buffers do not change: each
+        // is counted once and its cells kept while it lives (the entry of a
+        // chunk holds it, so its address is not reused meanwhile). The
+        // growing tails are counted at every query.
+        let cache = &self.inner.summary_cache;
+        let mut fresh: HashMap<usize, super::search::ChunkCells> =
+            HashMap::with_capacity(chunks.len());
+        {
+            let cached = cache.cells_chunks.lock();
+            for chunk in &chunks {
+                let key = Arc::as_ptr(chunk) as usize;
+                if let Some(hit) = cached.get(&key) {
+                    fresh.insert(key, hit.clone());
+                }
             }
         }
-        if let Some(c) = counted.finish() {
-            f(&CellsView::Memory(&c), c.bytes(), held)?;
+        let mut sealed_cells: Vec<Option<Arc<FileCells>>> = {
+            let mut cached = cache.cells_sealed.lock();
+            cached.retain(|id, _| snapshot.sealed.iter().any(|s| s.id == *id));
+            snapshot
+                .sealed
+                .iter()
+                .map(|s| cached.get(&s.id).cloned())
+                .collect()
+        };
+        // Memory to count what is not cached yet.
+        let to_count = tails.len()
+            + chunks
+                .iter()
+                .filter(|c| !fresh.contains_key(&(Arc::as_ptr(c) as usize)))
+                .map(|c| c.len())
+                .sum::<usize>()
+            + snapshot
+                .sealed
+                .iter()
+                .zip(&sealed_cells)
+                .filter(|(_, hit)| hit.is_none())
+                .map(|(s, _)| s.chunks.iter().map(|c| c.len()).sum::<usize>())
+                .sum::<usize>();
+        held.grow(to_count * RECORD_BYTES)
+            .map_err(CellsError::Overloaded)?;
+        let count = |spans: &mut dyn Iterator<Item = &crate::span::Span>| {
+            let mut b = CellsBuilder::default();
+            for s in spans {
+                b.add(s);
+            }
+            b.finish().map(Arc::new).ok_or(CellsError::NotNow)
+        };
+        let mut sources: Vec<Arc<FileCells>> = Vec::new();
+        for chunk in &chunks {
+            let key = Arc::as_ptr(chunk) as usize;
+            let cells = match fresh.get(&key) {
+                Some((_, c)) => c.clone(),
+                None => {
+                    let c = count(&mut chunk.iter())?;
+                    fresh.insert(key, (chunk.clone(), c.clone()));
+                    c
+                }
+            };
+            stats.buffered_spans += chunk.len();
+            sources.push(cells);
         }
-        held.shrink(buffered * RECORD_BYTES);
+        *cache.cells_chunks.lock() = fresh;
+        for (sealed, hit) in snapshot.sealed.iter().zip(sealed_cells.iter_mut()) {
+            let cells = match hit.take() {
+                Some(c) => c,
+                None => {
+                    let c = count(&mut sealed.chunks.iter().flat_map(|c| c.iter()))?;
+                    cache.cells_sealed.lock().insert(sealed.id, c.clone());
+                    c
+                }
+            };
+            stats.buffered_spans += sealed.chunks.iter().map(|c| c.len()).sum::<usize>();
+            sources.push(cells);
+        }
+        if !tails.is_empty() {
+            stats.buffered_spans += tails.len();
+            sources.push(count(&mut tails.iter())?);
+        }
+        held.shrink(to_count * RECORD_BYTES);
         drop((chunks, tails));
+        for c in &sources {
+            f(&CellsView::Memory(c), c.bytes(), held)?;
+        }
+        drop(sources);
 
         stats.skipped = self.quarantined_in(range);
         for file in self.files_in(&snapshot, range) {

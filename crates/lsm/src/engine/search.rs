@@ -38,6 +38,7 @@ use crate::{
     index::{
         self,
         blocks::{BlockDigest, DigestTag, FileIndex, NeedTerms},
+        cells::FileCells,
         OpNeed, SummaryBuilder, SummarySet, TagScope, ValueKind,
     },
     memtable::Chunk,
@@ -48,6 +49,8 @@ pub use values::{TagValues, ValuesLimit};
 
 /// A frozen memtable chunk and its summary.
 type CachedChunk = (Arc<Chunk>, Arc<SummarySet>);
+/// A frozen memtable chunk and its metrics cells.
+pub(super) type ChunkCells = (Arc<Chunk>, Arc<FileCells>);
 
 /// Summaries kept between queries.
 pub(crate) struct SummaryCache {
@@ -58,6 +61,10 @@ pub(crate) struct SummaryCache {
     /// Keyed by the chunk's address; the entry holds the chunk, so the
     /// address is not reused while the entry exists.
     chunks: Mutex<HashMap<usize, CachedChunk>>,
+    /// The metrics cells of the frozen chunks (keyed as `chunks`) and of
+    /// the sealed buffers, counted once each (`engine/cells.rs`).
+    pub(super) cells_chunks: Mutex<HashMap<usize, ChunkCells>>,
+    pub(super) cells_sealed: Mutex<HashMap<u64, Arc<FileCells>>>,
 }
 
 impl SummaryCache {
@@ -74,6 +81,8 @@ impl SummaryCache {
             digests: Mutex::new(FileCache::new(file_bytes - file_bytes / 4)),
             sealed: Mutex::default(),
             chunks: Mutex::default(),
+            cells_chunks: Mutex::default(),
+            cells_sealed: Mutex::default(),
         }
     }
 
