@@ -15,6 +15,10 @@
 //!   Its bytes are `format`'s (docs/FORMAT.md, "Index sidecar"); `encode`
 //!   cuts a set into blocks; `block_values` reads a key's values from a
 //!   block's bytes for the tag-values query.
+//! - [`cells`]: the file's metrics cells, written after the sidecar's
+//!   blocks: span counts and duration buckets per (service, name, kind,
+//!   status, root) and second, minute and hour, which TraceQL metrics add
+//!   instead of reading spans (docs/FORMAT.md, "Metrics cells").
 //! - [`blocks`]: a sidecar keeps its parts in blocks, newest start first,
 //!   each described by a digest ([`blocks::BlockDigest`]: times, kinds,
 //!   errors, a Bloom filter of its strings); a file's digests

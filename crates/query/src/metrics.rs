@@ -1,13 +1,19 @@
-//! Running a TraceQL metrics query on one store: every trace with a span
-//! in the window, read whole and evaluated, its matched spans counted into
-//! series by [`tracedb_traceql::metrics::MetricsEval`].
+//! Running a TraceQL metrics query on one store, its matched spans counted
+//! into series by [`tracedb_traceql::metrics::MetricsEval`], one of two
+//! ways:
 //!
-//! The search index finds the traces: its walk proposes each trace with a
-//! part that overlaps the window and may meet what the query needs
-//! ([`tracedb_traceql::needs`]), so a query on a service or a span name
-//! reads only the traces that have them. The spans decide: the index never
-//! counts. Memory is admitted by the store's budget as a search's is: the
-//! walk's set of proposed traces, the trace being evaluated and the series.
+//! - from the files' and buffers' metrics cells (`cells`), when every field
+//!   the query reads is one a cell key holds and its grid is of whole
+//!   buckets: each key judged once by the evaluator, no span read but for
+//!   exemplars;
+//! - else from the spans: the search index's walk proposes each trace with
+//!   a part that overlaps the window and may meet what the query needs
+//!   ([`tracedb_traceql::needs`]), or a per-span query reads the window's
+//!   files in one pass; the spans decide, the index never counts.
+//!
+//! Memory is admitted by the store's budget as a search's is: the walk's
+//! set of proposed traces, the trace being evaluated, the cells' sums and
+//! the series.
 
 use std::sync::Arc;
 
