@@ -109,6 +109,12 @@ struct Args {
     /// does, for searches that walk it newest first.
     #[arg(long, default_value_t = 0)]
     pass_shift_ms: u64,
+    /// The first trace starts this many seconds before the current minute
+    /// (0: at it). With `--pass-shift-ms` as long as a pass's span time, a
+    /// load of minutes fills the hour behind now as an hour of traffic
+    /// would.
+    #[arg(long, default_value_t = 0)]
+    start_ago_secs: u64,
     /// The search workload's cardinalities: hundreds of span names, and on
     /// each root span a `user.id` (up to a million values) and a `tenant`
     /// (five).
@@ -226,6 +232,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         services: args.services,
         pass_shift_nanos: args.pass_shift_ms * 1_000_000,
         search_attributes: args.search_attributes,
+        start_unix_nano: WorkloadOptions::default()
+            .start_unix_nano
+            .saturating_sub(args.start_ago_secs.saturating_mul(1_000_000_000)),
         ..WorkloadOptions::default()
     };
     let started = Instant::now();
