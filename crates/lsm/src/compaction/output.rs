@@ -10,7 +10,7 @@ use std::{
 
 use crate::{
     error::Result,
-    index::{remove_sidecar, SidecarBuilder, SidecarParts},
+    index::{cells::RunCells, remove_sidecar, SidecarBuilder, SidecarParts},
     layout::table_path,
     manifest::FileEntry,
     span::Span,
@@ -52,13 +52,15 @@ pub struct MergeOutput {
     pub parts_reused: u64,
 }
 
-/// One open output per partition.
+/// One open output per partition, and the unnamed metrics cells of the
+/// partition's run so far.
 struct Open {
     id: u64,
     path: PathBuf,
     builder: SsTableBuilder,
     /// The search-index sidecar of the same spans, written beside the file.
     summary: SidecarBuilder,
+    run: RunCells,
 }
 
 /// Merges the task's inputs into new files. `Ok(None)` if it was told to stop;
@@ -150,7 +152,7 @@ fn merge_into(
     out.duplicates = merger.duplicates;
     for (p, slot) in open {
         if slot.builder.span_count() > 0 {
-            finish(slot, task, p, out)?;
+            finish(slot, task, p, out, true)?;
         }
     }
     Ok(true)
@@ -174,7 +176,7 @@ fn write_part(
     };
     if slot.builder.estimated_bytes() >= ctx.opts.target_file_bytes {
         let full = std::mem::replace(slot, Open::create(ctx)?);
-        finish(full, task, p, out)?;
+        slot.run = finish(full, task, p, out, false)?;
     }
     let before = slot.builder.estimated_bytes();
     match reused {
@@ -254,18 +256,30 @@ impl Open {
         Ok(Open {
             builder: SsTableBuilder::create(&path, ctx.table_opts.clone())?,
             summary: SidecarBuilder::new(ctx.index_block_parts),
+            run: RunCells::default(),
             id,
             path,
         })
     }
 }
 
-fn finish(slot: Open, task: &CompactionTask, partition: u64, out: &mut MergeOutput) -> Result<()> {
+/// Finishes `slot`'s file, `last` of its partition's run (the merge is over)
+/// or not (the file is full): its sidecar holds its search index, its named
+/// metrics cells and, when it ends the run's sums, the run's unnamed ones.
+/// Returns the run's sums, for the partition's next file.
+fn finish(
+    slot: Open,
+    task: &CompactionTask,
+    partition: u64,
+    out: &mut MergeOutput,
+    last: bool,
+) -> Result<RunCells> {
     let Open {
         id,
         path,
         builder,
-        summary,
+        mut summary,
+        mut run,
     } = slot;
     let meta = builder.finish()?;
     // Pushed first, so an error below still removes the file with the others.
@@ -279,7 +293,9 @@ fn finish(slot: Open, task: &CompactionTask, partition: u64, out: &mut MergeOutp
         },
         path.clone(),
     ));
-    summary.write(&path)?;
+    let own = summary.take_cells();
+    let cells = run.file(id, own, last);
+    summary.write_with(&path, cells.as_ref())?;
     out.bytes_written += meta.file_size;
-    Ok(())
+    Ok(run)
 }

@@ -4,13 +4,16 @@
 //! that no span is counted in a buffer and again in the file it was
 //! flushed to.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use crate::{
     budget::{Overloaded, Permit},
     error::Result,
-    index::cells::{CellsBuilder, CellsFile, CellsView, FileCells},
-    version::TimeRange,
+    index::cells::{CellsBuilder, CellsFile, CellsView, Counts, Family, FileCells},
+    version::{SuperVersion, TableFile, TimeRange},
 };
 
 use super::{Engine, SkippedFile};
@@ -26,6 +29,9 @@ pub struct CellsStats {
     pub files_with_cells: usize,
     /// Files counted from their spans (their sidecar had no cells).
     pub files_counted: usize,
+    /// Files of the window whose unnamed cells were read with their run's,
+    /// from another file.
+    pub files_in_runs: usize,
     /// Spans of the buffers counted.
     pub buffered_spans: usize,
     /// Files of the window that could not be read: their spans are missing.
@@ -50,6 +56,14 @@ impl From<crate::Error> for CellsError {
     }
 }
 
+/// A file whose cells are read, and the other files of the window they
+/// count (of its run).
+type Readable<'a> = (&'a Arc<TableFile>, CellsFile, Vec<&'a Arc<TableFile>>);
+
+/// A file's cells, opened, and whose spans they count (`None`: none, or
+/// unreadable).
+type Opened = Option<(CellsFile, Counts)>;
+
 /// Bytes a buffered span costs while the buffers' cells are counted.
 const RECORD_BYTES: usize = 8;
 
@@ -65,6 +79,7 @@ impl Engine {
     pub fn cells_in(
         &self,
         range: TimeRange,
+        family: Family,
         held: &mut Permit,
         mut f: impl FnMut(&CellsView<'_>) -> Result<usize>,
     ) -> std::result::Result<CellsStats, CellsError> {
@@ -178,24 +193,25 @@ impl Engine {
         drop(sources);
 
         stats.skipped = self.quarantined_in(range);
-        for file in self.files_in(&snapshot, range) {
-            let read = match CellsFile::open(file.path()) {
-                Ok(Some(c)) => f(&CellsView::File(&c), 0, held).map(Some),
-                Ok(None) => Ok(None),
-                Err(e) => Err(CellsError::Engine(e)),
-            };
-            match read {
-                Ok(Some(())) => {
+        let files = self.files_in(&snapshot, range);
+        let (readable, to_count) = self.file_sources(&snapshot, &files, family);
+        let mut to_count: Vec<&Arc<TableFile>> = to_count;
+        for (file, cells, members) in readable {
+            match f(&CellsView::File(&cells), 0, held) {
+                Ok(()) => {
                     stats.files_with_cells += 1;
-                    continue;
+                    stats.files_in_runs += members.len();
                 }
-                Ok(None) => {}
                 Err(CellsError::Engine(e)) => {
                     tracing::warn!(file = %file.path().display(), error = %e,
-                    "metrics cells unreadable; counting the file's spans")
+                        "metrics cells unreadable; counting the spans of the files they count");
+                    to_count.push(file);
+                    to_count.extend(members);
                 }
                 Err(e) => return Err(e),
             }
+        }
+        for file in to_count {
             let meta = file.table().meta();
             held.grow(meta.span_count as usize * RECORD_BYTES)
                 .map_err(CellsError::Overloaded)?;
@@ -222,6 +238,135 @@ impl Engine {
         }
         held.shrink(callers);
         Ok(stats)
+    }
+
+    /// Where the cells of `family` for `files` (a window's files of
+    /// `snapshot`) are read from: the files whose cells count them, each
+    /// with the other files of the window it counts for (a run's, whose
+    /// unnamed cells one file holds), and the files to count from their
+    /// spans (cells missing or unreadable).
+    ///
+    /// A run's cells are read only when they count exactly the files that
+    /// say they are counted there: every file they list is live, and says
+    /// so (it may have been quarantined, or had its sidecar rebuilt with
+    /// cells of its own). Otherwise every file of the run in the window is
+    /// counted from its spans, which is slower and as exact.
+    fn file_sources<'a>(
+        &self,
+        snapshot: &'a SuperVersion,
+        files: &[&'a Arc<TableFile>],
+        family: Family,
+    ) -> (Vec<Readable<'a>>, Vec<&'a Arc<TableFile>>) {
+        let open = |file: &TableFile| match CellsFile::open(file.path()) {
+            Ok(Some(c)) => match c.counts() {
+                Ok(counts) => Some((c, counts)),
+                Err(e) => {
+                    tracing::warn!(file = %file.path().display(), error = %e,
+                        "metrics cells unreadable; counting the file's spans");
+                    None
+                }
+            },
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(file = %file.path().display(), error = %e,
+                    "metrics cells unreadable; counting the file's spans");
+                None
+            }
+        };
+        let mut opened: Vec<(&'a Arc<TableFile>, Opened)> =
+            files.iter().map(|&file| (file, open(file))).collect();
+        let mut readable = Vec::new();
+        let mut to_count = Vec::new();
+        if family == Family::Named {
+            // Every file's named cells count its own spans.
+            for (file, cells) in opened {
+                match cells {
+                    Some((c, _)) => readable.push((file, c, Vec::new())),
+                    None => to_count.push(file),
+                }
+            }
+            return (readable, to_count);
+        }
+        // The holders of the runs the window's files are counted in, and
+        // whether each file says it is counted there.
+        let live: HashMap<u64, &'a Arc<TableFile>> =
+            snapshot.version.files().map(|f| (f.id, f)).collect();
+        let in_window: HashSet<u64> = files.iter().map(|f| f.id).collect();
+        let mut says: HashMap<u64, Option<u64>> = opened
+            .iter()
+            .map(|(f, c)| {
+                let run = match c {
+                    Some((_, Counts::InRun { run })) => Some(*run),
+                    _ => None,
+                };
+                (f.id, run)
+            })
+            .collect();
+        // Files of the window's runs outside the window (their holders, and
+        // what their other files say): a run's files live in one level and
+        // partition, so they are looked for there.
+        let wanted: HashSet<u64> = says.values().flatten().copied().collect();
+        let partitions: HashSet<(u32, u64)> = opened
+            .iter()
+            .filter(|(_, c)| matches!(c, Some((_, Counts::InRun { .. } | Counts::Run { .. }))))
+            .map(|(f, _)| (f.level, f.partition))
+            .collect();
+        for file in snapshot.version.files() {
+            if in_window.contains(&file.id) || !partitions.contains(&(file.level, file.partition)) {
+                continue;
+            }
+            if let Some((c, counts)) = open(file) {
+                match &counts {
+                    Counts::Run { run, .. } if wanted.contains(run) => {
+                        opened.push((file, Some((c, counts))));
+                    }
+                    Counts::InRun { run } => {
+                        says.insert(file.id, Some(*run));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // Each file counted by at most one holder.
+        let mut claims: HashMap<u64, usize> = HashMap::new();
+        for (_, cells) in &opened {
+            if let Some((_, Counts::Run { members, .. })) = cells {
+                for m in members {
+                    *claims.entry(*m).or_default() += 1;
+                }
+            }
+        }
+        let mut counted: HashSet<u64> = HashSet::new();
+        let mut holders = Vec::new();
+        for (file, cells) in opened {
+            match cells {
+                Some((c, Counts::Own)) => readable.push((file, c, Vec::new())),
+                Some((c, Counts::Run { run, members })) => {
+                    let whole = members.contains(&file.id)
+                        && members.iter().all(|m| {
+                            claims.get(m) == Some(&1)
+                                && live.contains_key(m)
+                                && (*m == file.id || says.get(m) == Some(&Some(run)))
+                        });
+                    if whole {
+                        counted.extend(members.iter().copied());
+                        let others = members
+                            .iter()
+                            .filter(|m| **m != file.id && in_window.contains(m))
+                            .map(|m| live[m])
+                            .collect();
+                        holders.push((file, c, others));
+                    } else if in_window.contains(&file.id) {
+                        to_count.push(file);
+                    }
+                }
+                Some((_, Counts::InRun { .. })) | None => to_count.push(file),
+            }
+        }
+        // A file whose run's cells count it is not counted again.
+        to_count.retain(|f| !counted.contains(&f.id));
+        readable.extend(holders);
+        (readable, to_count)
     }
 
     /// A file's cells from its spans.

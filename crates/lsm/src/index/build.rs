@@ -7,7 +7,7 @@
 use std::{borrow::Borrow, sync::Arc};
 
 use super::{
-    cells::CellsBuilder,
+    cells::{CellsBuilder, FileCells},
     format,
     sidecar::{self, SidecarParts},
     wire, Edge, HashMap, Op, SummarySet, Tag, TagScope, TraceSummary, ValueKind,
@@ -323,20 +323,33 @@ impl SidecarBuilder {
             .push((part.start_unix_nano, at, self.parts.len() - at));
     }
 
-    /// Writes the sidecar of the sorted file at `table`.
-    pub fn write(self, table: &std::path::Path) -> crate::error::Result<()> {
+    /// The metrics cells of the spans counted ([`SidecarBuilder::count`]),
+    /// taken: `None` when none were counted (the file's cells are then
+    /// counted from its spans when a query needs them).
+    pub fn take_cells(&mut self) -> Option<FileCells> {
+        let cells = std::mem::take(&mut self.cells);
+        (!cells.is_empty()).then(|| cells.finish()).flatten()
+    }
+
+    /// Writes the sidecar of the sorted file at `table`, with its cells.
+    pub fn write(mut self, table: &std::path::Path) -> crate::error::Result<()> {
+        let cells = self.take_cells();
+        self.write_with(table, cells.as_ref())
+    }
+
+    /// Writes the sidecar of the sorted file at `table`, with `cells`.
+    pub fn write_with(
+        self,
+        table: &std::path::Path,
+        cells: Option<&FileCells>,
+    ) -> crate::error::Result<()> {
         sidecar::write_parts(
             table,
             &self.names.strings,
             &self.parts,
             self.placed,
             self.block_parts,
-            // A builder told of no span writes no cells (the file's are
-            // then counted from its spans when a query needs them).
-            (!self.cells.is_empty())
-                .then(|| self.cells.finish())
-                .flatten()
-                .as_ref(),
+            cells,
         )
     }
 }

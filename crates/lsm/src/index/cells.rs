@@ -23,9 +23,12 @@
 //! Cells are written at the end of the file's sidecar, after its blocks
 //! (docs/FORMAT.md, "Metrics cells"): a sidecar without them (written
 //! before them) is read as before, and its file's cells are counted from
-//! its spans when a query needs them.
+//! its spans when a query needs them. A merge keeps the unnamed cells of
+//! the files of a sorted run it writes added up, with one file ([`Counts`],
+//! [`RunCells`]).
 
 mod format;
+mod run;
 
 use std::borrow::Borrow;
 
@@ -33,6 +36,7 @@ use super::{wire, HashMap};
 use crate::{error::Result, span::Span};
 
 pub use format::{cells_len, decode, encode, CellsFile};
+pub use run::{RunCells, RUN_CELLS_BYTES};
 
 const NANOS: u64 = 1_000_000_000;
 /// The buckets' lengths, seconds, finest first: each divides the next.
@@ -80,6 +84,27 @@ pub enum Family {
     Named = 0,
     /// The key without the span name.
     Unnamed = 1,
+}
+
+/// Whose spans a file's unnamed cells count (its named cells always count
+/// its own).
+///
+/// The files one merge writes for one time partition form a sorted run:
+/// they split the trace IDs, so each covers the partition's every second,
+/// and cells per file would repeat each unnamed (second, key) in every file
+/// of the run. A merge adds them up across the run's files instead
+/// ([`RunCells`]) and writes them with one file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Counts {
+    /// The file's own spans.
+    #[default]
+    Own,
+    /// The spans of the files `members` (IDs ascending, this file among
+    /// them) of run `run` (the ID of its first file).
+    Run { run: u64, members: Vec<u64> },
+    /// The file has no unnamed cells: its spans are counted by the file of
+    /// run `run` whose [`Counts::Run`] lists it.
+    InRun { run: u64 },
 }
 
 /// One cell: spans of one key whose start falls in one bucket.
@@ -133,6 +158,7 @@ pub struct FileCells {
     pub named: Vec<CellKey>,
     pub unnamed: Vec<CellKey>,
     pub tables: Vec<CellTable>,
+    pub counts: Counts,
 }
 
 impl FileCells {
@@ -438,6 +464,7 @@ impl CellsBuilder {
             named,
             unnamed,
             tables,
+            counts: Counts::Own,
         })
     }
 }
@@ -457,14 +484,19 @@ impl CellsView<'_> {
         }
     }
 
+    /// The table of `family` with buckets of `seconds`; its cells'
+    /// durations may be left out unless `durations`.
     pub fn table(
         &self,
         family: Family,
         seconds: u64,
+        durations: bool,
     ) -> Result<Option<std::borrow::Cow<'_, CellTable>>> {
         match self {
             CellsView::Memory(c) => Ok(c.table(family, seconds).map(std::borrow::Cow::Borrowed)),
-            CellsView::File(f) => Ok(f.table(family, seconds)?.map(std::borrow::Cow::Owned)),
+            CellsView::File(f) => Ok(f
+                .table(family, seconds, durations)?
+                .map(std::borrow::Cow::Owned)),
         }
     }
 }

@@ -252,7 +252,7 @@ impl Counter<'_> {
         let keys = cells.keys(family)?;
         let mut tables = Vec::with_capacity(self.plan.levels.len());
         for &len in self.plan.levels {
-            match cells.table(family, len)? {
+            match cells.table(family, len, self.plan.durations)? {
                 Some(t) if t.has_durations || !self.plan.durations => tables.push(t),
                 _ => {
                     self.failed = true;
@@ -354,6 +354,7 @@ pub fn run(engine: &Engine, req: &MetricsRequest) -> Result<Option<Answer<Metric
     let Some(plan) = plan(req) else {
         return Ok(None);
     };
+    let family = plan.family;
     let mut counter = Counter {
         query: &req.query,
         grid: req.grid,
@@ -367,7 +368,7 @@ pub fn run(engine: &Engine, req: &MetricsRequest) -> Result<Option<Answer<Metric
     };
     let row_bytes = req.grid.len() * CELL_BYTES + 256;
     let range = TimeRange::new(req.grid.start, req.grid.end);
-    let stats = match engine.cells_in(range, &mut held, |cells| {
+    let stats = match engine.cells_in(range, family, &mut held, |cells| {
         counter.add(cells)?;
         Ok(counter.bytes())
     }) {

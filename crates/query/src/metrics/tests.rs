@@ -1,10 +1,14 @@
 //! The metrics answered from cells against the same queries answered from
-//! every span, on random traces stored in files, split across files and
+//! every span, on random traces stored in files (flushed, and merged into
+//! runs whose unnamed cells one file holds), split across files and
 //! buffered, and random queries of the fields cells hold.
 
 use std::{sync::Arc, time::Duration};
 
-use tracedb_lsm::{Engine, EngineOptions, MemTableOptions, Span, TraceId};
+use tracedb_lsm::{
+    index::cells::{decode, Counts},
+    Engine, EngineOptions, MemTableOptions, Span, TraceId,
+};
 use tracedb_traceql::{
     arbitrary::{self, Rng, NAMES, SERVICES},
     metrics::{Grid, Series},
@@ -85,6 +89,9 @@ fn metrics_from_cells_answer_as_every_span_does() {
         max_age: Duration::from_secs(3600),
     };
     opts.compaction_threads = 0;
+    // Runs of several files, whose unnamed cells one file of each holds.
+    opts.compaction.l0_trigger_files = 3;
+    opts.compaction.target_file_bytes = 24 << 10;
     let engine = Engine::open(opts).expect("open");
     let mut rng = Rng::new(43);
     let now = std::time::SystemTime::now()
@@ -93,52 +100,104 @@ fn metrics_from_cells_answer_as_every_span_does() {
         .as_nanos() as u64;
     // Whole seconds, so the grid's edges fall on cell boundaries.
     let base = (now - 3 * 3600 * SEC) / SEC * SEC;
-    let mut batches: Vec<Vec<Span>> = vec![Vec::new(); 4];
+    let mut batches: Vec<Vec<Span>> = vec![Vec::new(); 6];
     for t in 1..=500u128 {
         let id = TraceId((t * 7919).to_be_bytes());
         // Over two hours; some spans start exactly on a second, some just
         // after one.
         let start = base + (t as u64 * 15 % 7200) * SEC + (t as u64 % 3) * (SEC / 3);
         let mut trace = spans(id, arbitrary::trace(&mut rng, id.0, start));
-        let batch = rng.below(4);
+        let batch = rng.below(6);
         if trace.len() > 1 && rng.chance(20) {
             let rest = trace.split_off(trace.len() / 2);
-            batches[(batch + 1).min(3)].extend(rest);
+            batches[(batch + 1).min(5)].extend(rest);
         }
         batches[batch].extend(trace);
     }
+    let sidecars = || {
+        let mut sidecars: Vec<_> = std::fs::read_dir(dir.path().join("tables"))
+            .expect("tables")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "idx"))
+            .collect();
+        sidecars.sort();
+        sidecars
+    };
+    // The first three batches merged into runs of level 1 (one per hour),
+    // the next two flushed, the last one buffered.
     for (b, batch) in batches.into_iter().enumerate() {
         engine.write_blocking(batch).expect("write");
-        if b < 3 {
+        if b < 5 {
             engine.flush().expect("flush");
         }
+        if b == 2 {
+            assert!(engine.compact().expect("compact") > 0);
+        }
     }
-    // One file's sidecar as written before cells (they are counted from its
-    // spans), one whose cells are damaged (counted from its spans too).
-    let mut sidecars: Vec<_> = std::fs::read_dir(dir.path().join("tables"))
-        .expect("tables")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "idx"))
+    let sidecars = sidecars();
+    let counts: Vec<Counts> = sidecars
+        .iter()
+        .map(|p| {
+            let bytes = std::fs::read(p).expect("read");
+            decode(p, &bytes).expect("cells").expect("cells").counts
+        })
         .collect();
-    sidecars.sort();
-    assert!(sidecars.len() >= 3, "{sidecars:?}");
-    let bytes = std::fs::read(&sidecars[0]).expect("read");
-    std::fs::write(&sidecars[0], &bytes[..bytes.len() - 1]).expect("write");
-    let mut bytes = std::fs::read(&sidecars[1]).expect("read");
+    let holders = counts
+        .iter()
+        .filter(|c| matches!(c, Counts::Run { .. }))
+        .count();
+    assert!(holders >= 2, "{counts:?}");
+    // A file of one run whose sidecar is lost: that run's files are counted
+    // from their spans (a search rebuilds the sidecar later, with cells of
+    // its own: the run's are then still not used).
+    let member = counts
+        .iter()
+        .position(|c| matches!(c, Counts::InRun { .. }))
+        .expect("a file whose run holds its cells");
+    std::fs::remove_file(&sidecars[member]).expect("remove");
+    // The flushed files: one sidecar as written before cells (they are
+    // counted from its spans), one whose cells are damaged (counted from its
+    // spans too).
+    let flushed = &sidecars[sidecars.len() - 2..];
+    let bytes = std::fs::read(&flushed[0]).expect("read");
+    std::fs::write(&flushed[0], &bytes[..bytes.len() - 1]).expect("write");
+    let mut bytes = std::fs::read(&flushed[1]).expect("read");
     let at = bytes.len() - 30;
     bytes[at] ^= 0x10;
-    std::fs::write(&sidecars[1], &bytes).expect("write");
+    std::fs::write(&flushed[1], &bytes).expect("write");
+    let Counts::InRun { run } = counts[member] else {
+        unreachable!("a file of a run")
+    };
+    let broken_run = counts
+        .iter()
+        .filter(|c| match c {
+            Counts::InRun { run: r } => *r == run,
+            Counts::Run { run: r, .. } => *r == run,
+            Counts::Own => false,
+        })
+        .count();
 
     let mut held = engine.memory_budget().acquire(0).expect("budget");
     let stats = engine
         .cells_in(
             tracedb_lsm::TimeRange::new(base, base + 7300 * SEC),
+            tracedb_lsm::index::cells::Family::Unnamed,
             &mut held,
             |_| Ok(0),
         )
         .unwrap_or_else(|_| panic!("cells of the window"));
-    assert_eq!(stats.files_counted, 2, "{stats:?}");
-    assert_eq!(stats.files_with_cells, sidecars.len() - 2, "{stats:?}");
+    assert_eq!(stats.files_counted, 2 + broken_run, "{stats:?}");
+    let others_in_runs = counts
+        .iter()
+        .filter(|c| matches!(c, Counts::InRun { run: r } if *r != run))
+        .count();
+    assert!(others_in_runs > 0, "{counts:?}");
+    assert_eq!(stats.files_in_runs, others_in_runs, "{stats:?}");
+    assert_eq!(
+        stats.files_with_cells + stats.files_in_runs + stats.files_counted,
+        sidecars.len(),
+        "{stats:?}"
+    );
     assert!(stats.buffered_spans > 0, "{stats:?}");
     drop(held);
 

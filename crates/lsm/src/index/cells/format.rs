@@ -6,7 +6,7 @@ use std::path::Path;
 
 use tracedb_proto::wire::put_varint;
 
-use super::{Cell, CellKey, CellTable, Family, FileCells, Parent, BUCKET_SECONDS};
+use super::{Cell, CellKey, CellTable, Counts, Family, FileCells, Parent, BUCKET_SECONDS};
 use crate::{
     error::{Error, Result},
     index::format::{Reader, MAX_BODY_BYTES, ZSTD_LEVEL},
@@ -39,6 +39,13 @@ enum What {
     Keys(Family),
     /// Family, bucket seconds, whether the cells hold durations.
     Table(Family, u64, bool),
+    /// The run the cells belong to (its first file's ID): `holds` when
+    /// they count the run's spans (the frame lists its files), else the
+    /// file holds no cells ([`Counts`]).
+    Run {
+        holds: bool,
+        run: u64,
+    },
 }
 
 /// Where one section's zstd frame is, as the cells' index says.
@@ -103,6 +110,17 @@ fn table_body(t: &CellTable) -> Vec<u8> {
     body
 }
 
+/// A run's files, each ID as the step from the one before.
+fn members_body(members: &[u64]) -> Vec<u8> {
+    let mut body = Vec::new();
+    let mut last = 0;
+    for &id in members {
+        put_varint(&mut body, id - last);
+        last = id;
+    }
+    body
+}
+
 fn compress(body: &[u8]) -> Vec<u8> {
     zstd::bulk::compress(body, ZSTD_LEVEL).expect("zstd compresses")
 }
@@ -126,17 +144,45 @@ pub fn encode(cells: &FileCells) -> Vec<u8> {
         ));
         out.extend_from_slice(&f);
     };
-    for family in [Family::Named, Family::Unnamed] {
+    // A file whose run holds its unnamed cells has only named ones.
+    let in_run = matches!(cells.counts, Counts::InRun { .. });
+    let families: &[Family] = if in_run {
+        &[Family::Named]
+    } else {
+        &[Family::Named, Family::Unnamed]
+    };
+    for &family in families {
         let keys = cells.keys(family);
         frame(&mut out, What::Keys(family), keys.len(), keys_body(keys));
     }
-    for t in &cells.tables {
+    for t in cells.tables.iter().filter(|t| families.contains(&t.family)) {
         frame(
             &mut out,
             What::Table(t.family, t.seconds, t.has_durations),
             t.cells.len(),
             table_body(t),
         );
+    }
+    match &cells.counts {
+        Counts::Own => {}
+        Counts::Run { run, members } => frame(
+            &mut out,
+            What::Run {
+                holds: true,
+                run: *run,
+            },
+            members.len(),
+            members_body(members),
+        ),
+        Counts::InRun { run } => frame(
+            &mut out,
+            What::Run {
+                holds: false,
+                run: *run,
+            },
+            0,
+            Vec::new(),
+        ),
     }
     let index_start = out.len() as u64;
     let mut index = Vec::new();
@@ -152,6 +198,11 @@ pub fn encode(cells: &FileCells) -> Vec<u8> {
                 index.extend_from_slice(&[1, family as u8]);
                 put_varint(&mut index, seconds);
                 index.push(u8::from(durations));
+            }
+            What::Run { holds, run } => {
+                index.extend_from_slice(&[2, 0]);
+                put_varint(&mut index, run);
+                index.push(u8::from(holds));
             }
         }
         put_varint(&mut index, count);
@@ -211,7 +262,7 @@ fn read_index(
     let mut sections = Vec::with_capacity(n);
     for _ in 0..n {
         let (kind, family) = match r.bytes(2)? {
-            [k @ (0 | 1), f @ (0 | 1)] => (
+            [k @ (0 | 1), f @ (0 | 1)] | [k @ 2, f @ 0] => (
                 *k,
                 if *f == 0 {
                     Family::Named
@@ -229,6 +280,10 @@ fn read_index(
         };
         let what = match kind {
             0 => What::Keys(family),
+            2 => What::Run {
+                holds: durations,
+                run: seconds,
+            },
             _ if BUCKET_SECONDS.contains(&seconds) => What::Table(family, seconds, durations),
             _ => return Err(r.err("a cell table of another bucket length")),
         };
@@ -240,7 +295,10 @@ fn read_index(
         let fits = back
             .checked_sub(u64::from(frame_len))
             .is_some_and(|_| back <= start);
-        if !fits || sections.iter().any(|s: &Section| s.what == what) {
+        let again = sections.iter().any(|s: &Section| {
+            s.what == what || matches!((s.what, what), (What::Run { .. }, What::Run { .. }))
+        });
+        if !fits || again {
             return Err(r.err("a cells section out of the sidecar's bounds, or twice"));
         }
         sections.push(Section {
@@ -254,6 +312,22 @@ fn read_index(
     }
     if r.at != body.len() {
         return Err(r.err("bytes left over after the metrics cells' index"));
+    }
+    let unnamed = sections.iter().any(|s| {
+        matches!(
+            s.what,
+            What::Keys(Family::Unnamed) | What::Table(Family::Unnamed, ..)
+        )
+    });
+    let run_ok = sections.iter().all(|s| match s.what {
+        What::Run { holds: false, .. } => !unnamed && s.count == 0,
+        What::Run { holds: true, .. } => s.count > 0,
+        _ => true,
+    });
+    if !run_ok {
+        return Err(
+            r.err("a file of a run with unnamed cells of its own, or a run's cells of no file")
+        );
     }
     Ok(Some((start, sections)))
 }
@@ -309,12 +383,54 @@ fn parse_keys(path: &Path, body: &[u8], family: Family, n: u64) -> Result<Vec<Ce
     Ok(keys)
 }
 
+/// The files of a run, `n` IDs, ascending.
+fn parse_members(path: &Path, body: &[u8], n: u64) -> Result<Vec<u64>> {
+    let mut r = Reader {
+        path,
+        buf: body,
+        at: 0,
+    };
+    let mut members = Vec::with_capacity((n as usize).min(body.len()));
+    let mut last = 0u64;
+    for i in 0..n {
+        let step = r.varint()?;
+        if i > 0 && step == 0 {
+            return Err(r.err("a run's files out of order"));
+        }
+        last = last
+            .checked_add(step)
+            .ok_or_else(|| r.err("a run's file ID over 64 bits"))?;
+        members.push(last);
+    }
+    if r.at != body.len() {
+        return Err(r.err("bytes left over after a run's files"));
+    }
+    Ok(members)
+}
+
+/// What a file's cells count, from the run section `s` (if any) and its
+/// inflated frame.
+fn counts_of(path: &Path, run: Option<(Section, Vec<u8>)>) -> Result<Counts> {
+    Ok(match run {
+        None => Counts::Own,
+        Some((s, body)) => match s.what {
+            What::Run { holds: true, run } => Counts::Run {
+                run,
+                members: parse_members(path, &body, s.count)?,
+            },
+            What::Run { run, .. } => Counts::InRun { run },
+            _ => unreachable!("a run section"),
+        },
+    })
+}
+
 fn parse_table(
     path: &Path,
     body: &[u8],
     (family, seconds, has_durations): (Family, u64, bool),
     n: u64,
     keys: u64,
+    durations: bool,
 ) -> Result<CellTable> {
     let mut r = Reader {
         path,
@@ -371,6 +487,12 @@ fn parse_table(
         if c.spans == 0 {
             return Err(r.err("a cell of no spans"));
         }
+    }
+    if has_durations && !durations {
+        // The columns before the durations are read; the frame's checksum
+        // already vouched for the rest.
+        t.has_durations = false;
+        return Ok(t);
     }
     if has_durations {
         for c in &mut t.cells {
@@ -456,6 +578,21 @@ impl CellsFile {
         )))
     }
 
+    /// Whose spans the cells count. A file of a run that holds no cells
+    /// ([`Counts::InRun`]) has no keys or tables.
+    pub fn counts(&self) -> Result<Counts> {
+        let run = self
+            .sections
+            .iter()
+            .find(|s| matches!(s.what, What::Run { .. }))
+            .map(|s| s.what);
+        let run = match run {
+            Some(what) => self.section(what)?,
+            None => None,
+        };
+        counts_of(&self.path, run)
+    }
+
     /// The keys `family`'s tables number.
     pub fn keys(&self, family: Family) -> Result<Vec<CellKey>> {
         match self.section(What::Keys(family))? {
@@ -468,8 +605,14 @@ impl CellsFile {
         }
     }
 
-    /// The table of `family` with buckets of `seconds`, if the cells have it.
-    pub fn table(&self, family: Family, seconds: u64) -> Result<Option<CellTable>> {
+    /// The table of `family` with buckets of `seconds`, if the cells have
+    /// it; without its cells' durations unless `durations`.
+    pub fn table(
+        &self,
+        family: Family,
+        seconds: u64,
+        durations: bool,
+    ) -> Result<Option<CellTable>> {
         let Some(&Section { what, .. }) = self
             .sections
             .iter()
@@ -486,7 +629,7 @@ impl CellsFile {
         let What::Table(f, l, d) = what else {
             unreachable!("a table")
         };
-        parse_table(&self.path, &body, (f, l, d), s.count, keys).map(Some)
+        parse_table(&self.path, &body, (f, l, d), s.count, keys, durations).map(Some)
     }
 }
 
@@ -526,7 +669,19 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
         let bytes = &file[at as usize..(at + u64::from(s.frame_len)) as usize];
         inflate(path, at, bytes, s.body_len, s.crc)
     };
-    let mut cells = FileCells::default();
+    let run = match sections.iter().find(|s| matches!(s.what, What::Run { .. })) {
+        Some(s) => Some((*s, frame(s)?)),
+        None => None,
+    };
+    let counts = counts_of(path, run)?;
+    let families: &[Family] = match counts {
+        Counts::InRun { .. } => &[Family::Named],
+        _ => &[Family::Named, Family::Unnamed],
+    };
+    let mut cells = FileCells {
+        counts,
+        ..FileCells::default()
+    };
     let count_of = |family| {
         sections
             .iter()
@@ -534,7 +689,7 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
             .map(|s| s.count)
             .ok_or_else(|| corrupt(path, index_start, "metrics cells without their keys"))
     };
-    for family in [Family::Named, Family::Unnamed] {
+    for &family in families {
         let s = sections
             .iter()
             .find(|s| s.what == What::Keys(family))
@@ -548,9 +703,14 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
     for s in &sections {
         if let What::Table(f, l, d) = s.what {
             let keys = count_of(f)?;
-            cells
-                .tables
-                .push(parse_table(path, &frame(s)?, (f, l, d), s.count, keys)?);
+            cells.tables.push(parse_table(
+                path,
+                &frame(s)?,
+                (f, l, d),
+                s.count,
+                keys,
+                true,
+            )?);
         }
     }
     Ok(Some(cells))
