@@ -128,6 +128,8 @@ pub struct Candidates {
     /// Parts that end before this are left out: the query's `end_min`, or
     /// retention's cut when later.
     end_min: u64,
+    /// See [`SearchQuery::trace_ids`].
+    trace_ids: Option<(TraceId, TraceId)>,
     proposed: HashSet<TraceId>,
     held: usize,
     stats: WalkStats,
@@ -163,6 +165,12 @@ impl Engine {
             sources.push(Source::Buffer(Walking::new(set, need.as_ref())));
         }
         for file in self.files_in(&snapshot, range) {
+            let meta = file.table().meta();
+            if q.trace_ids
+                .is_some_and(|(lo, hi)| meta.max_trace_id < lo || meta.min_trace_id > hi)
+            {
+                continue;
+            }
             let index = self.file_index(file)?;
             // Every file's newest block is read from the disk at once, not
             // each as the walk reaches it.
@@ -183,6 +191,7 @@ impl Engine {
             start_min: q.start_min,
             start_max: q.start_max,
             end_min: q.end_min.max(self.inner.retention.expire_before()),
+            trace_ids: q.trace_ids,
             proposed: HashSet::new(),
             held: 0,
             stats: WalkStats::default(),
@@ -312,6 +321,9 @@ impl Candidates {
         self.stats.parts_checked += 1;
         let wanted = (self.start_max == 0 || part.start_unix_nano <= self.start_max)
             && part.end_unix_nano >= self.end_min
+            && self
+                .trace_ids
+                .is_none_or(|(lo, hi)| lo <= part.trace_id && part.trace_id <= hi)
             && match (&walking.filter, need) {
                 (Some(f), Some(n)) => f.passes(n, part),
                 _ => true,

@@ -32,6 +32,10 @@ pub struct SearchQuery {
     pub end_min: u64,
     /// Each is met by some one span of the trace (see [`OpNeed`]).
     pub needs: Vec<OpNeed>,
+    /// Only traces whose ID lies in `[lo, hi]` (`None`: any). A caller that
+    /// wants a few traces of a window, not the newest, reads only the files
+    /// of each sorted run that hold the range.
+    pub trace_ids: Option<(TraceId, TraceId)>,
 }
 
 /// Some span of the trace has this service, name and kind (`None`: any);

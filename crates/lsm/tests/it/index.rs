@@ -390,7 +390,25 @@ fn the_walk_over_the_files_proposes_what_the_whole_snapshot_holds() {
         assert!(!walked.is_empty(), "{q:?}");
         assert_eq!(walked, proposed(&engine, q), "{q:?}");
     }
-    assert_eq!(walk(&engine, &queries[0], usize::MAX).0.len(), 850);
+    let (all, all_stats) = walk(&engine, &queries[0], usize::MAX);
+    assert_eq!(all.len(), 850);
+    // A slice of the trace IDs: its traces, from the merged files holding it.
+    let (lo, hi) = (u128::MAX / 4, u128::MAX / 2);
+    let ids = Some((TraceId(lo.to_be_bytes()), TraceId(hi.to_be_bytes())));
+    let sliced = SearchQuery {
+        trace_ids: ids,
+        ..SearchQuery::default()
+    };
+    let (walked, stats) = walk(&engine, &sliced, usize::MAX);
+    let expected: Vec<_> = all
+        .into_iter()
+        .filter(|(id, _)| (lo..=hi).contains(id))
+        .collect();
+    assert!(expected.len() > 100 && walked == expected, "{walked:?}");
+    assert!(
+        stats.blocks_read < all_stats.blocks_read,
+        "{stats:?} {all_stats:?}"
+    );
 
     // The union queries, one set at a time, answer as over the whole snapshot.
     let whole = engine.index(TimeRange::default()).expect("index");

@@ -16,7 +16,7 @@ use tracedb_lsm::{
         cells::{CellKey, CellsView, Family, Parent, BUCKET_SECONDS},
         SearchQuery,
     },
-    CellsError, Engine, TimeRange,
+    CellsError, Engine, TimeRange, TraceId,
 };
 use tracedb_proto::wire::put_varint;
 use tracedb_traceql::{
@@ -412,34 +412,66 @@ fn exemplars(
     let parts = EXEMPLAR_WINDOWS.min(g.len() as u64).max(1);
     let width = (g.end - g.start).div_ceil(parts);
     let needs = op_needs(tracedb_traceql::needs(&req.query.query));
+    let slice = u128::MAX / u128::from(parts);
     for p in 0..parts {
         let from = g.start + p * width;
         let to = (from + width).min(g.end);
-        let index_query = SearchQuery {
-            start_max: to,
-            end_min: from,
-            needs: needs.clone(),
-            ..SearchQuery::default()
+        // Any traces of the window do, not the newest: each part first
+        // walks a slice of the trace IDs, so that of each sorted run it
+        // reads the files holding that slice only; the whole window when
+        // the slice has none.
+        let lo = u128::from(p) * slice;
+        let hi = if p + 1 == parts {
+            u128::MAX
+        } else {
+            lo + slice - 1
         };
-        let mut walk = engine.candidates(&index_query)?;
-        let mut walk_bytes = 0;
-        let mut read = 0;
-        while let Some(candidate) = crate::search::next_counted(&mut walk, held, &mut walk_bytes)? {
-            let (lookup, trace_bytes) =
-                crate::search::read_candidate(engine, &candidate, held, partial)?;
-            if let Ok(trace) = decode(candidate.trace_id, &lookup.spans) {
-                let sets = req.query.eval(&trace);
-                if !sets.is_empty() {
-                    eval.observe(&req.query, &trace, &sets);
-                }
-            }
-            held.shrink(trace_bytes);
-            read += 1;
-            if read >= EXEMPLAR_READS {
+        for trace_ids in [Some((lo, hi)), None] {
+            let index_query = SearchQuery {
+                start_max: to,
+                end_min: from,
+                needs: needs.clone(),
+                trace_ids: trace_ids
+                    .map(|(lo, hi)| (TraceId(lo.to_be_bytes()), TraceId(hi.to_be_bytes()))),
+                ..SearchQuery::default()
+            };
+            let read = exemplars_of(engine, req, &index_query, &mut eval, held, partial)?;
+            if read > 0 {
                 break;
             }
         }
-        held.shrink(walk_bytes);
     }
     Ok(eval)
+}
+
+/// Reads up to [`EXEMPLAR_READS`] candidates of `index_query` into `eval`;
+/// returns how many were read.
+fn exemplars_of(
+    engine: &Engine,
+    req: &MetricsRequest,
+    index_query: &SearchQuery,
+    eval: &mut MetricsEval,
+    held: &mut tracedb_lsm::Permit,
+    partial: &mut Vec<String>,
+) -> Result<usize, RunError> {
+    let mut walk = engine.candidates(index_query)?;
+    let mut walk_bytes = 0;
+    let mut read = 0;
+    while let Some(candidate) = crate::search::next_counted(&mut walk, held, &mut walk_bytes)? {
+        let (lookup, trace_bytes) =
+            crate::search::read_candidate(engine, &candidate, held, partial)?;
+        if let Ok(trace) = decode(candidate.trace_id, &lookup.spans) {
+            let sets = req.query.eval(&trace);
+            if !sets.is_empty() {
+                eval.observe(&req.query, &trace, &sets);
+            }
+        }
+        held.shrink(trace_bytes);
+        read += 1;
+        if read >= EXEMPLAR_READS {
+            break;
+        }
+    }
+    held.shrink(walk_bytes);
+    Ok(read)
 }
