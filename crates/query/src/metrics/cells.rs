@@ -82,8 +82,17 @@ pub fn plan(req: &MetricsRequest) -> Option<Plan> {
     } else {
         &BUCKET_SECONDS[..]
     };
-    let finest = levels[0] * SEC;
-    (g.start.is_multiple_of(finest) && g.step.is_multiple_of(finest)).then_some(Plan {
+    // The grid's edges are its start plus multiples of the step, and its
+    // end: the buckets of a length dividing them never straddle an edge, so
+    // no finer bucket is counted (its coarser parent lies whole inside an
+    // interval), and finer tables are not read.
+    let fits = |len: &u64| {
+        let ns = len * SEC;
+        g.start.is_multiple_of(ns) && g.step.is_multiple_of(ns) && g.end.is_multiple_of(ns)
+    };
+    let first = levels.iter().rposition(fits)?;
+    let levels = &levels[first..];
+    Some(Plan {
         family: if named {
             Family::Named
         } else {
