@@ -119,6 +119,25 @@ fn spans_are_counted_per_key_and_bucket_and_round_trip() {
     assert_eq!(decode(path, b"blocks, no cells").expect("no cells"), None);
 }
 
+/// `good` damaged once per round, from `seed`: a bit flipped, the bytes cut
+/// short, or a byte inserted.
+fn damaged(good: &[u8], seed: u64, rounds: usize) -> impl Iterator<Item = Vec<u8>> + '_ {
+    let mut rng = seed;
+    (0..rounds).map(move |round| {
+        rng = rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let mut bad = good.to_vec();
+        let at = (rng >> 33) as usize % bad.len();
+        match round % 3 {
+            0 => bad[at] ^= 1 << (rng % 8),
+            1 => bad.truncate(at),
+            _ => bad.insert(at, (rng >> 17) as u8),
+        }
+        bad
+    })
+}
+
 #[test]
 fn damaged_cells_are_refused_and_never_panic() {
     let mut b = CellsBuilder::default();
@@ -136,19 +155,8 @@ fn damaged_cells_are_refused_and_never_panic() {
     let cells = b.finish().expect("cells");
     let good = encode(&cells);
     let path = Path::new("x.idx");
-    let mut rng = 7u64;
     let mut refused = 0;
-    for round in 0..20_000 {
-        rng = rng
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let mut bad = good.clone();
-        let at = (rng >> 33) as usize % bad.len();
-        match round % 3 {
-            0 => bad[at] ^= 1 << (rng % 8),
-            1 => bad.truncate(at),
-            _ => bad.insert(at, (rng >> 17) as u8),
-        }
+    for bad in damaged(&good, 7, 20_000) {
         match decode(path, &bad) {
             Ok(Some(read)) => assert_eq!(read, cells, "a change read as other cells"),
             Ok(None) | Err(_) => refused += 1,
@@ -318,19 +326,7 @@ fn damaged_run_cells_are_refused_and_never_panic() {
         .expect("holder");
     let path = Path::new("x.idx");
     for cells in [member, holder] {
-        let good = encode(&cells);
-        let mut rng = 11u64;
-        for round in 0..5_000 {
-            rng = rng
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let mut bad = good.clone();
-            let at = (rng >> 33) as usize % bad.len();
-            match round % 3 {
-                0 => bad[at] ^= 1 << (rng % 8),
-                1 => bad.truncate(at),
-                _ => bad.insert(at, (rng >> 17) as u8),
-            }
+        for bad in damaged(&encode(&cells), 11, 5_000) {
             if let Ok(Some(read)) = decode(path, &bad) {
                 assert_eq!(read, cells, "a change read as other cells");
             }
