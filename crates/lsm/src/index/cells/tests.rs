@@ -267,14 +267,18 @@ fn a_run_writes_its_sums_when_they_pass_the_bound() {
     let spans = varied_spans(4000);
     let parts: Vec<&[Span]> = spans.chunks(1000).collect();
     let one = counted(parts[0]);
-    let mut run = RunCells::with_bound(1);
-    let mut counts = Vec::new();
-    for (i, part) in parts.iter().enumerate() {
-        let own = (i != 1).then(|| counted(part));
-        counts.push(run.file(10 + i as u64, own, i == 3).map(|c| c.counts));
-    }
+    // The counts of each file's cells, the second file having none.
+    let counts = |bound: usize| {
+        let mut run = RunCells::with_bound(bound);
+        let mut counts = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            let own = (i != 1).then(|| counted(part));
+            counts.push(run.file(10 + i as u64, own, i == 3).map(|c| c.counts));
+        }
+        counts
+    };
     assert_eq!(
-        counts,
+        counts(1),
         vec![
             Some(Counts::Own),
             None,
@@ -282,14 +286,8 @@ fn a_run_writes_its_sums_when_they_pass_the_bound() {
             Some(Counts::Own)
         ]
     );
-    let mut run = RunCells::with_bound(usize::MAX);
-    let mut counts = Vec::new();
-    for (i, part) in parts.iter().enumerate() {
-        let own = (i != 1).then(|| counted(part));
-        counts.push(run.file(10 + i as u64, own, i == 3).map(|c| c.counts));
-    }
     assert_eq!(
-        counts,
+        counts(usize::MAX),
         vec![
             Some(Counts::InRun { run: 10 }),
             None,
