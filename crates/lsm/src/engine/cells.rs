@@ -246,11 +246,11 @@ impl Engine {
     /// unnamed cells one file holds), and the files to count from their
     /// spans (cells missing or unreadable).
     ///
-    /// A run's cells are read only when they count exactly the files that
-    /// say they are counted there: every file they list is live, and says
-    /// so (it may have been quarantined, or had its sidecar rebuilt with
-    /// cells of its own). Otherwise every file of the run in the window is
-    /// counted from its spans, which is slower and as exact.
+    /// A run's cells are read only when every file they list is live (not
+    /// quarantined, not dropped) and listed by no other run's cells; then
+    /// those files' own sidecars are not read. Otherwise the run's files in
+    /// the window are each read alone: from their own cells if a rebuilt
+    /// sidecar gave them some, else from their spans (slower, as exact).
     fn file_sources<'a>(
         &self,
         snapshot: &'a SuperVersion,
@@ -292,20 +292,16 @@ impl Engine {
         let live: HashMap<u64, &'a Arc<TableFile>> =
             snapshot.version.files().map(|f| (f.id, f)).collect();
         let in_window: HashSet<u64> = files.iter().map(|f| f.id).collect();
-        let mut says: HashMap<u64, Option<u64>> = opened
+        // The holders of the window's runs outside the window: a run's
+        // files live in one level and partition, so they are looked for
+        // there.
+        let wanted: HashSet<u64> = opened
             .iter()
-            .map(|(f, c)| {
-                let run = match c {
-                    Some((_, Counts::InRun { run })) => Some(*run),
-                    _ => None,
-                };
-                (f.id, run)
+            .filter_map(|(_, c)| match c {
+                Some((_, Counts::InRun { run })) => Some(*run),
+                _ => None,
             })
             .collect();
-        // Files of the window's runs outside the window (their holders, and
-        // what their other files say): a run's files live in one level and
-        // partition, so they are looked for there.
-        let wanted: HashSet<u64> = says.values().flatten().copied().collect();
         let partitions: HashSet<(u32, u64)> = opened
             .iter()
             .filter(|(_, c)| matches!(c, Some((_, Counts::InRun { .. } | Counts::Run { .. }))))
@@ -316,18 +312,15 @@ impl Engine {
                 continue;
             }
             if let Some((c, counts)) = open(file) {
-                match &counts {
-                    Counts::Run { run, .. } if wanted.contains(run) => {
-                        opened.push((file, Some((c, counts))));
-                    }
-                    Counts::InRun { run } => {
-                        says.insert(file.id, Some(*run));
-                    }
-                    _ => {}
+                if matches!(&counts, Counts::Run { run, .. } if wanted.contains(run)) {
+                    opened.push((file, Some((c, counts))));
                 }
             }
         }
-        // Each file counted by at most one holder.
+        // A run's sums are used when every file they count is live and
+        // counted by no other sums: they then stand for those files,
+        // whatever each file's own sidecar now says (rebuilt after a crash,
+        // lost, damaged), since a file never changes.
         let mut claims: HashMap<u64, usize> = HashMap::new();
         for (_, cells) in &opened {
             if let Some((_, Counts::Run { members, .. })) = cells {
@@ -336,36 +329,40 @@ impl Engine {
                 }
             }
         }
-        let mut counted: HashSet<u64> = HashSet::new();
-        let mut holders = Vec::new();
+        let usable = |file: &TableFile, members: &[u64]| {
+            members.contains(&file.id)
+                && members
+                    .iter()
+                    .all(|m| claims.get(m) == Some(&1) && live.contains_key(m))
+        };
+        let counted: HashSet<u64> = opened
+            .iter()
+            .filter_map(|(file, cells)| match cells {
+                Some((_, Counts::Run { members, .. })) if usable(file, members) => {
+                    Some(members.iter().copied())
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect();
         for (file, cells) in opened {
             match cells {
-                Some((c, Counts::Own)) => readable.push((file, c, Vec::new())),
-                Some((c, Counts::Run { run, members })) => {
-                    let whole = members.contains(&file.id)
-                        && members.iter().all(|m| {
-                            claims.get(m) == Some(&1)
-                                && live.contains_key(m)
-                                && (*m == file.id || says.get(m) == Some(&Some(run)))
-                        });
-                    if whole {
-                        counted.extend(members.iter().copied());
-                        let others = members
-                            .iter()
-                            .filter(|m| **m != file.id && in_window.contains(m))
-                            .map(|m| live[m])
-                            .collect();
-                        holders.push((file, c, others));
-                    } else if in_window.contains(&file.id) {
-                        to_count.push(file);
-                    }
+                Some((c, Counts::Run { members, .. })) if usable(file, &members) => {
+                    let others = members
+                        .iter()
+                        .filter(|m| **m != file.id && in_window.contains(m))
+                        .map(|m| live[m])
+                        .collect();
+                    readable.push((file, c, others));
                 }
-                Some((_, Counts::InRun { .. })) | None => to_count.push(file),
+                // Counted by its run's sums.
+                _ if counted.contains(&file.id) => {}
+                Some((c, Counts::Own)) => readable.push((file, c, Vec::new())),
+                _ if in_window.contains(&file.id) => to_count.push(file),
+                // Another run's unusable sums, outside the window.
+                _ => {}
             }
         }
-        // A file whose run's cells count it is not counted again.
-        to_count.retain(|f| !counted.contains(&f.id));
-        readable.extend(holders);
         (readable, to_count)
     }
 

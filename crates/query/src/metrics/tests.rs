@@ -147,12 +147,30 @@ fn metrics_from_cells_answer_as_every_span_does() {
         .filter(|c| matches!(c, Counts::Run { .. }))
         .count();
     assert!(holders >= 2, "{counts:?}");
-    // A file of one run whose sidecar is lost: that run's files are counted
-    // from their spans (a search rebuilds the sidecar later, with cells of
-    // its own: the run's are then still not used).
+    // The run of each holder, and how many files each run has.
+    let run_of = |c: &Counts| match c {
+        Counts::InRun { run } | Counts::Run { run, .. } => Some(*run),
+        Counts::Own => None,
+    };
+    let files_of = |run: u64| counts.iter().filter(|c| run_of(c) == Some(run)).count();
+    let runs: Vec<(usize, u64)> = counts
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| matches!(c, Counts::Run { .. }))
+        .filter_map(|(at, c)| run_of(c).map(|run| (at, run)))
+        .filter(|&(_, run)| files_of(run) > 1)
+        .collect();
+    assert!(runs.len() >= 2, "{counts:?}");
+    // One run whose sums are lost with their file's sidecar: its files are
+    // counted from their spans. Another run, one of whose other files lost
+    // its sidecar: its sums still count it (a search rebuilds the sidecar
+    // later, with cells of its own, which are then not read).
+    let (holder, broken) = runs[0];
+    std::fs::remove_file(&sidecars[holder]).expect("remove");
+    let (_, whole) = runs[1];
     let member = counts
         .iter()
-        .position(|c| matches!(c, Counts::InRun { .. }))
+        .position(|c| *c == Counts::InRun { run: whole })
         .expect("a file whose run holds its cells");
     std::fs::remove_file(&sidecars[member]).expect("remove");
     // The flushed files: one sidecar as written before cells (they are
@@ -165,17 +183,6 @@ fn metrics_from_cells_answer_as_every_span_does() {
     let at = bytes.len() - 30;
     bytes[at] ^= 0x10;
     std::fs::write(&flushed[1], &bytes).expect("write");
-    let Counts::InRun { run } = counts[member] else {
-        unreachable!("a file of a run")
-    };
-    let broken_run = counts
-        .iter()
-        .filter(|c| match c {
-            Counts::InRun { run: r } => *r == run,
-            Counts::Run { run: r, .. } => *r == run,
-            Counts::Own => false,
-        })
-        .count();
 
     let mut held = engine.memory_budget().acquire(0).expect("budget");
     let stats = engine
@@ -186,13 +193,12 @@ fn metrics_from_cells_answer_as_every_span_does() {
             |_| Ok(0),
         )
         .unwrap_or_else(|_| panic!("cells of the window"));
-    assert_eq!(stats.files_counted, 2 + broken_run, "{stats:?}");
-    let others_in_runs = counts
+    assert_eq!(stats.files_counted, 2 + files_of(broken), "{stats:?}");
+    let in_runs = counts
         .iter()
-        .filter(|c| matches!(c, Counts::InRun { run: r } if *r != run))
+        .filter(|c| matches!(c, Counts::InRun { run } if *run != broken))
         .count();
-    assert!(others_in_runs > 0, "{counts:?}");
-    assert_eq!(stats.files_in_runs, others_in_runs, "{stats:?}");
+    assert_eq!(stats.files_in_runs, in_runs, "{stats:?}");
     assert_eq!(
         stats.files_with_cells + stats.files_in_runs + stats.files_counted,
         sidecars.len(),
