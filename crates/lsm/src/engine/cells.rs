@@ -108,8 +108,9 @@ impl Engine {
         let mut stats = CellsStats::default();
         // The buffers' frozen chunks and sealed buffers do not change: each
         // is counted once and its cells kept while it lives (the entry of a
-        // chunk holds it, so its address is not reused meanwhile). The
-        // growing tails are counted at every query.
+        // chunk holds it, so its address is not reused meanwhile), within
+        // the index cache's share for them. The growing tails are counted
+        // at every query.
         let cache = &self.inner.summary_cache;
         let mut fresh: HashMap<usize, super::search::ChunkCells> =
             HashMap::with_capacity(chunks.len());
@@ -154,6 +155,21 @@ impl Engine {
             }
             b.finish().map(Arc::new).ok_or(CellsError::NotNow)
         };
+        // Cells are kept while they fit the cache's share for them; past
+        // it, a chunk's or buffer's cells are counted again at each query.
+        let mut kept = fresh.values().map(|(_, c)| c.bytes()).sum::<usize>()
+            + sealed_cells
+                .iter()
+                .flatten()
+                .map(|c| c.bytes())
+                .sum::<usize>();
+        let mut fits = |c: &FileCells| {
+            let fits = kept + c.bytes() <= cache.cells_bound;
+            if fits {
+                kept += c.bytes();
+            }
+            fits
+        };
         let mut sources: Vec<Arc<FileCells>> = Vec::new();
         for chunk in &chunks {
             let key = Arc::as_ptr(chunk) as usize;
@@ -161,7 +177,9 @@ impl Engine {
                 Some((_, c)) => c.clone(),
                 None => {
                     let c = count(&mut chunk.iter())?;
-                    fresh.insert(key, (chunk.clone(), c.clone()));
+                    if fits(&c) {
+                        fresh.insert(key, (chunk.clone(), c.clone()));
+                    }
                     c
                 }
             };
@@ -174,7 +192,9 @@ impl Engine {
                 Some(c) => c,
                 None => {
                     let c = count(&mut sealed.chunks.iter().flat_map(|c| c.iter()))?;
-                    cache.cells_sealed.lock().insert(sealed.id, c.clone());
+                    if fits(&c) {
+                        cache.cells_sealed.lock().insert(sealed.id, c.clone());
+                    }
                     c
                 }
             };
@@ -373,5 +393,71 @@ impl Engine {
             b.add(&span?);
         }
         Ok(b.finish())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use crate::{
+        engine::{Engine, EngineOptions},
+        index::cells::Family,
+        memtable::CHUNK_SPANS,
+        test_util::{group, span},
+        version::TimeRange,
+    };
+
+    const SEC: u64 = 1_000_000_000;
+
+    /// The buffers' cells are kept within their share of the index cache;
+    /// past it they are counted again at each query, to the same cells.
+    #[test]
+    fn the_buffers_cells_are_kept_within_their_share_of_the_index_cache() {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_nanos() as u64;
+        let base = now - 7200 * SEC;
+        let g = group("svc");
+        let n = 3 * CHUNK_SPANS as u64;
+        let spans: Vec<_> = (0..n)
+            .map(|i| span(&g, u128::from(i / 4 + 1), i % 4 + 1, base + i * SEC / 2))
+            .collect();
+        let mut runs = Vec::new();
+        for cache_bytes in [64 << 20, 64 << 10] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let mut opts = EngineOptions::new(dir.path());
+            opts.index_cache_bytes = cache_bytes;
+            opts.compaction_threads = 0;
+            opts.memtable.shards = 1;
+            opts.memtable.flush_bytes = 1 << 30;
+            opts.memtable.max_age = Duration::from_secs(3600);
+            let engine = Engine::open(opts).expect("open");
+            engine.write_blocking(spans.clone()).expect("write");
+            let mut counted = Vec::new();
+            for _ in 0..2 {
+                let mut held = engine.memory_budget().acquire(0).expect("budget");
+                let mut spans_in = 0;
+                engine
+                    .cells_in(TimeRange::new(base, now), Family::Unnamed, &mut held, |c| {
+                        let t = c.table(Family::Unnamed, 1, false)?.expect("seconds");
+                        spans_in += t.cells.iter().map(|c| c.spans).sum::<u64>();
+                        Ok(0)
+                    })
+                    .unwrap_or_else(|_| panic!("cells of the buffers"));
+                counted.push(spans_in);
+            }
+            let cache = &engine.inner.summary_cache;
+            let kept = cache.cells_bytes();
+            assert!(
+                kept <= cache.cells_bound,
+                "{kept} over {}",
+                cache.cells_bound
+            );
+            runs.push((counted, kept > 0));
+        }
+        assert_eq!(runs[0], (vec![n, n], true));
+        assert_eq!(runs[1], (vec![n, n], false));
     }
 }

@@ -62,28 +62,44 @@ pub(crate) struct SummaryCache {
     /// address is not reused while the entry exists.
     chunks: Mutex<HashMap<usize, CachedChunk>>,
     /// The metrics cells of the frozen chunks (keyed as `chunks`) and of
-    /// the sealed buffers, counted once each (`engine/cells.rs`).
+    /// the sealed buffers, counted once each (`engine/cells.rs`), while
+    /// they take at most `cells_bound` bytes together.
     pub(super) cells_chunks: Mutex<HashMap<usize, ChunkCells>>,
     pub(super) cells_sealed: Mutex<HashMap<u64, Arc<FileCells>>>,
+    pub(super) cells_bound: usize,
 }
 
 impl SummaryCache {
     /// A cache that keeps at most about `file_bytes` of the files' summary
-    /// sets and sidecar digests together. (Each once had the whole bound,
-    /// so the cache could hold twice its share of `--max-memory`.) Three
-    /// quarters go to the digests, which every search walks (about 0.7 B
-    /// per stored span: 67 MB at 100 M spans, inside the 96 MiB of a 1 GiB
-    /// server); a quarter to the sets, which the lists of services and
-    /// operations read (about 8 B per span: they never all fit).
+    /// sets, sidecar digests and the buffers' metrics cells together.
+    /// (Each once had the whole bound, so the cache could hold twice its
+    /// share of `--max-memory`.) Five eighths go to the digests, which
+    /// every search walks (about 0.7 B per stored span: 67 MB at 100 M
+    /// spans, inside the 80 MiB of a 1 GiB server); a quarter to the sets,
+    /// which the lists of services and operations read (about 8 B per
+    /// span: they never all fit); an eighth to the buffers' cells, which a
+    /// metrics query otherwise counts again from their spans.
     pub(crate) fn new(file_bytes: usize) -> Self {
+        let (files, cells) = (file_bytes / 4, file_bytes / 8);
         SummaryCache {
-            files: Mutex::new(FileCache::new(file_bytes / 4)),
-            digests: Mutex::new(FileCache::new(file_bytes - file_bytes / 4)),
+            files: Mutex::new(FileCache::new(files)),
+            digests: Mutex::new(FileCache::new(file_bytes - files - cells)),
             sealed: Mutex::default(),
             chunks: Mutex::default(),
             cells_chunks: Mutex::default(),
             cells_sealed: Mutex::default(),
+            cells_bound: cells,
         }
+    }
+
+    /// Bytes of the buffers' metrics cells cached.
+    pub(super) fn cells_bytes(&self) -> usize {
+        self.cells_chunks
+            .lock()
+            .values()
+            .map(|(_, c)| c.bytes())
+            .chain(self.cells_sealed.lock().values().map(|c| c.bytes()))
+            .sum()
     }
 
     /// Caches the set of a file just written (saves reading its sidecar back).
@@ -107,9 +123,10 @@ impl SummaryCache {
         self.digests.lock().remove(id);
     }
 
-    /// Bytes of file summaries and digests cached, as estimated.
+    /// Bytes of file summaries, digests and the buffers' metrics cells
+    /// cached, as estimated.
     pub(crate) fn file_bytes(&self) -> usize {
-        self.files.lock().bytes + self.digests.lock().bytes
+        self.files.lock().bytes + self.digests.lock().bytes + self.cells_bytes()
     }
 }
 
