@@ -307,8 +307,7 @@ impl Engine {
             }
             return (readable, to_count);
         }
-        // The holders of the runs the window's files are counted in, and
-        // whether each file says it is counted there.
+        // The live files by ID, and the window's.
         let live: HashMap<u64, &'a Arc<TableFile>> =
             snapshot.version.files().map(|f| (f.id, f)).collect();
         let in_window: HashSet<u64> = files.iter().map(|f| f.id).collect();
@@ -324,7 +323,7 @@ impl Engine {
             .collect();
         let partitions: HashSet<(u32, u64)> = opened
             .iter()
-            .filter(|(_, c)| matches!(c, Some((_, Counts::InRun { .. } | Counts::Run { .. }))))
+            .filter(|(_, c)| matches!(c, Some((_, Counts::InRun { .. }))))
             .map(|(f, _)| (f.level, f.partition))
             .collect();
         for file in snapshot.version.files() {
