@@ -484,7 +484,14 @@ async fn cold_files_live_in_s3_a_new_node_restores_and_an_outage_is_answered_hon
     assert_whole(&restored, 1000).await;
 
     // 6. A bucket that stops answering (SIGSTOP): a read that needs it gives
-    // up after the read timeouts and is not answered as whole.
+    // up after the read timeouts and is not answered as whole. (A merge
+    // since step 5 may have written the trace to a new local file: wait
+    // until that one is uploaded too.)
+    wait_until(
+        "every file is in the bucket",
+        Duration::from_secs(60),
+        || sst_files(b.path()) == 0,
+    );
     weed.signal("STOP");
     let started = Instant::now();
     assert_not_whole(&restored, 9).await;
