@@ -265,17 +265,28 @@ mod tests {
         assert_eq!(reset, default);
     }
 
-    /// The slice of the thread of this process named `name`.
+    /// The slice of the thread of this process named `name`. One CI run did
+    /// not find a live thread in one listing: `/proc/self/task` is read by
+    /// position, and a listing can pass over a thread while other tests'
+    /// threads start and end. The thread is looked for again until a
+    /// deadline; its slice was taken before `spawn` returned either way.
     fn slice_of_named(name: &str) -> Option<Duration> {
-        for task in std::fs::read_dir("/proc/self/task").expect("/proc") {
-            let task = task.expect("task");
-            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-            if comm.trim() == name {
-                let tid = task.file_name().to_string_lossy().parse().expect("tid");
-                return slice_of(tid);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            for task in std::fs::read_dir("/proc/self/task").expect("/proc") {
+                let task = task.expect("task");
+                let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+                if comm.trim() == name {
+                    let tid = task.file_name().to_string_lossy().parse().expect("tid");
+                    return slice_of(tid);
+                }
             }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no thread named {name}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
         }
-        panic!("no thread named {name}");
     }
 
     #[test]
