@@ -440,8 +440,12 @@ mod tests {
                 let mut spans_in = 0;
                 engine
                     .cells_in(TimeRange::new(base, now), Family::Unnamed, &mut held, |c| {
-                        let t = c.table(Family::Unnamed, 1, false)?.expect("seconds");
-                        spans_in += t.cells.iter().map(|c| c.spans).sum::<u64>();
+                        let pieces = c.table(Family::Unnamed, 1, false, None)?.expect("seconds");
+                        spans_in += pieces
+                            .iter()
+                            .flat_map(|t| &t.cells)
+                            .map(|c| c.spans)
+                            .sum::<u64>();
                         Ok(0)
                     })
                     .unwrap_or_else(|_| panic!("cells of the buffers"));

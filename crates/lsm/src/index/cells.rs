@@ -20,12 +20,13 @@
 //! span with exactly those fields and let the TraceQL evaluator judge it as
 //! it would judge every span of the key.
 //!
-//! Cells are written at the end of the file's sidecar, after its blocks
-//! (docs/FORMAT.md, "Metrics cells"): a sidecar without them (written
-//! before them) is read as before, and its file's cells are counted from
-//! its spans when a query needs them. A merge keeps the unnamed cells of
-//! the files of a sorted run it writes added up, with one file ([`Counts`],
-//! [`RunCells`]).
+//! Cells are written at the end of the file's sidecar, after its blocks,
+//! each table in parts by ranges of keys, so a query reads the parts of
+//! the keys it matches (docs/FORMAT.md, "Metrics cells"): a sidecar
+//! without them (written before them) is read as before, and its file's
+//! cells are counted from its spans when a query needs them. A merge keeps
+//! the unnamed cells of the files of a sorted run it writes added up, with
+//! one file ([`Counts`], [`RunCells`]).
 
 mod format;
 mod run;
@@ -53,9 +54,13 @@ pub enum Parent {
     Some = 2,
 }
 
-/// The fields of the spans a cell counts.
+/// The fields of the spans a cell counts. Keys sort by parent first, then
+/// service: a file's tables are cut into parts by ranges of keys in that
+/// order, so a query of root spans, or of one service, reads the parts
+/// holding them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CellKey {
+    pub parent: Parent,
     /// The encoded `KeyValue` of the resource's first `service.name`
     /// attribute; `None` when it has none.
     pub service: Option<Box<[u8]>>,
@@ -65,7 +70,6 @@ pub struct CellKey {
     pub kind: u32,
     /// `Status.code` (0 when the span has no status).
     pub status: u32,
-    pub parent: Parent,
 }
 
 impl CellKey {
@@ -141,6 +145,30 @@ impl CellTable {
     /// The duration buckets of `cell`.
     pub fn durations_of(&self, cell: &Cell) -> &[(u8, u64)] {
         &self.durations[cell.durations.0 as usize..cell.durations.1 as usize]
+    }
+
+    /// `other`'s cells (a part of the same table) added after these; [`CellTable::sort`] puts them in order.
+    pub fn append(&mut self, other: CellTable) {
+        let offset = self.durations.len() as u32;
+        self.durations.extend(other.durations);
+        self.cells.extend(other.cells.into_iter().map(|mut c| {
+            c.durations = (c.durations.0 + offset, c.durations.1 + offset);
+            c
+        }));
+    }
+
+    /// The cells in order of bucket then key, and their durations in the
+    /// cells' order.
+    pub fn sort(&mut self) {
+        self.cells.sort_unstable_by_key(|c| (c.bucket, c.key));
+        let mut durations = Vec::with_capacity(self.durations.len());
+        for c in &mut self.cells {
+            let from = durations.len() as u32;
+            durations
+                .extend_from_slice(&self.durations[c.durations.0 as usize..c.durations.1 as usize]);
+            c.durations = (from, durations.len() as u32);
+        }
+        self.durations = durations;
     }
 
     /// The cells of buckets `from..=to`.
@@ -484,19 +512,23 @@ impl CellsView<'_> {
         }
     }
 
-    /// The table of `family` with buckets of `seconds`; its cells'
-    /// durations may be left out unless `durations`.
+    /// The table of `family` with buckets of `seconds`, in pieces each in
+    /// order of bucket then key: at least those holding the keys `want`
+    /// marks (numbered as [`CellsView::keys`] gives them), or all. Its
+    /// cells' durations may be left out unless `durations`.
     pub fn table(
         &self,
         family: Family,
         seconds: u64,
         durations: bool,
-    ) -> Result<Option<std::borrow::Cow<'_, CellTable>>> {
+        want: Option<&[bool]>,
+    ) -> Result<Option<Vec<std::borrow::Cow<'_, CellTable>>>> {
+        use std::borrow::Cow;
         match self {
-            CellsView::Memory(c) => Ok(c.table(family, seconds).map(std::borrow::Cow::Borrowed)),
+            CellsView::Memory(c) => Ok(c.table(family, seconds).map(|t| vec![Cow::Borrowed(t)])),
             CellsView::File(f) => Ok(f
-                .table(family, seconds, durations)?
-                .map(std::borrow::Cow::Owned)),
+                .table(family, seconds, durations, want)?
+                .map(|pieces| pieces.into_iter().map(Cow::Owned).collect())),
         }
     }
 }

@@ -190,6 +190,9 @@ struct Counter<'a> {
     keys: Map<CellKey, u32>,
     /// Per key number, its one-span trace if the query matches it.
     matched: Vec<Option<Trace>>,
+    /// Per key number, whether its span could not be rebuilt (a cell of
+    /// it in the grid fails the answer).
+    unbuilt: Vec<bool>,
     /// Per matched key number, its row of sums in `dense` (one per
     /// interval), while rows × intervals stay within [`DENSE_SUMS`];
     /// the sums of later keys are in `sums`, by (key number, interval).
@@ -235,18 +238,9 @@ impl Counter<'_> {
         if let Some(&id) = self.keys.get(k) {
             return id;
         }
-        let verdict = match key_trace(k) {
-            Some(t) => self
-                .query
-                .eval(&t)
-                .iter()
-                .any(|s| s.spans.contains(&0))
-                .then_some(t),
-            None => {
-                self.failed = true;
-                None
-            }
-        };
+        let trace = key_trace(k);
+        self.unbuilt.push(trace.is_none());
+        let verdict = trace.filter(|t| self.query.eval(t).iter().any(|s| s.spans.contains(&0)));
         let id = self.matched.len() as u32;
         self.matched.push(verdict);
         self.rows.push(None);
@@ -254,24 +248,36 @@ impl Counter<'_> {
         id
     }
 
-    /// Counts one source's cells: its keys and the tables the plan reads
-    /// are read first, so a source that fails to read counts nothing.
+    /// Counts one source's cells: its keys are judged, then the parts of
+    /// the tables the plan reads that hold keys the query matches are read
+    /// before any is counted, so a source that fails to read counts nothing.
     fn add(&mut self, cells: &CellsView<'_>) -> tracedb_lsm::Result<()> {
         let family = self.plan.family;
         let keys = cells.keys(family)?;
+        let ids: Vec<u32> = keys.iter().map(|k| self.id(k)).collect();
+        let want: Vec<bool> = ids
+            .iter()
+            .map(|&id| self.matched[id as usize].is_some() || self.unbuilt[id as usize])
+            .collect();
         let mut tables = Vec::with_capacity(self.plan.levels.len());
-        for &len in self.plan.levels {
-            match cells.table(family, len, self.plan.durations)? {
-                Some(t) if t.has_durations || !self.plan.durations => tables.push(t),
+        for (l, &len) in self.plan.levels.iter().enumerate() {
+            match cells.table(family, len, self.plan.durations, Some(&want))? {
+                Some(pieces)
+                    if pieces
+                        .iter()
+                        .all(|t| t.has_durations || !self.plan.durations) =>
+                {
+                    tables.extend(pieces.into_iter().map(|t| (l, t)));
+                }
                 _ => {
                     self.failed = true;
                     return Ok(());
                 }
             }
         }
-        let mut ids: Vec<Option<u32>> = vec![None; keys.len()];
         let g = self.grid;
-        for (l, table) in tables.iter().enumerate() {
+        for (l, table) in &tables {
+            let (l, table) = (*l, &**table);
             let len = self.plan.levels[l];
             let first = g.start / SEC / len + 1;
             let last = (g.end / SEC).div_ceil(len);
@@ -283,15 +289,12 @@ impl Counter<'_> {
                 let Some((_, Some(interval))) = bucket else {
                     continue;
                 };
-                let id = match ids[cell.key as usize] {
-                    Some(id) => id,
-                    None => {
-                        let id = self.id(&keys[cell.key as usize]);
-                        ids[cell.key as usize] = Some(id);
-                        id
-                    }
-                };
+                let id = ids[cell.key as usize];
                 if self.matched[id as usize].is_none() {
+                    if self.unbuilt[id as usize] {
+                        self.failed = true;
+                        return Ok(());
+                    }
                     continue;
                 }
                 let n = g.len();
@@ -370,6 +373,7 @@ pub fn run(engine: &Engine, req: &MetricsRequest) -> Result<Option<Answer<Metric
         plan,
         keys: Map::default(),
         matched: Vec::new(),
+        unbuilt: Vec::new(),
         rows: Vec::new(),
         dense: Vec::new(),
         sums: Map::default(),

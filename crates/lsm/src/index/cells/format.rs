@@ -13,6 +13,11 @@ use crate::{
     table::corrupt,
 };
 
+/// Cells of a table part, about: a table is written in parts, each holding
+/// the cells of a range of keys, so a query reads the parts holding the
+/// keys it matches ([`key_ranges`]).
+const PART_CELLS: usize = 16 * 1024;
+
 /// The last bytes of a sidecar that ends with cells.
 const CELLS_MAGIC: &[u8; 8] = b"TDB-CEL1";
 /// Index frame length, index body length, its checksum, magic.
@@ -52,6 +57,9 @@ enum What {
 #[derive(Debug, Clone, Copy)]
 struct Section {
     what: What,
+    /// A table's part: the first and last key (inclusive) its cells have.
+    /// `None` for a whole table and the other sections.
+    keys: Option<(u32, u32)>,
     /// Keys or cells it holds.
     count: u64,
     /// Bytes from the frame's start to the index frame's start.
@@ -73,20 +81,20 @@ fn keys_body(keys: &[CellKey]) -> Vec<u8> {
     body
 }
 
-/// A table's cells in columns, which compress better than cells one after
-/// another: each cell's bucket (as the step from the previous cell's), its
-/// key (as the step from the previous cell's in the same bucket, else
-/// whole), its spans, then (in a table with durations) its duration
-/// buckets.
-fn table_body(t: &CellTable) -> Vec<u8> {
+/// Cells of `t` (some or all, in its order) in columns, which compress
+/// better than cells one after another: each cell's bucket (as the step
+/// from the previous cell's), its key (as the step from the previous
+/// cell's in the same bucket, else whole), its spans, then (in a table with
+/// durations) its duration buckets.
+fn table_body<'a>(t: &CellTable, cells: impl Iterator<Item = &'a Cell> + Clone) -> Vec<u8> {
     let mut body = Vec::new();
     let mut last = 0u64;
-    for c in &t.cells {
+    for c in cells.clone() {
         put_varint(&mut body, c.bucket - last);
         last = c.bucket;
     }
     let mut prev: Option<&Cell> = None;
-    for c in &t.cells {
+    for c in cells.clone() {
         let key = match prev {
             Some(p) if p.bucket == c.bucket => c.key - p.key,
             _ => c.key,
@@ -94,11 +102,11 @@ fn table_body(t: &CellTable) -> Vec<u8> {
         put_varint(&mut body, u64::from(key));
         prev = Some(c);
     }
-    for c in &t.cells {
+    for c in cells.clone() {
         put_varint(&mut body, c.spans);
     }
     if t.has_durations {
-        for c in &t.cells {
+        for c in cells {
             let durations = t.durations_of(c);
             put_varint(&mut body, durations.len() as u64);
             for &(exp, n) in durations {
@@ -108,6 +116,36 @@ fn table_body(t: &CellTable) -> Vec<u8> {
         }
     }
     body
+}
+
+/// The ranges of keys (first and last, inclusive) `t`'s parts hold. A
+/// part ends where the keys' parent changes, and once past [`PART_CELLS`]
+/// cells where their service does (or at any key past four times that), so
+/// the keys a query of roots, or of one service, matches are in few parts.
+fn key_ranges(t: &CellTable, keys: &[CellKey]) -> Vec<(u32, u32)> {
+    let n = keys.len() as u32;
+    if n < 2 {
+        return vec![(0, n.saturating_sub(1))];
+    }
+    let mut per_key = vec![0usize; keys.len()];
+    for c in &t.cells {
+        per_key[c.key as usize] += 1;
+    }
+    let mut ranges = Vec::new();
+    let (mut first, mut cells) = (0u32, 0usize);
+    for k in 1..n {
+        cells += per_key[k as usize - 1];
+        let (a, b) = (&keys[k as usize - 1], &keys[k as usize]);
+        if a.parent != b.parent
+            || (cells >= PART_CELLS && a.service != b.service)
+            || cells >= 4 * PART_CELLS
+        {
+            ranges.push((first, k - 1));
+            (first, cells) = (k, 0);
+        }
+    }
+    ranges.push((first, n - 1));
+    ranges
 }
 
 /// A run's files, each ID as the step from the one before.
@@ -131,17 +169,22 @@ fn compress(body: &[u8]) -> Vec<u8> {
 /// frames it needs.
 pub fn encode(cells: &FileCells) -> Vec<u8> {
     let mut out = Vec::new();
-    let mut placed: Vec<(What, u64, u64, u32, u32, u32)> = Vec::new();
-    let mut frame = |out: &mut Vec<u8>, what: What, count: usize, body: Vec<u8>| {
+    // Each section, its `back` the frame's offset until the index's is known.
+    let mut placed: Vec<Section> = Vec::new();
+    let mut frame = |out: &mut Vec<u8>,
+                     (what, keys): (What, Option<(u32, u32)>),
+                     count: usize,
+                     body: Vec<u8>| {
         let f = compress(&body);
-        placed.push((
+        placed.push(Section {
             what,
-            count as u64,
-            out.len() as u64,
-            f.len() as u32,
-            body.len() as u32,
-            crc32c::crc32c(&f),
-        ));
+            keys,
+            count: count as u64,
+            back: out.len() as u64,
+            frame_len: f.len() as u32,
+            body_len: body.len() as u32,
+            crc: crc32c::crc32c(&f),
+        });
         out.extend_from_slice(&f);
     };
     // A file whose run holds its unnamed cells has only named ones.
@@ -153,33 +196,61 @@ pub fn encode(cells: &FileCells) -> Vec<u8> {
     };
     for &family in families {
         let keys = cells.keys(family);
-        frame(&mut out, What::Keys(family), keys.len(), keys_body(keys));
-    }
-    for t in cells.tables.iter().filter(|t| families.contains(&t.family)) {
         frame(
             &mut out,
-            What::Table(t.family, t.seconds, t.has_durations),
-            t.cells.len(),
-            table_body(t),
+            (What::Keys(family), None),
+            keys.len(),
+            keys_body(keys),
         );
+    }
+    for t in cells.tables.iter().filter(|t| families.contains(&t.family)) {
+        let what = What::Table(t.family, t.seconds, t.has_durations);
+        let ranges = key_ranges(t, cells.keys(t.family));
+        if ranges.len() == 1 {
+            frame(
+                &mut out,
+                (what, None),
+                t.cells.len(),
+                table_body(t, t.cells.iter()),
+            );
+            continue;
+        }
+        let mut part_of = vec![0usize; cells.keys(t.family).len()];
+        for (i, &(first, last)) in ranges.iter().enumerate() {
+            part_of[first as usize..=last as usize].fill(i);
+        }
+        let mut parts: Vec<Vec<&Cell>> = vec![Vec::new(); ranges.len()];
+        for c in &t.cells {
+            parts[part_of[c.key as usize]].push(c);
+        }
+        for (range, part) in ranges.into_iter().zip(parts) {
+            let body = table_body(t, part.iter().copied());
+            frame(&mut out, (what, Some(range)), part.len(), body);
+        }
     }
     match &cells.counts {
         Counts::Own => {}
         Counts::Run { run, members } => frame(
             &mut out,
-            What::Run {
-                holds: true,
-                run: *run,
-            },
+            (
+                What::Run {
+                    holds: true,
+                    run: *run,
+                },
+                None,
+            ),
             members.len(),
             members_body(members),
         ),
         Counts::InRun { run } => frame(
             &mut out,
-            What::Run {
-                holds: false,
-                run: *run,
-            },
+            (
+                What::Run {
+                    holds: false,
+                    run: *run,
+                },
+                None,
+            ),
             0,
             Vec::new(),
         ),
@@ -187,17 +258,22 @@ pub fn encode(cells: &FileCells) -> Vec<u8> {
     let index_start = out.len() as u64;
     let mut index = Vec::new();
     put_varint(&mut index, placed.len() as u64);
-    for (what, count, at, frame_len, body_len, crc) in placed {
-        match what {
+    for s in placed {
+        match s.what {
             What::Keys(family) => {
                 index.extend_from_slice(&[0, family as u8]);
                 put_varint(&mut index, 0);
                 index.push(0);
             }
             What::Table(family, seconds, durations) => {
-                index.extend_from_slice(&[1, family as u8]);
+                let kind = if s.keys.is_some() { 3 } else { 1 };
+                index.extend_from_slice(&[kind, family as u8]);
                 put_varint(&mut index, seconds);
                 index.push(u8::from(durations));
+                if let Some((first, last)) = s.keys {
+                    put_varint(&mut index, u64::from(first));
+                    put_varint(&mut index, u64::from(last));
+                }
             }
             What::Run { holds, run } => {
                 index.extend_from_slice(&[2, 0]);
@@ -205,11 +281,11 @@ pub fn encode(cells: &FileCells) -> Vec<u8> {
                 index.push(u8::from(holds));
             }
         }
-        put_varint(&mut index, count);
-        put_varint(&mut index, index_start - at);
-        put_varint(&mut index, u64::from(frame_len));
-        put_varint(&mut index, u64::from(body_len));
-        index.extend_from_slice(&crc.to_le_bytes());
+        put_varint(&mut index, s.count);
+        put_varint(&mut index, index_start - s.back);
+        put_varint(&mut index, u64::from(s.frame_len));
+        put_varint(&mut index, u64::from(s.body_len));
+        index.extend_from_slice(&s.crc.to_le_bytes());
     }
     let f = compress(&index);
     out.extend_from_slice(&f);
@@ -262,7 +338,7 @@ fn read_index(
     let mut sections = Vec::with_capacity(n);
     for _ in 0..n {
         let (kind, family) = match r.bytes(2)? {
-            [k @ (0 | 1), f @ (0 | 1)] | [k @ 2, f @ 0] => (
+            [k @ (0 | 1 | 3), f @ (0 | 1)] | [k @ 2, f @ 0] => (
                 *k,
                 if *f == 0 {
                     Family::Named
@@ -277,6 +353,16 @@ fn read_index(
             0 => false,
             1 => true,
             _ => return Err(r.err("a cells section's durations flag is not 0 or 1")),
+        };
+        let keys = match kind {
+            3 => {
+                let (first, last) = (small(&mut r)?, small(&mut r)?);
+                if first > last {
+                    return Err(r.err("a table part's keys end before they start"));
+                }
+                Some((first, last))
+            }
+            _ => None,
         };
         let what = match kind {
             0 => What::Keys(family),
@@ -295,14 +381,24 @@ fn read_index(
         let fits = back
             .checked_sub(u64::from(frame_len))
             .is_some_and(|_| back <= start);
-        let again = sections.iter().any(|s: &Section| {
-            s.what == what || matches!((s.what, what), (What::Run { .. }, What::Run { .. }))
+        let again = sections.iter().any(|s: &Section| match (s.what, what) {
+            (What::Run { .. }, What::Run { .. }) => true,
+            // Parts of one table, with one durations flag, of keys apart.
+            (What::Table(f, l, d), What::Table(f2, l2, d2)) if (f, l) == (f2, l2) => {
+                d != d2
+                    || match (s.keys, keys) {
+                        (Some(a), Some(b)) => a.0 <= b.1 && b.0 <= a.1,
+                        _ => true,
+                    }
+            }
+            _ => s.what == what,
         });
         if !fits || again {
             return Err(r.err("a cells section out of the sidecar's bounds, or twice"));
         }
         sections.push(Section {
             what,
+            keys,
             count,
             back,
             frame_len,
@@ -312,6 +408,19 @@ fn read_index(
     }
     if r.at != body.len() {
         return Err(r.err("bytes left over after the metrics cells' index"));
+    }
+    let keys_of = |family| {
+        sections
+            .iter()
+            .find(|s| s.what == What::Keys(family))
+            .map_or(0, |s| s.count)
+    };
+    let parts_fit = sections.iter().all(|s| match (s.what, s.keys) {
+        (What::Table(family, ..), Some((_, last))) => u64::from(last) < keys_of(family),
+        _ => true,
+    });
+    if !parts_fit {
+        return Err(r.err("a table part of keys its family does not have"));
     }
     let unnamed = sections.iter().any(|s| {
         matches!(
@@ -424,14 +533,21 @@ fn counts_of(path: &Path, run: Option<(Section, Vec<u8>)>) -> Result<Counts> {
     })
 }
 
+/// The table, or table part, of section `s` from its inflated `body`, its
+/// family having `keys` keys; without durations unless `durations`.
 fn parse_table(
     path: &Path,
     body: &[u8],
-    (family, seconds, has_durations): (Family, u64, bool),
-    n: u64,
+    s: &Section,
     keys: u64,
     durations: bool,
 ) -> Result<CellTable> {
+    let What::Table(family, seconds, has_durations) = s.what else {
+        unreachable!("a table's section")
+    };
+    let n = s.count;
+    // The keys its cells may have: `first..end`.
+    let (first, end) = s.keys.map_or((0, keys), |(a, b)| (a, u64::from(b) + 1));
     let mut r = Reader {
         path,
         buf: body,
@@ -477,8 +593,8 @@ fn parse_table(
             }
             _ => step,
         };
-        if u64::from(key) >= keys {
-            return Err(r.err("a cell names a key its family does not have"));
+        if key < first || u64::from(key) >= end {
+            return Err(r.err("a cell names a key its family or table part does not have"));
         }
         t.cells[i].key = key;
     }
@@ -563,19 +679,21 @@ impl CellsFile {
     }
 
     fn section(&self, what: What) -> Result<Option<(Section, Vec<u8>)>> {
+        match self.sections.iter().find(|s| s.what == what) {
+            Some(s) => Ok(Some((*s, self.body(s)?))),
+            None => Ok(None),
+        }
+    }
+
+    /// Section `s`'s body, inflated.
+    fn body(&self, s: &Section) -> Result<Vec<u8>> {
         use std::os::unix::fs::FileExt;
-        let Some(s) = self.sections.iter().find(|s| s.what == what) else {
-            return Ok(None);
-        };
         let at = self.index_start - s.back;
         let mut frame = vec![0u8; s.frame_len as usize];
         self.file
             .read_exact_at(&mut frame, at)
             .map_err(|e| Error::io(&self.path, e))?;
-        Ok(Some((
-            *s,
-            inflate(&self.path, at, &frame, s.body_len, s.crc)?,
-        )))
+        inflate(&self.path, at, &frame, s.body_len, s.crc)
     }
 
     /// Whose spans the cells count. A file of a run that holds no cells
@@ -606,30 +724,40 @@ impl CellsFile {
     }
 
     /// The table of `family` with buckets of `seconds`, if the cells have
-    /// it; without its cells' durations unless `durations`.
+    /// it, in pieces: the whole table, or those of its parts that hold a
+    /// key `want` marks (all of them without `want`), each in order of
+    /// bucket then key. Without its cells' durations unless `durations`.
     pub fn table(
         &self,
         family: Family,
         seconds: u64,
         durations: bool,
-    ) -> Result<Option<CellTable>> {
-        let Some(&Section { what, .. }) = self
-            .sections
-            .iter()
-            .find(|s| matches!(s.what, What::Table(f, l, _) if f == family && l == seconds))
-        else {
-            return Ok(None);
-        };
+        want: Option<&[bool]>,
+    ) -> Result<Option<Vec<CellTable>>> {
         let keys = self
             .sections
             .iter()
             .find(|s| s.what == What::Keys(family))
             .map_or(0, |s| s.count);
-        let (s, body) = self.section(what)?.expect("listed");
-        let What::Table(f, l, d) = what else {
-            unreachable!("a table")
-        };
-        parse_table(&self.path, &body, (f, l, d), s.count, keys, durations).map(Some)
+        let mut found = false;
+        let mut pieces = Vec::new();
+        for s in &self.sections {
+            if !matches!(s.what, What::Table(f, l, _) if f == family && l == seconds) {
+                continue;
+            }
+            found = true;
+            let wanted = match (want, s.keys) {
+                (Some(want), Some((first, last))) => want
+                    .get(first as usize..=last as usize)
+                    .is_none_or(|w| w.contains(&true)),
+                _ => true,
+            };
+            if wanted {
+                let body = self.body(s)?;
+                pieces.push(parse_table(&self.path, &body, s, keys, durations)?);
+            }
+        }
+        Ok(found.then_some(pieces))
     }
 }
 
@@ -701,17 +829,20 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
         }
     }
     for s in &sections {
-        if let What::Table(f, l, d) = s.what {
-            let keys = count_of(f)?;
-            cells.tables.push(parse_table(
-                path,
-                &frame(s)?,
-                (f, l, d),
-                s.count,
-                keys,
-                true,
-            )?);
+        if let What::Table(f, l, _) = s.what {
+            let piece = parse_table(path, &frame(s)?, s, count_of(f)?, true)?;
+            match cells
+                .tables
+                .iter_mut()
+                .find(|t| (t.family, t.seconds) == (f, l))
+            {
+                Some(t) => t.append(piece),
+                None => cells.tables.push(piece),
+            }
         }
+    }
+    for t in &mut cells.tables {
+        t.sort();
     }
     Ok(Some(cells))
 }

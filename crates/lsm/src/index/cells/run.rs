@@ -146,6 +146,7 @@ impl RunCells {
         } else {
             Counts::Run { run, members }
         };
+        let (keys, seconds) = RunCells::sorted(keys, seconds);
         let coarse: Vec<CellTable> = BUCKET_SECONDS[1..]
             .iter()
             .map(|&len| coarser(&seconds, Family::Unnamed, len, |k| k))
@@ -154,6 +155,27 @@ impl RunCells {
         mine.tables.extend(coarse);
         mine.unnamed = keys;
         Some(mine)
+    }
+
+    /// The sums' keys in order (as a file's are, so its tables' parts
+    /// hold ranges of them) and the cells renumbered to match.
+    fn sorted(keys: Vec<CellKey>, mut seconds: CellTable) -> (Vec<CellKey>, CellTable) {
+        let mut order: Vec<u32> = (0..keys.len() as u32).collect();
+        order.sort_unstable_by(|&a, &b| keys[a as usize].cmp(&keys[b as usize]));
+        let mut renumber = vec![0u32; keys.len()];
+        for (new, &old) in order.iter().enumerate() {
+            renumber[old as usize] = new as u32;
+        }
+        for c in &mut seconds.cells {
+            c.key = renumber[c.key as usize];
+        }
+        seconds.sort();
+        let mut keys: Vec<Option<CellKey>> = keys.into_iter().map(Some).collect();
+        let keys = order
+            .iter()
+            .map(|&old| keys[old as usize].take().expect("each key once"))
+            .collect();
+        (keys, seconds)
     }
 }
 

@@ -245,6 +245,8 @@ fn a_runs_unnamed_cells_are_the_sums_of_its_files() {
             members: ids.to_vec()
         }
     );
+    // In order, as a file's keys are, so its tables' parts are ranges of them.
+    assert!(written[2].unnamed.is_sorted());
     let all = counted(&spans);
     for len in BUCKET_SECONDS {
         assert_eq!(
@@ -330,4 +332,118 @@ fn damaged_run_cells_are_refused_and_never_panic() {
             }
         }
     }
+}
+
+/// Root and child spans of `services` services in each of `seconds`
+/// seconds.
+fn every_second(services: usize, seconds: u64) -> Vec<Span> {
+    let mut spans = Vec::new();
+    for second in 1..=seconds {
+        for s in 0..services {
+            let service = format!("service-{s}");
+            spans.push(span(Some(&service), "GET /", 0, true, second * NANOS, 1000));
+            spans.push(span(
+                Some(&service),
+                "SELECT",
+                2,
+                false,
+                second * NANOS,
+                900,
+            ));
+        }
+    }
+    spans
+}
+
+/// (bucket, key, spans) of `t`'s cells whose key `keep` keeps, in order.
+fn cells_of(pieces: &[CellTable], keep: impl Fn(u32) -> bool) -> Vec<(u64, u32, u64)> {
+    let mut out: Vec<_> = pieces
+        .iter()
+        .flat_map(|t| &t.cells)
+        .filter(|c| keep(c.key))
+        .map(|c| (c.bucket, c.key, c.spans))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// A table is written in parts by ranges of keys: roots apart from the
+/// rest, and past a part's size cut where the service changes. Asked for
+/// some keys, a reader reads the parts that hold them: every cell of those
+/// keys, and few others. All the parts read back as the table.
+#[test]
+fn tables_are_written_in_parts_and_read_by_the_keys_wanted() {
+    let cells = counted(&every_second(40, 3600));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table = dir.path().join("1.sst");
+    std::fs::write(crate::index::sidecar_path(&table), encode(&cells)).expect("write");
+    let file = CellsFile::open(&table).expect("open").expect("cells");
+    let keys = file.keys(Family::Unnamed).expect("keys");
+    assert_eq!(keys, cells.unnamed);
+    let whole = cells.table(Family::Unnamed, 1).expect("seconds");
+
+    let all = file
+        .table(Family::Unnamed, 1, true, None)
+        .expect("read")
+        .expect("seconds");
+    assert!(all.len() >= 10, "{} parts", all.len());
+    let mut joined = all[0].clone();
+    for piece in &all[1..] {
+        joined.append(piece.clone());
+    }
+    joined.sort();
+    assert_eq!(&joined, whole);
+
+    // The roots of one service.
+    let service = keys[7].service.clone();
+    let want: Vec<bool> = keys
+        .iter()
+        .map(|k| k.parent == Parent::None && k.service == service)
+        .collect();
+    assert_eq!(want.iter().filter(|&&w| w).count(), 1);
+    let pieces = file
+        .table(Family::Unnamed, 1, false, Some(&want))
+        .expect("read")
+        .expect("seconds");
+    let wanted = |k: u32| want[k as usize];
+    assert_eq!(
+        cells_of(&pieces, wanted),
+        cells_of(std::slice::from_ref(whole), wanted)
+    );
+    assert_eq!(cells_of(&pieces, wanted).len(), 3600);
+    let read: usize = pieces.iter().map(|t| t.cells.len()).sum();
+    assert!(
+        read <= whole.cells.len() / 10,
+        "{read} of {}",
+        whole.cells.len()
+    );
+
+    let none = vec![false; keys.len()];
+    let pieces = file
+        .table(Family::Unnamed, 1, false, Some(&none))
+        .expect("read")
+        .expect("seconds");
+    assert!(pieces.is_empty(), "{} parts read for no key", pieces.len());
+    assert!(file
+        .table(Family::Unnamed, 2, false, None)
+        .expect("read")
+        .is_none());
+}
+
+/// Cells in parts are checked as whole tables are: a change is refused or
+/// reads as what was written.
+#[test]
+fn damaged_table_parts_are_refused_and_never_panic() {
+    let cells = counted(&every_second(12, 200));
+    let good = encode(&cells);
+    let path = Path::new("x.idx");
+    assert_eq!(decode(path, &good).expect("decodes"), Some(cells.clone()));
+    let mut refused = 0;
+    for bad in damaged(&good, 13, 3_000) {
+        match decode(path, &bad) {
+            Ok(Some(read)) => assert_eq!(read, cells, "a change read as other cells"),
+            Ok(None) | Err(_) => refused += 1,
+        }
+    }
+    assert!(refused > 2_800, "{refused}");
 }
