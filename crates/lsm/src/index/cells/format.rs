@@ -9,7 +9,7 @@ use tracedb_proto::wire::put_varint;
 use super::{Cell, CellKey, CellTable, Counts, Family, FileCells, Parent, BUCKET_SECONDS};
 use crate::{
     error::{Error, Result},
-    index::format::{Reader, MAX_BODY_BYTES, ZSTD_LEVEL},
+    index::format::{Reader, MAX_BODY_BYTES},
     table::corrupt,
 };
 
@@ -17,6 +17,13 @@ use crate::{
 /// the cells of a range of keys, so a query reads the parts holding the
 /// keys it matches ([`key_ranges`]).
 const PART_CELLS: usize = 16 * 1024;
+
+/// zstd level of the cells' frames. Parts are smaller frames than whole
+/// tables and compress worse: on 101 M spans over an hour, 1.84 B a span
+/// whole, 2.01 in parts at level 1, 1.96 at this level (docs/BENCHMARKS.md,
+/// "An hour of traffic"). zstd inflates about as fast at any level; the
+/// higher level's cost is at flush and merge.
+const CELLS_ZSTD_LEVEL: i32 = 3;
 
 /// The last bytes of a sidecar that ends with cells.
 const CELLS_MAGIC: &[u8; 8] = b"TDB-CEL1";
@@ -160,7 +167,7 @@ fn members_body(members: &[u64]) -> Vec<u8> {
 }
 
 fn compress(body: &[u8]) -> Vec<u8> {
-    zstd::bulk::compress(body, ZSTD_LEVEL).expect("zstd compresses")
+    zstd::bulk::compress(body, CELLS_ZSTD_LEVEL).expect("zstd compresses")
 }
 
 /// The cells as the end of a sidecar holds them: a zstd frame per key list
