@@ -36,7 +36,7 @@ use std::borrow::Borrow;
 use super::{wire, HashMap};
 use crate::{error::Result, span::Span};
 
-pub use format::{cells_len, decode, encode, CellsFile};
+pub use format::{cells_len, decode, encode, CellsFile, KeyList};
 pub use run::{RunCells, RUN_CELLS_BYTES};
 
 const NANOS: u64 = 1_000_000_000;
@@ -505,10 +505,11 @@ pub enum CellsView<'a> {
 }
 
 impl CellsView<'_> {
-    pub fn keys(&self, family: Family) -> Result<std::borrow::Cow<'_, [CellKey]>> {
+    /// The keys `family`'s tables number, as a key list holds them.
+    pub fn keys(&self, family: Family) -> Result<KeyList<'static>> {
         match self {
-            CellsView::Memory(c) => Ok(std::borrow::Cow::Borrowed(c.keys(family))),
-            CellsView::File(f) => f.keys(family).map(std::borrow::Cow::Owned),
+            CellsView::Memory(c) => Ok(KeyList::of(c.keys(family), family)),
+            CellsView::File(f) => f.key_list(family),
         }
     }
 

@@ -13,7 +13,7 @@
 
 use tracedb_lsm::{
     index::{
-        cells::{CellKey, CellsView, Family, Parent, BUCKET_SECONDS},
+        cells::{CellKey, CellsView, Family, KeyList, Parent, BUCKET_SECONDS},
         SearchQuery,
     },
     CellsError, Engine, TimeRange, TraceId,
@@ -186,8 +186,8 @@ struct Counter<'a> {
     query: &'a Compiled,
     grid: Grid,
     plan: Plan,
-    /// Every key seen, numbered.
-    keys: Map<CellKey, u32>,
+    /// Every key seen, by its bytes in a key list, numbered.
+    keys: Map<Box<[u8]>, u32>,
     /// Per key number, its one-span trace if the query matches it.
     matched: Vec<Option<Trace>>,
     /// Per key number, whether its span could not be rebuilt (a cell of
@@ -234,17 +234,18 @@ impl Counter<'_> {
         }
     }
 
-    fn id(&mut self, k: &CellKey) -> u32 {
-        if let Some(&id) = self.keys.get(k) {
+    /// The number of key `i` of `keys`, judged when first met.
+    fn id(&mut self, keys: &KeyList<'_>, i: usize) -> u32 {
+        if let Some(&id) = self.keys.get(keys.bytes(i)) {
             return id;
         }
-        let trace = key_trace(k);
+        let trace = key_trace(&keys.key(i));
         self.unbuilt.push(trace.is_none());
         let verdict = trace.filter(|t| self.query.eval(t).iter().any(|s| s.spans.contains(&0)));
         let id = self.matched.len() as u32;
         self.matched.push(verdict);
         self.rows.push(None);
-        self.keys.insert(k.clone(), id);
+        self.keys.insert(keys.bytes(i).into(), id);
         id
     }
 
@@ -254,7 +255,7 @@ impl Counter<'_> {
     fn add(&mut self, cells: &CellsView<'_>) -> tracedb_lsm::Result<()> {
         let family = self.plan.family;
         let keys = cells.keys(family)?;
-        let ids: Vec<u32> = keys.iter().map(|k| self.id(k)).collect();
+        let ids: Vec<u32> = (0..keys.len()).map(|i| self.id(&keys, i)).collect();
         let want: Vec<bool> = ids
             .iter()
             .map(|&id| self.matched[id as usize].is_some() || self.unbuilt[id as usize])

@@ -76,16 +76,96 @@ struct Section {
     crc: u32,
 }
 
+fn put_key(body: &mut Vec<u8>, k: &CellKey) {
+    put_optional(body, k.service.as_deref());
+    put_optional(body, k.name.as_deref());
+    put_varint(body, u64::from(k.kind));
+    put_varint(body, u64::from(k.status));
+    body.push(k.parent as u8);
+}
+
 fn keys_body(keys: &[CellKey]) -> Vec<u8> {
     let mut body = Vec::new();
     for k in keys {
-        put_optional(&mut body, k.service.as_deref());
-        put_optional(&mut body, k.name.as_deref());
-        put_varint(&mut body, u64::from(k.kind));
-        put_varint(&mut body, u64::from(k.status));
-        body.push(k.parent as u8);
+        put_key(&mut body, k);
     }
     body
+}
+
+/// A family's keys as a key list holds them: each key's bytes, so a query
+/// looks a key up by its bytes and decodes it only when it first meets it.
+pub struct KeyList<'a> {
+    body: std::borrow::Cow<'a, [u8]>,
+    /// Where each key's bytes end in `body` (each starts where the one
+    /// before ends).
+    ends: Vec<usize>,
+    family: Family,
+}
+
+impl KeyList<'_> {
+    /// `keys` as a key list holds them.
+    pub fn of(keys: &[CellKey], family: Family) -> KeyList<'static> {
+        let mut body = Vec::new();
+        let mut ends = Vec::with_capacity(keys.len());
+        for k in keys {
+            put_key(&mut body, k);
+            ends.push(body.len());
+        }
+        KeyList {
+            body: body.into(),
+            ends,
+            family,
+        }
+    }
+
+    /// Checks `n` keys of `family` in a key list's inflated `body`.
+    fn read(path: &Path, body: Vec<u8>, family: Family, n: u64) -> Result<KeyList<'static>> {
+        let mut r = Reader {
+            path,
+            buf: &body,
+            at: 0,
+        };
+        let mut ends = Vec::with_capacity((n as usize).min(body.len() / 5));
+        for _ in 0..n {
+            key_at(&mut r, family)?;
+            ends.push(r.at);
+        }
+        if r.at != body.len() {
+            return Err(r.err("bytes left over after the cell keys"));
+        }
+        Ok(KeyList {
+            body: body.into(),
+            ends,
+            family,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Key `i`'s bytes: equal for equal keys.
+    pub fn bytes(&self, i: usize) -> &[u8] {
+        let from = i.checked_sub(1).map_or(0, |p| self.ends[p]);
+        &self.body[from..self.ends[i]]
+    }
+
+    /// Key `i`.
+    pub fn key(&self, i: usize) -> CellKey {
+        let bytes = self.bytes(i);
+        let mut r = Reader {
+            path: Path::new("a checked key list"),
+            buf: bytes,
+            at: 0,
+        };
+        key_at(&mut r, self.family)
+            .expect("keys are checked when listed")
+            .key(bytes)
+    }
 }
 
 /// Cells of `t` (some or all, in its order) in columns, which compress
@@ -448,15 +528,64 @@ fn read_index(
     Ok(Some((start, sections)))
 }
 
-fn optional(r: &mut Reader<'_>) -> Result<Option<Box<[u8]>>> {
+/// Where an optional field's bytes are, if it is present.
+fn optional(r: &mut Reader<'_>) -> Result<Option<std::ops::Range<usize>>> {
     match r.varint()? {
         0 => Ok(None),
         1 => {
             let len = r.count(1)?;
-            Ok(Some(Box::from(r.bytes(len)?)))
+            let from = r.at;
+            r.bytes(len)?;
+            Ok(Some(from..from + len))
         }
         _ => Err(r.err("a cell key's field is neither absent nor present")),
     }
+}
+
+/// One key of a key list, its service and name where they are in the list.
+struct KeyAt {
+    service: Option<std::ops::Range<usize>>,
+    name: Option<std::ops::Range<usize>>,
+    kind: u32,
+    status: u32,
+    parent: Parent,
+}
+
+impl KeyAt {
+    /// The key, from the bytes it was read from.
+    fn key(self, body: &[u8]) -> CellKey {
+        CellKey {
+            service: self.service.map(|at| Box::from(&body[at])),
+            name: self.name.map(|at| Box::from(&body[at])),
+            kind: self.kind,
+            status: self.status,
+            parent: self.parent,
+        }
+    }
+}
+
+/// The next key of `family` in a key list.
+fn key_at(r: &mut Reader<'_>, family: Family) -> Result<KeyAt> {
+    let service = optional(r)?;
+    let name = optional(r)?;
+    let kind = small(r)?;
+    let status = small(r)?;
+    let parent = match r.bytes(1)?[0] {
+        0 => Parent::None,
+        1 => Parent::Zero,
+        2 => Parent::Some,
+        _ => return Err(r.err("a cell key's parent is not 0, 1 or 2")),
+    };
+    if name.is_some() != (family == Family::Named) {
+        return Err(r.err("a cell key with a name among unnamed ones, or none among named"));
+    }
+    Ok(KeyAt {
+        service,
+        name,
+        kind,
+        status,
+        parent,
+    })
 }
 
 fn small(r: &mut Reader<'_>) -> Result<u32> {
@@ -464,39 +593,9 @@ fn small(r: &mut Reader<'_>) -> Result<u32> {
     u32::try_from(v).map_err(|_| r.err("value over 32 bits"))
 }
 
-fn parse_keys(path: &Path, body: &[u8], family: Family, n: u64) -> Result<Vec<CellKey>> {
-    let mut r = Reader {
-        path,
-        buf: body,
-        at: 0,
-    };
-    let mut keys = Vec::with_capacity((n as usize).min(body.len() / 5));
-    for _ in 0..n {
-        let service = optional(&mut r)?;
-        let name = optional(&mut r)?;
-        let kind = small(&mut r)?;
-        let status = small(&mut r)?;
-        let parent = match r.bytes(1)?[0] {
-            0 => Parent::None,
-            1 => Parent::Zero,
-            2 => Parent::Some,
-            _ => return Err(r.err("a cell key's parent is not 0, 1 or 2")),
-        };
-        if name.is_some() != (family == Family::Named) {
-            return Err(r.err("a cell key with a name among unnamed ones, or none among named"));
-        }
-        keys.push(CellKey {
-            service,
-            name,
-            kind,
-            status,
-            parent,
-        });
-    }
-    if r.at != body.len() {
-        return Err(r.err("bytes left over after the cell keys"));
-    }
-    Ok(keys)
+fn parse_keys(path: &Path, body: Vec<u8>, family: Family, n: u64) -> Result<Vec<CellKey>> {
+    let list = KeyList::read(path, body, family, n)?;
+    Ok((0..list.len()).map(|i| list.key(i)).collect())
 }
 
 /// The files of a run, `n` IDs, ascending.
@@ -720,8 +819,14 @@ impl CellsFile {
 
     /// The keys `family`'s tables number.
     pub fn keys(&self, family: Family) -> Result<Vec<CellKey>> {
+        let list = self.key_list(family)?;
+        Ok((0..list.len()).map(|i| list.key(i)).collect())
+    }
+
+    /// The keys `family`'s tables number, as their list holds them.
+    pub fn key_list(&self, family: Family) -> Result<KeyList<'static>> {
         match self.section(What::Keys(family))? {
-            Some((s, body)) => parse_keys(&self.path, &body, family, s.count),
+            Some((s, body)) => KeyList::read(&self.path, body, family, s.count),
             None => Err(corrupt(
                 &self.path,
                 self.index_start,
@@ -829,7 +934,7 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
             .iter()
             .find(|s| s.what == What::Keys(family))
             .ok_or_else(|| corrupt(path, index_start, "metrics cells without their keys"))?;
-        let keys = parse_keys(path, &frame(s)?, family, s.count)?;
+        let keys = parse_keys(path, frame(s)?, family, s.count)?;
         match family {
             Family::Named => cells.named = keys,
             Family::Unnamed => cells.unnamed = keys,

@@ -380,6 +380,16 @@ fn tables_are_written_in_parts_and_read_by_the_keys_wanted() {
     let file = CellsFile::open(&table).expect("open").expect("cells");
     let keys = file.keys(Family::Unnamed).expect("keys");
     assert_eq!(keys, cells.unnamed);
+    // Listed as bytes, a key reads back as itself, and its bytes are those
+    // of the same key listed from memory.
+    let listed = file.key_list(Family::Unnamed).expect("key list");
+    let held = KeyList::of(&cells.unnamed, Family::Unnamed);
+    assert_eq!(listed.len(), keys.len());
+    for (i, key) in keys.iter().enumerate() {
+        assert_eq!(&listed.key(i), key);
+        assert_eq!(listed.bytes(i), held.bytes(i));
+    }
+    assert_ne!(listed.bytes(0), listed.bytes(1));
     let whole = cells.table(Family::Unnamed, 1).expect("seconds");
 
     let all = file
