@@ -138,6 +138,21 @@ fn damaged(good: &[u8], seed: u64, rounds: usize) -> impl Iterator<Item = Vec<u8
     })
 }
 
+/// How many of `rounds` damaged copies of `cells`' bytes (from `seed`)
+/// are refused; each of the others must read as `cells`.
+fn refusals(cells: &FileCells, seed: u64, rounds: usize) -> usize {
+    let good = encode(cells);
+    let path = Path::new("x.idx");
+    let mut refused = 0;
+    for bad in damaged(&good, seed, rounds) {
+        match decode(path, &bad) {
+            Ok(Some(read)) => assert_eq!(&read, cells, "a change read as other cells"),
+            Ok(None) | Err(_) => refused += 1,
+        }
+    }
+    refused
+}
+
 #[test]
 fn damaged_cells_are_refused_and_never_panic() {
     let mut b = CellsBuilder::default();
@@ -153,15 +168,7 @@ fn damaged_cells_are_refused_and_never_panic() {
         ));
     }
     let cells = b.finish().expect("cells");
-    let good = encode(&cells);
-    let path = Path::new("x.idx");
-    let mut refused = 0;
-    for bad in damaged(&good, 7, 20_000) {
-        match decode(path, &bad) {
-            Ok(Some(read)) => assert_eq!(read, cells, "a change read as other cells"),
-            Ok(None) | Err(_) => refused += 1,
-        }
-    }
+    let refused = refusals(&cells, 7, 20_000);
     assert!(refused > 19_000, "{refused}");
 }
 
@@ -324,13 +331,8 @@ fn damaged_run_cells_are_refused_and_never_panic() {
     let holder = run
         .file(9, Some(counted(&spans[150..])), true)
         .expect("holder");
-    let path = Path::new("x.idx");
     for cells in [member, holder] {
-        for bad in damaged(&encode(&cells), 11, 5_000) {
-            if let Ok(Some(read)) = decode(path, &bad) {
-                assert_eq!(read, cells, "a change read as other cells");
-            }
-        }
+        refusals(&cells, 11, 5_000);
     }
 }
 
@@ -445,15 +447,11 @@ fn tables_are_written_in_parts_and_read_by_the_keys_wanted() {
 #[test]
 fn damaged_table_parts_are_refused_and_never_panic() {
     let cells = counted(&every_second(12, 200));
-    let good = encode(&cells);
     let path = Path::new("x.idx");
-    assert_eq!(decode(path, &good).expect("decodes"), Some(cells.clone()));
-    let mut refused = 0;
-    for bad in damaged(&good, 13, 3_000) {
-        match decode(path, &bad) {
-            Ok(Some(read)) => assert_eq!(read, cells, "a change read as other cells"),
-            Ok(None) | Err(_) => refused += 1,
-        }
-    }
+    assert_eq!(
+        decode(path, &encode(&cells)).expect("decodes"),
+        Some(cells.clone())
+    );
+    let refused = refusals(&cells, 13, 3_000);
     assert!(refused > 2_800, "{refused}");
 }
