@@ -154,6 +154,11 @@ impl KeyList<'_> {
         &self.body[from..self.ends[i]]
     }
 
+    /// Every key, decoded.
+    pub fn to_keys(&self) -> Vec<CellKey> {
+        (0..self.len()).map(|i| self.key(i)).collect()
+    }
+
     /// Key `i`.
     pub fn key(&self, i: usize) -> CellKey {
         let bytes = self.bytes(i);
@@ -593,11 +598,6 @@ fn small(r: &mut Reader<'_>) -> Result<u32> {
     u32::try_from(v).map_err(|_| r.err("value over 32 bits"))
 }
 
-fn parse_keys(path: &Path, body: Vec<u8>, family: Family, n: u64) -> Result<Vec<CellKey>> {
-    let list = KeyList::read(path, body, family, n)?;
-    Ok((0..list.len()).map(|i| list.key(i)).collect())
-}
-
 /// The files of a run, `n` IDs, ascending.
 fn parse_members(path: &Path, body: &[u8], n: u64) -> Result<Vec<u64>> {
     let mut r = Reader {
@@ -819,8 +819,7 @@ impl CellsFile {
 
     /// The keys `family`'s tables number.
     pub fn keys(&self, family: Family) -> Result<Vec<CellKey>> {
-        let list = self.key_list(family)?;
-        Ok((0..list.len()).map(|i| list.key(i)).collect())
+        Ok(self.key_list(family)?.to_keys())
     }
 
     /// The keys `family`'s tables number, as their list holds them.
@@ -934,7 +933,7 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
             .iter()
             .find(|s| s.what == What::Keys(family))
             .ok_or_else(|| corrupt(path, index_start, "metrics cells without their keys"))?;
-        let keys = parse_keys(path, frame(s)?, family, s.count)?;
+        let keys = KeyList::read(path, frame(s)?, family, s.count)?.to_keys();
         match family {
             Family::Named => cells.named = keys,
             Family::Unnamed => cells.unnamed = keys,

@@ -160,22 +160,17 @@ impl RunCells {
     /// The sums' keys in order (as a file's are, so its tables' parts
     /// hold ranges of them) and the cells renumbered to match.
     fn sorted(keys: Vec<CellKey>, mut seconds: CellTable) -> (Vec<CellKey>, CellTable) {
-        let mut order: Vec<u32> = (0..keys.len() as u32).collect();
-        order.sort_unstable_by(|&a, &b| keys[a as usize].cmp(&keys[b as usize]));
-        let mut renumber = vec![0u32; keys.len()];
-        for (new, &old) in order.iter().enumerate() {
-            renumber[old as usize] = new as u32;
+        let mut numbered: Vec<(CellKey, u32)> = keys.into_iter().zip(0..).collect();
+        numbered.sort_unstable();
+        let mut renumber = vec![0u32; numbered.len()];
+        for (new, (_, old)) in numbered.iter().enumerate() {
+            renumber[*old as usize] = new as u32;
         }
         for c in &mut seconds.cells {
             c.key = renumber[c.key as usize];
         }
         seconds.sort();
-        let mut keys: Vec<Option<CellKey>> = keys.into_iter().map(Some).collect();
-        let keys = order
-            .iter()
-            .map(|&old| keys[old as usize].take().expect("each key once"))
-            .collect();
-        (keys, seconds)
+        (numbered.into_iter().map(|k| k.0).collect(), seconds)
     }
 }
 
