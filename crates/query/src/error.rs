@@ -9,6 +9,7 @@
 //! | no node answered | UNAVAILABLE + RetryInfo | 503 |
 //! | the engine is not open yet | UNAVAILABLE | 503 |
 //! | storage or internal failure | INTERNAL | 500 |
+//! | the caller went away ([`crate::cancel`]) | CANCELLED | 499 |
 
 use axum::{
     http::StatusCode,
@@ -48,7 +49,14 @@ pub enum Error {
     Storage(#[from] tracedb_lsm::Error),
     #[error("internal error: {0}")]
     Internal(String),
+    /// The query stopped because its caller went away; nobody reads this.
+    #[error("the query was cancelled: its caller went away")]
+    Cancelled,
 }
+
+/// The status nginx and others give a request whose client closed the
+/// connection before the answer; HTTP itself has none.
+const CLIENT_CLOSED_REQUEST: u16 = 499;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -72,6 +80,7 @@ impl From<Error> for tonic::Status {
                 tonic::Status::internal(e.to_string())
             }
             Error::Internal(_) => tonic::Status::internal(e.to_string()),
+            Error::Cancelled => tonic::Status::cancelled(e.to_string()),
         }
     }
 }
@@ -89,6 +98,9 @@ impl Error {
             Error::Unreadable { .. } | Error::Storage(_) | Error::Internal(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
+            Error::Cancelled => {
+                StatusCode::from_u16(CLIENT_CLOSED_REQUEST).expect("a status code in range")
+            }
         }
     }
 }
@@ -102,7 +114,8 @@ impl IntoResponse for Error {
             | Error::TimeRange { .. }
             | Error::InvalidArgument(_)
             | Error::NotFound(_)
-            | Error::Starting(_) => {}
+            | Error::Starting(_)
+            | Error::Cancelled => {}
             _ => tracing::error!(error = %self, "reading storage"),
         }
         (self.http_status(), self.to_string()).into_response()

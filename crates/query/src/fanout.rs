@@ -73,7 +73,7 @@ mod gather;
 mod members;
 mod merge;
 
-use gather::{found_in_full, join_in_order, Gathered, NodeOutcome, Outcome, Wait};
+use gather::{found_in_full, join_in_order, CallerGone, Gathered, NodeOutcome, Outcome, Wait};
 use members::Members;
 pub use members::{
     Connect, Dial, Group, Membership, Source, DEFAULT_DNS_FORGET, DEFAULT_DNS_REFRESH,
@@ -294,7 +294,10 @@ impl NodeReads {
         let membership = self.members.current();
         // Each call is a task of its own that runs to its end even when the
         // answer no longer waits for it, so a hung node's timeouts are
-        // counted however soon another group answered.
+        // counted however soon another group answered; but not when the
+        // caller went away (this future dropped): then it is dropped, and
+        // its node stops.
+        let gone = CallerGone::new();
         let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut calls = 0;
         for (g, group) in membership.groups.iter().enumerate() {
@@ -302,10 +305,15 @@ impl NodeReads {
                 let answer = call(node);
                 let node = node.clone();
                 let done = done_tx.clone();
+                let caller_gone = gone.watch();
                 calls += 1;
                 tokio::spawn(async move {
                     let started = Instant::now();
-                    let outcome = match tokio::time::timeout(timeout, answer).await {
+                    let answer = tokio::select! {
+                        answer = tokio::time::timeout(timeout, answer) => answer,
+                        () = caller_gone => return,
+                    };
+                    let outcome = match answer {
                         Ok(Ok((value, partial))) => Outcome::Answered(value, partial),
                         Ok(Err(status)) if status.code() == Code::NotFound => Outcome::NotFound,
                         Ok(Err(status)) => {
@@ -349,6 +357,7 @@ impl NodeReads {
                 break;
             }
         }
+        gone.answered();
         Gathered {
             missing: membership
                 .groups

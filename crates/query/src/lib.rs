@@ -24,9 +24,11 @@
 //! - [`otlp_json`]: OTLP/JSON encoding of `TracesData`.
 //! - [`traces_data`]: turns stored spans (encoded OTLP bytes plus their resource
 //!   and scope) into `TracesData` messages without decoding them.
+//! - [`cancel`]: a query stops when its caller goes away.
 //! - [`error`]: query errors, and the one place they become gRPC status
 //!   codes (the gRPC front-ends) and HTTP status codes (the Tempo API).
 
+pub mod cancel;
 pub mod error;
 pub mod fanout;
 pub mod jaeger;

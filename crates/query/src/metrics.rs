@@ -25,6 +25,7 @@ use tracedb_traceql::{
 };
 
 use crate::{
+    cancel::Cancel,
     error::Error,
     read::Answer,
     search::{decode, op_needs, RunError},
@@ -161,20 +162,28 @@ const CELL_BYTES: usize = 24;
 /// spans of a trace stored outside the window need not be read. Any other
 /// (structural operators, trace-level fields) reads each candidate trace
 /// whole, as a search does.
-pub fn run(engine: &Engine, req: &MetricsRequest) -> Result<Answer<MetricsEval>, RunError> {
+pub fn run(
+    engine: &Engine,
+    req: &MetricsRequest,
+    cancel: &Cancel,
+) -> Result<Answer<MetricsEval>, RunError> {
     if cells::answerable(req) {
-        if let Some(answer) = cells::run(engine, req)? {
+        if let Some(answer) = cells::run(engine, req, cancel)? {
             return Ok(answer);
         }
     }
     if crate::search::per_span_only(&req.query.query) {
-        return scan(engine, req);
+        return scan(engine, req, cancel);
     }
-    whole_traces(engine, req)
+    whole_traces(engine, req, cancel)
 }
 
 /// [`run`] over the window's files in one pass.
-fn scan(engine: &Engine, req: &MetricsRequest) -> Result<Answer<MetricsEval>, RunError> {
+fn scan(
+    engine: &Engine,
+    req: &MetricsRequest,
+    cancel: &Cancel,
+) -> Result<Answer<MetricsEval>, RunError> {
     let budget = engine.memory_budget();
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
     let mut eval = MetricsEval::new(&req.query, req.grid, req.max_series, req.max_exemplars)
@@ -190,6 +199,10 @@ fn scan(engine: &Engine, req: &MetricsRequest) -> Result<Answer<MetricsEval>, Ru
     let buffers = engine.scan_buffers(range);
     held.grow(buffers.bytes()).map_err(RunError::Overloaded)?;
     let stats = engine.scan_traces(range, buffers, |trace_id, spans| {
+        if let Err(e) = cancel.check() {
+            over = Some(e);
+            return false;
+        }
         // Only spans that start in the window can count.
         if !spans
             .iter()
@@ -232,7 +245,11 @@ fn scan(engine: &Engine, req: &MetricsRequest) -> Result<Answer<MetricsEval>, Ru
 }
 
 /// [`run`] trace by trace: each candidate of the index's walk read whole.
-fn whole_traces(engine: &Engine, req: &MetricsRequest) -> Result<Answer<MetricsEval>, RunError> {
+fn whole_traces(
+    engine: &Engine,
+    req: &MetricsRequest,
+    cancel: &Cancel,
+) -> Result<Answer<MetricsEval>, RunError> {
     let budget = engine.memory_budget();
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
     let mut eval = MetricsEval::new(&req.query, req.grid, req.max_series, req.max_exemplars)
@@ -248,7 +265,8 @@ fn whole_traces(engine: &Engine, req: &MetricsRequest) -> Result<Answer<MetricsE
     let mut series_bytes = 0;
     let mut partial: Vec<String> = Vec::new();
     let row_bytes = req.grid.len() * CELL_BYTES + 256;
-    while let Some(candidate) = crate::search::next_counted(&mut walk, &mut held, &mut walk_bytes)?
+    while let Some(candidate) =
+        crate::search::next_counted(&mut walk, &mut held, &mut walk_bytes, cancel)?
     {
         let (lookup, trace_bytes) =
             crate::search::read_candidate(engine, &candidate, &mut held, &mut partial)?;

@@ -35,6 +35,7 @@ use tracedb_lsm::{
 use tracedb_traceql::metrics::MetricsEval;
 
 use crate::{
+    cancel::Cancel,
     error::Error,
     metrics::MetricsRequest,
     search::{Match, Search},
@@ -202,18 +203,26 @@ impl Reads for LocalReads {
 
     async fn find(&self, search: Search) -> Result<Answer<Vec<Match>>, Error> {
         let engine = self.engine.clone();
-        tokio::task::spawn_blocking(move || crate::search::run(&engine, &search))
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))?
-            .map_err(Error::from)
+        let cancel = Cancel::new();
+        let _stop_if_dropped = cancel.on_drop();
+        tokio::task::spawn_blocking(move || {
+            crate::cancel::counted(crate::search::run(&engine, &search, &cancel))
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?
+        .map_err(Error::from)
     }
 
     async fn metrics(&self, request: MetricsRequest) -> Result<Answer<MetricsEval>, Error> {
         let engine = self.engine.clone();
-        tokio::task::spawn_blocking(move || crate::metrics::run(&engine, &request))
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))?
-            .map_err(Error::from)
+        let cancel = Cancel::new();
+        let _stop_if_dropped = cancel.on_drop();
+        tokio::task::spawn_blocking(move || {
+            crate::cancel::counted(crate::metrics::run(&engine, &request, &cancel))
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))?
+        .map_err(Error::from)
     }
 
     async fn services(&self, range: TimeRange) -> Result<Answer<Vec<String>>, Error> {

@@ -29,6 +29,7 @@ use tracedb_lsm::{
 use tracedb_traceql::{ast::Attribute, Compiled, EncodedSpan, Trace};
 
 use crate::{
+    cancel::Cancel,
     error::Error,
     read::{file_reason, Answer},
 };
@@ -168,12 +169,14 @@ impl Search {
 pub(crate) const DECODED_SPAN_BYTES: usize = 512;
 
 /// Why a search did not run: it could not have its share of the memory
-/// budget (retryable), reading the store failed, or the query cannot run.
+/// budget (retryable), reading the store failed, the query cannot run, or
+/// its caller went away ([`crate::cancel`]).
 #[derive(Debug)]
 pub enum RunError {
     Overloaded(tracedb_lsm::budget::Overloaded),
     Storage(tracedb_lsm::Error),
     Invalid(String),
+    Cancelled,
 }
 
 impl From<tracedb_lsm::Error> for RunError {
@@ -187,6 +190,7 @@ impl From<RunError> for Error {
         match e {
             RunError::Storage(e) => Error::Storage(e),
             RunError::Invalid(why) => Error::InvalidArgument(why),
+            RunError::Cancelled => Error::Cancelled,
             RunError::Overloaded(o) => Error::Unavailable(format!(
                 "the memory budget cannot hold this search now ({} bytes more over {} of {} in use); retry",
                 o.needed, o.in_use, o.limit
@@ -199,9 +203,13 @@ impl From<RunError> for Error {
 /// search holds (the index blocks the walk decoded, the trace being
 /// evaluated, the answer so far) is taken from the engine's memory budget
 /// as it grows; a search the budget cannot hold is refused, retryably.
-pub fn run(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunError> {
+pub fn run(
+    engine: &Engine,
+    search: &Search,
+    cancel: &Cancel,
+) -> Result<Answer<Vec<Match>>, RunError> {
     if search.candidates_only {
-        return candidates(engine, search);
+        return candidates(engine, search, cancel);
     }
     let budget = engine.memory_budget();
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
@@ -232,7 +240,7 @@ pub fn run(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunEr
         // further than a search without read-ahead would.
         let wanted = READ_AHEAD.min(limit.saturating_sub(found.len())).max(1);
         while ahead.len() < wanted {
-            let Some(next) = next_counted(&mut walk, &mut held, &mut walk_bytes)? else {
+            let Some(next) = next_counted(&mut walk, &mut held, &mut walk_bytes, cancel)? else {
                 break;
             };
             engine.prefetch_trace(&next.trace_id);
@@ -301,12 +309,15 @@ pub(crate) fn read_candidate(
 const READ_AHEAD: usize = 8;
 
 /// The walk's next candidate, with `held` grown or shrunk to the bytes the
-/// walk holds now (`walk_bytes` is what it held at the last call).
+/// walk holds now (`walk_bytes` is what it held at the last call); none once
+/// `cancel` is set, but [`RunError::Cancelled`].
 pub(crate) fn next_counted(
     walk: &mut Candidates,
     held: &mut Permit,
     walk_bytes: &mut usize,
+    cancel: &Cancel,
 ) -> Result<Option<Candidate>, RunError> {
+    cancel.check()?;
     let candidate = walk.next_candidate()?;
     let now = walk.held_bytes();
     if now > *walk_bytes {
@@ -323,7 +334,11 @@ pub(crate) fn next_counted(
 /// earlier than the trace's): a superset of the matches in the window, read
 /// from the index alone, for a tier that reads each one whole and evaluates
 /// the query on it. A row holds the trace ID and that start, nothing else.
-fn candidates(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, RunError> {
+fn candidates(
+    engine: &Engine,
+    search: &Search,
+    cancel: &Cancel,
+) -> Result<Answer<Vec<Match>>, RunError> {
     let budget = engine.memory_budget();
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
     let limit = search.limit.clamp(1, MAX_LIMIT);
@@ -332,7 +347,7 @@ fn candidates(engine: &Engine, search: &Search) -> Result<Answer<Vec<Match>>, Ru
     let mut seen = std::collections::HashSet::new();
     let mut found = Vec::new();
     while found.len() < limit {
-        let Some(candidate) = next_counted(&mut walk, &mut held, &mut walk_bytes)? else {
+        let Some(candidate) = next_counted(&mut walk, &mut held, &mut walk_bytes, cancel)? else {
             break;
         };
         // The walk goes newest part first: a trace's first part is its newest.

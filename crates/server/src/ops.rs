@@ -289,6 +289,12 @@ pub fn render(ops: &Ops) -> String {
             tracedb_query::read::partial_answers(api),
         );
     }
+    out.single(
+        "tracedb_queries_cancelled_total",
+        "counter",
+        "Searches and metrics queries stopped because their client went away.",
+        tracedb_query::cancel::cancelled_queries(),
+    );
 
     let budget = ingest.budget();
     out.single(

@@ -48,6 +48,8 @@ pub enum CellsError {
     /// Memory for the buffers' cells was refused.
     Overloaded(Overloaded),
     Engine(crate::Error),
+    /// The caller's `f` asked to stop (its query was cancelled).
+    Stopped,
 }
 
 impl From<crate::Error> for CellsError {
@@ -75,13 +77,14 @@ impl Engine {
     /// the bytes its caller holds after each source, which are admitted too.
     /// `f` reads what it needs of a source before it counts any of it: when
     /// it fails to read a file's cells (damaged), it is called again with
-    /// the cells counted from the file's spans.
+    /// the cells counted from the file's spans. When `f` fails otherwise
+    /// (such as [`CellsError::Stopped`]), the call ends with its error.
     pub fn cells_in(
         &self,
         range: TimeRange,
         family: Family,
         held: &mut Permit,
-        mut f: impl FnMut(&CellsView<'_>) -> Result<usize>,
+        mut f: impl FnMut(&CellsView<'_>) -> std::result::Result<usize, CellsError>,
     ) -> std::result::Result<CellsStats, CellsError> {
         let mut callers = 0usize;
         let mut f = |cells: &CellsView<'_>, extra: usize, held: &mut Permit| {

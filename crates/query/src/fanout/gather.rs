@@ -177,3 +177,65 @@ pub(super) async fn join_in_order<F: Future>(
         .map(|o| o.expect("every future finished"))
         .collect()
 }
+
+/// Tells a fan-out's calls that its caller went away: dropped before
+/// [`CallerGone::answered`], it wakes every [`CallerGone::watch`], whose
+/// calls then drop their requests (and the nodes stop their queries,
+/// [`crate::cancel`]). Once answered, the calls still running run on.
+pub(super) struct CallerGone(Option<tokio::sync::watch::Sender<bool>>);
+
+impl CallerGone {
+    pub(super) fn new() -> Self {
+        CallerGone(Some(tokio::sync::watch::channel(false).0))
+    }
+
+    /// Resolves when the caller went away; never once it was answered.
+    pub(super) fn watch(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut gone = self
+            .0
+            .as_ref()
+            .expect("watched before answered")
+            .subscribe();
+        async move {
+            if gone.wait_for(|gone| *gone).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// The caller has its answer: the calls still running may finish.
+    pub(super) fn answered(mut self) {
+        self.0.take();
+    }
+}
+
+impl Drop for CallerGone {
+    fn drop(&mut self) {
+        if let Some(gone) = self.0.take() {
+            let _ = gone.send(true);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::CallerGone;
+
+    #[tokio::test]
+    async fn calls_hear_that_the_caller_went_away_but_not_that_it_was_answered() {
+        let answered = CallerGone::new();
+        let call = answered.watch();
+        answered.answered();
+        let heard = tokio::time::timeout(Duration::from_millis(50), call).await;
+        assert!(heard.is_err(), "an answered caller is not gone");
+
+        let dropped = CallerGone::new();
+        let call = dropped.watch();
+        drop(dropped);
+        tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("a dropped caller is gone");
+    }
+}

@@ -29,6 +29,7 @@ use tracedb_traceql::{
 
 use super::{series_capped, MetricsRequest, CELL_BYTES};
 use crate::{
+    cancel::Cancel,
     read::Answer,
     search::{decode, op_needs, RunError},
 };
@@ -359,7 +360,11 @@ impl Counter<'_> {
 
 /// [`super::run`] from the cells; `Ok(None)` when the store cannot give
 /// them now (the caller reads the spans).
-pub fn run(engine: &Engine, req: &MetricsRequest) -> Result<Option<Answer<MetricsEval>>, RunError> {
+pub fn run(
+    engine: &Engine,
+    req: &MetricsRequest,
+    cancel: &Cancel,
+) -> Result<Option<Answer<MetricsEval>>, RunError> {
     let budget = engine.memory_budget();
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
     let mut eval = MetricsEval::new(&req.query, req.grid, req.max_series, 0)
@@ -383,10 +388,14 @@ pub fn run(engine: &Engine, req: &MetricsRequest) -> Result<Option<Answer<Metric
     let row_bytes = req.grid.len() * CELL_BYTES + 256;
     let range = TimeRange::new(req.grid.start, req.grid.end);
     let stats = match engine.cells_in(range, family, &mut held, |cells| {
+        if cancel.is_cancelled() {
+            return Err(CellsError::Stopped);
+        }
         counter.add(cells)?;
         Ok(counter.bytes())
     }) {
         Ok(stats) => stats,
+        Err(CellsError::Stopped) => return Err(RunError::Cancelled),
         Err(CellsError::NotNow) => return Ok(None),
         Err(CellsError::Overloaded(e)) => return Err(RunError::Overloaded(e)),
         Err(CellsError::Engine(e)) => return Err(e.into()),
@@ -401,7 +410,7 @@ pub fn run(engine: &Engine, req: &MetricsRequest) -> Result<Option<Answer<Metric
         .map_err(RunError::Overloaded)?;
     let mut partial: Vec<String> = stats.skipped.iter().map(crate::read::file_reason).collect();
     if req.max_exemplars > 0 {
-        eval.adopt_exemplars(exemplars(engine, req, &mut held, &mut partial)?);
+        eval.adopt_exemplars(exemplars(engine, req, &mut held, &mut partial, cancel)?);
     }
     if eval.series_capped() {
         partial.push(series_capped(req.max_series));
@@ -419,6 +428,7 @@ fn exemplars(
     req: &MetricsRequest,
     held: &mut tracedb_lsm::Permit,
     partial: &mut Vec<String>,
+    cancel: &Cancel,
 ) -> Result<MetricsEval, RunError> {
     let mut eval = MetricsEval::new(&req.query, req.grid, req.max_series, req.max_exemplars)
         .map_err(|e| RunError::Invalid(e.to_string()))?;
@@ -449,7 +459,7 @@ fn exemplars(
                     .map(|(lo, hi)| (TraceId(lo.to_be_bytes()), TraceId(hi.to_be_bytes()))),
                 ..SearchQuery::default()
             };
-            let read = exemplars_of(engine, req, &index_query, &mut eval, held, partial)?;
+            let read = exemplars_of(engine, req, &index_query, &mut eval, held, partial, cancel)?;
             if read > 0 {
                 break;
             }
@@ -467,11 +477,14 @@ fn exemplars_of(
     eval: &mut MetricsEval,
     held: &mut tracedb_lsm::Permit,
     partial: &mut Vec<String>,
+    cancel: &Cancel,
 ) -> Result<usize, RunError> {
     let mut walk = engine.candidates(index_query)?;
     let mut walk_bytes = 0;
     let mut read = 0;
-    while let Some(candidate) = crate::search::next_counted(&mut walk, held, &mut walk_bytes)? {
+    while let Some(candidate) =
+        crate::search::next_counted(&mut walk, held, &mut walk_bytes, cancel)?
+    {
         let (lookup, trace_bytes) =
             crate::search::read_candidate(engine, &candidate, held, partial)?;
         if let Ok(trace) = decode(candidate.trace_id, &lookup.spans) {

@@ -16,6 +16,7 @@ use tracedb_traceql::{
 };
 
 use super::{cells, scan, MetricsRequest};
+use crate::cancel::Cancel;
 use crate::search::tests::spans;
 
 const SEC: u64 = 1_000_000_000;
@@ -222,7 +223,7 @@ fn metrics_from_cells_answer_as_every_span_does() {
             max_series: 1000,
             max_exemplars: 0,
         };
-        let Some(from_cells) = cells::run(&engine, &req).expect("runs") else {
+        let Some(from_cells) = cells::run(&engine, &req, &Cancel::new()).expect("runs") else {
             assert!(
                 !cells::answerable(&req),
                 "{text}: answerable, yet not answered"
@@ -230,7 +231,7 @@ fn metrics_from_cells_answer_as_every_span_does() {
             continue;
         };
         from_cells_n += 1;
-        let from_spans = scan(&engine, &req).expect("runs");
+        let from_spans = scan(&engine, &req, &Cancel::new()).expect("runs");
         let (a, b) = (finished(from_cells), finished(from_spans));
         counted += usize::from(!b.is_empty());
         assert_eq!(a, b, "{text} step {step}");
@@ -325,11 +326,64 @@ fn a_span_stored_twice_counts_twice_in_cells_until_compaction() {
     };
     let cells_total = |engine: &Engine| {
         total(finished(
-            cells::run(engine, &req).expect("runs").expect("from cells"),
+            cells::run(engine, &req, &Cancel::new())
+                .expect("runs")
+                .expect("from cells"),
         ))
     };
-    assert_eq!(total(finished(scan(&engine, &req).expect("runs"))), n);
+    assert_eq!(
+        total(finished(scan(&engine, &req, &Cancel::new()).expect("runs"))),
+        n
+    );
     assert_eq!(cells_total(&engine), 2.0 * n);
     assert!(engine.compact().expect("compact") > 0);
     assert_eq!(cells_total(&engine), n);
+}
+
+/// A metrics query whose caller has gone stops, from cells, by a scan of
+/// the spans, or trace by trace, and gives back what it held.
+#[test]
+fn a_cancelled_metrics_query_stops_in_every_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut opts = EngineOptions::new(dir.path());
+    opts.compaction_threads = 0;
+    let engine = Engine::open(opts).expect("open");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos() as u64;
+    let base = (now - 600 * SEC) / SEC * SEC;
+    let mut rng = Rng::new(11);
+    for t in 1..=20u128 {
+        let id = TraceId(t.to_be_bytes());
+        let trace = spans(id, arbitrary::trace(&mut rng, id.0, base + 10 * SEC));
+        engine.write_blocking(trace).expect("write");
+    }
+    engine.flush().expect("flush");
+    let budget = engine.memory_budget();
+    let request = |text: &str| MetricsRequest {
+        query: Arc::new(Compiled::new(parse(text).expect("parses")).expect("compiles")),
+        grid: Grid::range(base, base + 60 * SEC, 60 * SEC),
+        max_series: 10,
+        // No exemplars: their walk would stop a query from cells too.
+        max_exemplars: 0,
+    };
+    let cells_path = request("{} | count_over_time()");
+    let scan_path = request("{ span.http.method = \"GET\" } | count_over_time()");
+    let trace_path = request("{} >> {} | count_over_time()");
+    assert!(cells::answerable(&cells_path));
+    assert!(!cells::answerable(&scan_path));
+    assert!(crate::search::per_span_only(&scan_path.query.query));
+    assert!(!crate::search::per_span_only(&trace_path.query.query));
+    for req in [cells_path, scan_path, trace_path] {
+        let answered = super::run(&engine, &req, &Cancel::new()).expect("answers");
+        assert!(answered.partial.is_empty(), "{:?}", answered.partial);
+        let cancel = Cancel::new();
+        cancel.cancel();
+        match super::run(&engine, &req, &cancel) {
+            Err(crate::search::RunError::Cancelled) => {}
+            other => panic!("{:?}", other.map(|a| a.value.finish())),
+        }
+        assert_eq!(budget.in_flight(), 0, "given back");
+    }
 }

@@ -8,6 +8,7 @@ use tracedb_traceql::{
 };
 
 use super::{answer_order, run, Search};
+use crate::cancel::Cancel;
 
 const SEC: u64 = 1_000_000_000;
 
@@ -113,7 +114,7 @@ fn the_search_answers_as_evaluating_every_trace_would() {
                 .then(a.trace_id.cmp(&b.trace_id))
         });
         want.truncate(limit);
-        let got = run(&engine, &search).expect("search");
+        let got = run(&engine, &search, &Cancel::new()).expect("search");
         assert!(got.partial.is_empty(), "{:?}", got.partial);
         assert_eq!(
             got.value.iter().map(|m| m.trace_id).collect::<Vec<_>>(),
@@ -152,10 +153,10 @@ fn the_search_answers_as_evaluating_every_trace_would() {
                 );
             }
         }
-        let all = run(&engine, &wide(search.query.clone(), false))
+        let all = run(&engine, &wide(search.query.clone(), false), &Cancel::new())
             .expect("search")
             .value;
-        let candidates = run(&engine, &wide(relaxed, true))
+        let candidates = run(&engine, &wide(relaxed, true), &Cancel::new())
             .expect("candidates")
             .value;
         assert!(candidates
@@ -263,7 +264,10 @@ fn a_trace_with_more_attributes_than_the_index_keeps_is_found() {
             candidates_only: false,
             span_window: false,
         };
-        run(&engine, &search).expect("search").value.len()
+        run(&engine, &search, &Cancel::new())
+            .expect("search")
+            .value
+            .len()
     };
     assert_eq!(found(r#"{ span.k000 = "v" }"#), 1);
     // A value longer than the index keeps (its resource's service name)
@@ -366,14 +370,14 @@ fn a_search_stops_after_its_most_candidates_and_says_so() {
         candidates_only: false,
         span_window: false,
     };
-    let all = run(&engine, &search(0, 0)).expect("search");
+    let all = run(&engine, &search(0, 0), &Cancel::new()).expect("search");
     assert!(all.value.is_empty());
     assert_eq!(
         all.partial,
         vec![super::stopped_inspecting(super::MAX_INSPECTED)]
     );
     // The newest half: fewer candidates than the most, all read.
-    let half = run(&engine, &search(at(traces / 2), 0)).expect("search");
+    let half = run(&engine, &search(at(traces / 2), 0), &Cancel::new()).expect("search");
     assert!(half.value.is_empty());
     assert!(half.partial.is_empty(), "{:?}", half.partial);
 
@@ -388,10 +392,10 @@ fn a_search_stops_after_its_most_candidates_and_says_so() {
         limit,
         ..search(0, 0)
     };
-    let most = run(&engine, &every(super::MAX_LIMIT)).expect("search");
+    let most = run(&engine, &every(super::MAX_LIMIT), &Cancel::new()).expect("search");
     assert_eq!(most.value.len(), super::MAX_LIMIT);
     assert!(most.partial.is_empty(), "{:?}", most.partial);
-    let more = run(&engine, &every(1500)).expect("search");
+    let more = run(&engine, &every(1500), &Cancel::new()).expect("search");
     assert_eq!(more.value, most.value);
     assert_eq!(
         more.partial,
@@ -434,18 +438,74 @@ fn a_search_the_memory_budget_cannot_hold_is_refused() {
         span_window: false,
     };
     let budget = engine.memory_budget();
-    assert_eq!(run(&engine, &search(5)).expect("fits").value.len(), 5);
+    assert_eq!(
+        run(&engine, &search(5), &Cancel::new())
+            .expect("fits")
+            .value
+            .len(),
+        5
+    );
     assert_eq!(budget.in_flight(), 0, "given back");
     // Most of the budget taken by requests in flight: no room.
     let taken = budget.acquire(budget.admit_limit() - 1024).expect("room");
-    match run(&engine, &search(5)) {
+    match run(&engine, &search(5), &Cancel::new()) {
         Err(super::RunError::Overloaded(_)) => {}
         other => panic!("{:?}", other.map(|a| a.value.len())),
     }
     drop(taken);
     assert_eq!(budget.in_flight(), 0, "given back after a refusal too");
     assert_eq!(
-        run(&engine, &search(40)).expect("fits again").value.len(),
+        run(&engine, &search(40), &Cancel::new())
+            .expect("fits again")
+            .value
+            .len(),
         stored
     );
+}
+
+/// A search whose caller has gone stops at its next candidate, full or of
+/// candidates only, and gives back what it held.
+#[test]
+fn a_cancelled_search_stops_and_gives_back_its_memory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut opts = EngineOptions::new(dir.path());
+    opts.compaction_threads = 0;
+    let engine = Engine::open(opts).expect("open");
+    let mut rng = Rng::new(9);
+    let start = now() - 60 * SEC;
+    for t in 0..20u128 {
+        let id = TraceId((t + 1).to_be_bytes());
+        engine
+            .write_blocking(spans(id, arbitrary::trace(&mut rng, id.0, start)))
+            .expect("write");
+    }
+    engine.flush().expect("flush");
+    let budget = engine.memory_budget();
+    for candidates_only in [false, true] {
+        let search = Search {
+            query: Arc::new(
+                Compiled::new(tracedb_traceql::parse("{}").expect("valid")).expect("compiles"),
+            ),
+            text: "{}".to_owned(),
+            start_unix_nano: 0,
+            end_unix_nano: 0,
+            limit: 5,
+            spans_per_spanset: 1000,
+            candidates_only,
+            span_window: false,
+        };
+        let answered = run(&engine, &search, &Cancel::new()).expect("answers");
+        assert_eq!(
+            answered.value.len(),
+            5,
+            "candidates only: {candidates_only}"
+        );
+        let cancel = Cancel::new();
+        cancel.cancel();
+        match run(&engine, &search, &cancel) {
+            Err(super::RunError::Cancelled) => {}
+            other => panic!("{:?}", other.map(|a| a.value.len())),
+        }
+        assert_eq!(budget.in_flight(), 0, "given back");
+    }
 }

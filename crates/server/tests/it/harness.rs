@@ -412,7 +412,7 @@ pub fn free_port() -> SocketAddr {
 
 /// The start time of every test span: this process's start, so spans are well
 /// inside the server's retention period and the same on every call.
-fn base_time() -> u64 {
+pub fn base_time() -> u64 {
     static BASE: std::sync::LazyLock<u64> = std::sync::LazyLock::new(|| {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

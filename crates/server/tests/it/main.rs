@@ -4,6 +4,7 @@
 //! telemetrygen).
 
 mod api;
+mod cancel;
 mod check;
 mod cluster;
 mod collector;
