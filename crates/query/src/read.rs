@@ -38,7 +38,7 @@ use crate::{
     cancel::Cancel,
     error::Error,
     metrics::MetricsRequest,
-    search::{Match, Search},
+    search::{Match, RunError, Search},
     traces_data::encode_traces_data,
 };
 
@@ -161,6 +161,21 @@ impl LocalReads {
             .map_err(Error::from)
     }
 
+    /// Runs `f` with the engine on the blocking pool, with a [`Cancel`] that
+    /// is set when this future is dropped ([`crate::cancel`]).
+    async fn cancellable<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Engine, &Cancel) -> Result<T, RunError> + Send + 'static,
+    ) -> Result<T, Error> {
+        let engine = self.engine.clone();
+        let cancel = Cancel::new();
+        let _stop_if_dropped = cancel.on_drop();
+        tokio::task::spawn_blocking(move || crate::cancel::counted(f(&engine, &cancel)))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?
+            .map_err(Error::from)
+    }
+
     /// The union of `f` over the search index of `range`, one summary set at
     /// a time (see [`Engine::each_index`]).
     async fn union<T, I>(
@@ -202,27 +217,13 @@ impl Reads for LocalReads {
     }
 
     async fn find(&self, search: Search) -> Result<Answer<Vec<Match>>, Error> {
-        let engine = self.engine.clone();
-        let cancel = Cancel::new();
-        let _stop_if_dropped = cancel.on_drop();
-        tokio::task::spawn_blocking(move || {
-            crate::cancel::counted(crate::search::run(&engine, &search, &cancel))
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?
-        .map_err(Error::from)
+        self.cancellable(move |engine, cancel| crate::search::run(engine, &search, cancel))
+            .await
     }
 
     async fn metrics(&self, request: MetricsRequest) -> Result<Answer<MetricsEval>, Error> {
-        let engine = self.engine.clone();
-        let cancel = Cancel::new();
-        let _stop_if_dropped = cancel.on_drop();
-        tokio::task::spawn_blocking(move || {
-            crate::cancel::counted(crate::metrics::run(&engine, &request, &cancel))
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?
-        .map_err(Error::from)
+        self.cancellable(move |engine, cancel| crate::metrics::run(engine, &request, cancel))
+            .await
     }
 
     async fn services(&self, range: TimeRange) -> Result<Answer<Vec<String>>, Error> {
