@@ -86,6 +86,28 @@ impl Walking {
         }
     }
 
+    /// The position of the first part starting at or before `start`.
+    fn first_starting_by(&self, start: u64) -> usize {
+        match &self.parts {
+            Parts::Set(set) => {
+                let order = set.by_start();
+                order.partition_point(|&t| set.traces[t as usize].start_unix_nano > start)
+            }
+            Parts::Block(block) => {
+                let (mut lo, mut hi) = (0, block.len());
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if block.start_and_id(mid).0 > start {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                lo
+            }
+        }
+    }
+
     fn next_start(&self) -> Option<(u64, TraceId)> {
         match &self.parts {
             Parts::Set(set) => {
@@ -162,7 +184,11 @@ impl Engine {
             .cloned();
         let mut sources = Vec::new();
         for set in buffers {
-            sources.push(Source::Buffer(Walking::new(set, need.as_ref())));
+            let mut w = Walking::new(set, need.as_ref());
+            if q.start_max != 0 {
+                w.pos = w.first_starting_by(q.start_max);
+            }
+            sources.push(Source::Buffer(w));
         }
         for file in self.files_in(&snapshot, range) {
             let meta = file.table().meta();
@@ -286,7 +312,15 @@ impl Candidates {
                     self.stats.blocks_read += 1;
                     index.prefetch(b + 1);
                     let w = match index.block_parts(b) {
-                        Ok(block) => Walking::block(block, need),
+                        Ok(block) => {
+                            let mut w = Walking::block(block, need);
+                            // Parts that start after the window (the
+                            // block's latest first) are passed over unread.
+                            if self.start_max != 0 {
+                                w.pos = w.first_starting_by(self.start_max);
+                            }
+                            w
+                        }
                         Err(e) => {
                             let max_start = d.max_start;
                             let w = self.walk_spans(i, &e, max_start)?;
@@ -305,17 +339,25 @@ impl Candidates {
                 let &t = set.by_start().get(walking.pos).expect("in the heap");
                 &set.traces[t as usize]
             }
-            Parts::Block(block) => match block.part(walking.pos) {
-                Ok(part) => {
-                    decoded = part;
-                    &decoded
+            Parts::Block(block) => {
+                // A part outside the asked trace IDs is passed over unread.
+                let (_, id) = block.start_and_id(walking.pos);
+                if self.trace_ids.is_some_and(|(lo, hi)| id < lo || hi < id) {
+                    walking.pos += 1;
+                    return Ok(None);
                 }
-                Err(e) => {
-                    // Walk the rest of the file from its spans, from this part's start on.
-                    let from = block.start_and_id(walking.pos).0;
-                    return self.walk_spans(i, &e, from);
+                match block.part(walking.pos) {
+                    Ok(part) => {
+                        decoded = part;
+                        &decoded
+                    }
+                    Err(e) => {
+                        // Walk the rest of the file from its spans, from this part's start on.
+                        let from = block.start_and_id(walking.pos).0;
+                        return self.walk_spans(i, &e, from);
+                    }
                 }
-            },
+            }
         };
         walking.pos += 1;
         self.stats.parts_checked += 1;

@@ -73,6 +73,30 @@ fn a_search_reads_only_the_blocks_that_may_hold_what_it_needs() {
     assert_eq!(stats.blocks_read, 2, "{stats:?}");
 }
 
+/// Parts that start after the window, or whose trace lies outside the asked
+/// trace IDs, are passed over without being decoded.
+#[test]
+fn parts_outside_the_window_or_the_trace_ids_are_not_decoded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = blocks_of_16(dir.path());
+    // 640 traces, one per 10 ms: 40 blocks of 16 parts, latest first.
+    let at = |t: u128| T0 - 50 * SEC + t as u64 * 10_000_000;
+    let spans: Vec<Span> = (1..=640u128).flat_map(|t| trace(t, at(t))).collect();
+    engine.write_blocking(spans).expect("write");
+    engine.flush().expect("flush");
+    // The window ends inside the block of traces 305 to 320.
+    let q = SearchQuery {
+        start_max: at(312),
+        trace_ids: Some((TraceId(100u128.to_be_bytes()), TraceId(200u128.to_be_bytes()))),
+        ..SearchQuery::default()
+    };
+    let (found, stats) = walk(&engine, &q, usize::MAX);
+    let ids: Vec<u128> = found.iter().map(|f| f.0).collect();
+    assert_eq!(ids, (100..=200).rev().collect::<Vec<u128>>());
+    // Only the parts of traces 100 to 200 were decoded.
+    assert_eq!(stats.parts_checked, 101, "{stats:?}");
+}
+
 /// `span` (a server span, as [`otlp_span`] makes them) made a client span.
 pub(super) fn client(mut span: Span) -> Span {
     let mut p = span.payload.to_vec();
