@@ -39,6 +39,10 @@ const SEC: u64 = 1_000_000_000;
 /// read in each at most.
 const EXEMPLAR_WINDOWS: u64 = 10;
 const EXEMPLAR_READS: usize = 4;
+/// How much narrower than its part's share of the trace IDs the slice an
+/// exemplar walk tries first is: with runs of up to about a hundred files,
+/// one or two files of each.
+const NARROW_SLICE: u128 = 16;
 
 /// How a query is read from cells: the family of keys and the bucket
 /// lengths (seconds, finest first).
@@ -441,16 +445,18 @@ fn exemplars(
         let from = g.start + p * width;
         let to = (from + width).min(g.end);
         // Any traces of the window do, not the newest: each part first
-        // walks a slice of the trace IDs, so that of each sorted run it
-        // reads the files holding that slice only; the whole window when
-        // the slice has none.
+        // walks a narrow slice of the trace IDs, so that of each sorted run
+        // it reads the one or two files holding that slice only; then a
+        // slice ten times as wide, and the whole window when those have
+        // none.
         let lo = u128::from(p) * slice;
         let hi = if p + 1 == parts {
             u128::MAX
         } else {
             lo + slice - 1
         };
-        for trace_ids in [Some((lo, hi)), None] {
+        let narrow = lo + slice / NARROW_SLICE - 1;
+        for trace_ids in [Some((lo, narrow)), Some((lo, hi)), None] {
             let index_query = SearchQuery {
                 start_max: to,
                 end_min: from,
