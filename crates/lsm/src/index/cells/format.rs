@@ -668,23 +668,20 @@ fn parse_table(
         family,
         seconds,
         has_durations,
-        cells: vec![
-            Cell {
-                bucket: 0,
-                key: 0,
-                spans: 0,
-                durations: (0, 0),
-            };
-            n
-        ],
+        cells: Vec::with_capacity(n),
         durations: Vec::new(),
     };
     let mut bucket = 0u64;
-    for c in &mut t.cells {
+    for _ in 0..n {
         bucket = bucket
             .checked_add(r.varint()?)
             .ok_or_else(|| r.err("a cell's bucket overflows"))?;
-        c.bucket = bucket;
+        t.cells.push(Cell {
+            bucket,
+            key: 0,
+            spans: 0,
+            durations: (0, 0),
+        });
     }
     for i in 0..n {
         let step = small(&mut r)?;
