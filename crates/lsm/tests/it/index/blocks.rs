@@ -87,7 +87,10 @@ fn parts_outside_the_window_or_the_trace_ids_are_not_decoded() {
     // The window ends inside the block of traces 305 to 320.
     let q = SearchQuery {
         start_max: at(312),
-        trace_ids: Some((TraceId(100u128.to_be_bytes()), TraceId(200u128.to_be_bytes()))),
+        trace_ids: Some((
+            TraceId(100u128.to_be_bytes()),
+            TraceId(200u128.to_be_bytes()),
+        )),
         ..SearchQuery::default()
     };
     let (found, stats) = walk(&engine, &q, usize::MAX);
