@@ -559,8 +559,6 @@ fn compaction_sidecars_carry_parts_over_as_a_rebuild_would_make_them() {
     engine.close().expect("close");
 }
 
-/// An engine writing sidecars in blocks of 16 parts, that flushes only
-/// when asked (one flush, one file).
 #[test]
 fn tag_keys_and_values_from_the_digests_are_those_of_the_parts() {
     let dir = tempfile::tempdir().expect("tempdir");

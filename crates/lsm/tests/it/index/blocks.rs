@@ -5,6 +5,8 @@
 
 use super::*;
 
+/// An engine writing sidecars in blocks of 16 parts, that flushes only
+/// when asked (one flush, one file).
 pub(super) fn blocks_of_16(dir: &Path) -> Engine {
     let mut opts = small_tree(dir, &TestClock::new());
     opts.index_block_parts = 16;
