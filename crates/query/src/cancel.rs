@@ -1,6 +1,6 @@
 //! Queries whose caller has gone.
 //!
-//! A search or a metrics query runs on the blocking pool, apart from the
+//! A search, a metrics query or a tag-values read runs on the blocking pool, apart from the
 //! request's future. When a client disconnects (a closed HTTP connection, a
 //! reset gRPC stream), the server drops that future, but the blocking task
 //! would run on to the end: a span-reading query can take minutes, and
@@ -8,7 +8,7 @@
 //!
 //! So the future holds a [`CancelOnDrop`], and the task checks its
 //! [`Cancel`] between units of work (a candidate trace read, a trace
-//! scanned, a file's cells counted): once the future is dropped, the task
+//! scanned, a file's cells counted, a round of index blocks): once the future is dropped, the task
 //! stops with [`RunError::Cancelled`] and gives its memory back. Stops are
 //! counted in `tracedb_queries_cancelled_total`.
 
@@ -32,6 +32,11 @@ impl Cancel {
     /// Sets the flag: the query stops at its next check.
     pub fn cancel(&self) {
         self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// The flag itself, for the storage engine's loops.
+    pub fn flag(&self) -> &AtomicBool {
+        &self.0
     }
 
     pub fn is_cancelled(&self) -> bool {

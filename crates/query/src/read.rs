@@ -276,7 +276,13 @@ impl Reads for LocalReads {
             bytes: TAG_VALUES_MAX_BYTES,
         };
         let found = self
-            .blocking(move |engine| engine.tag_values(scope, &key, range, &needs, most))
+            .cancellable(move |engine, cancel| {
+                let found =
+                    engine.tag_values_until(scope, &key, range, &needs, most, cancel.flag())?;
+                // Stopped for the flag, what was found is not the answer.
+                cancel.check()?;
+                Ok(found)
+            })
             .await?;
         let asked = limit > 0 && found.values.len() >= limit;
         Ok(Answer {

@@ -24,7 +24,10 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
-    sync::Arc,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
 };
 
 use parking_lot::Mutex;
@@ -355,6 +358,22 @@ impl Engine {
         needs: &[OpNeed],
         limit: ValuesLimit,
     ) -> Result<TagValues> {
+        let go_on = AtomicBool::new(false);
+        self.tag_values_until(scope, key, range, needs, limit, &go_on)
+    }
+
+    /// [`Engine::tag_values`], which stops before its next round of blocks
+    /// once `stop` is set (its caller went away); what it answers then is
+    /// not the values of the range.
+    pub fn tag_values_until(
+        &self,
+        scope: Option<TagScope>,
+        key: &str,
+        range: TimeRange,
+        needs: &[OpNeed],
+        limit: ValuesLimit,
+        stop: &AtomicBool,
+    ) -> Result<TagValues> {
         let expire_before = self.inner.retention.expire_before();
         let (start, end) = (
             range.start_unix_nano.max(expire_before),
@@ -371,7 +390,7 @@ impl Engine {
         // The file being walked and its next block.
         let mut walking: Option<(&Arc<TableFile>, Arc<FileIndex>, usize)> = None;
         let mut round = 1;
-        while !out.stopped {
+        while !out.stopped && !stop.load(Ordering::Relaxed) {
             // The next blocks that hold the key and may meet the needs, in
             // the walk's order.
             let mut batch: Vec<(&Arc<TableFile>, Arc<FileIndex>, usize)> = Vec::new();

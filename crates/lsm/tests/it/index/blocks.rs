@@ -288,3 +288,31 @@ fn a_block_without_an_error_span_of_the_service_and_kind_is_not_read() {
     assert_eq!(ids, (49..=64).collect::<Vec<u128>>());
     assert_eq!(stats.blocks_read, 1, "{stats:?}");
 }
+
+/// Tag values asked with their stop flag set read no block; unset, the
+/// same call answers.
+#[test]
+fn tag_values_stop_when_asked() {
+    use std::sync::atomic::AtomicBool;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = blocks_of_16(dir.path());
+    let at = |t: u128| T0 - 50 * SEC + t as u64 * 10_000_000;
+    let spans: Vec<Span> = (1..=64u128).flat_map(|t| trace(t, at(t))).collect();
+    engine.write_blocking(spans).expect("write");
+    engine.flush().expect("flush");
+    let values = |stop: bool| {
+        engine
+            .tag_values_until(
+                None,
+                "tenant",
+                TimeRange::ALL,
+                &[],
+                ValuesLimit::NONE,
+                &AtomicBool::new(stop),
+            )
+            .expect("values")
+            .values
+    };
+    assert!(!values(false).is_empty());
+    assert!(values(true).is_empty());
+}
