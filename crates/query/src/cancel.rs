@@ -1,6 +1,7 @@
 //! Queries whose caller has gone.
 //!
-//! A search, a metrics query or a tag-values read runs on the blocking pool, apart from the
+//! A search, a metrics query or a read of the index (tag values, services,
+//! operations, dependencies) runs on the blocking pool, apart from the
 //! request's future. When a client disconnects (a closed HTTP connection, a
 //! reset gRPC stream), the server drops that future, but the blocking task
 //! would run on to the end: a span-reading query can take minutes, and
@@ -8,9 +9,10 @@
 //!
 //! So the future holds a [`CancelOnDrop`], and the task checks its
 //! [`Cancel`] between units of work (a candidate trace read, a trace
-//! scanned, a file's cells counted, a round of index blocks): once the future is dropped, the task
-//! stops with [`RunError::Cancelled`] and gives its memory back. Stops are
-//! counted in `tracedb_queries_cancelled_total`.
+//! scanned, a file's cells counted, a round or set of index blocks): once
+//! the future is dropped, the task stops with [`RunError::Cancelled`] and
+//! gives its memory back. Stops are counted in
+//! `tracedb_queries_cancelled_total`.
 
 use std::sync::{
     atomic::{AtomicBool, AtomicU64, Ordering},

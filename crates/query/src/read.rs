@@ -187,9 +187,10 @@ impl LocalReads {
         T: Ord + Send + 'static,
         I: IntoIterator<Item = T>,
     {
-        self.blocking(move |engine| {
+        self.cancellable(move |engine, cancel| {
             let mut out = BTreeSet::new();
-            engine.each_index(range, |index| out.extend(f(index)))?;
+            engine.each_index_until(range, cancel.flag(), |index| out.extend(f(index)))?;
+            cancel.check()?;
             Ok(Answer::whole(out))
         })
         .await
@@ -296,8 +297,12 @@ impl Reads for LocalReads {
     }
 
     async fn dependencies(&self, range: TimeRange) -> Result<Answer<Dependencies>, Error> {
-        self.blocking(move |engine| engine.dependencies(range).map(Answer::whole))
-            .await
+        self.cancellable(move |engine, cancel| {
+            let calls = engine.dependencies_until(range, cancel.flag())?;
+            cancel.check()?;
+            Ok(Answer::whole(calls))
+        })
+        .await
     }
 }
 

@@ -292,7 +292,7 @@ pub fn render(ops: &Ops) -> String {
     out.single(
         "tracedb_queries_cancelled_total",
         "counter",
-        "Searches, metrics queries and tag-value reads stopped because their client went away.",
+        "Searches, metrics queries and index reads stopped because their client went away.",
         tracedb_query::cancel::cancelled_queries(),
     );
 

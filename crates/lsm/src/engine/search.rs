@@ -276,19 +276,37 @@ impl Engine {
     /// sets: services, operations, dependencies. Holding every file's
     /// summaries at once took 2.5 GiB for the tag names of a store of 100 M
     /// spans.
-    pub fn each_index(&self, range: TimeRange, mut f: impl FnMut(&SearchSnapshot)) -> Result<()> {
+    pub fn each_index(&self, range: TimeRange, f: impl FnMut(&SearchSnapshot)) -> Result<()> {
+        self.each_index_until(range, &AtomicBool::new(false), f)
+    }
+
+    /// [`Engine::each_index`], which stops before its next set once `stop`
+    /// is set (its caller went away): `f` has then not seen every set.
+    pub fn each_index_until(
+        &self,
+        range: TimeRange,
+        stop: &AtomicBool,
+        mut f: impl FnMut(&SearchSnapshot),
+    ) -> Result<()> {
         let expire_before = self.inner.retention.expire_before();
         let one = |set: Arc<SummarySet>| SearchSnapshot {
             sets: vec![set],
             expire_before,
         };
+        let stopped = || stop.load(Ordering::Relaxed);
         let (buffers, snapshot) = self.buffer_sets();
         for set in buffers {
+            if stopped() {
+                return Ok(());
+            }
             f(&one(set));
         }
         for file in self.files_in(&snapshot, range) {
             let index = self.file_index(file)?;
             for (b, d) in index.blocks.iter().enumerate() {
+                if stopped() {
+                    return Ok(());
+                }
                 if overlaps(d, range, expire_before) {
                     f(&one(Arc::new(self.block(file, &index, b)?)));
                 }
@@ -484,12 +502,27 @@ impl Engine {
     /// [`index::Dependencies`]); the traces with calls across parts are read
     /// with [`Engine::get_trace`].
     pub fn dependencies(&self, range: TimeRange) -> Result<BTreeMap<(String, String), u64>> {
+        self.dependencies_until(range, &AtomicBool::new(false))
+    }
+
+    /// [`Engine::dependencies`], which stops once `stop` is set (its caller
+    /// went away); what it answers then is not the range's calls.
+    pub fn dependencies_until(
+        &self,
+        range: TimeRange,
+        stop: &AtomicBool,
+    ) -> Result<BTreeMap<(String, String), u64>> {
         let mut calls = index::Dependencies::default();
-        self.each_index(range, |one| {
+        self.each_index_until(range, stop, |one| {
             let start = range.start_unix_nano.max(one.expire_before);
             calls.add(&one.sets[0], start, range.end_unix_nano);
         })?;
-        calls.finish(|id| self.get_trace(id))
+        calls.finish(|id| {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(Vec::new());
+            }
+            self.get_trace(id)
+        })
     }
 
     /// The files of `snapshot` whose spans may lie in `range`; the cache

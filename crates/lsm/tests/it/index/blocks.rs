@@ -289,10 +289,11 @@ fn a_block_without_an_error_span_of_the_service_and_kind_is_not_read() {
     assert_eq!(stats.blocks_read, 1, "{stats:?}");
 }
 
-/// Tag values asked with their stop flag set read no block; unset, the
-/// same call answers.
+/// Tag values, and the walk of every summary set (services, operations,
+/// dependencies), asked with their stop flag set read no block; unset, the
+/// same calls answer.
 #[test]
-fn tag_values_stop_when_asked() {
+fn index_reads_stop_when_asked() {
     use std::sync::atomic::AtomicBool;
     let dir = tempfile::tempdir().expect("tempdir");
     let engine = blocks_of_16(dir.path());
@@ -315,4 +316,13 @@ fn tag_values_stop_when_asked() {
     };
     assert!(!values(false).is_empty());
     assert!(values(true).is_empty());
+    let sets = |stop: bool| {
+        let mut sets = 0;
+        engine
+            .each_index_until(TimeRange::ALL, &AtomicBool::new(stop), |_| sets += 1)
+            .expect("sets");
+        sets
+    };
+    assert_eq!(sets(false), 64 / 16);
+    assert_eq!(sets(true), 0);
 }
