@@ -340,11 +340,21 @@ impl Candidates {
                 &set.traces[t as usize]
             }
             Parts::Block(block) => {
-                // A part outside the asked trace IDs is passed over unread.
-                let (_, id) = block.start_and_id(walking.pos);
-                if self.trace_ids.is_some_and(|(lo, hi)| id < lo || hi < id) {
-                    walking.pos += 1;
-                    return Ok(None);
+                // Parts outside the asked trace IDs are passed over unread,
+                // a row of them at once; the source then goes back in the
+                // heap at the start of its next part.
+                if let Some((lo, hi)) = self.trace_ids {
+                    let outside = |pos| {
+                        let (_, id) = block.start_and_id(pos);
+                        id < lo || hi < id
+                    };
+                    let from = walking.pos;
+                    while walking.pos < block.len() && outside(walking.pos) {
+                        walking.pos += 1;
+                    }
+                    if walking.pos > from {
+                        return Ok(None);
+                    }
                 }
                 match block.part(walking.pos) {
                     Ok(part) => {
