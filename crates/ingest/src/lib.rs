@@ -23,12 +23,14 @@
 //!   `RetryInfo` when retryable) or an HTTP status with a `google.rpc.Status`
 //!   body.
 //! - [`tenants`]: each tenant's limits (rates, memory share) and counters.
+//! - [`exposition`] writes counters in Prometheus' text format for `/metrics`.
 //! - [`error`] holds the crate's error types.
 
 #![deny(unsafe_code)]
 
 pub mod error;
 pub mod export;
+pub mod exposition;
 pub mod http;
 pub mod json;
 pub mod limit;
@@ -41,7 +43,7 @@ pub use error::{Error, FieldPath, Malformed, MalformedKind, PathSegment, Result,
 pub use export::{Ingest, IngestOptions, Phase};
 pub use json::{json_to_protobuf, JsonError};
 pub use limit::{GrpcAdmission, OtlpSizeStatus};
-pub use metrics::{Exposition, IngestMetrics, Protocol};
+pub use metrics::{IngestMetrics, Protocol};
 pub use service::OtlpTraceService;
 /// The OTLP wire scanner and reader live in `tracedb_otlp`, which the query
 /// tier uses too; re-exported under their old paths.

@@ -1,17 +1,25 @@
 //! Ingest counters and the Prometheus text format they are read in.
 //!
 //! Every counter is a relaxed atomic bumped once per request (never per span),
-//! so counting costs nothing next to the fsync a request waits for. The
-//! [`Exposition`] writer turns them, and any other figures the server adds
-//! (the storage engine's), into Prometheus' text format 0.0.4.
+//! so counting costs nothing next to the fsync a request waits for. They are
+//! read when `/metrics` is scraped and written with [`crate::exposition`].
 
 use std::{
-    fmt::Write as _,
+    fmt,
     sync::atomic::{AtomicU64, Ordering},
     time::Duration,
 };
 
-use crate::{error::Error, scan::ScanOutcome};
+use prometheus_client::{
+    encoding::{EncodeLabelSet, NoLabelSet},
+    metrics::MetricType,
+};
+
+use crate::{
+    error::Error,
+    exposition::{family, DescriptorEncoder, Kind, NO_LABELS},
+    scan::ScanOutcome,
+};
 
 /// How a request reached the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,22 +139,49 @@ impl Histogram {
         self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
-    fn write(&self, out: &mut Exposition, name: &str, labels: &str) {
-        let mut cumulative = 0;
-        let sep = if labels.is_empty() { "" } else { "," };
+    /// Observations per bucket (the last is +Inf), their sum in seconds, and
+    /// their count.
+    fn read(&self) -> ([(f64, u64); BUCKETS.len() + 1], f64, u64) {
+        let mut buckets = [(f64::INFINITY, 0); BUCKETS.len() + 1];
         for (i, count) in self.counts.iter().enumerate() {
-            cumulative += count.load(Ordering::Relaxed);
-            let le = BUCKETS.get(i).map_or("+Inf".to_string(), |b| b.to_string());
-            out.sample(
-                &format!("{name}_bucket"),
-                &format!("{labels}{sep}le=\"{le}\""),
-                cumulative,
+            buckets[i] = (
+                BUCKETS.get(i).copied().unwrap_or(f64::INFINITY),
+                count.load(Ordering::Relaxed),
             );
         }
+        let count = buckets.iter().map(|&(_, n)| n).sum();
         let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        out.sample(&format!("{name}_sum"), labels, sum);
-        out.sample(&format!("{name}_count"), labels, cumulative);
+        (buckets, sum, count)
     }
+}
+
+/// Each protocol's label.
+fn protocols() -> impl Iterator<Item = [(&'static str, &'static str); 1]> {
+    Protocol::ALL.into_iter().map(|p| [("protocol", p.label())])
+}
+
+/// One sample per protocol.
+fn by_protocol(
+    counts: &[AtomicU64; 3],
+) -> impl Iterator<Item = ([(&'static str, &'static str); 1], u64)> + '_ {
+    protocols().zip(counts.iter().map(|c| c.load(Ordering::Relaxed)))
+}
+
+/// Writes a histogram family, one histogram per label set.
+fn histograms<'h, L: EncodeLabelSet>(
+    out: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    each: impl IntoIterator<Item = (L, &'h Histogram)>,
+) -> fmt::Result {
+    let mut metric = out.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (labels, histogram) in each {
+        let (buckets, sum, count) = histogram.read();
+        metric
+            .encode_family(&labels)?
+            .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+    }
+    Ok(())
 }
 
 /// The ingest path's counters.
@@ -213,136 +248,59 @@ impl IngestMetrics {
     }
 
     /// Writes every ingest metric.
-    pub fn write(&self, out: &mut Exposition) {
-        out.header(
+    pub fn encode(&self, out: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        family(
+            out,
+            Kind::Counter,
             "tracedb_spans_accepted_total",
-            "counter",
             "Spans stored durably and acknowledged, by protocol.",
-        );
-        for p in Protocol::ALL {
-            out.sample(
-                "tracedb_spans_accepted_total",
-                &format!("protocol=\"{}\"", p.label()),
-                self.spans_accepted[p as usize].load(Ordering::Relaxed),
-            );
-        }
-        out.header(
+            by_protocol(&self.spans_accepted),
+        )?;
+        family(
+            out,
+            Kind::Counter,
             "tracedb_spans_rejected_total",
-            "counter",
             "Spans of well-formed requests that were not stored, by reason.",
-        );
-        for r in SpanReason::ALL {
-            out.sample(
-                "tracedb_spans_rejected_total",
-                &format!("reason=\"{}\"", r.label()),
-                self.spans_rejected[r as usize].load(Ordering::Relaxed),
-            );
-        }
-        out.header(
+            SpanReason::ALL.into_iter().map(|r| {
+                (
+                    [("reason", r.label())],
+                    self.spans_rejected[r as usize].load(Ordering::Relaxed),
+                )
+            }),
+        )?;
+        family(
+            out,
+            Kind::Counter,
             "tracedb_export_requests_total",
-            "counter",
             "Export requests by protocol and outcome.",
-        );
-        for p in Protocol::ALL {
-            for (i, outcome) in OUTCOMES.iter().enumerate() {
-                out.sample(
-                    "tracedb_export_requests_total",
-                    &format!("protocol=\"{}\",outcome=\"{outcome}\"", p.label()),
-                    self.requests[p as usize][i].load(Ordering::Relaxed),
-                );
-            }
-        }
-        out.header(
+            Protocol::ALL.into_iter().flat_map(|p| {
+                OUTCOMES.iter().enumerate().map(move |(i, outcome)| {
+                    (
+                        [("protocol", p.label()), ("outcome", outcome)],
+                        self.requests[p as usize][i].load(Ordering::Relaxed),
+                    )
+                })
+            }),
+        )?;
+        family(
+            out,
+            Kind::Counter,
             "tracedb_export_received_bytes_total",
-            "counter",
             "Request body bytes read, before decompression, by protocol.",
-        );
-        for p in Protocol::ALL {
-            out.sample(
-                "tracedb_export_received_bytes_total",
-                &format!("protocol=\"{}\"", p.label()),
-                self.bytes_received[p as usize].load(Ordering::Relaxed),
-            );
-        }
-        out.header(
+            by_protocol(&self.bytes_received),
+        )?;
+        histograms(
+            out,
             "tracedb_export_duration_seconds",
-            "histogram",
             "Time to answer an export request, by protocol.",
-        );
-        for p in Protocol::ALL {
-            self.request_duration[p as usize].write(
-                out,
-                "tracedb_export_duration_seconds",
-                &format!("protocol=\"{}\"", p.label()),
-            );
-        }
-        out.header(
+            protocols().zip(&self.request_duration),
+        )?;
+        histograms(
+            out,
             "tracedb_storage_write_duration_seconds",
-            "histogram",
             "Time for one request's spans to be appended to the WAL, fsynced and buffered.",
-        );
-        self.storage_write_duration
-            .write(out, "tracedb_storage_write_duration_seconds", "");
-    }
-}
-
-/// A Prometheus text-format (0.0.4) document being written.
-#[derive(Debug, Default)]
-pub struct Exposition {
-    text: String,
-}
-
-/// A sample value: integers print exactly, floats as Rust prints them.
-pub trait SampleValue {
-    fn write_to(&self, out: &mut String);
-}
-
-impl SampleValue for u64 {
-    fn write_to(&self, out: &mut String) {
-        let _ = write!(out, "{self}");
-    }
-}
-
-impl SampleValue for usize {
-    fn write_to(&self, out: &mut String) {
-        let _ = write!(out, "{self}");
-    }
-}
-
-impl SampleValue for f64 {
-    fn write_to(&self, out: &mut String) {
-        let _ = write!(out, "{self}");
-    }
-}
-
-impl Exposition {
-    /// The `# HELP` and `# TYPE` lines of a metric family.
-    pub fn header(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.text, "# HELP {name} {help}");
-        let _ = writeln!(self.text, "# TYPE {name} {kind}");
-    }
-
-    /// One sample line; `labels` is `key="value",...` or empty.
-    pub fn sample(&mut self, name: &str, labels: &str, value: impl SampleValue) {
-        self.text.push_str(name);
-        if !labels.is_empty() {
-            self.text.push('{');
-            self.text.push_str(labels);
-            self.text.push('}');
-        }
-        self.text.push(' ');
-        value.write_to(&mut self.text);
-        self.text.push('\n');
-    }
-
-    /// A family with a single unlabelled sample.
-    pub fn single(&mut self, name: &str, kind: &str, help: &str, value: impl SampleValue) {
-        self.header(name, kind, help);
-        self.sample(name, "", value);
-    }
-
-    pub fn finish(self) -> String {
-        self.text
+            [(NO_LABELS, &self.storage_write_duration)],
+        )
     }
 }
 
@@ -356,9 +314,9 @@ mod tests {
         h.observe(Duration::from_micros(100));
         h.observe(Duration::from_millis(3));
         h.observe(Duration::from_secs(60));
-        let mut out = Exposition::default();
-        h.write(&mut out, "x", "p=\"a\"");
-        let text = out.finish();
+        let h = std::sync::Arc::new(h);
+        let text =
+            crate::exposition::render(move |out| histograms(out, "x", "X.", [([("p", "a")], &*h)]));
         assert!(
             text.contains("x_bucket{p=\"a\",le=\"0.0005\"} 1\n"),
             "{text}"
@@ -392,9 +350,11 @@ mod tests {
             &Err(Error::Starting),
             Duration::from_millis(1),
         );
-        let mut out = Exposition::default();
-        m.write(&mut out);
-        let text = out.finish();
+        let m = std::sync::Arc::new(m);
+        let text = crate::exposition::render({
+            let m = m.clone();
+            move |out| m.encode(out)
+        });
         assert!(text.contains("tracedb_spans_accepted_total{protocol=\"http_json\"} 5\n"));
         assert!(text.contains("tracedb_spans_rejected_total{reason=\"invalid_trace_id\"} 2\n"));
         assert!(text.contains("tracedb_spans_rejected_total{reason=\"invalid_span_id\"} 1\n"));

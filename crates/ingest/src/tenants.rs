@@ -27,7 +27,7 @@ use std::{
 use tracedb_lsm::{Span, TraceId};
 use tracedb_proto::tenant::TenantId;
 
-use crate::metrics::Exposition;
+use crate::exposition::{family, DescriptorEncoder, Kind};
 
 /// What one tenant may send.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -265,7 +265,7 @@ impl TenantCounters {
     }
 
     /// The families, one sample per tenant seen.
-    pub fn write(&self, out: &mut Exposition) {
+    pub fn encode(&self, out: &mut DescriptorEncoder<'_>) -> std::fmt::Result {
         let all = self
             .counts
             .lock()
@@ -294,11 +294,12 @@ impl TenantCounters {
             ),
         ];
         for (name, help, value) in families {
-            out.header(name, "counter", help);
-            for (tenant, counts) in &all {
-                out.sample(name, &format!("tenant=\"{tenant}\""), value(counts));
-            }
+            let samples = all
+                .iter()
+                .map(|(tenant, counts)| ([("tenant", tenant.as_str())], value(counts)));
+            family(out, Kind::Counter, name, help, samples)?;
         }
+        Ok(())
     }
 }
 

@@ -6,7 +6,7 @@
 //! `/ready` is 200 while the server takes exports and 503 while it starts up or
 //! shuts down, for load balancers and orchestrators.
 
-use std::sync::Arc;
+use std::{fmt, sync::Arc};
 
 use axum::{
     extract::State,
@@ -15,7 +15,10 @@ use axum::{
     routing::get,
     Router,
 };
-use tracedb_ingest::{Exposition, Ingest, Phase};
+use tracedb_ingest::{
+    exposition::{self, family, single, DescriptorEncoder, Kind, Labels},
+    Ingest, Phase,
+};
 use tracedb_lsm::Stores;
 use tracedb_proto::start::StartCell;
 
@@ -54,60 +57,33 @@ async fn ready(State(ops): State<Ops>) -> impl IntoResponse {
 
 async fn metrics(State(ops): State<Ops>) -> impl IntoResponse {
     let text = render(&ops);
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        text,
-    )
+    ([(header::CONTENT_TYPE, exposition::CONTENT_TYPE)], text)
 }
 
 /// The storage engine's levels, compaction, retention, lookup and WAL latency
 /// counters.
-fn write_lsm(out: &mut Exposition, engines: &[Sampled]) {
-    out.header(
+fn write_lsm(out: &mut DescriptorEncoder<'_>, engines: &[Sampled]) -> fmt::Result {
+    family(
+        out,
+        Kind::Gauge,
         "tracedb_level_files",
-        "gauge",
         "Sorted span files per level (0 = flush outputs).",
-    );
-    for e in engines {
-        for (level, stats) in e.stats.levels.iter().enumerate() {
-            out.sample(
-                "tracedb_level_files",
-                &e.with(&format!("level=\"{level}\"")),
-                stats.files,
-            );
-        }
-    }
-    out.header(
+        per_level(engines, |stats| stats.files as u64),
+    )?;
+    family(
+        out,
+        Kind::Gauge,
         "tracedb_level_runs",
-        "gauge",
         "Sorted runs per level, summed over time partitions: the most files of the level a lookup probes.",
-    );
-    for e in engines {
-        for (level, stats) in e.stats.levels.iter().enumerate() {
-            out.sample(
-                "tracedb_level_runs",
-                &e.with(&format!("level=\"{level}\"")),
-                stats.runs,
-            );
-        }
-    }
-    out.header(
+        per_level(engines, |stats| stats.runs as u64),
+    )?;
+    family(
+        out,
+        Kind::Gauge,
         "tracedb_level_bytes",
-        "gauge",
         "Bytes of sorted span files per level.",
-    );
-    for e in engines {
-        for (level, stats) in e.stats.levels.iter().enumerate() {
-            out.sample(
-                "tracedb_level_bytes",
-                &e.with(&format!("level=\"{level}\"")),
-                stats.bytes,
-            );
-        }
-    }
+        per_level(engines, |stats| stats.bytes),
+    )?;
     let counters: [Family; 15] = [
         (
             "tracedb_compactions_total",
@@ -181,183 +157,196 @@ fn write_lsm(out: &mut Exposition, engines: &[Sampled]) {
             |e| e.stats.backpressure_rejections,
         ),
     ];
-    for (name, help, value) in counters {
-        family(out, name, "counter", help, engines, value);
-    }
-    out.header(
-        "tracedb_wal_data_sync_seconds_sum",
-        "counter",
-        "Time spent in group-commit fdatasyncs of the write-ahead log.",
-    );
-    for e in engines {
-        out.sample(
-            "tracedb_wal_data_sync_seconds_sum",
-            &e.label,
-            e.stats.wal.data_sync_nanos as f64 / 1e9,
-        );
-    }
+    per_store(out, Kind::Counter, engines, &counters)?;
     family(
         out,
+        Kind::Counter,
+        "tracedb_wal_data_sync_seconds_total",
+        "Time spent in group-commit fdatasyncs of the write-ahead log.",
+        each(engines, |e| e.stats.wal.data_sync_nanos as f64 / 1e9),
+    )?;
+    family(
+        out,
+        Kind::Counter,
         "tracedb_wal_data_syncs_total",
-        "counter",
         "Group-commit fdatasyncs of the write-ahead log.",
-        engines,
-        |e| e.stats.wal.data_syncs,
-    );
-    out.header(
+        each(engines, |e| e.stats.wal.data_syncs),
+    )?;
+    family(
+        out,
+        Kind::Gauge,
         "tracedb_wal_data_sync_max_seconds",
-        "gauge",
         "Longest group-commit fdatasync since start.",
-    );
-    for e in engines {
-        out.sample(
-            "tracedb_wal_data_sync_max_seconds",
-            &e.label,
-            e.stats.wal.data_sync_max_nanos as f64 / 1e9,
-        );
-    }
+        each(engines, |e| e.stats.wal.data_sync_max_nanos as f64 / 1e9),
+    )
 }
 
 /// One store's counters, sampled for one scrape.
 struct Sampled {
-    /// `tenant="..."` with tenancy on; empty without.
-    label: String,
+    /// `tenant` with tenancy on; empty without.
+    labels: Labels,
     stats: tracedb_lsm::EngineStats,
     sealed_bytes: usize,
     /// With an object store.
     cold: Option<tracedb_lsm::ColdStats>,
 }
 
-impl Sampled {
-    /// The store's label and `more`, as one label set.
-    fn with(&self, more: &str) -> String {
-        if self.label.is_empty() {
-            more.to_owned()
-        } else {
-            format!("{},{more}", self.label)
-        }
-    }
-}
-
 /// A metric family's name, help and value per store.
 type Family = (&'static str, &'static str, fn(&Sampled) -> u64);
 
-/// A family with one sample per store.
-fn family(
-    out: &mut Exposition,
-    name: &str,
-    kind: &str,
-    help: &str,
+/// One sample per store.
+fn each<V>(
     engines: &[Sampled],
-    value: fn(&Sampled) -> u64,
-) {
-    out.header(name, kind, help);
-    for e in engines {
-        out.sample(name, &e.label, value(e));
+    value: impl Fn(&Sampled) -> V,
+) -> impl Iterator<Item = (&[(&'static str, String)], V)> {
+    engines.iter().map(move |e| (e.labels.as_slice(), value(e)))
+}
+
+/// One sample per store and level, labelled with both.
+fn per_level(
+    engines: &[Sampled],
+    value: fn(&tracedb_lsm::LevelStats) -> u64,
+) -> impl Iterator<Item = (Labels, u64)> + '_ {
+    engines.iter().flat_map(move |e| {
+        e.stats
+            .levels
+            .iter()
+            .enumerate()
+            .map(move |(level, stats)| {
+                let mut labels = e.labels.clone();
+                labels.push(("level", level.to_string()));
+                (labels, value(stats))
+            })
+    })
+}
+
+/// Families of one kind with one sample per store.
+fn per_store(
+    out: &mut DescriptorEncoder<'_>,
+    kind: Kind,
+    engines: &[Sampled],
+    families: &[Family],
+) -> fmt::Result {
+    for &(name, help, value) in families {
+        family(out, kind, name, help, each(engines, value))?;
     }
+    Ok(())
 }
 
 /// The whole `/metrics` document.
 pub fn render(ops: &Ops) -> String {
-    let mut out = Exposition::default();
+    let ops = ops.clone();
+    exposition::render(move |out| collect(out, &ops))
+}
+
+/// Every family, read now.
+fn collect(out: &mut DescriptorEncoder<'_>, ops: &Ops) -> fmt::Result {
     let ingest = &ops.ingest;
-    out.single(
+    single(
+        out,
+        Kind::Gauge,
         "tracedb_ready",
-        "gauge",
         "1 while the server takes exports, 0 while starting up or shutting down.",
         u64::from(ingest.phase() == Phase::Serving),
-    );
-    ingest.metrics().write(&mut out);
-    ingest.tenant_counters().write(&mut out);
+    )?;
+    ingest.metrics().encode(out)?;
+    ingest.tenant_counters().encode(out)?;
     if let Ok(Some(watch)) = ops.overrides.get() {
-        out.single(
+        single(
+            out,
+            Kind::Counter,
             "tracedb_overrides_reload_failures_total",
-            "counter",
             "Times the overrides file changed and was refused (the limits in force were kept).",
             watch.failures(),
-        );
+        )?;
     }
-    out.header(
+    family(
+        out,
+        Kind::Counter,
         "tracedb_partial_answers_total",
-        "counter",
         "Traces answered without the spans of damaged files, by read API.",
-    );
-    for api in tracedb_query::read::Api::ALL {
-        out.sample(
-            "tracedb_partial_answers_total",
-            &format!("api=\"{}\"", api.label()),
-            tracedb_query::read::partial_answers(api),
-        );
-    }
-    out.single(
+        tracedb_query::read::Api::ALL.into_iter().map(|api| {
+            (
+                [("api", api.label())],
+                tracedb_query::read::partial_answers(api),
+            )
+        }),
+    )?;
+    single(
+        out,
+        Kind::Counter,
         "tracedb_queries_cancelled_total",
-        "counter",
         "Searches, metrics queries and index reads stopped because their client went away.",
         tracedb_query::cancel::cancelled_queries(),
-    );
+    )?;
 
     let budget = ingest.budget();
-    out.single(
+    single(
+        out,
+        Kind::Gauge,
         "tracedb_memory_budget_bytes",
-        "gauge",
         "The budget for in-flight requests and buffered spans (three quarters of --max-memory).",
         budget.limit(),
-    );
-    out.single(
+    )?;
+    single(
+        out,
+        Kind::Gauge,
         "tracedb_memory_admit_limit_bytes",
-        "gauge",
         "What in-flight requests and buffered spans are admitted up to now: the budget, or less when the rest of the process leaves less of --max-memory.",
         budget.admit_limit(),
-    );
-    out.single(
+    )?;
+    single(
+        out,
+        Kind::Gauge,
         "tracedb_memory_limit_bytes",
-        "gauge",
         "--max-memory: the limit for the process's resident memory.",
         ops.memory.limit(),
-    );
-    out.single(
+    )?;
+    single(
+        out,
+        Kind::Gauge,
         "tracedb_memory_resident_bytes",
-        "gauge",
         "The process's resident anonymous memory (RssAnon), as last sampled.",
         budget.resident(),
-    );
-    out.single(
+    )?;
+    single(
+        out,
+        Kind::Counter,
         "tracedb_memory_trims_total",
-        "counter",
         "Times free allocator memory was returned to the system (resident memory over three quarters of --max-memory).",
         ops.memory.trims(),
-    );
-    out.single(
+    )?;
+    single(
+        out,
+        Kind::Counter,
         "tracedb_memory_trim_seconds_total",
-        "counter",
         "Time spent returning free allocator memory to the system.",
         ops.memory.trim_time().as_secs_f64(),
-    );
-    out.single(
+    )?;
+    single(
+        out,
+        Kind::Gauge,
         "tracedb_memory_in_flight_bytes",
-        "gauge",
         "Bytes of request bodies being read, decoded or stored.",
         budget.in_flight(),
-    );
-    out.single(
+    )?;
+    single(
+        out,
+        Kind::Gauge,
         "tracedb_memory_buffered_bytes",
-        "gauge",
         "Bytes of spans the storage engine holds in memory, not yet in sorted files (writes being stored included).",
         budget.buffered(),
-    );
+    )?;
     if !ops.tls_handshakes.is_empty() {
-        out.header(
+        family(
+            out,
+            Kind::Counter,
             "tracedb_tls_handshake_failures_total",
-            "counter",
             "TLS handshakes that failed or timed out, per listener.",
-        );
-        for log in &ops.tls_handshakes {
-            out.sample(
-                "tracedb_tls_handshake_failures_total",
-                &format!("listener=\"{}\"", log.listener()),
-                log.failures(),
-            );
-        }
+            ops.tls_handshakes
+                .iter()
+                .map(|log| ([("listener", log.listener())], log.failures())),
+        )?;
     }
 
     if let Ok(stores) = ops.stores.get() {
@@ -365,10 +354,10 @@ pub fn render(ops: &Ops) -> String {
             .all()
             .into_iter()
             .map(|(tenant, engine)| Sampled {
-                label: if stores.tenancy() {
-                    format!("tenant=\"{tenant}\"")
+                labels: if stores.tenancy() {
+                    vec![("tenant", tenant.to_string())]
                 } else {
-                    String::new()
+                    Vec::new()
                 },
                 stats: engine.stats(),
                 sealed_bytes: engine.snapshot().sealed.iter().map(|b| b.bytes).sum(),
@@ -412,9 +401,7 @@ pub fn render(ops: &Ops) -> String {
                 |e| e.stats.table_bytes,
             ),
         ];
-        for (name, help, value) in gauges {
-            family(&mut out, name, "gauge", help, &engines, value);
-        }
+        per_store(out, Kind::Gauge, &engines, &gauges)?;
         let counters: [Family; 8] = [
             (
                 "tracedb_flushes_total",
@@ -457,141 +444,135 @@ pub fn render(ops: &Ops) -> String {
                 |e| e.stats.wal.segments_recycled,
             ),
         ];
-        for (name, help, value) in counters {
-            family(&mut out, name, "counter", help, &engines, value);
-        }
-        write_lsm(&mut out, &engines);
-        write_cold(&mut out, &engines);
+        per_store(out, Kind::Counter, &engines, &counters)?;
+        write_lsm(out, &engines)?;
+        write_cold(out, &engines)?;
     }
-    out.finish()
+    Ok(())
 }
 
 /// The object store tier's families, for the stores that have one.
-fn write_cold(out: &mut Exposition, engines: &[Sampled]) {
-    let cold: Vec<&Sampled> = engines.iter().filter(|e| e.cold.is_some()).collect();
+fn write_cold(out: &mut DescriptorEncoder<'_>, engines: &[Sampled]) -> fmt::Result {
+    let cold: Vec<(&[(&'static str, String)], &tracedb_lsm::ColdStats)> = engines
+        .iter()
+        .filter_map(|e| Some((e.labels.as_slice(), e.cold.as_ref()?)))
+        .collect();
     if cold.is_empty() {
-        return;
+        return Ok(());
     }
     type ColdFamily = (
-        &'static str,
+        Kind,
         &'static str,
         &'static str,
         fn(&tracedb_lsm::ColdStats) -> u64,
     );
     let families: [ColdFamily; 16] = [
         (
+            Kind::Gauge,
             "tracedb_object_store_remote_files",
-            "gauge",
             "Sorted files in the object store.",
             |c| c.remote_files as u64,
         ),
         (
+            Kind::Gauge,
             "tracedb_object_store_remote_bytes",
-            "gauge",
             "Bytes of sorted files in the object store.",
             |c| c.remote_bytes,
         ),
         (
+            Kind::Gauge,
             "tracedb_object_store_local_copies",
-            "gauge",
             "Remote files that still have a local copy.",
             |c| c.local_copies as u64,
         ),
         (
+            Kind::Counter,
             "tracedb_object_store_uploaded_files_total",
-            "counter",
             "Files uploaded and verified (size and MD5).",
             |c| c.uploaded_files,
         ),
         (
+            Kind::Counter,
             "tracedb_object_store_upload_failures_total",
-            "counter",
             "Uploads that failed; the file stays local and is tried again.",
             |c| c.upload_failures,
         ),
         (
+            Kind::Counter,
             "tracedb_object_store_local_copies_dropped_total",
-            "counter",
             "Local copies of remote files dropped under --max-local-disk.",
             |c| c.local_copies_dropped,
         ),
         (
+            Kind::Counter,
             "tracedb_object_store_files_deleted_total",
-            "counter",
             "Remote files whose objects were deleted (compaction, retention).",
             |c| c.objects_deleted,
         ),
         (
+            Kind::Counter,
             "tracedb_object_store_snapshots_total",
-            "counter",
             "Manifest snapshots written to the bucket.",
             |c| c.snapshots_written,
         ),
         (
+            Kind::Counter,
             "tracedb_object_store_puts_total",
-            "counter",
             "PUT requests that succeeded.",
             |c| c.bucket.uploads,
         ),
         (
+            Kind::Counter,
             "tracedb_object_store_put_bytes_total",
-            "counter",
             "Bytes uploaded.",
             |c| c.bucket.upload_bytes,
         ),
         (
+            Kind::Counter,
             "tracedb_object_store_gets_total",
-            "counter",
             "GET requests (whole or ranged).",
             |c| c.bucket.gets,
         ),
         (
+            Kind::Counter,
             "tracedb_object_store_get_bytes_total",
-            "counter",
             "Bytes downloaded.",
             |c| c.bucket.get_bytes,
         ),
         (
+            Kind::Counter,
             "tracedb_object_store_lists_total",
-            "counter",
             "LIST requests (start-up orphan sweep, tenant deletion).",
             |c| c.bucket.lists,
         ),
         (
+            Kind::Counter,
             "tracedb_object_store_errors_total",
-            "counter",
             "Requests to the object store that failed.",
             |c| c.bucket.errors,
         ),
         (
+            Kind::Counter,
             "tracedb_block_cache_hits_total",
-            "counter",
             "Remote blocks read from the local block cache.",
             |c| c.cache_hits,
         ),
         (
+            Kind::Counter,
             "tracedb_block_cache_misses_total",
-            "counter",
             "Remote blocks fetched from the object store.",
             |c| c.cache_misses,
         ),
     ];
-    for (name, kind, help, value) in families {
-        out.header(name, kind, help);
-        for e in &cold {
-            if let Some(c) = &e.cold {
-                out.sample(name, &e.label, value(c));
-            }
-        }
+    for (kind, name, help, value) in families {
+        let samples = cold.iter().map(|&(labels, c)| (labels, value(c)));
+        family(out, kind, name, help, samples)?;
     }
-    out.header(
+    family(
+        out,
+        Kind::Gauge,
         "tracedb_block_cache_bytes",
-        "gauge",
         "Bytes of remote blocks cached on local disk.",
-    );
-    for e in &cold {
-        if let Some(c) = &e.cold {
-            out.sample("tracedb_block_cache_bytes", &e.label, c.cache_bytes);
-        }
-    }
+        cold.iter().map(|&(labels, c)| (labels, c.cache_bytes)),
+    )
 }

@@ -19,7 +19,6 @@
 //! bounded by the node timeout). `/ready` says the same.
 
 use std::{
-    fmt::Write as _,
     future::Future,
     sync::{
         atomic::{AtomicBool, Ordering},
@@ -33,7 +32,7 @@ use axum::{extract::State, http::StatusCode, response::IntoResponse, routing::ge
 use tokio::sync::watch;
 use tonic::{transport::Channel, Request, Response, Status};
 use tonic_health::{pb::health_client::HealthClient, ServingStatus};
-use tracedb_ingest::Exposition;
+use tracedb_ingest::exposition::{self, family, single, DescriptorEncoder, Kind};
 use tracedb_proto::{
     codec::RawRequest, collector::trace::v1::ExportTraceServiceResponse,
     trace_service_server::TraceServiceServer,
@@ -254,10 +253,7 @@ async fn ready(State(state): State<TierState>) -> impl IntoResponse {
 
 async fn metrics(State(state): State<TierState>) -> impl IntoResponse {
     (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4",
-        )],
+        [(axum::http::header::CONTENT_TYPE, exposition::CONTENT_TYPE)],
         render(&state),
     )
 }
@@ -265,59 +261,59 @@ async fn metrics(State(state): State<TierState>) -> impl IntoResponse {
 /// The tier's `/metrics`: per node calls, errors, timeouts and time, and
 /// the partial answers per API.
 fn render(state: &TierState) -> String {
-    let mut out = Exposition::default();
-    out.single(
+    let state = state.clone();
+    exposition::render(move |out| collect(out, &state))
+}
+
+fn collect(out: &mut DescriptorEncoder<'_>, state: &TierState) -> std::fmt::Result {
+    single(
+        out,
+        Kind::Gauge,
         "tracedb_query_serving",
-        "gauge",
         "1 while some replica group has every node answering health checks.",
         u64::from(state.serving.load(Ordering::Acquire)),
-    );
+    )?;
     type Stat = fn(&tracedb_query::fanout::NodeStats) -> u64;
-    let series: [(&str, &str, &str, Stat); 4] = [
+    let series: [(&str, &str, Stat); 4] = [
         (
             "tracedb_node_calls_total",
-            "counter",
             "Calls to each storage node.",
             |s| s.calls.load(Ordering::Relaxed),
         ),
         (
             "tracedb_node_errors_total",
-            "counter",
             "Calls to each node that failed or timed out (NOT_FOUND is an answer).",
             |s| s.errors.load(Ordering::Relaxed),
         ),
         (
             "tracedb_node_timeouts_total",
-            "counter",
             "Calls to each node not answered within --node-timeout-ms.",
             |s| s.timeouts.load(Ordering::Relaxed),
         ),
         (
             "tracedb_node_call_microseconds_total",
-            "counter",
             "Time each node took to answer, summed (divide by calls for the mean).",
             |s| s.micros.load(Ordering::Relaxed),
         ),
     ];
-    for (name, kind, help, stat) in series {
-        out.header(name, kind, help);
-        for node in &state.nodes.nodes() {
-            let mut labels = String::new();
-            let _ = write!(labels, "node=\"{}\",group=\"{}\"", node.addr, node.group);
-            out.sample(name, &labels, stat(node.stats()));
-        }
+    let nodes = state.nodes.nodes();
+    for (name, help, stat) in series {
+        let samples = nodes.iter().map(|node| {
+            let labels = [
+                ("node", node.addr.to_string()),
+                ("group", node.group.to_string()),
+            ];
+            (labels, stat(node.stats()))
+        });
+        family(out, Kind::Counter, name, help, samples)?;
     }
-    out.header(
+    family(
+        out,
+        Kind::Counter,
         "tracedb_partial_answers_total",
-        "counter",
         "Answers sent without some source (a node that did not answer, a damaged file), by read API.",
-    );
-    for api in read::Api::ALL {
-        out.sample(
-            "tracedb_partial_answers_total",
-            &format!("api=\"{}\"", api.label()),
-            read::partial_answers(api),
-        );
-    }
-    out.finish()
+        read::Api::ALL
+            .into_iter()
+            .map(|api| ([("api", api.label())], read::partial_answers(api))),
+    )
 }

@@ -404,7 +404,7 @@ async fn metrics_and_ready_are_served() {
         "tracedb_compaction_written_bytes_total",
         "tracedb_lookups_total",
         "tracedb_blocks_read_total",
-        "tracedb_wal_data_sync_seconds_sum",
+        "tracedb_wal_data_sync_seconds_total",
         "tracedb_backpressure_rejections_total",
         "tracedb_index_cache_bytes",
     ] {
