@@ -25,7 +25,7 @@
 //!   ([`blocks::FileIndex`]) are what a search holds, and it reads a block
 //!   only when its digest may meet what the query needs.
 //! - `query`: [`SearchQuery`] and [`OpNeed`], what a search asks of the
-//!   index, checked a part at a time with [`PartFilter`]; [`services`],
+//!   index, checked a part at a time as a [`ResolvedNeed`]; [`services`],
 //!   [`operations`], [`dependencies`], [`tag_keys`], [`tag_values`]: pure
 //!   functions over the sets of one snapshot.
 //!
@@ -55,8 +55,8 @@ pub use build::{service_name, SidecarBuilder, SummaryBuilder};
 pub use encode::encode as encode_sidecar;
 pub use model::{Edge, Op, SummarySet, Tag, TagScope, TraceSummary, ValueKind, MAX_TAGS_PER_TRACE};
 pub use query::{
-    dependencies, operations, services, tag_keys, tag_values, Dependencies, OpNeed, PartFilter,
-    SearchQuery, TagNeed,
+    dependencies, operations, services, tag_keys, tag_values, Dependencies, OpNeed, ResolvedNeed,
+    ResolvedTag, SearchQuery, TagNeed,
 };
 pub use sidecar::{
     decode as decode_sidecar, open_index, read as read_sidecar, remove_orphans, remove_sidecar,

@@ -21,7 +21,7 @@ use crate::{
     error::{Error, Result},
     index::{
         blocks::{FileIndex, NeedTerms},
-        BlockParts, OpNeed, PartFilter, SearchQuery, SummarySet,
+        BlockParts, OpNeed, ResolvedNeed, SearchQuery, SummarySet,
     },
     span::TraceId,
     version::{TableFile, TimeRange},
@@ -51,7 +51,7 @@ struct Walking {
     parts: Parts,
     /// Its heap bytes, with its order made, as counted in the walk's.
     bytes: usize,
-    filter: Option<PartFilter>,
+    filter: Option<ResolvedNeed>,
     /// Position in the parts' start order.
     pos: usize,
 }
@@ -66,7 +66,7 @@ enum Parts {
 
 impl Walking {
     fn new(set: Arc<SummarySet>, need: Option<&OpNeed>) -> Walking {
-        let filter = need.map(|n| PartFilter::new(&set, n));
+        let filter = need.map(|n| ResolvedNeed::in_set(&set, n));
         set.by_start();
         Walking {
             bytes: set.heap_bytes(),
@@ -77,7 +77,7 @@ impl Walking {
     }
 
     fn block(block: BlockParts, need: Option<&OpNeed>) -> Walking {
-        let filter = need.map(|n| PartFilter::with(|s| block.id(s), n));
+        let filter = need.map(|n| ResolvedNeed::new(n, |s| block.id(s)));
         Walking {
             bytes: block.heap_bytes(),
             parts: Parts::Block(block),
@@ -376,10 +376,7 @@ impl Candidates {
             && self
                 .trace_ids
                 .is_none_or(|(lo, hi)| lo <= part.trace_id && part.trace_id <= hi)
-            && match (&walking.filter, need) {
-                (Some(f), Some(n)) => f.passes(n, part),
-                _ => true,
-            }
+            && walking.filter.as_ref().is_none_or(|f| f.passes(part))
             && self.proposed.insert(part.trace_id);
         Ok(wanted.then_some(Candidate {
             trace_id: part.trace_id,

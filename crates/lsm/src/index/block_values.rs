@@ -1,13 +1,14 @@
 //! The values of one attribute read from a sidecar block's bytes, for
 //! `Engine::tag_values`: from the block's columns when they list the key,
 //! else by scanning each part's times, operations and tags in place, with
-//! the query's needs looked up once in the block's strings ([`LocalNeed`]).
+//! the query's needs looked up once in the block's strings
+//! ([`ResolvedNeed`]).
 
 use std::path::Path;
 
 use super::{
     format::{scope_kind, split_block, split_head, BlockBody, Column, Reader},
-    OpNeed, TagScope, ValueKind, MAX_TAGS_PER_TRACE,
+    OpNeed, ResolvedNeed, TagScope, ValueKind, MAX_TAGS_PER_TRACE,
 };
 use crate::{error::Result, table::corrupt};
 
@@ -35,8 +36,11 @@ pub(super) fn block_tag_values(
     let Some(k) = local_id(key) else {
         return Ok(());
     };
-    let needs: Vec<LocalNeed<'_>> = needs.iter().map(|n| LocalNeed::new(n, local_id)).collect();
-    if needs.iter().any(|n| n.ops.is_some() && n.unknown) {
+    let needs: Vec<ResolvedNeed> = needs
+        .iter()
+        .map(|n| ResolvedNeed::new(n, local_id))
+        .collect();
+    if needs.iter().any(ResolvedNeed::met_nowhere) {
         return Ok(());
     }
     let local = block.strings.len();
@@ -46,7 +50,7 @@ pub(super) fn block_tag_values(
     let mut found: Vec<(u32, ValueKind)> = Vec::new();
     // Per need: its operation, and each of its attributes, met by the part.
     let mut op_met = vec![false; needs.len()];
-    let mut tag_met: Vec<Vec<bool>> = needs.iter().map(|n| vec![false; n.tags.len()]).collect();
+    let mut tag_met: Vec<Vec<bool>> = needs.iter().map(|n| vec![false; n.tags().len()]).collect();
     for range in block.parts.iter().cloned() {
         let mut r = Reader {
             path,
@@ -61,14 +65,14 @@ pub(super) fn block_tag_values(
         }
         r.u32()?;
         let errors = r.u32()?;
-        if errors == 0 && needs.iter().any(|n| n.need.error) {
+        if errors == 0 && needs.iter().any(ResolvedNeed::error) {
             continue;
         }
         if r.u32()? != 0 {
             r.string(local)?;
         }
         for (i, n) in needs.iter().enumerate() {
-            op_met[i] = n.ops.is_none();
+            op_met[i] = !n.names_op();
         }
         for _ in 0..r.count(3)? {
             let (service, name) = (r.string(local)?, r.string(local)?);
@@ -95,7 +99,7 @@ pub(super) fn block_tag_values(
                 found.push((v, kind));
             }
             for (n, met) in needs.iter().zip(&mut tag_met) {
-                for (t, m) in n.tags.iter().zip(met.iter_mut()) {
+                for (t, m) in n.tags().iter().zip(met.iter_mut()) {
                     *m = *m || t.held_by(s, g, v, kind);
                 }
             }
@@ -137,14 +141,17 @@ pub(super) fn block_column_values(
     let Some(k) = local_id(key) else {
         return Ok(true);
     };
-    let needs: Vec<LocalNeed<'_>> = needs.iter().map(|n| LocalNeed::new(n, local_id)).collect();
+    let needs: Vec<ResolvedNeed> = needs
+        .iter()
+        .map(|n| ResolvedNeed::new(n, local_id))
+        .collect();
     let Some(services) = needs
         .iter()
-        .map(LocalNeed::service_alone)
+        .map(ResolvedNeed::service_alone)
         .collect::<Option<Vec<u32>>>()
     else {
         // A service the block lacks is no place in its table.
-        if needs.iter().any(|n| n.ops.is_some() && n.unknown) {
+        if needs.iter().any(ResolvedNeed::met_nowhere) {
             return Ok(true);
         }
         return Ok(false);
@@ -262,83 +269,4 @@ fn column_values(
         return Err(r.err("column longer than its block's parts"));
     }
     Ok(true)
-}
-
-/// A need of a tag-values query with its strings looked up in one block's
-/// table, to be checked against the block's parts where they lie.
-struct LocalNeed<'a> {
-    need: &'a OpNeed,
-    /// The (service, name) an operation must have (`None` in either: any);
-    /// `None` when the need names no operation.
-    ops: Option<(Option<u32>, Option<u32>)>,
-    /// A service or name the need names is not in the block: no part meets it.
-    unknown: bool,
-    tags: Vec<LocalTag<'a>>,
-}
-
-/// An attribute a need names, with its key and value looked up.
-struct LocalTag<'a> {
-    tag: &'a super::TagNeed,
-    key: Option<u32>,
-    value: Option<u32>,
-}
-
-impl<'a> LocalNeed<'a> {
-    fn new(need: &'a OpNeed, id: impl Fn(&str) -> Option<u32>) -> LocalNeed<'a> {
-        let mut unknown = false;
-        let mut look = |s: &Option<String>| match s {
-            None => None,
-            Some(s) => {
-                let found = id(s);
-                unknown |= found.is_none();
-                found
-            }
-        };
-        let (service, name) = (look(&need.service), look(&need.name));
-        let names_op = need.service.is_some() || need.name.is_some() || need.kind.is_some();
-        LocalNeed {
-            need,
-            ops: names_op.then_some((service, name)),
-            unknown,
-            tags: need
-                .tags
-                .iter()
-                .map(|t| LocalTag {
-                    tag: t,
-                    key: id(&t.key),
-                    value: id(&t.value),
-                })
-                .collect(),
-        }
-    }
-
-    /// The service (its place) the need names, when it names nothing else.
-    fn service_alone(&self) -> Option<u32> {
-        match self.ops {
-            Some((Some(service), None)) if self.need.names_a_service_alone() => Some(service),
-            _ => None,
-        }
-    }
-
-    /// Whether an operation of a part meets the need's operation.
-    fn op_meets(&self, service: u32, name: u32, kind: u8) -> bool {
-        let Some((s, n)) = self.ops else {
-            return true;
-        };
-        !self.unknown
-            && (self.need.service.is_none() || s == Some(service))
-            && (self.need.name.is_none() || n == Some(name))
-            && self.need.kind.is_none_or(|k| k == kind)
-    }
-}
-
-impl LocalTag<'_> {
-    /// Whether a part's attribute (scope, key, value, type) may be this one:
-    /// a value the index did not keep may be any.
-    fn held_by(&self, scope: TagScope, key: u32, value: u32, kind: ValueKind) -> bool {
-        self.key == Some(key)
-            && self.tag.scope.is_none_or(|s| s == scope)
-            && (kind == ValueKind::Unindexed
-                || (kind == self.tag.kind && self.value == Some(value)))
-    }
 }

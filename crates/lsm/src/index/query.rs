@@ -1,5 +1,5 @@
 //! What a search asks of the index ([`SearchQuery`], [`OpNeed`], checked
-//! one part at a time by [`PartFilter`] in the walk), and the queries over
+//! one part at a time as a [`ResolvedNeed`]), and the queries over
 //! the summary sets of one snapshot: pure functions, each merging the parts
 //! a trace has in several sets where it needs to.
 
@@ -77,154 +77,155 @@ impl OpNeed {
     }
 }
 
-/// A query's strings resolved in one set's string table, once per query.
-struct Resolved {
-    /// Per need, (service, name) resolved: `Some(None)` where the need names
-    /// no service or name; `None` when the set lacks a string it names.
-    needs: Vec<Option<(Option<u32>, Option<u32>)>>,
-    /// Per need, per tag need: (key, value) resolved; `None` for the key when
-    /// the set lacks it, for the value likewise.
-    tag_needs: Vec<Vec<(Option<u32>, Option<u32>)>>,
-}
-
-fn resolve(set: &SummarySet, q: &SearchQuery) -> Resolved {
-    Resolved {
-        needs: q
-            .needs
-            .iter()
-            .map(|n| {
-                let id = |s: &Option<String>| match s {
-                    None => Some(None),
-                    Some(s) => set.id(s).map(Some),
-                };
-                Some((id(&n.service)?, id(&n.name)?))
-            })
-            .collect(),
-        tag_needs: q
-            .needs
-            .iter()
-            .map(|n| {
-                n.tags
-                    .iter()
-                    .map(|t| (set.id(&t.key), set.id(&t.value)))
-                    .collect()
-            })
-            .collect(),
-    }
-}
-
-/// Whether a part may hold the attribute `t` (whose key and value resolve
-/// to `ids` in the part's set).
-fn may_have(part: &TraceSummary, t: &TagNeed, ids: (Option<u32>, Option<u32>)) -> bool {
-    if part.tags.len() >= MAX_TAGS_PER_TRACE {
-        return true;
-    }
-    let (Some(key), value) = ids else {
-        return false;
-    };
-    part.tags.iter().any(|g| {
-        g.key == key
-            && t.scope.is_none_or(|s| g.scope == s)
-            && (g.kind == ValueKind::Unindexed || (g.kind == t.kind && Some(g.value) == value))
-    })
-}
-
-/// Whether some part meets `need` (index `i` of the query's needs).
-fn meets(
-    sets: &[Arc<SummarySet>],
-    resolved: &[Resolved],
-    parts: &[(usize, usize)],
-    need: &OpNeed,
-    i: usize,
-) -> bool {
-    if need.error
-        && !parts
-            .iter()
-            .any(|&(si, ti)| sets[si].traces[ti].error_count > 0)
-    {
-        return false;
-    }
-    for (j, t) in need.tags.iter().enumerate() {
-        if !parts
-            .iter()
-            .any(|&(si, ti)| may_have(&sets[si].traces[ti], t, resolved[si].tag_needs[i][j]))
-        {
-            return false;
-        }
-    }
-    if need.service.is_none() && need.name.is_none() && need.kind.is_none() {
-        return true;
-    }
-    parts.iter().any(|&(si, ti)| {
-        let Some((service, name)) = resolved[si].needs[i] else {
-            return false;
-        };
-        sets[si].traces[ti].ops.iter().any(|o| {
-            service.is_none_or(|s| o.service == s)
-                && name.is_none_or(|n| o.name == n)
-                && need.kind.is_none_or(|k| o.kind == k)
-        })
-    })
-}
-
-/// One need resolved in one set's string table, to check the set's parts
-/// one at a time: a part passes when it alone may meet the whole need (the
-/// span a need describes lies in one part).
+/// One need with its strings looked up in one string table (a summary
+/// set's, or a sidecar block's), to check that table's parts one at a time:
+/// the span a need describes lies in one part, so a part passes when it
+/// alone may meet the whole need. The walk, the tag-value reads of buffers
+/// and of blocks all check a need through this.
 #[derive(Debug, Clone)]
-pub struct PartFilter {
-    /// (service, name) resolved as in [`Resolved::needs`].
-    ops: Option<(Option<u32>, Option<u32>)>,
-    tags: Vec<(Option<u32>, Option<u32>)>,
+pub struct ResolvedNeed {
+    /// The need names a service, a span name or a kind.
+    names_op: bool,
+    /// The places of the service and the name it names (`None`: not named).
+    service: Option<u32>,
+    name: Option<u32>,
+    /// A service or name it names is not in the table: no part meets it.
+    unknown: bool,
+    kind: Option<u8>,
+    error: bool,
+    /// It names a service and nothing else.
+    service_alone: bool,
+    tags: Vec<ResolvedTag>,
 }
 
-impl PartFilter {
-    pub fn new(set: &SummarySet, need: &OpNeed) -> PartFilter {
-        PartFilter::with(|s| set.id(s), need)
-    }
+/// An attribute a need names, with its key and value looked up.
+#[derive(Debug, Clone)]
+pub struct ResolvedTag {
+    scope: Option<TagScope>,
+    kind: ValueKind,
+    key: Option<u32>,
+    value: Option<u32>,
+}
 
-    /// The filter for parts whose strings are found by `lookup`.
-    pub fn with(lookup: impl Fn(&str) -> Option<u32>, need: &OpNeed) -> PartFilter {
-        let id = |s: &Option<String>| match s {
-            None => Some(None),
-            Some(s) => lookup(s).map(Some),
+impl ResolvedNeed {
+    /// `need` in a table whose strings `lookup` finds.
+    pub fn new(need: &OpNeed, lookup: impl Fn(&str) -> Option<u32>) -> ResolvedNeed {
+        let mut unknown = false;
+        let mut look = |s: &Option<String>| {
+            let found = s.as_deref().and_then(&lookup);
+            unknown |= s.is_some() && found.is_none();
+            found
         };
-        PartFilter {
-            ops: id(&need.service).and_then(|s| Some((s, id(&need.name)?))),
+        let (service, name) = (look(&need.service), look(&need.name));
+        ResolvedNeed {
+            names_op: need.service.is_some() || need.name.is_some() || need.kind.is_some(),
+            service,
+            name,
+            unknown,
+            kind: need.kind,
+            error: need.error,
+            service_alone: need.names_a_service_alone(),
             tags: need
                 .tags
                 .iter()
-                .map(|t| (lookup(&t.key), lookup(&t.value)))
+                .map(|t| ResolvedTag {
+                    scope: t.scope,
+                    kind: t.kind,
+                    key: lookup(&t.key),
+                    value: lookup(&t.value),
+                })
                 .collect(),
         }
     }
 
-    /// Whether `part` may hold a span meeting `need` (the need this filter
-    /// was made for).
-    pub fn passes(&self, need: &OpNeed, part: &TraceSummary) -> bool {
-        if need.error && part.error_count == 0 {
+    /// `need` in `set`'s strings.
+    pub fn in_set(set: &SummarySet, need: &OpNeed) -> ResolvedNeed {
+        ResolvedNeed::new(need, |s| set.id(s))
+    }
+
+    /// Whether the need names an operation (a service, name or kind).
+    pub fn names_op(&self) -> bool {
+        self.names_op
+    }
+
+    /// Whether no part of the table can meet the need: it names a service
+    /// or a span name the table does not hold.
+    pub fn met_nowhere(&self) -> bool {
+        self.names_op && self.unknown
+    }
+
+    /// Whether the need asks for an error span.
+    pub fn error(&self) -> bool {
+        self.error
+    }
+
+    pub fn tags(&self) -> &[ResolvedTag] {
+        &self.tags
+    }
+
+    /// The service (its place) the need names, when it names nothing else.
+    pub fn service_alone(&self) -> Option<u32> {
+        match (self.service_alone, self.service) {
+            (true, Some(service)) => Some(service),
+            _ => None,
+        }
+    }
+
+    /// Whether an operation (service and name places, kind) is the one the
+    /// need names; any is when it names none. Its error is not checked.
+    pub fn op_meets(&self, service: u32, name: u32, kind: u8) -> bool {
+        !self.names_op
+            || (!self.unknown
+                && self.service.is_none_or(|s| s == service)
+                && self.name.is_none_or(|n| n == name)
+                && self.kind.is_none_or(|k| k == kind))
+    }
+
+    /// Whether `part` may hold a span meeting the need: one of its
+    /// operations is the need's and, if the need asks for an error, has
+    /// one; and it may hold each of the need's attributes.
+    pub fn passes(&self, part: &TraceSummary) -> bool {
+        self.part_may_meet(part, true)
+    }
+
+    /// As [`passes`](Self::passes), but the error may be on any span of the
+    /// part: the looser rule tag-value suggestions use (the sidecar's
+    /// blocks are read the same way).
+    pub fn passes_any_error(&self, part: &TraceSummary) -> bool {
+        self.part_may_meet(part, false)
+    }
+
+    fn part_may_meet(&self, part: &TraceSummary, error_on_op: bool) -> bool {
+        if self.error && part.error_count == 0 {
             return false;
         }
-        // The need is one span's: with an error, of an operation with one.
-        if !need
-            .tags
-            .iter()
-            .zip(&self.tags)
-            .all(|(t, &ids)| may_have(part, t, ids))
-        {
+        if !self.tags.iter().all(|t| t.may_be_in(part)) {
             return false;
         }
-        if need.service.is_none() && need.name.is_none() && need.kind.is_none() {
-            return true;
-        }
-        let Some((service, name)) = self.ops else {
-            return false;
-        };
-        part.ops.iter().any(|o| {
-            service.is_none_or(|s| o.service == s)
-                && name.is_none_or(|n| o.name == n)
-                && need.kind.is_none_or(|k| o.kind == k)
-                && (!need.error || o.error)
-        })
+        !self.names_op
+            || part.ops.iter().any(|o| {
+                self.op_meets(o.service, o.name, o.kind) && (!error_on_op || !self.error || o.error)
+            })
+    }
+}
+
+impl ResolvedTag {
+    /// Whether a part's attribute (scope, key, value, type) may be this one:
+    /// a value the index did not keep may be any.
+    pub fn held_by(&self, scope: TagScope, key: u32, value: u32, kind: ValueKind) -> bool {
+        self.key == Some(key)
+            && self.scope.is_none_or(|s| s == scope)
+            && (kind == ValueKind::Unindexed || (kind == self.kind && self.value == Some(value)))
+    }
+
+    /// Whether `part` may hold this attribute: one of its attributes may be
+    /// it, or its attributes were cut.
+    fn may_be_in(&self, part: &TraceSummary) -> bool {
+        part.tags.len() >= MAX_TAGS_PER_TRACE
+            || part
+                .tags
+                .iter()
+                .any(|g| self.held_by(g.scope, g.key, g.value, g.kind))
     }
 }
 
@@ -381,30 +382,21 @@ pub fn tag_values(
     needs: &[OpNeed],
 ) -> BTreeSet<(String, ValueKind)> {
     let mut out = BTreeSet::new();
-    let q = SearchQuery {
-        needs: needs.to_vec(),
-        ..SearchQuery::default()
-    };
-    for (si, set) in sets.iter().enumerate() {
+    for set in sets {
         let Some(k) = set.id(key) else { continue };
         if !set.overlaps(start, end) {
             continue;
         }
-        let resolved = [resolve(set, &q)];
-        let one = std::slice::from_ref(&sets[si]);
+        let needs: Vec<ResolvedNeed> = needs.iter().map(|n| ResolvedNeed::in_set(set, n)).collect();
         let ids: BTreeSet<(u32, ValueKind)> = set
             .traces
             .iter()
-            .enumerate()
-            .filter(|(ti, t)| {
+            .filter(|t| {
                 (start == 0 || t.end_unix_nano >= start)
                     && (end == 0 || t.start_unix_nano <= end)
-                    && needs
-                        .iter()
-                        .enumerate()
-                        .all(|(i, need)| meets(one, &resolved, &[(0, *ti)], need, i))
+                    && needs.iter().all(|n| n.passes_any_error(t))
             })
-            .flat_map(|(_, t)| t.tags.iter())
+            .flat_map(|t| t.tags.iter())
             .filter(|g| {
                 g.key == k && g.kind != ValueKind::Unindexed && scope.is_none_or(|s| g.scope == s)
             })

@@ -12,7 +12,7 @@ use std::{
 use bytes::Bytes;
 use tracedb_lsm::{
     index::{
-        read_sidecar, OpNeed, PartFilter, SearchQuery, SummarySet, TagNeed, TagScope, ValueKind,
+        read_sidecar, OpNeed, ResolvedNeed, SearchQuery, SummarySet, TagNeed, TagScope, ValueKind,
     },
     layout, Engine, ScopeGroup, Span, SpanId, SsTable, TimeRange, TraceId, ValuesLimit, WalkStats,
 };
@@ -323,13 +323,13 @@ fn proposed(engine: &Engine, q: &SearchQuery) -> Vec<(u128, u64)> {
     let end_min = q.end_min.max(whole.expire_before);
     let mut newest: BTreeMap<u128, u64> = BTreeMap::new();
     for set in &whole.sets {
-        let filter = q.needs.first().map(|n| (n, PartFilter::new(set, n)));
+        let filter = q.needs.first().map(|n| ResolvedNeed::in_set(set, n));
         for part in &set.traces {
             let start = part.start_unix_nano;
             if start >= q.start_min
                 && (q.start_max == 0 || start <= q.start_max)
                 && part.end_unix_nano >= end_min
-                && filter.as_ref().is_none_or(|(n, f)| f.passes(n, part))
+                && filter.as_ref().is_none_or(|f| f.passes(part))
             {
                 let at = newest
                     .entry(u128::from_be_bytes(part.trace_id.0))
