@@ -1,6 +1,6 @@
 //! Tiered compaction inside time partitions: which files to merge ([`pick`],
-//! a pure function over a [`Version`]) and how ([`merge`], which writes the
-//! outputs and installs nothing).
+//! a pure function over a [`Version`]) and how ([`Merge`], a trace at a
+//! time, which writes the outputs and installs nothing).
 //!
 //! # Why tiered
 //!
@@ -58,7 +58,7 @@ mod rate;
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 pub use merge::MergeIterator;
-pub use output::{merge, MergeContext, MergeOutput};
+pub use output::{Merge, MergeContext, MergeOutput};
 pub use rate::RateLimiter;
 
 use crate::version::{SortedRuns, TableFile, Version};

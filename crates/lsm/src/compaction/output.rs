@@ -1,6 +1,8 @@
-//! Runs a merge task: reads the inputs through a [`MergeIterator`] and writes
-//! the outputs, each fsynced and renamed into place. Installs nothing: the
-//! engine writes the manifest edit and swaps the version afterwards.
+//! Runs a merge task a trace at a time ([`Merge`]): reads the inputs through
+//! a [`MergeIterator`] and writes the outputs, each fsynced and renamed into
+//! place. Installs nothing and decides nothing between traces: the engine
+//! drives the steps (it may stop, or run other merges first, between any
+//! two), then writes the manifest edit and swaps the version.
 
 use std::{
     collections::{btree_map::Entry, BTreeMap},
@@ -28,9 +30,6 @@ pub struct MergeContext<'a> {
     pub limiter: &'a RateLimiter,
     /// Spans that end before this (Unix ns) are past retention and dropped.
     pub expire_before: u64,
-    /// Asked between traces; waits while compaction is paused and returns
-    /// true when the merge must stop (the engine is closing).
-    pub should_stop: &'a (dyn Fn() -> bool + Sync),
     /// Called once after the first trace is written (a test hook).
     pub after_first_trace: Option<&'a (dyn Fn() + Send + Sync)>,
     /// Trace parts per block of the outputs' sidecars.
@@ -63,99 +62,147 @@ struct Open {
     run: RunCells,
 }
 
-/// Merges the task's inputs into new files. `Ok(None)` if it was told to stop;
-/// outputs already written are then removed, as they are after an error.
-pub fn merge(task: &CompactionTask, ctx: &MergeContext<'_>) -> Result<Option<MergeOutput>> {
-    let mut out = MergeOutput {
-        bytes_read: task.input_bytes(),
-        ..MergeOutput::default()
-    };
-    let result = merge_into(task, ctx, &mut out);
-    match result {
-        Ok(true) => Ok(Some(out)),
-        Ok(false) | Err(_) => {
-            for (_, path) in &out.files {
-                let _ = std::fs::remove_file(path);
-                remove_sidecar(path);
-            }
-            result.map(|_| None)
-        }
-    }
+/// A merge under way: [`read_trace`](Merge::read_trace) and
+/// [`write_trace`](Merge::write_trace) in turn until the inputs are done,
+/// then [`finish`](Merge::finish). Dropped before it finishes (stopped, or
+/// after an error), it removes the outputs it wrote.
+pub struct Merge<'a> {
+    task: &'a CompactionTask,
+    ctx: &'a MergeContext<'a>,
+    merger: MergeIterator<'a>,
+    /// Level 1 and deeper keep their partition; level 0's spans go to
+    /// theirs by start.
+    fixed_partition: Option<u64>,
+    open: BTreeMap<u64, Open>,
+    sidecars: Vec<Sidecar>,
+    /// The trace read last, not yet written.
+    trace: Vec<Span>,
+    /// The trace's unexpired spans and their partitions, reused from trace
+    /// to trace.
+    kept: Vec<Span>,
+    partitions: Vec<u64>,
+    first: bool,
+    out: MergeOutput,
+    finished: bool,
 }
 
-fn merge_into(
-    task: &CompactionTask,
-    ctx: &MergeContext<'_>,
-    out: &mut MergeOutput,
-) -> Result<bool> {
-    let fixed_partition = (task.input_level > 0).then(|| task.inputs[0].partition);
-    let mut merger = MergeIterator::new(task.inputs.iter().map(|f| f.table().iter()).collect())?;
-    if task.input_level > 0 {
-        merger = merger.merged_inputs();
-    }
-    let mut open: BTreeMap<u64, Open> = BTreeMap::new();
-    let mut sidecars: Vec<Sidecar> = task.inputs.iter().map(|_| Sidecar::Unread).collect();
-    // A trace's unexpired spans and their partitions, reused from trace to trace.
-    let mut kept: Vec<Span> = Vec::new();
-    let mut partitions: Vec<u64> = Vec::new();
-    let mut first = true;
-    while let Some(trace) = merger.next_trace()? {
-        if (ctx.should_stop)() {
-            return Ok(false);
+impl<'a> Merge<'a> {
+    pub fn start(task: &'a CompactionTask, ctx: &'a MergeContext<'a>) -> Result<Merge<'a>> {
+        let mut merger =
+            MergeIterator::new(task.inputs.iter().map(|f| f.table().iter()).collect())?;
+        if task.input_level > 0 {
+            merger = merger.merged_inputs();
         }
-        out.spans_in += trace.len() as u64;
-        let trace_len = trace.len();
-        let trace_id = trace[0].trace_id;
-        kept.clear();
-        partitions.clear();
-        for span in trace.drain(..) {
+        Ok(Merge {
+            task,
+            ctx,
+            merger,
+            fixed_partition: (task.input_level > 0).then(|| task.inputs[0].partition),
+            open: BTreeMap::new(),
+            sidecars: task.inputs.iter().map(|_| Sidecar::Unread).collect(),
+            trace: Vec::new(),
+            kept: Vec::new(),
+            partitions: Vec::new(),
+            first: true,
+            out: MergeOutput {
+                bytes_read: task.input_bytes(),
+                ..MergeOutput::default()
+            },
+            finished: false,
+        })
+    }
+
+    /// Reads the next trace of the inputs; `false` when they are done.
+    pub fn read_trace(&mut self) -> Result<bool> {
+        match self.merger.next_trace()? {
+            Some(trace) => {
+                // The iterator's buffer and ours trade places: no span moves.
+                self.trace.clear();
+                std::mem::swap(trace, &mut self.trace);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Writes the trace read last to its partitions' outputs.
+    pub fn write_trace(&mut self) -> Result<()> {
+        let (task, ctx) = (self.task, self.ctx);
+        let out = &mut self.out;
+        let trace_len = self.trace.len();
+        let Some(trace_id) = self.trace.first().map(|s| s.trace_id) else {
+            return Ok(());
+        };
+        out.spans_in += trace_len as u64;
+        self.kept.clear();
+        self.partitions.clear();
+        for span in self.trace.drain(..) {
             if span.end_unix_nano < ctx.expire_before {
                 out.expired += 1;
                 continue;
             }
-            partitions.push(
-                fixed_partition.unwrap_or_else(|| ctx.opts.partition_of(span.start_unix_nano)),
+            self.partitions.push(
+                self.fixed_partition
+                    .unwrap_or_else(|| ctx.opts.partition_of(span.start_unix_nano)),
             );
-            kept.push(span);
+            self.kept.push(span);
         }
-        let one_partition = partitions.windows(2).all(|w| w[0] == w[1]);
+        let one_partition = self.partitions.windows(2).all(|w| w[0] == w[1]);
         // A trace that comes whole from one input and stays whole in one
         // output keeps that input's summary of it.
-        let reused = match merger.sources() {
-            &[i] if kept.len() == trace_len && one_partition => sidecars[i]
+        let reused = match self.merger.sources() {
+            &[i] if self.kept.len() == trace_len && one_partition => self.sidecars[i]
                 .part(task.inputs[i].path(), &trace_id, trace_len)
                 .map(|(parts, part)| (i, parts, part)),
             _ => None,
         };
         if one_partition {
-            if let Some(&p) = partitions.first() {
-                write_part(&mut open, p, &mut kept, reused, task, ctx, out)?;
+            if let Some(&p) = self.partitions.first() {
+                write_part(&mut self.open, p, &mut self.kept, reused, task, ctx, out)?;
             }
         } else {
             // Spans of one trace in several hours: each hour's output gets its
             // own part of the trace.
             let mut by_partition: BTreeMap<u64, Vec<Span>> = BTreeMap::new();
-            for (p, span) in partitions.iter().zip(kept.drain(..)) {
+            for (p, span) in self.partitions.iter().zip(self.kept.drain(..)) {
                 by_partition.entry(*p).or_default().push(span);
             }
             for (p, mut spans) in by_partition {
-                write_part(&mut open, p, &mut spans, None, task, ctx, out)?;
+                write_part(&mut self.open, p, &mut spans, None, task, ctx, out)?;
             }
         }
-        if first {
-            first = false;
+        if self.first {
+            self.first = false;
             if let Some(hook) = ctx.after_first_trace {
                 hook();
             }
         }
+        Ok(())
     }
-    out.duplicates = merger.duplicates;
-    for (p, slot) in open {
-        if slot.builder.span_count() > 0 {
-            finish(slot, task, p, out, true)?;
+
+    /// Finishes the outputs once every trace is written: the files the
+    /// merge wrote and what it did.
+    pub fn finish(mut self) -> Result<MergeOutput> {
+        self.out.duplicates = self.merger.duplicates;
+        for (p, slot) in std::mem::take(&mut self.open) {
+            if slot.builder.span_count() > 0 {
+                finish(slot, self.task, p, &mut self.out, true)?;
+            }
+        }
+        self.finished = true;
+        Ok(std::mem::take(&mut self.out))
+    }
+}
+
+impl Drop for Merge<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            for (_, path) in &self.out.files {
+                let _ = std::fs::remove_file(path);
+                remove_sidecar(path);
+            }
         }
     }
-    Ok(true)
 }
 
 /// Writes `spans`, one trace's spans in partition `p`, to that partition's

@@ -9,16 +9,13 @@
 //! so level 0 does not fill up behind it and stop ingest.
 
 use std::{
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
-    },
+    sync::{atomic::Ordering, Arc},
     time::{Duration, Instant},
 };
 
 use super::{add, scheduler::Next, Inner};
 use crate::{
-    compaction::{merge, CompactionTask, MergeContext, TaskKind},
+    compaction::{CompactionTask, Merge, MergeContext, MergeOutput, TaskKind},
     error::{Error, Result},
     manifest::Edit,
     table::SsTable,
@@ -113,6 +110,39 @@ impl Inner {
         }
     }
 
+    /// Writes a merge task's outputs a trace at a time. Between two traces
+    /// it waits while compaction is paused and stops (`Ok(None)`, outputs
+    /// removed) when the engine closes. A merge of deeper runs can take
+    /// minutes and level 0 must not fill up behind it (that stops ingest),
+    /// so between its traces it also runs due merges of the levels above,
+    /// looking every `UPPER_CHECK`.
+    fn merge(
+        &self,
+        task: &CompactionTask,
+        ctx: &MergeContext<'_>,
+        started: Instant,
+    ) -> Result<Option<MergeOutput>> {
+        let deeper = task.input_level > 0;
+        let mut next_check = Duration::ZERO;
+        let mut merge = Merge::start(task, ctx)?;
+        while merge.read_trace()? {
+            if deeper {
+                if let Some(hook) = self.opts.between_deeper_traces() {
+                    hook();
+                }
+                if started.elapsed() >= next_check {
+                    next_check = started.elapsed() + UPPER_CHECK;
+                    self.upper_inside_deeper_merge(task.input_level);
+                }
+            }
+            if self.scheduler.merge_should_stop(self.tree.crashed_flag()) {
+                return Ok(None);
+            }
+            merge.write_trace()?;
+        }
+        merge.finish().map(Some)
+    }
+
     /// Runs one task to its install.
     fn run_task(&self, task: &CompactionTask) -> Result<()> {
         let started = Instant::now();
@@ -146,24 +176,6 @@ impl Inner {
             input_bytes = task.input_bytes(),
             "compaction started"
         );
-        // A merge of deeper runs can take minutes; level 0 must not fill up
-        // behind it (that stops ingest), so between traces it lets due
-        // merges of the levels above run first, checking every UPPER_CHECK.
-        let deeper = task.input_level > 0;
-        let next_check_ms = AtomicU64::new(0);
-        let stop = || {
-            if deeper {
-                if let Some(hook) = self.opts.between_deeper_traces() {
-                    hook();
-                }
-                let now_ms = started.elapsed().as_millis() as u64;
-                if now_ms >= next_check_ms.load(Ordering::Relaxed) {
-                    next_check_ms.store(now_ms + UPPER_CHECK.as_millis() as u64, Ordering::Relaxed);
-                    self.upper_inside_deeper_merge(task.input_level);
-                }
-            }
-            self.scheduler.merge_should_stop(self.tree.crashed_flag())
-        };
         let ctx = MergeContext {
             opts: &self.opts.compaction,
             table_opts: &self.opts.table,
@@ -171,11 +183,10 @@ impl Inner {
             next_file_id: self.tree.file_ids(),
             limiter: &self.limiter,
             expire_before: self.retention.expire_before(),
-            should_stop: &stop,
             after_first_trace: self.opts.after_first_trace(),
             index_block_parts: self.opts.index_block_parts,
         };
-        let merged = merge(task, &ctx).inspect_err(|e| {
+        let merged = self.merge(task, &ctx, started).inspect_err(|e| {
             // A damaged input would fail every retry: take it out of the tree.
             if let Some((path, _)) = e.location().filter(|_| e.is_corruption()) {
                 if let Some(input) = task.inputs.iter().find(|f| f.path() == path) {
