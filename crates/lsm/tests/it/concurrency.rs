@@ -155,17 +155,19 @@ fn ingest_and_queries_go_on_while_a_merge_is_held() {
     assert_eq!(files, crate::util::files_on_disk(dir.path()));
 }
 
-#[test]
-fn level_0_is_merged_while_a_long_merge_of_deeper_runs_holds_the_only_thread() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let clock = TestClock::new();
-    let mut opts = small_tree(dir.path(), &clock);
+/// An engine with one compaction thread, whose level 1 is merging four
+/// overlapping runs of 750 traces down, slowly (5 ms a trace while `slow`
+/// is set), and has been for at least 10 traces; the count of that merge's
+/// traces so far.
+fn a_slow_deeper_merge(
+    dir: &std::path::Path,
+    clock: &TestClock,
+    slow: &Arc<AtomicBool>,
+) -> (Engine, Arc<AtomicU64>) {
+    let mut opts = small_tree(dir, clock);
     opts.compaction_threads = 1;
     // Level 1 merges down when it holds `size_ratio` runs, not by size.
     opts.compaction.level_base_bytes = u64::MAX / 4;
-    let trigger = opts.compaction.l0_trigger_files;
-    // While `slow` is set, a deeper merge takes 5 ms per trace.
-    let slow = Arc::new(AtomicBool::new(false));
     let deeper_traces = Arc::new(AtomicU64::new(0));
     let (s, d) = (slow.clone(), deeper_traces.clone());
     opts.hooks.between_deeper_traces = Some(Arc::new(move || {
@@ -209,6 +211,16 @@ fn level_0_is_merged_while_a_long_merge_of_deeper_runs_holds_the_only_thread() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+    (engine, deeper_traces)
+}
+
+#[test]
+fn level_0_is_merged_while_a_long_merge_of_deeper_runs_holds_the_only_thread() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let slow = Arc::new(AtomicBool::new(false));
+    let (engine, deeper_traces) = a_slow_deeper_merge(dir.path(), &clock, &slow);
+    let trigger = small_tree(dir.path(), &clock).compaction.l0_trigger_files;
 
     // New level-0 files while that merge runs (it needs 15 s at this pace).
     for batch in 0..(2 * trigger as u128) {
@@ -290,4 +302,32 @@ fn level_0_below_its_trigger_is_merged_once_no_flush_has_come_for_a_while() {
     for t in 0..20u128 {
         assert_eq!(ids(&engine, t).len(), 2, "trace {t}");
     }
+}
+
+#[test]
+fn a_merge_stopped_by_close_removes_the_files_it_wrote() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let slow = Arc::new(AtomicBool::new(false));
+    let (engine, _) = a_slow_deeper_merge(dir.path(), &clock, &slow);
+    // Outputs fill at 4 KiB: wait until the merge has finished some.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let written = crate::util::files_on_disk(dir.path())
+            .difference(&crate::util::files_in_version(&engine))
+            .count();
+        if written >= 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the merge wrote no output"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let before = crate::util::files_in_version(&engine);
+    // Still merging (15 s at this pace): close stops it between two traces.
+    engine.close().expect("close");
+    assert_eq!(crate::util::files_in_version(&engine), before);
+    assert_eq!(crate::util::files_on_disk(dir.path()), before);
 }
