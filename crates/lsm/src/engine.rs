@@ -46,9 +46,9 @@ mod search;
 mod stats;
 mod tree;
 mod walk;
+mod write;
 
 use std::{
-    collections::BTreeMap,
     fs::{self, File},
     path::{Path, PathBuf},
     sync::{
@@ -78,9 +78,10 @@ pub use stats::EngineStats;
 use stats::{add, Counters};
 use tree::TreeState;
 pub use walk::{Candidate, Candidates, WalkStats};
+use write::WritePath;
 
 use crate::{
-    batch::{decode_batch, encode_batch},
+    batch::decode_batch,
     budget::{MemoryBudget, Reservation},
     compaction::RateLimiter,
     error::{Backpressure, Error, Result},
@@ -129,29 +130,24 @@ pub type Snapshot = SuperVersion;
 const RETRY_MEMORY: Duration = Duration::from_millis(200);
 const RETRY_L0: Duration = Duration::from_secs(1);
 
-/// The state every engine thread shares. The tree ([`TreeState`]), flush,
-/// compaction scheduling and retention each have an owner holding their
-/// own state ([`FlushQueue`], [`CompactionScheduler`], [`Retention`]); the
-/// rest is the write path's.
+/// The state every engine thread shares. The write path ([`WritePath`]:
+/// WAL, memtable, budget, writes in flight), the tree ([`TreeState`]),
+/// flush, compaction scheduling and retention each have an owner holding
+/// their own state ([`FlushQueue`], [`CompactionScheduler`], [`Retention`]);
+/// the rest is the files' life (quarantine, janitor, trash), the counters,
+/// the index cache and the object store.
 struct Inner {
     opts: EngineOptions,
     tables_dir: PathBuf,
-    wal: Wal,
-    memtable: MemTable,
+    /// What a write passes through before it is acknowledged.
+    write: WritePath,
     /// The live files: the current super-version, the manifest, the next
     /// file ID, the level-0 count. The only way the tree changes.
     tree: TreeState,
     /// The flush queue and its "flushed" signal.
     flush: FlushQueue,
-    /// Requests between WAL append and memtable append, by the lowest WAL
-    /// segment they can be in: their segments must not be deleted yet.
-    in_flight: Mutex<BTreeMap<u64, usize>>,
     /// Files in `quarantine/`: lookups they may have answered are incomplete.
     quarantined: Mutex<Vec<Quarantined>>,
-    /// The memory budget this engine's buffered spans count against (shared
-    /// with the ingest layer in a server): admission asks it, flushes give
-    /// back to it.
-    budget: Arc<MemoryBudget>,
     /// Which files running compactions hold; pause and stop.
     scheduler: CompactionScheduler,
     /// The retention period and when spans are past it.
@@ -163,7 +159,6 @@ struct Inner {
     /// Frees deleted files a step at a time (WAL segments and, through the
     /// janitor, sorted files).
     trash: Arc<Trash>,
-    closed: AtomicBool,
     counters: Counters,
     /// Summaries of files and buffers for the search index.
     summary_cache: search::SummaryCache,
@@ -389,7 +384,7 @@ impl Engine {
     /// The memory budget the engine's buffered spans count against; reads
     /// that hold much (a search's traces) take their share of it too.
     pub fn memory_budget(&self) -> &Arc<MemoryBudget> {
-        &self.inner.budget
+        &self.inner.write.budget
     }
 
     /// Makes `spans` durable (WAL fsynced) and visible to reads. Returns once
@@ -400,9 +395,10 @@ impl Engine {
             return Ok(());
         }
         let reservation = self.inner.admit(&spans)?;
-        let (ticket, guard) = self.inner.log(&spans)?;
-        self.inner.wal.wait_durable(ticket).await?;
-        self.inner
+        let write = &self.inner.write;
+        let (ticket, guard) = write.log(&spans)?;
+        write.wal.wait_durable(ticket).await?;
+        write
             .memtable
             .append(spans, ticket.segment, |s| self.inner.publish(s));
         reservation.keep();
@@ -416,9 +412,10 @@ impl Engine {
             return Ok(());
         }
         let reservation = self.inner.admit(&spans)?;
-        let (ticket, guard) = self.inner.log(&spans)?;
-        self.inner.wal.wait_durable_blocking(ticket)?;
-        self.inner
+        let write = &self.inner.write;
+        let (ticket, guard) = write.log(&spans)?;
+        write.wal.wait_durable_blocking(ticket)?;
+        write
             .memtable
             .append(spans, ticket.segment, |s| self.inner.publish(s));
         reservation.keep();
@@ -460,7 +457,7 @@ impl Engine {
         add(&c.lookups, 1);
         let mut spans = Vec::new();
         let mut skipped = Vec::new();
-        self.inner.memtable.get(trace_id, &mut spans);
+        self.inner.write.memtable.get(trace_id, &mut spans);
         let snapshot = self.snapshot();
         for sealed in snapshot.sealed.iter().rev() {
             sealed.get(trace_id, &mut spans);
@@ -528,14 +525,14 @@ impl Engine {
     /// deletes the log segments they came from.
     pub fn flush(&self) -> Result<()> {
         self.inner
+            .write
             .memtable
             .seal_where(true, |s| self.inner.publish(s));
         self.inner
             .tree
             .wait_for_sealed(&self.inner.flush, FLUSH_RETRY, || {
                 self.inner.tree.is_crashed()
-                    || (self.inner.closed.load(Ordering::Acquire)
-                        && self.threads.lock().flusher.is_none())
+                    || (self.inner.write.is_closed() && self.threads.lock().flusher.is_none())
             })?;
         // The flusher trims the log after it installs a file, so the last
         // buffer's segments may still be there when its file is in the
@@ -588,12 +585,12 @@ impl Engine {
     /// buffers.
     pub fn buffered_bytes(&self) -> usize {
         let sealed: usize = self.snapshot().sealed.iter().map(|b| b.bytes).sum();
-        self.inner.memtable.usage().1 + sealed
+        self.inner.write.memtable.usage().1 + sealed
     }
 
     pub fn stats(&self) -> EngineStats {
         let snapshot = self.snapshot();
-        let (memtable_spans, memtable_bytes) = self.inner.memtable.usage();
+        let (memtable_spans, memtable_bytes) = self.inner.write.memtable.usage();
         let levels = snapshot.version.level_stats();
         let c = &self.inner.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -602,8 +599,8 @@ impl Engine {
             memtable_bytes,
             sealed_buffers: snapshot.sealed.len(),
             sealed_spans: snapshot.sealed.iter().map(|s| s.span_count).sum(),
-            memory_bytes: self.inner.budget.buffered(),
-            memory_budget_bytes: self.inner.budget.limit(),
+            memory_bytes: self.inner.write.budget.buffered(),
+            memory_budget_bytes: self.inner.write.budget.limit(),
             index_cache_bytes: self.inner.summary_cache.file_bytes(),
             tables: levels.iter().map(|l| l.files).sum(),
             table_bytes: levels.iter().map(|l| l.bytes).sum(),
@@ -628,7 +625,7 @@ impl Engine {
             backpressure_rejections: get(&c.backpressure_rejections),
             lookup_errors: get(&c.lookup_errors),
             quarantined_files: self.inner.quarantined.lock().len(),
-            wal: self.inner.wal.stats(),
+            wal: self.inner.write.wal.stats(),
         }
     }
 
@@ -654,15 +651,12 @@ impl Engine {
         if crash {
             inner.tree.crash();
         }
-        {
-            let _in_flight = inner.in_flight.lock();
-            if inner.closed.swap(true, Ordering::SeqCst) {
-                return Ok(());
-            }
+        if !inner.write.close() {
+            return Ok(());
         }
         let crashed = inner.tree.is_crashed();
         if !crashed {
-            inner.memtable.seal_where(true, |s| inner.publish(s));
+            inner.write.memtable.seal_where(true, |s| inner.publish(s));
         }
         inner.flush.stop();
         let threads = std::mem::take(&mut *self.threads.lock());
@@ -688,13 +682,14 @@ impl Engine {
         // Nothing deletes files in steps from here on: what waits in the
         // trash goes now, and later deletes happen at once.
         inner.trash.close();
-        let unflushed =
-            self.snapshot().sealed.len() + inner.memtable.usage().0 + inner.in_flight.lock().len();
+        let unflushed = self.snapshot().sealed.len()
+            + inner.write.memtable.usage().0
+            + inner.write.segments_in_flight();
         if unflushed == 0 && !crashed {
             // Every acknowledged span is in a file: the next start replays nothing.
-            inner.wal.close_and_discard()?;
+            inner.write.wal.close_and_discard()?;
         } else {
-            inner.wal.close()?;
+            inner.write.wal.close()?;
             if !crashed {
                 tracing::warn!(
                     unflushed,
@@ -710,24 +705,6 @@ impl Drop for Engine {
     fn drop(&mut self) {
         if let Err(e) = self.close() {
             tracing::error!(error = %e, "closing storage");
-        }
-    }
-}
-
-/// Removes one in-flight registration when a write is done (or fails).
-struct InFlight<'a> {
-    inner: &'a Inner,
-    segment: u64,
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        let mut map = self.inner.in_flight.lock();
-        if let Some(n) = map.get_mut(&self.segment) {
-            *n -= 1;
-            if *n == 0 {
-                map.remove(&self.segment);
-            }
         }
     }
 }
@@ -759,19 +736,15 @@ impl Inner {
         );
         let inner = Arc::new(Inner {
             tables_dir: dir.tables_dir,
-            wal: replayed.wal,
-            memtable: replayed.memtable,
+            write: WritePath::new(replayed.wal, replayed.memtable, budget),
             tree,
             flush,
-            in_flight: Mutex::new(BTreeMap::new()),
             quarantined: Mutex::new(dir.quarantined),
-            budget,
             scheduler: CompactionScheduler::new(opts.compaction.clone(), opts.compaction_threads),
             retention: Retention::new(opts.retention, opts.retention_interval, opts.clock.clone()),
             limiter: RateLimiter::new(opts.compaction_bytes_per_sec),
             janitor: dir.janitor,
             trash: dir.trash,
-            closed: AtomicBool::new(false),
             counters: Counters::default(),
             summary_cache: search::SummaryCache::new(opts.index_cache_bytes),
             cold: dir.cold,
@@ -834,7 +807,7 @@ impl Inner {
     fn admit(&self, spans: &[Span]) -> Result<Reservation<'_>> {
         self.l0_pressure()?;
         let bytes: usize = spans.iter().map(Span::memory_size).sum();
-        self.budget.reserve(bytes).map_err(|refused| {
+        self.write.budget.reserve(bytes).map_err(|refused| {
             add(&self.counters.backpressure_rejections, 1);
             Error::Backpressure {
                 reason: Backpressure::MemoryBudget {
@@ -844,30 +817,6 @@ impl Inner {
                 retry_after: RETRY_MEMORY,
             }
         })
-    }
-
-    /// Appends the WAL record of `spans`. The in-flight registration is taken
-    /// first, with the current segment, which is at most the segment the record
-    /// lands in: so that segment cannot be deleted before the spans are buffered.
-    fn log(&self, spans: &[Span]) -> Result<(crate::wal::WalTicket, InFlight<'_>)> {
-        let mut record = Vec::with_capacity(spans.iter().map(|s| s.payload.len() + 48).sum());
-        encode_batch(spans, &mut record);
-        let segment = self.wal.current_segment();
-        {
-            // `close` sets `closed` under this lock: a write either registers before
-            // it (and `close` sees it) or is refused.
-            let mut in_flight = self.in_flight.lock();
-            if self.closed.load(Ordering::Acquire) {
-                return Err(Error::Closed);
-            }
-            *in_flight.entry(segment).or_insert(0) += 1;
-        }
-        let guard = InFlight {
-            inner: self,
-            segment,
-        };
-        let ticket = self.wal.append(&record)?;
-        Ok((ticket, guard))
     }
 }
 

@@ -98,7 +98,7 @@ impl Engine {
         if range.start_unix_nano < self.inner.retention.expire_before() {
             return Err(CellsError::NotNow);
         }
-        let memtable = &self.inner.memtable;
+        let memtable = &self.inner.write.memtable;
         let view = (0..VIEW_TRIES).find_map(|_| {
             let before = memtable.seals();
             let (chunks, tails) = memtable.chunks();

@@ -9,7 +9,7 @@
 //! so level 0 does not fill up behind it and stop ingest.
 
 use std::{
-    sync::{atomic::Ordering, Arc},
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -70,7 +70,7 @@ impl Inner {
     pub(super) fn compact_until_idle(&self) -> Result<usize> {
         let mut done = 0;
         loop {
-            let closed = || self.closed.load(Ordering::Acquire) || self.tree.is_crashed();
+            let closed = || self.write.is_closed() || self.tree.is_crashed();
             let task = match self.scheduler.next_now(|| self.current_version(), closed) {
                 Ok(Some(task)) => task,
                 Ok(None) => return Ok(done),

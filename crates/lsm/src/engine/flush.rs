@@ -113,8 +113,8 @@ impl Inner {
                 // Everything queued before Stop has been flushed (FIFO channel).
                 Ok(Task::Stop) | Err(RecvTimeoutError::Disconnected) => break,
                 Err(RecvTimeoutError::Timeout) => {
-                    if !self.closed.load(Ordering::Acquire) {
-                        self.memtable.seal_where(false, |s| self.publish(s));
+                    if !self.write.is_closed() {
+                        self.write.memtable.seal_where(false, |s| self.publish(s));
                     }
                 }
             }
@@ -131,7 +131,7 @@ impl Inner {
                     }
                     self.counters.flush_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(error = %e, buffer = sealed.id, "flush failed; retrying");
-                    if self.closed.load(Ordering::Acquire) {
+                    if self.write.is_closed() {
                         return;
                     }
                     std::thread::sleep(self.opts.retry_delay(FLUSH_RETRY));
@@ -181,7 +181,7 @@ impl Inner {
             self.tree.discard_uninstalled(&[path]);
             return Err(e);
         }
-        self.budget.release(sealed.bytes);
+        self.write.budget.release(sealed.bytes);
         self.flush.notify_flushed();
         self.scheduler.flushed();
         add(&self.counters.flushes, 1);
@@ -199,18 +199,13 @@ impl Inner {
 
     /// Deletes WAL segments that hold nothing which is not yet in a file.
     pub(super) fn trim_wal(&self) {
-        let mut keep_from = self
-            .wal
-            .current_segment()
-            .min(self.memtable.min_wal_segment());
-        if let Some((&seg, _)) = self.in_flight.lock().first_key_value() {
-            keep_from = keep_from.min(seg);
-        }
+        let mut keep_from = self.write.oldest_segment_in_use();
         let snapshot = self.tree.current();
         for sealed in &snapshot.sealed {
             keep_from = keep_from.min(sealed.min_wal_segment);
         }
         match self
+            .write
             .wal
             .delete_segments_before(keep_from, Some(&self.trash))
         {

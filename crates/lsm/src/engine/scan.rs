@@ -179,7 +179,7 @@ impl Engine {
     /// over the same range: as a file is read when its time range overlaps,
     /// a buffered span is handed on when its own does.
     pub fn scan_buffers(&self, range: TimeRange) -> ScanBuffers {
-        let (chunks, tails) = self.inner.memtable.chunks();
+        let (chunks, tails) = self.inner.write.memtable.chunks();
         let snapshot = self.snapshot();
         let within = |s: &Span| range.overlaps(s.start_unix_nano, s.end_unix_nano);
         let mut spans: Vec<Span> = tails;

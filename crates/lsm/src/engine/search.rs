@@ -553,7 +553,7 @@ impl Engine {
         let cache = &inner.summary_cache;
         let mut sets = Vec::new();
 
-        let (chunks, tails) = inner.memtable.chunks();
+        let (chunks, tails) = inner.write.memtable.chunks();
         let mut fresh_chunks = HashMap::with_capacity(chunks.len());
         {
             let cached = cache.chunks.lock();
@@ -615,7 +615,7 @@ impl Engine {
         let snapshot = self.snapshot();
         let mut read = 0;
         for file in snapshot.version.files() {
-            if self.inner.closed.load(std::sync::atomic::Ordering::Acquire) {
+            if self.inner.write.is_closed() {
                 break;
             }
             if self
