@@ -26,7 +26,7 @@ use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc,
+        Arc, OnceLock,
     },
 };
 
@@ -50,8 +50,13 @@ use crate::{
 use values::{BlockValues, ValueHasher};
 pub use values::{TagValues, ValuesLimit};
 
+/// A buffer's summary, built once by the first query that needs it: the
+/// queries that come meanwhile wait for it rather than build their own (four
+/// clients searching at once each summarized every sealed buffer, hundreds
+/// of MiB the memory budget does not see).
+type SetCell = Arc<OnceLock<Arc<SummarySet>>>;
 /// A frozen memtable chunk and its summary.
-type CachedChunk = (Arc<Chunk>, Arc<SummarySet>);
+type CachedChunk = (Arc<Chunk>, SetCell);
 /// A frozen memtable chunk and its metrics cells.
 pub(super) type ChunkCells = (Arc<Chunk>, Arc<FileCells>);
 
@@ -60,7 +65,7 @@ pub(crate) struct SummaryCache {
     files: Mutex<FileCache<Arc<SummarySet>>>,
     /// Digests of the files' sidecars, for the newest-first walk.
     pub(super) digests: Mutex<FileCache<Arc<FileIndex>>>,
-    sealed: Mutex<HashMap<u64, Arc<SummarySet>>>,
+    sealed: Mutex<HashMap<u64, SetCell>>,
     /// Keyed by the chunk's address; the entry holds the chunk, so the
     /// address is not reused while the entry exists.
     chunks: Mutex<HashMap<usize, CachedChunk>>,
@@ -554,51 +559,46 @@ impl Engine {
         let mut sets = Vec::new();
 
         let (chunks, tails) = inner.write.memtable.chunks();
-        let mut fresh_chunks = HashMap::with_capacity(chunks.len());
-        {
-            let cached = cache.chunks.lock();
-            for chunk in &chunks {
-                let key = Arc::as_ptr(chunk) as usize;
-                if let Some((c, set)) = cached.get(&key) {
-                    fresh_chunks.insert(key, (c.clone(), set.clone()));
-                }
-            }
+        let cells: Vec<(Arc<Chunk>, SetCell)> = {
+            let mut cached = cache.chunks.lock();
+            let live: HashSet<usize> = chunks.iter().map(|c| Arc::as_ptr(c) as usize).collect();
+            cached.retain(|key, _| live.contains(key));
+            chunks
+                .into_iter()
+                .map(|chunk| {
+                    let (_, cell) = cached
+                        .entry(Arc::as_ptr(&chunk) as usize)
+                        .or_insert_with(|| (chunk.clone(), SetCell::default()));
+                    let cell = cell.clone();
+                    (chunk, cell)
+                })
+                .collect()
+        };
+        for (chunk, cell) in cells {
+            let set = cell.get_or_init(|| Arc::new(SummarySet::from_spans(chunk.iter())));
+            sets.push(set.clone());
         }
-        for chunk in chunks {
-            let key = Arc::as_ptr(&chunk) as usize;
-            let set = match fresh_chunks.get(&key) {
-                Some((_, set)) => set.clone(),
-                None => {
-                    let set = Arc::new(SummarySet::from_spans(chunk.iter()));
-                    fresh_chunks.insert(key, (chunk, set.clone()));
-                    set
-                }
-            };
-            sets.push(set);
-        }
-        *cache.chunks.lock() = fresh_chunks;
         if !tails.is_empty() {
             sets.push(Arc::new(SummarySet::from_spans(tails.iter())));
         }
 
         let snapshot = self.snapshot();
-        {
+        let cells: Vec<SetCell> = {
             let mut cached = cache.sealed.lock();
             cached.retain(|id, _| snapshot.sealed.iter().any(|s| s.id == *id));
-        }
-        for sealed in &snapshot.sealed {
-            let hit = cache.sealed.lock().get(&sealed.id).cloned();
-            let set = match hit {
-                Some(set) => set,
-                None => {
-                    let set = Arc::new(SummarySet::from_spans(
-                        sealed.chunks.iter().flat_map(|c| c.iter()),
-                    ));
-                    cache.sealed.lock().insert(sealed.id, set.clone());
-                    set
-                }
-            };
-            sets.push(set);
+            snapshot
+                .sealed
+                .iter()
+                .map(|sealed| cached.entry(sealed.id).or_default().clone())
+                .collect()
+        };
+        for (sealed, cell) in snapshot.sealed.iter().zip(cells) {
+            let set = cell.get_or_init(|| {
+                Arc::new(SummarySet::from_spans(
+                    sealed.chunks.iter().flat_map(|c| c.iter()),
+                ))
+            });
+            sets.push(set.clone());
         }
         (sets, snapshot)
     }
@@ -848,5 +848,47 @@ mod tests {
         small.insert(9, set(1), one);
         assert!(small.get(9).is_none());
         assert_eq!(small.bytes, 0);
+    }
+
+    /// Queries that come together while a buffer's summary is being built
+    /// wait for it: each frozen chunk is summarized once, not once per query.
+    #[test]
+    fn queries_at_once_share_one_summary_of_each_buffer() {
+        use crate::{engine::EngineOptions, memtable::CHUNK_SPANS, Engine};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut opts = EngineOptions::new(dir.path());
+        opts.compaction_threads = 0;
+        opts.memtable.shards = 1;
+        opts.memtable.flush_bytes = 1 << 30;
+        opts.memtable.max_age = std::time::Duration::from_secs(3600);
+        let engine = Engine::open(opts).expect("open");
+        let g = group("svc");
+        let spans: Vec<Span> = (0..8 * CHUNK_SPANS as u128 + 100)
+            .map(|i| span(&g, i / 3 + 1, (i % 3) as u64 + 1, 1_000 + i as u64))
+            .collect();
+        engine.write_blocking(spans).expect("write");
+        let start = std::sync::Barrier::new(4);
+        let seen: Vec<Vec<Arc<SummarySet>>> = std::thread::scope(|s| {
+            let queries: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        start.wait();
+                        engine.buffer_sets().0
+                    })
+                })
+                .collect();
+            queries
+                .into_iter()
+                .map(|q| q.join().expect("query"))
+                .collect()
+        });
+        // Eight frozen chunks, then the tail's set, made per query.
+        assert_eq!(seen[0].len(), 9);
+        for other in &seen[1..] {
+            assert_eq!(other.len(), 9);
+            for (a, b) in seen[0].iter().zip(other).take(8) {
+                assert!(Arc::ptr_eq(a, b), "a chunk summarized twice");
+            }
+        }
     }
 }
