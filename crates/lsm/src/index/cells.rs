@@ -470,14 +470,19 @@ impl CellsBuilder {
             });
         }
         let unnamed_seconds = coarser(&seconds, Family::Unnamed, 1, |k| unnamed_of[k as usize]);
-        let mut tables = vec![];
-        let (mut named_prev, mut unnamed_prev) = (seconds.clone(), unnamed_seconds.clone());
+        // Each length's tables are added up from the previous length's, read
+        // where they lie (copies of the seconds' tables, the largest, once
+        // took 40 MiB of a compaction's memory).
+        let mut tables: Vec<CellTable> = Vec::with_capacity(2 * BUCKET_SECONDS.len());
         for &len in &BUCKET_SECONDS[1..] {
-            let named = coarser(&named_prev, Family::Named, len, |k| k);
-            let unnamed = coarser(&unnamed_prev, Family::Unnamed, len, |k| k);
-            tables.push(named.clone());
-            tables.push(unnamed.clone());
-            (named_prev, unnamed_prev) = (named, unnamed);
+            let (named_prev, unnamed_prev) = match tables.len() {
+                0 => (&seconds, &unnamed_seconds),
+                n => (&tables[n - 2], &tables[n - 1]),
+            };
+            let named = coarser(named_prev, Family::Named, len, |k| k);
+            let unnamed = coarser(unnamed_prev, Family::Unnamed, len, |k| k);
+            tables.push(named);
+            tables.push(unnamed);
         }
         // The whole key's seconds keep counts only: they are most of the
         // cells, and their durations are most of a cell's bytes.
