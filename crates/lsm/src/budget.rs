@@ -36,13 +36,27 @@
 //! to what that limit leaves: each sample of the process's resident memory
 //! ([`MemoryBudget::set_resident`], from the server's sampler) takes the part
 //! the budget does not count, and [`MemoryBudget::admit_limit`] is the process
-//! limit minus that part. A floor keeps ingest going (and a largest request
-//! admissible) however much the rest holds.
+//! limit minus the most that part was in the last [`UNCOUNTED_WINDOW`]
+//! samples. The rest comes and goes in spikes (a merge finishing its outputs
+//! holds 150 MiB more for a fraction of a second, every few seconds under
+//! load): admission that followed the last sample let buffered spans fill the
+//! room between two spikes, which the next spike then took the process past
+//! its limit from, since buffered spans leave only by a flush. A floor keeps
+//! ingest going (and a largest request admissible) however much the rest
+//! holds.
 
-use std::sync::{
-    atomic::{AtomicUsize, Ordering},
-    Arc,
+use std::{
+    collections::VecDeque,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc, Mutex, PoisonError,
+    },
 };
+
+/// Samples of the uncounted memory admission remembers the most of: 10 s
+/// at the server's sampling interval (100 ms), longer than the time between
+/// two merges at max ingest.
+pub const UNCOUNTED_WINDOW: usize = 100;
 
 /// The byte budget for in-flight requests plus buffered spans.
 #[derive(Debug)]
@@ -59,8 +73,11 @@ pub struct MemoryBudget {
     buffered: AtomicUsize,
     /// The process's resident memory, as last sampled.
     resident: AtomicUsize,
-    /// The part of it the budget does not count, as last sampled.
+    /// The most of it the budget did not count over the last
+    /// [`UNCOUNTED_WINDOW`] samples.
     uncounted: AtomicUsize,
+    /// Those samples' uncounted bytes, oldest first.
+    recent: Mutex<VecDeque<usize>>,
 }
 
 /// Why the budget refused: `needed` more bytes do not fit in `limit` with
@@ -90,6 +107,7 @@ impl MemoryBudget {
             buffered: AtomicUsize::new(0),
             resident: AtomicUsize::new(0),
             uncounted: AtomicUsize::new(0),
+            recent: Mutex::new(VecDeque::with_capacity(UNCOUNTED_WINDOW)),
         })
     }
 
@@ -116,12 +134,18 @@ impl MemoryBudget {
     }
 
     /// Takes a sample of the process's resident memory: what the budget does
-    /// not count of it narrows [`MemoryBudget::admit_limit`] until the next
-    /// sample.
+    /// not count of it narrows [`MemoryBudget::admit_limit`] for the next
+    /// [`UNCOUNTED_WINDOW`] samples.
     pub fn set_resident(&self, bytes: usize) {
         self.resident.store(bytes, Ordering::Relaxed);
-        self.uncounted
-            .store(bytes.saturating_sub(self.in_use()), Ordering::Relaxed);
+        let uncounted = bytes.saturating_sub(self.in_use());
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        if recent.len() == UNCOUNTED_WINDOW {
+            recent.pop_front();
+        }
+        recent.push_back(uncounted);
+        let most = recent.iter().copied().max().unwrap_or(uncounted);
+        self.uncounted.store(most, Ordering::Relaxed);
     }
 
     pub fn in_flight(&self) -> usize {
@@ -377,7 +401,12 @@ mod tests {
         assert_eq!(budget.admit_limit(), 40);
         assert!(budget.acquire(10).is_ok());
         assert!(budget.acquire(11).is_err());
-        // It shrinks again: never above the budget itself.
+        // It shrinks again: admission stays narrowed while the spike is
+        // among the last samples, then widens, never above the budget itself.
+        for _ in 1..UNCOUNTED_WINDOW {
+            budget.set_resident(30);
+            assert_eq!(budget.admit_limit(), 40, "the spike is remembered");
+        }
         budget.set_resident(30);
         assert_eq!(budget.admit_limit(), 100);
         drop(a);
