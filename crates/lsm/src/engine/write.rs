@@ -4,8 +4,8 @@
 //! write through it: admitted, logged, made durable, buffered.
 //!
 //! The engine's `closed` flag lives here too: `close` sets it under the
-//! in-flight lock, so a write either registers before it (and `close` waits
-//! for it to be buffered) or is refused.
+//! in-flight lock, so a write either registers before it (and `close` sees
+//! it) or is refused.
 //!
 //! [`Engine::write`]: crate::Engine::write
 
