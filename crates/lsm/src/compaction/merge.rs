@@ -129,6 +129,11 @@ impl<'a> MergeIterator<'a> {
         Ok(Some(spans))
     }
 
+    /// Whether input `i` has no spans left.
+    pub fn is_done(&self, i: usize) -> bool {
+        self.peeked[i].is_none()
+    }
+
     /// The inputs that held spans of the trace [`MergeIterator::next_trace`]
     /// returned last, ascending.
     pub fn sources(&self) -> &[usize] {

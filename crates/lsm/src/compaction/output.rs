@@ -171,6 +171,14 @@ impl<'a> Merge<'a> {
                 write_part(&mut self.open, p, &mut spans, None, task, ctx, out)?;
             }
         }
+        // An input read to its end needs its sidecar no more: the files of
+        // one sorted run are read one after another, so a merge of deeper
+        // runs holds about one sidecar per run, not one per file.
+        for &i in self.merger.sources() {
+            if self.merger.is_done(i) {
+                self.sidecars[i] = Sidecar::Done;
+            }
+        }
         if self.first {
             self.first = false;
             if let Some(hook) = ctx.after_first_trace {
@@ -254,6 +262,8 @@ enum Sidecar {
     /// Missing or damaged: its traces are summarized from their spans (the
     /// output's sidecar is then as a rebuild would make it).
     Unusable,
+    /// Its input is read to the end.
+    Done,
 }
 
 impl Sidecar {
@@ -345,4 +355,79 @@ fn finish(
     summary.write_with(&path, cells.as_ref())?;
     out.bytes_written += meta.file_size;
     Ok(run)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{atomic::AtomicU64, Arc};
+
+    use super::*;
+    use crate::{
+        compaction::{CompactionOptions, RateLimiter, TaskKind},
+        test_util::{group, span, table_file},
+        version::TableFile,
+    };
+
+    /// A sorted file of one span per trace of `traces`, with its sidecar.
+    fn indexed_file(dir: &Path, id: u64, level: u32, traces: &[u128]) -> Arc<TableFile> {
+        let file = table_file(dir, id, level, 0, traces);
+        let g = group("svc");
+        let mut sidecar = SidecarBuilder::new(64);
+        for (i, &t) in traces.iter().enumerate() {
+            let spans = [span(&g, t, i as u64 + 1, 1_000)];
+            sidecar.add_trace(&spans);
+            sidecar.count(&spans);
+        }
+        sidecar.write(file.path()).expect("sidecar");
+        file
+    }
+
+    #[test]
+    fn a_deeper_merge_drops_an_input_sidecar_once_it_has_read_the_input() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // One sorted run of two files: the second's traces follow the first's.
+        let (first, second): (Vec<u128>, Vec<u128>) = ((1..=500).collect(), (501..=1000).collect());
+        let task = CompactionTask {
+            kind: TaskKind::Merge,
+            input_level: 1,
+            output_level: 2,
+            inputs: vec![
+                indexed_file(dir.path(), 1, 1, &first),
+                indexed_file(dir.path(), 2, 1, &second),
+            ],
+        };
+        let opts = CompactionOptions::default();
+        let (next_file_id, limiter) = (AtomicU64::new(3), RateLimiter::new(0));
+        let ctx = MergeContext {
+            opts: &opts,
+            table_opts: &TableOptions::default(),
+            tables_dir: dir.path(),
+            next_file_id: &next_file_id,
+            limiter: &limiter,
+            expire_before: 0,
+            after_first_trace: None,
+            index_block_parts: 64,
+        };
+        let mut merge = Merge::start(&task, &ctx).expect("start");
+        let mut written = 0;
+        while merge.read_trace().expect("read") {
+            merge.write_trace().expect("write");
+            written += 1;
+            let (a, b) = (&merge.sidecars[0], &merge.sidecars[1]);
+            match written {
+                499 => assert!(matches!((a, b), (Sidecar::Open(_), Sidecar::Unread))),
+                500 | 501 => assert!(
+                    matches!(a, Sidecar::Done),
+                    "the first file's sidecar goes with its last trace"
+                ),
+                _ => {}
+            }
+            if written == 501 {
+                assert!(matches!(b, Sidecar::Open(_)));
+            }
+        }
+        let out = merge.finish().expect("finish");
+        assert_eq!(out.parts_reused, 1000, "every part carried over");
+        assert!(matches!(out.files.len(), 1));
+    }
 }
