@@ -28,22 +28,30 @@
 //!   [`crate::Error::Backpressure`]. This is the backstop for writes that do
 //!   not come through the ingest layer.
 //!
-//! The budget counts request and span bytes, not what the process holds:
-//! flush and compaction working memory, cached index summaries, the
-//! allocator's free but unreturned pages and each allocation's rounding are
-//! outside it. Given the whole process's limit
-//! ([`MemoryBudget::with_process_limit`]), requests are also admitted only up
-//! to what that limit leaves: each sample of the process's resident memory
-//! ([`MemoryBudget::set_resident`], from the server's sampler) takes the part
-//! the budget does not count, and [`MemoryBudget::admit_limit`] is the process
-//! limit minus the most that part was in the last [`UNCOUNTED_WINDOW`]
-//! samples. The rest comes and goes in spikes (a merge finishing its outputs
-//! holds 150 MiB more for a fraction of a second, every few seconds under
-//! load): admission that followed the last sample let buffered spans fill the
-//! room between two spikes, which the next spike then took the process past
-//! its limit from, since buffered spans leave only by a flush. A floor keeps
-//! ingest going (and a largest request admissible) however much the rest
-//! holds.
+//! The budget counts request and span bytes, and what background work
+//! says it holds: cached index summaries, the allocator's free but unreturned
+//! pages and each allocation's rounding are outside it. Given the whole
+//! process's limit ([`MemoryBudget::with_process_limit`]), requests are also
+//! admitted only up to what that limit leaves: each sample of the process's
+//! resident memory ([`MemoryBudget::set_resident`], from the server's
+//! sampler) takes the part the budget does not count, and
+//! [`MemoryBudget::admit_limit`] is the process limit minus the most that
+//! part was in the last [`UNCOUNTED_WINDOW`] samples, minus room for
+//! background work. The rest comes and goes in spikes: admission that
+//! followed the last sample let buffered spans fill the room between two
+//! spikes, which the next spike then took the process past its limit from,
+//! since buffered spans leave only by a flush. A floor keeps ingest going
+//! (and a largest request admissible) however much the rest holds.
+//!
+//! *Background work* (a merge: its inputs' index sidecars, its outputs'
+//! summaries and metrics cells) is the largest of the rest: at max ingest a
+//! level-0 merge holds 150-200 MiB for the 15-35 s it runs, one starting
+//! every 20 s or so, on top of buffered spans. It is counted with a [`Work`], which holds two
+//! figures: what the work expects to need at most (taken before it starts)
+//! and what it holds now (measured as it runs). Admission keeps room for the
+//! most any work expected over the last [`WORK_WINDOW`] samples, and for the
+//! work under way, so the next merge finds its room already made; the first
+//! one waits until [`MemoryBudget::has_room_for_work`] says it is there.
 
 use std::{
     collections::VecDeque,
@@ -57,6 +65,11 @@ use std::{
 /// at the server's sampling interval (100 ms), longer than the time between
 /// two merges at max ingest.
 pub const UNCOUNTED_WINDOW: usize = 100;
+
+/// Samples of the background work held that admission keeps room for the
+/// most of: 60 s at the server's sampling interval, longer than the time
+/// between two level-0 merges at max ingest (about 20 s).
+pub const WORK_WINDOW: usize = 600;
 
 /// The byte budget for in-flight requests plus buffered spans.
 #[derive(Debug)]
@@ -76,8 +89,50 @@ pub struct MemoryBudget {
     /// The most of it the budget did not count over the last
     /// [`UNCOUNTED_WINDOW`] samples.
     uncounted: AtomicUsize,
-    /// Those samples' uncounted bytes, oldest first.
-    recent: Mutex<VecDeque<usize>>,
+    /// Bytes background work expects to hold at most ([`Work`]), for the
+    /// work under way.
+    work_expected: AtomicUsize,
+    /// Bytes background work holds now, as it measures them.
+    work_held: AtomicUsize,
+    /// The most `work_expected` was since the last sample (never less than
+    /// it is now).
+    work_high: AtomicUsize,
+    /// The most it was over the last [`WORK_WINDOW`] samples.
+    work_room: AtomicUsize,
+    /// The samples' uncounted bytes and expected work, oldest first.
+    recent: Mutex<Recent>,
+}
+
+/// The last samples of what admission leaves room for.
+#[derive(Debug)]
+struct Recent {
+    uncounted: Window,
+    work: Window,
+}
+
+/// The last `len` samples of one figure, oldest first.
+#[derive(Debug)]
+struct Window {
+    samples: VecDeque<usize>,
+    len: usize,
+}
+
+impl Window {
+    fn new(len: usize) -> Window {
+        Window {
+            samples: VecDeque::with_capacity(len),
+            len,
+        }
+    }
+
+    /// Adds a sample, dropping the oldest past `len`; the most of them.
+    fn push(&mut self, sample: usize) -> usize {
+        if self.samples.len() == self.len {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(sample);
+        self.samples.iter().copied().max().unwrap_or(sample)
+    }
 }
 
 /// Why the budget refused: `needed` more bytes do not fit in `limit` with
@@ -107,7 +162,14 @@ impl MemoryBudget {
             buffered: AtomicUsize::new(0),
             resident: AtomicUsize::new(0),
             uncounted: AtomicUsize::new(0),
-            recent: Mutex::new(VecDeque::with_capacity(UNCOUNTED_WINDOW)),
+            work_expected: AtomicUsize::new(0),
+            work_held: AtomicUsize::new(0),
+            work_high: AtomicUsize::new(0),
+            work_room: AtomicUsize::new(0),
+            recent: Mutex::new(Recent {
+                uncounted: Window::new(UNCOUNTED_WINDOW),
+                work: Window::new(WORK_WINDOW),
+            }),
         })
     }
 
@@ -117,15 +179,58 @@ impl MemoryBudget {
     }
 
     /// What requests are admitted up to now: the configured budget, or less
-    /// when the rest of the process leaves less of its limit.
+    /// when the rest of the process and the room kept for background work
+    /// leave less of its limit.
     pub fn admit_limit(&self) -> usize {
         if self.process_limit == 0 {
             return self.limit;
         }
         let room = self
             .process_limit
-            .saturating_sub(self.uncounted.load(Ordering::Relaxed));
+            .saturating_sub(self.uncounted.load(Ordering::Relaxed))
+            .saturating_sub(self.work_room());
         room.clamp(self.floor, self.limit)
+    }
+
+    /// The room admission keeps for background work: the most it expected
+    /// over the last [`WORK_WINDOW`] samples, or since the last if more.
+    pub fn work_room(&self) -> usize {
+        self.work_room
+            .load(Ordering::Relaxed)
+            .max(self.work_high.load(Ordering::Relaxed))
+    }
+
+    /// Bytes background work holds now, as it measured them.
+    pub fn work_held(&self) -> usize {
+        self.work_held.load(Ordering::Relaxed)
+    }
+
+    /// Counts background work that expects to hold up to `expected` bytes
+    /// (nothing yet): admission makes room for it from now on. Never
+    /// refused; see [`MemoryBudget::has_room_for_work`].
+    pub fn work(self: &Arc<Self>, expected: usize) -> Work {
+        let now = self.work_expected.fetch_add(expected, Ordering::AcqRel) + expected;
+        self.work_high.fetch_max(now, Ordering::AcqRel);
+        Work {
+            budget: Arc::clone(self),
+            expected,
+            held: 0,
+        }
+    }
+
+    /// Whether the process, as last sampled, leaves room for the background
+    /// work counted now beside the requests and spans it holds: when it does
+    /// not, admission is already narrowed, and work that can wait waits for
+    /// flushes to give memory back. Always with no process limit.
+    pub fn has_room_for_work(&self) -> bool {
+        if self.process_limit == 0 {
+            return true;
+        }
+        self.uncounted
+            .load(Ordering::Relaxed)
+            .saturating_add(self.in_use())
+            .saturating_add(self.work_expected.load(Ordering::Relaxed))
+            <= self.process_limit
     }
 
     /// The process's resident memory, as last sampled (0 before any sample).
@@ -135,17 +240,23 @@ impl MemoryBudget {
 
     /// Takes a sample of the process's resident memory: what the budget does
     /// not count of it narrows [`MemoryBudget::admit_limit`] for the next
-    /// [`UNCOUNTED_WINDOW`] samples.
+    /// [`UNCOUNTED_WINDOW`] samples, and the most background work expected
+    /// since the last sample for the next [`WORK_WINDOW`].
     pub fn set_resident(&self, bytes: usize) {
         self.resident.store(bytes, Ordering::Relaxed);
-        let uncounted = bytes.saturating_sub(self.in_use());
+        let uncounted = bytes
+            .saturating_sub(self.in_use())
+            .saturating_sub(self.work_held());
+        let expected = self.work_expected.load(Ordering::Relaxed);
+        let work = self
+            .work_high
+            .swap(expected, Ordering::AcqRel)
+            .max(expected);
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-        if recent.len() == UNCOUNTED_WINDOW {
-            recent.pop_front();
-        }
-        recent.push_back(uncounted);
-        let most = recent.iter().copied().max().unwrap_or(uncounted);
+        let most = recent.uncounted.push(uncounted);
         self.uncounted.store(most, Ordering::Relaxed);
+        let most = recent.work.push(work);
+        self.work_room.store(most, Ordering::Relaxed);
     }
 
     pub fn in_flight(&self) -> usize {
@@ -276,6 +387,62 @@ impl Drop for Permit {
         self.budget
             .in_flight
             .fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+/// Background work counted in the budget ([`MemoryBudget::work`]): the most
+/// it expects to hold, which admission keeps room for, and what it holds
+/// now, which the samples of the process's memory leave out of the part the
+/// budget does not count. Given back on drop.
+#[derive(Debug)]
+pub struct Work {
+    budget: Arc<MemoryBudget>,
+    expected: usize,
+    held: usize,
+}
+
+impl Work {
+    /// The work now holds `bytes`; past what it expected, it expects that.
+    pub fn holds(&mut self, bytes: usize) {
+        let budget = &self.budget;
+        if bytes > self.held {
+            budget
+                .work_held
+                .fetch_add(bytes - self.held, Ordering::AcqRel);
+        } else {
+            budget
+                .work_held
+                .fetch_sub(self.held - bytes, Ordering::AcqRel);
+        }
+        self.held = bytes;
+        if bytes > self.expected {
+            let now = budget
+                .work_expected
+                .fetch_add(bytes - self.expected, Ordering::AcqRel)
+                + (bytes - self.expected);
+            budget.work_high.fetch_max(now, Ordering::AcqRel);
+            self.expected = bytes;
+        }
+    }
+
+    /// The most the work expects to hold.
+    pub fn expected(&self) -> usize {
+        self.expected
+    }
+
+    /// What the work holds now, as it last said.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        let budget = &self.budget;
+        budget.work_held.fetch_sub(self.held, Ordering::AcqRel);
+        budget
+            .work_expected
+            .fetch_sub(self.expected, Ordering::AcqRel);
     }
 }
 
@@ -414,6 +581,53 @@ mod tests {
         let plain = MemoryBudget::new(100);
         plain.set_resident(1 << 40);
         assert_eq!(plain.admit_limit(), 100);
+    }
+
+    #[test]
+    fn admission_keeps_room_for_background_work_before_it_holds_anything() {
+        // A 100-byte budget in a process limited to 200 bytes, never below 10.
+        let budget = MemoryBudget::with_process_limit(100, 200, 10);
+        budget.set_resident(50);
+        assert_eq!(budget.admit_limit(), 100, "150 left: the budget's own");
+        let mut merge = budget.work(120);
+        assert_eq!(budget.work_room(), 120);
+        assert_eq!(
+            budget.admit_limit(),
+            30,
+            "200 - 50 uncounted - 120 expected"
+        );
+        let request = budget.acquire(30).expect("fits what is left");
+        assert!(budget.acquire(1).is_err());
+        assert!(budget.has_room_for_work(), "50 + 30 + 120 fit 200 exactly");
+        budget.hold(1);
+        assert!(!budget.has_room_for_work(), "a buffered byte past it");
+        budget.release(1);
+        // What the work holds is not taken for the rest of the process.
+        merge.holds(100);
+        assert_eq!(budget.work_held(), 100);
+        budget.set_resident(50 + 30 + 100);
+        assert_eq!(budget.admit_limit(), 30);
+        // Past what it expected, it expects that.
+        merge.holds(130);
+        assert_eq!((merge.expected(), merge.held()), (130, 130));
+        assert_eq!(budget.admit_limit(), 20);
+        drop(merge);
+        assert_eq!(budget.work_held(), 0);
+        // The room stays for the next merge while the most is among the
+        // last samples, then goes.
+        assert_eq!(budget.admit_limit(), 20, "the room is kept");
+        for _ in 0..WORK_WINDOW {
+            budget.set_resident(50 + 30);
+            assert_eq!(budget.admit_limit(), 20, "the room is kept");
+        }
+        budget.set_resident(50 + 30);
+        assert_eq!(budget.admit_limit(), 100);
+        drop(request);
+        // Without a process limit, work changes nothing.
+        let plain = MemoryBudget::new(100);
+        let _work = plain.work(1 << 40);
+        assert_eq!(plain.admit_limit(), 100);
+        assert!(plain.has_room_for_work());
     }
 
     #[test]

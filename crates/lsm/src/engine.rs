@@ -611,6 +611,7 @@ impl Engine {
             compaction_moves: get(&c.compaction_moves),
             compaction_errors: get(&c.compaction_errors),
             merges_run_first: get(&c.merges_run_first),
+            merges_waited_for_memory: get(&c.merges_waited_for_memory),
             compaction_bytes_read: get(&c.compaction_bytes_read),
             compaction_bytes_written: get(&c.compaction_bytes_written),
             flush_bytes_written: get(&c.flush_bytes_written),

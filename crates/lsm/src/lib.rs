@@ -88,7 +88,7 @@ mod hostile_tests;
 #[doc(hidden)]
 pub mod test_util;
 
-pub use budget::{MemoryBudget, Permit};
+pub use budget::{MemoryBudget, Permit, Work};
 pub use compaction::{CompactionOptions, CompactionTask};
 pub use engine::{
     Candidate, Candidates, CellsError, CellsStats, Clock, ColdPass, ColdStats, Engine,

@@ -84,7 +84,7 @@ fn write_lsm(out: &mut DescriptorEncoder<'_>, engines: &[Sampled]) -> fmt::Resul
         "Bytes of sorted span files per level.",
         per_level(engines, |stats| stats.bytes),
     )?;
-    let counters: [Family; 15] = [
+    let counters: [Family; 16] = [
         (
             "tracedb_compactions_total",
             "Compactions that merged files.",
@@ -104,6 +104,11 @@ fn write_lsm(out: &mut DescriptorEncoder<'_>, engines: &[Sampled]) -> fmt::Resul
             "tracedb_merges_run_first_total",
             "Merges of upper levels run between the traces of a merge of deeper levels.",
             |e| e.stats.merges_run_first,
+        ),
+        (
+            "tracedb_merges_waited_for_memory_total",
+            "Merges that waited for flushes to leave room for the memory they expect to need before they started.",
+            |e| e.stats.merges_waited_for_memory,
         ),
         (
             "tracedb_compaction_read_bytes_total",
@@ -329,6 +334,20 @@ fn collect(out: &mut DescriptorEncoder<'_>, ops: &Ops) -> fmt::Result {
         "tracedb_memory_in_flight_bytes",
         "Bytes of request bodies being read, decoded or stored.",
         budget.in_flight(),
+    )?;
+    single(
+        out,
+        Kind::Gauge,
+        "tracedb_memory_work_room_bytes",
+        "The room admission keeps for background work (merges): the most it expected to hold over the last minute, or now if more.",
+        budget.work_room(),
+    )?;
+    single(
+        out,
+        Kind::Gauge,
+        "tracedb_memory_work_held_bytes",
+        "Bytes background work (merges) holds now, as it counts them.",
+        budget.work_held(),
     )?;
     single(
         out,

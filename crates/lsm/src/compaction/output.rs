@@ -3,6 +3,13 @@
 //! place. Installs nothing and decides nothing between traces: the engine
 //! drives the steps (it may stop, or run other merges first, between any
 //! two), then writes the manifest edit and swaps the version.
+//!
+//! A merge's memory (its inputs' index sidecars, read whole; its open
+//! outputs' summaries and metrics cells; the finishing of those cells) is
+//! the largest the server holds besides spans and requests. Given a
+//! [`Work`] of the memory budget ([`Merge::count_in`]), a merge counts it
+//! there as it goes, and [`Merge::expected_bytes`] is what it is expected
+//! to hold at most, before it starts.
 
 use std::{
     collections::{btree_map::Entry, BTreeMap},
@@ -11,9 +18,10 @@ use std::{
 };
 
 use crate::{
+    budget::Work,
     error::Result,
     index::{cells::RunCells, remove_sidecar, SidecarBuilder, SidecarParts},
-    layout::table_path,
+    layout::{sidecar_path, table_path},
     manifest::FileEntry,
     span::Span,
     table::{SsTableBuilder, TableOptions},
@@ -36,6 +44,17 @@ pub struct MergeContext<'a> {
     pub index_block_parts: usize,
 }
 
+/// Traces a merge writes between two counts of what it holds.
+const COUNT_EVERY: u32 = 1024;
+
+/// What a merge expects to hold per span of its open outputs, besides
+/// their sidecar parts: the span's metrics record (8 bytes, 16 at most as
+/// the records grow by doubling) and its share of finishing the cells (up
+/// to twice the whole key's seconds table: a cell of 32 bytes and a
+/// duration of 16 per distinct second and key, which at max ingest of the
+/// search workload is about every other span).
+const CELL_BYTES_PER_SPAN: u64 = 64;
+
 /// The files a merge wrote and what it did.
 #[derive(Debug, Default)]
 pub struct MergeOutput {
@@ -49,6 +68,10 @@ pub struct MergeOutput {
     /// Traces whose search-index part was carried over from an input's
     /// sidecar instead of summarized from their spans.
     pub parts_reused: u64,
+    /// What the merge was expected to hold at most when it started, and the
+    /// most it held, as counted ([`Merge::count_in`]); 0 when not counted.
+    pub memory_expected: usize,
+    pub memory_held_at_most: usize,
 }
 
 /// One open output per partition, and the unnamed metrics cells of the
@@ -84,6 +107,10 @@ pub struct Merge<'a> {
     first: bool,
     out: MergeOutput,
     finished: bool,
+    /// Where what the merge holds is counted, if anywhere.
+    work: Option<Work>,
+    /// Traces written since the last count.
+    since_count: u32,
 }
 
 impl<'a> Merge<'a> {
@@ -109,7 +136,96 @@ impl<'a> Merge<'a> {
                 ..MergeOutput::default()
             },
             finished: false,
+            work: None,
+            since_count: 0,
         })
+    }
+
+    /// About the most a merge of `task` holds, from its inputs alone: the
+    /// index sidecars of the inputs it reads at once (it reads one whole
+    /// when a trace first needs it and drops it at the input's end: all of
+    /// level 0's flushes, which each span the whole ID space, but one file
+    /// at a time of each deeper run); and for each partition's open output
+    /// (cut at `target_file_bytes`) the same share of the sidecars again for
+    /// its parts, and [`CELL_BYTES_PER_SPAN`] per span for its metrics cells.
+    pub fn expected_bytes(task: &CompactionTask, opts: &CompactionOptions) -> usize {
+        let sizes: Vec<u64> = task
+            .inputs
+            .iter()
+            .map(|f| std::fs::metadata(sidecar_path(f.path())).map_or(0, |m| m.len()))
+            .collect();
+        let metas: Vec<_> = task.inputs.iter().map(|f| f.table().meta()).collect();
+        let at_once = metas
+            .iter()
+            .map(|at| {
+                let id = at.min_trace_id;
+                metas
+                    .iter()
+                    .zip(&sizes)
+                    .filter(|(m, _)| m.min_trace_id <= id && id <= m.max_trace_id)
+                    .map(|(_, size)| size)
+                    .sum::<u64>()
+            })
+            .max()
+            .unwrap_or(0);
+        let sidecars: u64 = sizes.iter().sum();
+        let spans: u64 = metas.iter().map(|m| m.span_count).sum();
+        let (bytes, max_spans) = (task.input_bytes().max(1), spans.max(1));
+        let per_output =
+            (u128::from(spans) * u128::from(opts.target_file_bytes) / u128::from(bytes)) as u64;
+        let partitions = if task.input_level == 0 {
+            let first = metas
+                .iter()
+                .map(|m| m.min_time_unix_nano)
+                .min()
+                .unwrap_or(0);
+            let last = metas
+                .iter()
+                .map(|m| m.max_time_unix_nano)
+                .max()
+                .unwrap_or(0);
+            opts.partition_of(last)
+                .saturating_sub(opts.partition_of(first))
+                .saturating_add(1)
+        } else {
+            1
+        };
+        let open = per_output.saturating_mul(partitions).min(spans);
+        let parts = (u128::from(sidecars) * u128::from(open) / u128::from(max_spans)) as u64;
+        (at_once + parts + open * CELL_BYTES_PER_SPAN) as usize
+    }
+
+    /// Counts what the merge holds in `work` from now on: every
+    /// [`COUNT_EVERY`] traces, and before each output's metrics cells are
+    /// finished.
+    pub fn count_in(&mut self, work: Work) {
+        self.out.memory_expected = work.expected();
+        self.work = Some(work);
+        self.count();
+    }
+
+    /// About the bytes the merge holds: its inputs' sidecars read so far,
+    /// its open outputs' summaries and cells, its trace buffers.
+    pub fn held_bytes(&self) -> usize {
+        let inputs: usize = self
+            .sidecars
+            .iter()
+            .map(|s| match s {
+                Sidecar::Open(parts) => parts.held_bytes(),
+                _ => 0,
+            })
+            .sum();
+        let outputs: usize = self.open.values().map(|o| o.summary.held_bytes()).sum();
+        let traces = (self.trace.capacity() + self.kept.capacity()) * std::mem::size_of::<Span>();
+        inputs + outputs + traces
+    }
+
+    fn count(&mut self) {
+        let held = self.held_bytes();
+        if let Some(work) = &mut self.work {
+            work.holds(held);
+            self.out.memory_held_at_most = self.out.memory_held_at_most.max(held);
+        }
     }
 
     /// Reads the next trace of the inputs; `false` when they are done.
@@ -158,7 +274,15 @@ impl<'a> Merge<'a> {
         };
         if one_partition {
             if let Some(&p) = self.partitions.first() {
-                write_part(&mut self.open, p, &mut self.kept, reused, task, ctx, out)?;
+                write_part(
+                    &mut self.open,
+                    p,
+                    &mut self.kept,
+                    reused,
+                    (task, ctx),
+                    out,
+                    &mut self.work,
+                )?;
             }
         } else {
             // Spans of one trace in several hours: each hour's output gets its
@@ -168,7 +292,15 @@ impl<'a> Merge<'a> {
                 by_partition.entry(*p).or_default().push(span);
             }
             for (p, mut spans) in by_partition {
-                write_part(&mut self.open, p, &mut spans, None, task, ctx, out)?;
+                write_part(
+                    &mut self.open,
+                    p,
+                    &mut spans,
+                    None,
+                    (task, ctx),
+                    out,
+                    &mut self.work,
+                )?;
             }
         }
         // An input read to its end needs its sidecar no more: the files of
@@ -178,6 +310,11 @@ impl<'a> Merge<'a> {
             if self.merger.is_done(i) {
                 self.sidecars[i] = Sidecar::Done;
             }
+        }
+        self.since_count += 1;
+        if self.since_count >= COUNT_EVERY {
+            self.since_count = 0;
+            self.count();
         }
         if self.first {
             self.first = false;
@@ -192,9 +329,10 @@ impl<'a> Merge<'a> {
     /// merge wrote and what it did.
     pub fn finish(mut self) -> Result<MergeOutput> {
         self.out.duplicates = self.merger.duplicates;
+        self.count();
         for (p, slot) in std::mem::take(&mut self.open) {
             if slot.builder.span_count() > 0 {
-                finish(slot, self.task, p, &mut self.out, true)?;
+                finish(slot, self.task, p, &mut self.out, true, &mut self.work)?;
             }
         }
         self.finished = true;
@@ -221,9 +359,9 @@ fn write_part(
     p: u64,
     spans: &mut Vec<Span>,
     reused: Option<(usize, &SidecarParts, crate::index::TraceSummary)>,
-    task: &CompactionTask,
-    ctx: &MergeContext<'_>,
+    (task, ctx): (&CompactionTask, &MergeContext<'_>),
     out: &mut MergeOutput,
+    work: &mut Option<Work>,
 ) -> Result<()> {
     let slot = match open.entry(p) {
         Entry::Occupied(e) => e.into_mut(),
@@ -231,7 +369,7 @@ fn write_part(
     };
     if slot.builder.estimated_bytes() >= ctx.opts.target_file_bytes {
         let full = std::mem::replace(slot, Open::create(ctx)?);
-        slot.run = finish(full, task, p, out, false)?;
+        slot.run = finish(full, task, p, out, false, work)?;
     }
     let before = slot.builder.estimated_bytes();
     match reused {
@@ -323,13 +461,15 @@ impl Open {
 /// Finishes `slot`'s file, `last` of its partition's run (the merge is over)
 /// or not (the file is full): its sidecar holds its search index, its named
 /// metrics cells and, when it ends the run's sums, the run's unnamed ones.
-/// Returns the run's sums, for the partition's next file.
+/// Returns the run's sums, for the partition's next file. What finishing
+/// the cells takes is counted in `work` first, on top of what it last held.
 fn finish(
     slot: Open,
     task: &CompactionTask,
     partition: u64,
     out: &mut MergeOutput,
     last: bool,
+    work: &mut Option<Work>,
 ) -> Result<RunCells> {
     let Open {
         id,
@@ -350,7 +490,13 @@ fn finish(
         },
         path.clone(),
     ));
-    let own = summary.take_cells();
+    let own = summary.take_cells_counted(|extra| {
+        if let Some(work) = work {
+            let held = work.held() + extra;
+            work.holds(held);
+            out.memory_held_at_most = out.memory_held_at_most.max(held);
+        }
+    });
     let cells = run.file(id, own, last);
     summary.write_with(&path, cells.as_ref())?;
     out.bytes_written += meta.file_size;
@@ -363,6 +509,7 @@ mod tests {
 
     use super::*;
     use crate::{
+        budget::MemoryBudget,
         compaction::{CompactionOptions, RateLimiter, TaskKind},
         test_util::{group, span, table_file},
         version::TableFile,
@@ -380,6 +527,70 @@ mod tests {
         }
         sidecar.write(file.path()).expect("sidecar");
         file
+    }
+
+    #[test]
+    fn a_merge_counts_what_it_holds_as_it_goes_and_gives_it_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let traces = |from: u128| (0..3000u128).map(|i| from + 2 * i).collect::<Vec<_>>();
+        let task = CompactionTask {
+            kind: TaskKind::Merge,
+            input_level: 0,
+            output_level: 1,
+            inputs: vec![
+                table_file(dir.path(), 1, 0, 0, &traces(1)),
+                table_file(dir.path(), 2, 0, 0, &traces(2)),
+            ],
+        };
+        let opts = CompactionOptions::default();
+        let (next_file_id, limiter) = (AtomicU64::new(3), RateLimiter::new(0));
+        let ctx = MergeContext {
+            opts: &opts,
+            table_opts: &TableOptions::default(),
+            tables_dir: dir.path(),
+            next_file_id: &next_file_id,
+            limiter: &limiter,
+            expire_before: 0,
+            after_first_trace: None,
+            index_block_parts: 64,
+        };
+        let budget = MemoryBudget::with_process_limit(1 << 30, 1 << 31, 1 << 20);
+        let expected = Merge::expected_bytes(&task, &opts);
+        assert!(
+            expected >= 6000 * CELL_BYTES_PER_SPAN as usize,
+            "{expected}: one output, its cells"
+        );
+        let mut merge = Merge::start(&task, &ctx).expect("start");
+        merge.count_in(budget.work(expected));
+        assert_eq!(
+            budget.work_room(),
+            expected,
+            "room made before anything is read"
+        );
+        let mut written = 0;
+        while merge.read_trace().expect("read") {
+            merge.write_trace().expect("write");
+            written += 1;
+            if written == COUNT_EVERY as usize {
+                let held = merge.held_bytes();
+                assert!(held > 0);
+                assert_eq!(
+                    budget.work_held(),
+                    held,
+                    "counted after {COUNT_EVERY} traces"
+                );
+            }
+        }
+        let out = merge.finish().expect("finish");
+        assert_eq!(out.spans_out, 6000);
+        assert!(out.memory_held_at_most > 0);
+        assert_eq!(out.memory_expected, expected);
+        assert_eq!(budget.work_held(), 0, "given back");
+        assert_eq!(
+            budget.work_room(),
+            expected.max(out.memory_held_at_most),
+            "the most is kept for the next merge"
+        );
     }
 
     #[test]

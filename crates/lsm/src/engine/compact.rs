@@ -7,6 +7,12 @@
 //! A merge of deeper levels can take minutes: between its traces it lets due
 //! merges of the levels above run first ([`Inner::upper_inside_deeper_merge`]),
 //! so level 0 does not fill up behind it and stop ingest.
+//!
+//! A merge counts its memory in the memory budget ([`crate::budget::Work`]):
+//! before it starts, what it expects to hold at most, which narrows
+//! admission at once; if the process does not leave that room beside the
+//! requests and buffered spans it holds, the merge waits for flushes to
+//! give it back ([`Inner::wait_for_memory`]), a few seconds at most.
 
 use std::{
     sync::Arc,
@@ -26,6 +32,11 @@ use crate::{
 const COMPACTION_RETRY: Duration = Duration::from_secs(1);
 /// How often a merge of deeper levels looks for a due merge above it.
 const UPPER_CHECK: Duration = Duration::from_millis(100);
+/// Longest a merge waits for the room it expects to need before it starts
+/// anyway: level 0 must not fill up behind a merge that waits.
+const MEMORY_WAIT: Duration = Duration::from_secs(5);
+/// How often a merge waiting for memory looks again.
+const MEMORY_CHECK: Duration = Duration::from_millis(20);
 
 impl Inner {
     fn current_version(&self) -> Arc<Version> {
@@ -125,6 +136,12 @@ impl Inner {
         let deeper = task.input_level > 0;
         let mut next_check = Duration::ZERO;
         let mut merge = Merge::start(task, ctx)?;
+        let work = self
+            .write
+            .budget
+            .work(Merge::expected_bytes(task, ctx.opts));
+        self.wait_for_memory();
+        merge.count_in(work);
         while merge.read_trace()? {
             if deeper {
                 if let Some(hook) = self.opts.between_deeper_traces() {
@@ -141,6 +158,26 @@ impl Inner {
             merge.write_trace()?;
         }
         merge.finish().map(Some)
+    }
+
+    /// Waits, [`MEMORY_WAIT`] at most, until the process leaves room for the
+    /// background work counted in the budget beside the requests and spans
+    /// it holds (see [`crate::budget::MemoryBudget::has_room_for_work`]).
+    /// The work counted narrows admission meanwhile, so the room comes back
+    /// as flushes give buffered spans' memory back.
+    fn wait_for_memory(&self) {
+        let budget = &self.write.budget;
+        if budget.has_room_for_work() {
+            return;
+        }
+        add(&self.counters.merges_waited_for_memory, 1);
+        let until = Instant::now() + MEMORY_WAIT;
+        while !budget.has_room_for_work()
+            && Instant::now() < until
+            && !self.scheduler.merge_should_stop(self.tree.crashed_flag())
+        {
+            std::thread::sleep(MEMORY_CHECK);
+        }
     }
 
     /// Runs one task to its install.
@@ -243,6 +280,8 @@ impl Inner {
             duplicates = out.duplicates,
             expired = out.expired,
             index_parts_reused = out.parts_reused,
+            memory_expected = out.memory_expected,
+            memory_held_at_most = out.memory_held_at_most,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "compaction done"
         );

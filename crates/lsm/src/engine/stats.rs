@@ -32,6 +32,9 @@ pub struct EngineStats {
     pub compaction_errors: u64,
     /// Merges of upper levels run between the traces of a deeper merge.
     pub merges_run_first: u64,
+    /// Merges that waited for the memory they expect to need before they
+    /// started ([`crate::budget::Work`]).
+    pub merges_waited_for_memory: u64,
     /// Bytes compaction read and wrote; with the flushed bytes this gives
     /// write amplification.
     pub compaction_bytes_read: u64,
@@ -69,6 +72,7 @@ pub(super) struct Counters {
     pub(super) compaction_moves: AtomicU64,
     pub(super) compaction_errors: AtomicU64,
     pub(super) merges_run_first: AtomicU64,
+    pub(super) merges_waited_for_memory: AtomicU64,
     pub(super) compaction_bytes_read: AtomicU64,
     pub(super) compaction_bytes_written: AtomicU64,
     pub(super) compaction_duplicates: AtomicU64,

@@ -326,9 +326,26 @@ impl SidecarBuilder {
     /// The metrics cells of the spans counted ([`SidecarBuilder::count`]),
     /// taken: `None` when none were counted (the file's cells are then
     /// counted from its spans when a query needs them).
+    /// About the bytes the builder holds: the encoded parts, their places,
+    /// the string remaps and the metrics cells counted so far.
+    pub fn held_bytes(&self) -> usize {
+        self.parts.capacity()
+            + self.placed.capacity() * std::mem::size_of::<(u64, usize, usize)>()
+            + self.remaps.iter().map(|r| r.capacity() * 4).sum::<usize>()
+            + self.cells.held_bytes()
+    }
+
     pub fn take_cells(&mut self) -> Option<FileCells> {
+        self.take_cells_counted(|_| ())
+    }
+
+    /// [`SidecarBuilder::take_cells`], telling `needs` first the bytes the
+    /// cells take to finish beyond what they hold ([`CellsBuilder::finish_counted`]).
+    pub fn take_cells_counted(&mut self, needs: impl FnOnce(usize)) -> Option<FileCells> {
         let cells = std::mem::take(&mut self.cells);
-        (!cells.is_empty()).then(|| cells.finish()).flatten()
+        (!cells.is_empty())
+            .then(|| cells.finish_counted(needs))
+            .flatten()
     }
 
     /// Writes the sidecar of the sorted file at `table`, with its cells.

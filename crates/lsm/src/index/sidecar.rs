@@ -211,6 +211,19 @@ impl SidecarParts {
         SidecarParts::from_bytes(&path, &bytes)
     }
 
+    /// About the bytes it holds: the blocks read, each part's place and
+    /// each block's strings.
+    pub fn held_bytes(&self) -> usize {
+        self.buf.capacity()
+            + self.order.capacity() * std::mem::size_of::<(TraceId, Range<usize>, u32)>()
+            + self
+                .globals
+                .iter()
+                .map(|g| g.capacity() * 4 + 24)
+                .sum::<usize>()
+            + self.strings.capacity() * 16
+    }
+
     fn from_bytes(path: &Path, file: &[u8]) -> Result<SidecarParts> {
         let (digest, base) = digest_of_file(path, file)?;
         let ns = digest.strings;

@@ -84,3 +84,54 @@ fn too_many_level_0_files_refuse_writes_until_compaction() {
         .write_blocking(vec![span_at(3, 1, T0)])
         .expect("taken after compaction");
 }
+
+/// A merge counts what it expects to hold in the memory budget before it
+/// starts, so admission makes room for it; while the process leaves no room
+/// beside what is buffered, the merge waits for a flush to give some back.
+#[test]
+fn a_merge_waits_for_room_in_the_memory_budget_before_it_starts() {
+    use std::{sync::Arc, time::Duration};
+
+    use tracedb_lsm::MemoryBudget;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let mut opts = small_tree(dir.path(), &clock);
+    opts.compaction.l0_trigger_files = 2;
+    // 40 MiB for the process, 32 of it the budget's.
+    let budget = MemoryBudget::with_process_limit(32 << 20, 40 << 20, 1 << 20);
+    opts.memory_budget = Some(budget.clone());
+    let engine = Arc::new(Engine::open(opts).expect("open"));
+    for t in 1..=2u128 {
+        let spans = (0..100).map(|i| span_at(t * 1000 + i, 1, T0)).collect();
+        engine.write_blocking(spans).expect("write");
+        engine.flush().expect("flush");
+    }
+    assert_eq!(engine.stats().levels[0].files, 2);
+    // The rest of the process holds 8 MiB and buffered spans the other 32.
+    budget.set_resident(8 << 20);
+    budget.hold(32 << 20);
+    assert!(budget.has_room_for_work(), "nothing more is expected yet");
+
+    let merging = std::thread::spawn({
+        let engine = engine.clone();
+        move || engine.compact()
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while engine.stats().merges_waited_for_memory == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the merge never waited"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(budget.work_room() > 0, "admission makes room for the merge");
+    assert_eq!(budget.admit_limit(), (32 << 20) - budget.work_room());
+    assert_eq!(engine.stats().compactions, 0, "the merge waits");
+    // A flush gives the buffered spans' memory back.
+    budget.release(32 << 20);
+    assert!(merging.join().expect("merge").expect("compact") > 0);
+    assert_eq!(engine.stats().compactions, 1);
+    assert_eq!(engine.stats().merges_waited_for_memory, 1);
+    assert_eq!(budget.work_held(), 0, "the merge gave back what it held");
+}
