@@ -20,7 +20,10 @@ use std::{
 use crate::{
     budget::Work,
     error::Result,
-    index::{cells::RunCells, remove_sidecar, SidecarBuilder, SidecarParts},
+    index::{
+        cells::{CellsFile, Family, RunCells},
+        remove_sidecar, SidecarBuilder, SidecarParts,
+    },
     layout::{sidecar_path, table_path},
     manifest::FileEntry,
     span::Span,
@@ -49,11 +52,16 @@ const COUNT_EVERY: u32 = 1024;
 
 /// What a merge expects to hold per span of its open outputs, besides
 /// their sidecar parts: the span's metrics record (8 bytes, 16 at most as
-/// the records grow by doubling) and its share of finishing the cells (up
-/// to twice the whole key's seconds table: a cell of 32 bytes and a
-/// duration of 16 per distinct second and key, which at max ingest of the
-/// search workload is about every other span).
-const CELL_BYTES_PER_SPAN: u64 = 64;
+/// the records grow by doubling).
+const RECORD_BYTES_PER_SPAN: u64 = 16;
+
+/// What finishing an output's metrics cells takes per cell of its seconds
+/// table (a cell and a duration, 48 bytes, twice:
+/// [`crate::index::cells::CellsBuilder::finish_counted`]). The inputs' own
+/// seconds tables bound how many cells the outputs' have: from a few per
+/// thousand spans to every other span, by the spans' services, names and
+/// start times.
+const FINISH_BYTES_PER_CELL: u64 = 96;
 
 /// The files a merge wrote and what it did.
 #[derive(Debug, Default)]
@@ -147,7 +155,9 @@ impl<'a> Merge<'a> {
     /// level 0's flushes, which each span the whole ID space, but one file
     /// at a time of each deeper run); and for each partition's open output
     /// (cut at `target_file_bytes`) the same share of the sidecars again for
-    /// its parts, and [`CELL_BYTES_PER_SPAN`] per span for its metrics cells.
+    /// its parts, [`RECORD_BYTES_PER_SPAN`] per span for its metrics records
+    /// and [`FINISH_BYTES_PER_CELL`] for the same share of the inputs'
+    /// seconds cells. What it holds past that, it counts when it holds it.
     pub fn expected_bytes(task: &CompactionTask, opts: &CompactionOptions) -> usize {
         let sizes: Vec<u64> = task
             .inputs
@@ -168,6 +178,12 @@ impl<'a> Merge<'a> {
             })
             .max()
             .unwrap_or(0);
+        let cells: u64 = task
+            .inputs
+            .iter()
+            .filter_map(|f| CellsFile::open(f.path()).ok().flatten())
+            .map(|c| c.cell_count(Family::Named, 1))
+            .sum();
         let sidecars: u64 = sizes.iter().sum();
         let spans: u64 = metas.iter().map(|m| m.span_count).sum();
         let (bytes, max_spans) = (task.input_bytes().max(1), spans.max(1));
@@ -191,8 +207,11 @@ impl<'a> Merge<'a> {
             1
         };
         let open = per_output.saturating_mul(partitions).min(spans);
-        let parts = (u128::from(sidecars) * u128::from(open) / u128::from(max_spans)) as u64;
-        (at_once + parts + open * CELL_BYTES_PER_SPAN) as usize
+        let share = |of: u64| (u128::from(of) * u128::from(open) / u128::from(max_spans)) as u64;
+        (at_once
+            + share(sidecars)
+            + open * RECORD_BYTES_PER_SPAN
+            + share(cells) * FINISH_BYTES_PER_CELL) as usize
     }
 
     /// Counts what the merge holds in `work` from now on: every
@@ -557,7 +576,7 @@ mod tests {
         let budget = MemoryBudget::with_process_limit(1 << 30, 1 << 31, 1 << 20);
         let expected = Merge::expected_bytes(&task, &opts);
         assert!(
-            expected >= 6000 * CELL_BYTES_PER_SPAN as usize,
+            expected >= 6000 * RECORD_BYTES_PER_SPAN as usize,
             "{expected}: one output, its cells"
         );
         let mut merge = Merge::start(&task, &ctx).expect("start");

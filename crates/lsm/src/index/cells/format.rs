@@ -670,6 +670,16 @@ impl CellsFile {
         counts_of(&self.path, run)
     }
 
+    /// How many cells `family`'s table with buckets of `seconds` holds (0
+    /// when the cells do not have it), from the index alone.
+    pub fn cell_count(&self, family: Family, seconds: u64) -> u64 {
+        self.sections
+            .iter()
+            .filter(|s| matches!(s.what, What::Table(f, l, _) if f == family && l == seconds))
+            .map(|s| s.count)
+            .sum()
+    }
+
     /// The keys `family`'s tables number.
     pub fn keys(&self, family: Family) -> Result<Vec<CellKey>> {
         Ok(self.key_list(family)?.to_keys())
