@@ -441,11 +441,16 @@ async fn peak_memory_stays_inside_the_budget_under_ingest_and_concurrent_searche
     }
 
     let ends = Instant::now() + Duration::from_secs(seconds);
-    let mut anon = 0;
+    let (mut anon, mut merge_room, mut next_metrics) = (0, 0f64, Instant::now());
     while Instant::now() < ends {
         anon = anon.max(rss(pid).0);
+        if Instant::now() >= next_metrics {
+            next_metrics += Duration::from_millis(250);
+            merge_room = merge_room.max(metric(&server, "tracedb_memory_work_room_bytes"));
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let merges = metric(&server, "tracedb_compactions_total");
     let (_, _, peak) = rss(pid);
     running.store(false, Ordering::Relaxed);
     let mut taken = 0;
@@ -460,10 +465,11 @@ async fn peak_memory_stays_inside_the_budget_under_ingest_and_concurrent_searche
         refused.load(Ordering::Relaxed),
     );
     eprintln!(
-        "memory: anonymous peak {} MiB (sampled every 20 ms), VmHWM {} MiB with mapped files, of {} MiB; {taken} exports taken; {answered} searches answered, {refused} refused",
+        "memory: anonymous peak {} MiB (sampled every 20 ms), VmHWM {} MiB with mapped files, of {} MiB; {taken} exports taken; {answered} searches answered, {refused} refused; {merges} merges, room kept for them at most {} MiB",
         anon >> 20,
         peak >> 20,
-        BUDGET >> 20
+        BUDGET >> 20,
+        merge_room as u64 >> 20
     );
     assert!(
         taken > 100,
