@@ -155,8 +155,8 @@ impl<'a> Merge<'a> {
     /// level 0's flushes, which each span the whole ID space, but one file
     /// at a time of each deeper run); and for each partition's open output
     /// (cut at `target_file_bytes`) the same share of the sidecars again for
-    /// its parts, [`RECORD_BYTES_PER_SPAN`] per span for its metrics records
-    /// and [`FINISH_BYTES_PER_CELL`] for the same share of the inputs'
+    /// its parts, `RECORD_BYTES_PER_SPAN` per span for its metrics records
+    /// and `FINISH_BYTES_PER_CELL` for the same share of the inputs'
     /// seconds cells. What it holds past that, it counts when it holds it.
     pub fn expected_bytes(task: &CompactionTask, opts: &CompactionOptions) -> usize {
         let sizes: Vec<u64> = task
@@ -215,7 +215,7 @@ impl<'a> Merge<'a> {
     }
 
     /// Counts what the merge holds in `work` from now on: every
-    /// [`COUNT_EVERY`] traces, and before each output's metrics cells are
+    /// `COUNT_EVERY` traces, and before each output's metrics cells are
     /// finished.
     pub fn count_in(&mut self, work: Work) {
         self.out.memory_expected = work.expected();
