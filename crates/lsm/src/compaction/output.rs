@@ -534,6 +534,40 @@ mod tests {
         version::TableFile,
     };
 
+    /// What a merge's context borrows: default options, file IDs from 3 on,
+    /// no pacing.
+    struct Env {
+        opts: CompactionOptions,
+        table_opts: TableOptions,
+        next_file_id: AtomicU64,
+        limiter: RateLimiter,
+    }
+
+    impl Env {
+        fn new() -> Env {
+            Env {
+                opts: CompactionOptions::default(),
+                table_opts: TableOptions::default(),
+                next_file_id: AtomicU64::new(3),
+                limiter: RateLimiter::new(0),
+            }
+        }
+
+        /// A merge writing into `dir`, dropping nothing as expired.
+        fn context<'a>(&'a self, dir: &'a Path) -> MergeContext<'a> {
+            MergeContext {
+                opts: &self.opts,
+                table_opts: &self.table_opts,
+                tables_dir: dir,
+                next_file_id: &self.next_file_id,
+                limiter: &self.limiter,
+                expire_before: 0,
+                after_first_trace: None,
+                index_block_parts: 64,
+            }
+        }
+    }
+
     /// A sorted file of one span per trace of `traces`, with its sidecar.
     fn indexed_file(dir: &Path, id: u64, level: u32, traces: &[u128]) -> Arc<TableFile> {
         let file = table_file(dir, id, level, 0, traces);
@@ -561,20 +595,10 @@ mod tests {
                 table_file(dir.path(), 2, 0, 0, &traces(2)),
             ],
         };
-        let opts = CompactionOptions::default();
-        let (next_file_id, limiter) = (AtomicU64::new(3), RateLimiter::new(0));
-        let ctx = MergeContext {
-            opts: &opts,
-            table_opts: &TableOptions::default(),
-            tables_dir: dir.path(),
-            next_file_id: &next_file_id,
-            limiter: &limiter,
-            expire_before: 0,
-            after_first_trace: None,
-            index_block_parts: 64,
-        };
+        let env = Env::new();
+        let ctx = env.context(dir.path());
         let budget = MemoryBudget::with_process_limit(1 << 30, 1 << 31, 1 << 20);
-        let expected = Merge::expected_bytes(&task, &opts);
+        let expected = Merge::expected_bytes(&task, &env.opts);
         assert!(
             expected >= 6000 * RECORD_BYTES_PER_SPAN as usize,
             "{expected}: one output, its cells"
@@ -626,18 +650,8 @@ mod tests {
                 indexed_file(dir.path(), 2, 1, &second),
             ],
         };
-        let opts = CompactionOptions::default();
-        let (next_file_id, limiter) = (AtomicU64::new(3), RateLimiter::new(0));
-        let ctx = MergeContext {
-            opts: &opts,
-            table_opts: &TableOptions::default(),
-            tables_dir: dir.path(),
-            next_file_id: &next_file_id,
-            limiter: &limiter,
-            expire_before: 0,
-            after_first_trace: None,
-            index_block_parts: 64,
-        };
+        let env = Env::new();
+        let ctx = env.context(dir.path());
         let mut merge = Merge::start(&task, &ctx).expect("start");
         let mut written = 0;
         while merge.read_trace().expect("read") {
