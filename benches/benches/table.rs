@@ -1,15 +1,23 @@
 //! Building a sorted file: 200k sorted spans encoded into blocks, compressed,
 //! written and fsynced, at the flush's zstd level (1) and compaction's (3);
 //! and what a flush does with a sorted buffer: the same file at zstd 1, the
-//! search-index summary of its traces and their metrics cells; and the
-//! cells alone, which a flush and every merge count. The spans' payloads are separate
+//! search-index summary of its traces and their metrics cells, and the same
+//! without the cells; and the cells alone, counted and encoded, which a
+//! flush and every merge do. The spans' payloads are separate
 //! allocations visited in trace-ID order, not in the order they were made,
 //! as a flushed buffer's are (about 50 MB of them, more than the caches hold).
 //!
 //! `cargo bench -p tracedb-benches --bench table`
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use tracedb_lsm::{engine::write_sorted_buffer, index::cells::CellsBuilder, TableOptions};
+use tracedb_lsm::{
+    engine::write_sorted_buffer,
+    index::{
+        cells::{self, CellsBuilder},
+        SummaryBuilder,
+    },
+    SsTableBuilder, TableOptions,
+};
 
 #[path = "common/lsm.rs"]
 mod common;
@@ -55,11 +63,38 @@ fn bench_flush(c: &mut Criterion) {
             write_sorted_buffer(&path, table, &spans).expect("written")
         })
     });
+    // The same pass without the cells: what counting them adds to a flush.
+    group.bench_function("200k_spans_table_and_summary", |b| {
+        b.iter(|| {
+            let table = TableOptions {
+                zstd_level: 1,
+                ..TableOptions::default()
+            };
+            let mut builder = SsTableBuilder::create(&path, table).expect("created");
+            let mut summary = SummaryBuilder::default();
+            for trace in spans.chunk_by(|a, b| a.trace_id == b.trace_id) {
+                summary.add_trace(trace);
+                for span in trace {
+                    builder.add(span).expect("sorted");
+                }
+            }
+            (builder.finish().expect("written"), summary.finish())
+        })
+    });
     group.bench_function("200k_spans_metrics_cells", |b| {
         b.iter(|| {
             let mut cells = CellsBuilder::default();
             cells.add_all(&spans);
             cells.finish().expect("cells")
+        })
+    });
+    // The same, encoded as the sidecar ends with them (each frame at the
+    // cells' zstd level): what counting the cells costs a flush or a merge.
+    group.bench_function("200k_spans_metrics_cells_encoded", |b| {
+        b.iter(|| {
+            let mut cells = CellsBuilder::default();
+            cells.add_all(&spans);
+            cells::encode(&cells.finish().expect("cells"))
         })
     });
     group.finish();
