@@ -44,7 +44,8 @@
 //! (and a largest request admissible) however much the rest holds.
 //!
 //! *Background work* (a merge: its inputs' index sidecars, its outputs'
-//! summaries and metrics cells) is the largest of the rest: at max ingest a
+//! summaries and metrics cells; and the buffers' search summaries while
+//! they are cached) is the largest of the rest: at max ingest a
 //! level-0 merge holds 150-200 MiB for the 15-35 s it runs, one starting
 //! every 20 s or so, on top of buffered spans. It is counted with a [`Work`], which holds two
 //! figures: what the work expects to need at most (taken before it starts)

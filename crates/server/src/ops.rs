@@ -339,14 +339,14 @@ fn collect(out: &mut DescriptorEncoder<'_>, ops: &Ops) -> fmt::Result {
         out,
         Kind::Gauge,
         "tracedb_memory_work_room_bytes",
-        "The room admission keeps for background work (merges): the most it expected to hold over the last minute, or now if more.",
+        "The room admission keeps for background work (merges, the buffers' cached search summaries): the most it expected to hold over the last minute, or now if more.",
         budget.work_room(),
     )?;
     single(
         out,
         Kind::Gauge,
         "tracedb_memory_work_held_bytes",
-        "Bytes background work (merges) holds now, as it counts them.",
+        "Bytes background work (merges, the buffers' cached search summaries) holds now, as it counts them.",
         budget.work_held(),
     )?;
     single(

@@ -37,6 +37,7 @@ use super::{Engine, SuperVersion};
 mod values;
 
 use crate::{
+    budget::Work,
     error::Result,
     index::{
         self,
@@ -53,8 +54,11 @@ pub use values::{TagValues, ValuesLimit};
 /// A buffer's summary, built once by the first query that needs it: the
 /// queries that come meanwhile wait for it rather than build their own (four
 /// clients searching at once each summarized every sealed buffer, hundreds
-/// of MiB the memory budget does not see).
-type SetCell = Arc<OnceLock<Arc<SummarySet>>>;
+/// of MiB the memory budget does not see). It is counted in the memory
+/// budget while cached, as background work ([`crate::budget::Work`]): a
+/// search's first summaries of the buffers came as a spike admission had
+/// not seen (up to 46 MiB at max ingest).
+type SetCell = Arc<OnceLock<(Arc<SummarySet>, Work)>>;
 /// A frozen memtable chunk and its summary.
 type CachedChunk = (Arc<Chunk>, SetCell);
 /// A frozen memtable chunk and its metrics cells.
@@ -574,8 +578,13 @@ impl Engine {
                 })
                 .collect()
         };
+        let counted = |set: SummarySet| {
+            let mut work = inner.write.budget.work(0);
+            work.holds(set.heap_bytes());
+            (Arc::new(set), work)
+        };
         for (chunk, cell) in cells {
-            let set = cell.get_or_init(|| Arc::new(SummarySet::from_spans(chunk.iter())));
+            let (set, _) = cell.get_or_init(|| counted(SummarySet::from_spans(chunk.iter())));
             sets.push(set.clone());
         }
         if !tails.is_empty() {
@@ -593,8 +602,8 @@ impl Engine {
                 .collect()
         };
         for (sealed, cell) in snapshot.sealed.iter().zip(cells) {
-            let set = cell.get_or_init(|| {
-                Arc::new(SummarySet::from_spans(
+            let (set, _) = cell.get_or_init(|| {
+                counted(SummarySet::from_spans(
                     sealed.chunks.iter().flat_map(|c| c.iter()),
                 ))
             });
@@ -890,5 +899,16 @@ mod tests {
                 assert!(Arc::ptr_eq(a, b), "a chunk summarized twice");
             }
         }
+        // The cached summaries count in the memory budget while cached.
+        let cached: usize = seen[0].iter().take(8).map(|s| s.heap_bytes()).sum();
+        assert!(cached > 0);
+        assert_eq!(engine.memory_budget().work_held(), cached);
+        engine.flush().expect("flush");
+        assert_eq!(engine.buffer_sets().0.len(), 0, "nothing buffered");
+        assert_eq!(
+            engine.memory_budget().work_held(),
+            0,
+            "forgotten with their chunks"
+        );
     }
 }
