@@ -509,16 +509,22 @@ fn finish(
         },
         path.clone(),
     ));
+    // What the merge held before, this output's builder included.
+    let (before, builder_bytes) = (work.as_ref().map_or(0, Work::held), summary.held_bytes());
     let own = summary.take_cells_counted(|extra| {
         if let Some(work) = work {
-            let held = work.held() + extra;
-            work.holds(held);
-            out.memory_held_at_most = out.memory_held_at_most.max(held);
+            work.holds(before + extra);
+            out.memory_held_at_most = out.memory_held_at_most.max(before + extra);
         }
     });
     let cells = run.file(id, own, last);
     summary.write_with(&path, cells.as_ref())?;
     out.bytes_written += meta.file_size;
+    // The output is written and its builder gone: the next output to finish
+    // counts from there, not on top of this one's cells.
+    if let Some(work) = work {
+        work.holds(before.saturating_sub(builder_bytes));
+    }
     Ok(run)
 }
 
@@ -673,5 +679,45 @@ mod tests {
         let out = merge.finish().expect("finish");
         assert_eq!(out.parts_reused, 1000, "every part carried over");
         assert!(matches!(out.files.len(), 1));
+    }
+
+    #[test]
+    fn finishing_an_output_counts_its_cells_then_gives_them_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env = Env::new();
+        let ctx = env.context(dir.path());
+        let task = CompactionTask {
+            kind: TaskKind::Merge,
+            input_level: 0,
+            output_level: 1,
+            inputs: Vec::new(),
+        };
+        let budget = MemoryBudget::with_process_limit(1 << 30, 1 << 31, 1 << 20);
+        let mut work = Some(budget.work(0));
+        let mut slot = Open::create(&ctx).expect("create");
+        let g = group("svc");
+        for t in 1..=500u128 {
+            let spans = vec![span(&g, t, 1, 1_000 + t as u64 * 1_000_000_000)];
+            slot.summary.add_trace(&spans);
+            slot.summary.count(&spans);
+            for s in spans {
+                slot.builder.add_owned(s).expect("sorted");
+            }
+        }
+        let builder = slot.summary.held_bytes();
+        // What the merge last counted, this builder included.
+        let before = builder + (1 << 20);
+        work.as_mut().expect("work").holds(before);
+        let mut out = MergeOutput::default();
+        finish(slot, &task, 0, &mut out, true, &mut work).expect("finished");
+        assert!(
+            out.memory_held_at_most > before,
+            "the cells' finishing counted on top"
+        );
+        assert_eq!(
+            work.as_ref().expect("work").held(),
+            before - builder,
+            "given back once written, the builder with it"
+        );
     }
 }
