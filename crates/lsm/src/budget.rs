@@ -29,8 +29,9 @@
 //!   not come through the ingest layer.
 //!
 //! The budget counts request and span bytes, and what background work
-//! says it holds: cached index summaries, the allocator's free but unreturned
-//! pages and each allocation's rounding are outside it. Given the whole
+//! says it holds: the index cache (bounded by its own share of the limit),
+//! the allocator's free but unreturned pages and each allocation's rounding
+//! are outside it. Given the whole
 //! process's limit ([`MemoryBudget::with_process_limit`]), requests are also
 //! admitted only up to what that limit leaves: each sample of the process's
 //! resident memory ([`MemoryBudget::set_resident`], from the server's
@@ -45,11 +46,11 @@
 //!
 //! *Background work* (a merge: its inputs' index sidecars, its outputs'
 //! summaries and metrics cells; and the buffers' search summaries while
-//! they are cached) is the largest of the rest: at max ingest a
-//! level-0 merge holds 150-200 MiB for the 15-35 s it runs, one starting
-//! every 20 s or so, on top of buffered spans. It is counted with a [`Work`], which holds two
-//! figures: what the work expects to need at most (taken before it starts)
-//! and what it holds now (measured as it runs). Admission keeps room for the
+//! they are cached) is the largest of the rest: at max ingest a level-0
+//! merge holds 150-200 MiB for the 15-35 s it runs, one starting every 20 s
+//! or so, on top of buffered spans. It is counted with a [`Work`], which
+//! holds two figures: what the work expects to need at most (taken before
+//! it starts) and what it holds now (measured as it runs). Admission keeps room for the
 //! most any work expected over the last [`WORK_WINDOW`] samples, and for the
 //! work under way, so the next merge finds its room already made; the first
 //! one waits until [`MemoryBudget::has_room_for_work`] says it is there.

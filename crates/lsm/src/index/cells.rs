@@ -470,7 +470,7 @@ impl CellsBuilder {
         records.sort_unstable();
         // The whole key by second, with durations: what the others are
         // added up from. Sized first: grown by doubling, it was a third of a
-        // merge's memory at its peak (52 of 159 MiB), up to half of it spare.
+        // merge's memory at its peak (51 of 159 MiB), up to half of it spare.
         let (mut cells, mut exps) = (0, 0);
         for same_cell in records.chunk_by(|a, b| a >> 8 == b >> 8) {
             cells += 1;
