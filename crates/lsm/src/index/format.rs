@@ -129,6 +129,8 @@ pub(super) struct Reader<'a> {
 }
 
 impl Reader<'_> {
+    #[cold]
+    #[inline(never)]
     pub(super) fn err(&self, reason: &str) -> Error {
         corrupt(self.path, self.at as u64, reason)
     }
@@ -152,13 +154,20 @@ impl Reader<'_> {
 
     #[inline]
     pub(super) fn varint(&mut self) -> Result<u64> {
-        // Most values (string indices, counts, small numbers) take one byte.
+        // Most values (string indices, counts, small numbers) take one byte:
+        // that case is inlined into the callers' loops, the rest is not.
         if let Some(&byte) = self.buf.get(self.at) {
             if byte & 0x80 == 0 {
                 self.at += 1;
                 return Ok(u64::from(byte));
             }
         }
+        self.long_varint()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn long_varint(&mut self) -> Result<u64> {
         let mut value = 0u64;
         for shift in (0..64).step_by(7) {
             let byte = self.bytes(1)?[0];
