@@ -404,7 +404,7 @@ mod tests {
 
     use crate::{
         engine::{Engine, EngineOptions},
-        index::cells::Family,
+        index::cells::{Family, Reading},
         memtable::CHUNK_SPANS,
         test_util::{group, span},
         version::TimeRange,
@@ -443,7 +443,9 @@ mod tests {
                 let mut spans_in = 0;
                 engine
                     .cells_in(TimeRange::new(base, now), Family::Unnamed, &mut held, |c| {
-                        let pieces = c.table(Family::Unnamed, 1, false, None)?.expect("seconds");
+                        let pieces = c
+                            .table(Family::Unnamed, 1, Reading::default(), None)?
+                            .expect("seconds");
                         spans_in += pieces
                             .iter()
                             .flat_map(|t| &t.cells)

@@ -538,6 +538,39 @@ impl CellsBuilder {
     }
 }
 
+/// What a query reads of a table kept in a file.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reading<'a> {
+    /// Whether the cells come with their durations (if the table has them).
+    pub durations: bool,
+    /// Only the cells of the buckets this marks, from bucket `.0` on; the
+    /// others may be left out. All cells without it.
+    pub buckets: Option<(u64, &'a [bool])>,
+}
+
+impl Reading<'_> {
+    /// Every cell, with its durations.
+    pub fn whole() -> Reading<'static> {
+        Reading {
+            durations: true,
+            buckets: None,
+        }
+    }
+
+    /// Whether the cells of `bucket` are read.
+    #[inline]
+    fn keeps(&self, bucket: u64) -> bool {
+        match self.buckets {
+            None => true,
+            Some((first, wanted)) => bucket
+                .checked_sub(first)
+                .and_then(|at| wanted.get(usize::try_from(at).ok()?))
+                .copied()
+                .unwrap_or(false),
+        }
+    }
+}
+
 /// A source's cells as a query reads them: counted in memory, or at the
 /// end of a file's sidecar, read a key list or table at a time.
 pub enum CellsView<'a> {
@@ -556,20 +589,21 @@ impl CellsView<'_> {
 
     /// The table of `family` with buckets of `seconds`, in pieces each in
     /// order of bucket then key: at least those holding the keys `want`
-    /// marks (numbered as [`CellsView::keys`] gives them), or all. Its
-    /// cells' durations may be left out unless `durations`.
+    /// marks (numbered as [`CellsView::keys`] gives them), or all. At least
+    /// the cells `reading` asks for; their durations may be left out
+    /// unless it asks for them.
     pub fn table(
         &self,
         family: Family,
         seconds: u64,
-        durations: bool,
+        reading: Reading<'_>,
         want: Option<&[bool]>,
     ) -> Result<Option<Vec<std::borrow::Cow<'_, CellTable>>>> {
         use std::borrow::Cow;
         match self {
             CellsView::Memory(c) => Ok(c.table(family, seconds).map(|t| vec![Cow::Borrowed(t)])),
             CellsView::File(f) => Ok(f
-                .table(family, seconds, durations, want)?
+                .table(family, seconds, reading, want)?
                 .map(|pieces| pieces.into_iter().map(Cow::Owned).collect())),
         }
     }

@@ -13,7 +13,7 @@
 
 use tracedb_lsm::{
     index::{
-        cells::{CellKey, CellsView, Family, KeyList, Parent, BUCKET_SECONDS},
+        cells::{CellKey, CellsView, Family, KeyList, Parent, Reading, BUCKET_SECONDS},
         SearchQuery,
     },
     CellsError, Engine, TimeRange, TraceId,
@@ -181,6 +181,8 @@ fn key_trace(key: &CellKey) -> Option<Trace> {
 type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 /// Most sums kept in rows (about 32 MiB).
 const DENSE_SUMS: usize = 1 << 20;
+/// Most buckets of a level whose intervals are looked up in a table (4 MiB).
+const MEMO_BUCKETS: u64 = 1 << 20;
 /// Spans and their duration buckets, added up.
 type Sum = (u64, Vec<(u8, u64)>);
 
@@ -204,6 +206,13 @@ struct Counter<'a> {
     rows: Vec<Option<u32>>,
     dense: Vec<Sum>,
     sums: Map<(u32, u32), Sum>,
+    /// Per level of the plan, the interval each of its buckets in the grid
+    /// is counted in ([`Counter::counted_at`]; `u32::MAX`: none), from the
+    /// first, filled when the level's first table is read (unless it has
+    /// [`MEMO_BUCKETS`] buckets or more).
+    intervals: Vec<Option<Vec<u32>>>,
+    /// The same, whether each bucket is counted at its level.
+    counted: Vec<Option<Vec<bool>>>,
     /// A key whose span could not be rebuilt, or a source without the
     /// tables the plan reads: the answer cannot be given from cells.
     failed: bool,
@@ -239,6 +248,16 @@ impl Counter<'_> {
         }
     }
 
+    /// The buckets of level `l` that may hold spans of the grid:
+    /// `first..=last`.
+    fn buckets_of(&self, l: usize) -> (u64, u64) {
+        let len = self.plan.levels[l];
+        (
+            self.grid.start / SEC / len + 1,
+            (self.grid.end / SEC).div_ceil(len),
+        )
+    }
+
     /// The number of key `i` of `keys`, judged when first met.
     fn id(&mut self, keys: &KeyList<'_>, i: usize) -> u32 {
         if let Some(&id) = self.keys.get(keys.bytes(i)) {
@@ -265,9 +284,27 @@ impl Counter<'_> {
             .iter()
             .map(|&id| self.matched[id as usize].is_some() || self.unbuilt[id as usize])
             .collect();
+        let g = self.grid;
+        for l in 0..self.plan.levels.len() {
+            let (first, last) = self.buckets_of(l);
+            if self.intervals[l].is_none() && last - first < MEMO_BUCKETS {
+                let of: Vec<u32> = (first..=last)
+                    .map(|b| self.counted_at(l, b).map_or(u32::MAX, |i| i as u32))
+                    .collect();
+                self.counted[l] = Some(of.iter().map(|&i| i != u32::MAX).collect());
+                self.intervals[l] = Some(of);
+            }
+        }
         let mut tables = Vec::with_capacity(self.plan.levels.len());
         for (l, &len) in self.plan.levels.iter().enumerate() {
-            match cells.table(family, len, self.plan.durations, Some(&want))? {
+            // Only the cells counted at this level are read.
+            let reading = Reading {
+                durations: self.plan.durations,
+                buckets: self.counted[l]
+                    .as_deref()
+                    .map(|wanted| (self.buckets_of(l).0, wanted)),
+            };
+            match cells.table(family, len, reading, Some(&want))? {
                 Some(pieces)
                     if pieces
                         .iter()
@@ -281,16 +318,20 @@ impl Counter<'_> {
                 }
             }
         }
-        let g = self.grid;
+        // Samples per series, the length of a row of sums.
+        let n = g.len();
         for (l, table) in &tables {
             let (l, table) = (*l, &**table);
-            let len = self.plan.levels[l];
-            let first = g.start / SEC / len + 1;
-            let last = (g.end / SEC).div_ceil(len);
+            let (first, last) = self.buckets_of(l);
             let mut bucket = None;
             for cell in table.buckets(first, last) {
                 if bucket.is_none_or(|(b, _)| b != cell.bucket) {
-                    bucket = Some((cell.bucket, self.counted_at(l, cell.bucket)));
+                    let interval = match &self.intervals[l] {
+                        Some(of) => Some(of[(cell.bucket - first) as usize] as usize)
+                            .filter(|&i| i != u32::MAX as usize),
+                        None => self.counted_at(l, cell.bucket),
+                    };
+                    bucket = Some((cell.bucket, interval));
                 }
                 let Some((_, Some(interval))) = bucket else {
                     continue;
@@ -303,7 +344,6 @@ impl Counter<'_> {
                     }
                     continue;
                 }
-                let n = g.len();
                 let row = match self.rows[id as usize] {
                     Some(r) => Some(r as usize),
                     None if self.dense.len() + n <= DENSE_SUMS => {
@@ -334,7 +374,14 @@ impl Counter<'_> {
 
     /// Bytes the sums hold, for the memory budget.
     fn bytes(&self) -> usize {
-        (self.sums.len() + self.dense.len()) * 64 + self.keys.len() * 128
+        (self.sums.len() + self.dense.len()) * 64
+            + self.keys.len() * 128
+            + self
+                .intervals
+                .iter()
+                .flatten()
+                .map(|of| of.len() * 5)
+                .sum::<usize>()
     }
 
     /// The sums counted into `eval`.
@@ -377,6 +424,7 @@ pub fn run(
         return Ok(None);
     };
     let family = plan.family;
+    let levels = plan.levels.len();
     let mut counter = Counter {
         query: &req.query,
         grid: req.grid,
@@ -387,6 +435,8 @@ pub fn run(
         rows: Vec::new(),
         dense: Vec::new(),
         sums: Map::default(),
+        intervals: vec![None; levels],
+        counted: vec![None; levels],
         failed: false,
     };
     let row_bytes = req.grid.len() * CELL_BYTES + 256;

@@ -215,7 +215,7 @@ fn metrics_from_cells_answer_as_every_span_does() {
     for _ in 0..400 {
         let text = query(&mut rng);
         let compiled = Arc::new(Compiled::new(parse(&text).expect("parses")).expect("compiles"));
-        let step = [1, 5, 10, 56, 60, 120, 600, 3600][rng.below(8)] * SEC;
+        let step = [1, 5, 10, 56, 60, 120, 150, 600, 3600][rng.below(9)] * SEC;
         let from = base + rng.below(4000) as u64 * SEC;
         let req = MetricsRequest {
             query: compiled,

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use tracedb_proto::wire::put_varint;
 
-use super::{Cell, CellKey, CellTable, Counts, Family, FileCells, BUCKET_SECONDS};
+use super::{Cell, CellKey, CellTable, Counts, Family, FileCells, Reading, BUCKET_SECONDS};
 use crate::{
     error::{Error, Result},
     index::format::{Reader, MAX_BODY_BYTES},
@@ -495,14 +495,36 @@ fn counts_of(path: &Path, run: Option<(Section, Vec<u8>)>) -> Result<Counts> {
     })
 }
 
+/// Where `n` varints from `from` in `buf` end, counting their last bytes
+/// (under 0x80); `None` when `buf` ends first.
+fn varints_end(buf: &[u8], from: usize, n: usize) -> Option<usize> {
+    if n == 0 {
+        return Some(from);
+    }
+    let mut left = n;
+    for (i, &b) in buf.get(from..)?.iter().enumerate() {
+        if b & 0x80 == 0 {
+            left -= 1;
+            if left == 0 {
+                return Some(from + i + 1);
+            }
+        }
+    }
+    None
+}
+
 /// The table, or table part, of section `s` from its inflated `body`, its
-/// family having `keys` keys; without durations unless `durations`.
+/// family having `keys` keys, read as `reading` asks.
+///
+/// The columns are read side by side, a cell at a time (where each starts
+/// is found first by counting the varints' last bytes), so a cell the
+/// reading leaves out is never stored.
 fn parse_table(
     path: &Path,
     body: &[u8],
     s: &Section,
     keys: u64,
-    durations: bool,
+    reading: Reading<'_>,
 ) -> Result<CellTable> {
     let What::Table(family, seconds, has_durations) = s.what else {
         unreachable!("a table's section")
@@ -510,89 +532,114 @@ fn parse_table(
     let n = s.count;
     // The keys its cells may have: `first..end`.
     let (first, end) = s.keys.map_or((0, keys), |(a, b)| (a, u64::from(b) + 1));
-    let mut r = Reader {
+    let reader = |at| Reader {
         path,
         buf: body,
-        at: 0,
+        at,
     };
     // Each cell takes at least a byte in each of its three columns.
     if n > body.len() as u64 / 3 {
-        return Err(r.err("more cells than their bytes hold"));
+        return Err(reader(0).err("more cells than their bytes hold"));
     }
     let n = n as usize;
+    let column_end =
+        |from| varints_end(body, from, n).ok_or_else(|| reader(body.len()).err("truncated"));
+    let keys_at = column_end(0)?;
+    let spans_at = column_end(keys_at)?;
+    let durations_at = column_end(spans_at)?;
+    let (mut rb, mut rk, mut rs, mut rd) = (
+        reader(0),
+        reader(keys_at),
+        reader(spans_at),
+        reader(durations_at),
+    );
+    let read_durations = has_durations && reading.durations;
     let mut t = CellTable {
         family,
         seconds,
-        has_durations,
+        has_durations: read_durations,
         cells: Vec::with_capacity(n),
         durations: Vec::new(),
     };
-    let mut bucket = 0u64;
+    if read_durations {
+        // Each cell's list takes a byte for its length, and each bucket two
+        // at least: room for them all at once.
+        t.durations
+            .reserve((body.len() - durations_at).saturating_sub(n) / 2);
+    }
+    let (mut bucket, mut last) = (0u64, None::<(u64, u32)>);
     for _ in 0..n {
         bucket = bucket
-            .checked_add(r.varint()?)
-            .ok_or_else(|| r.err("a cell's bucket overflows"))?;
-        t.cells.push(Cell {
-            bucket,
-            key: 0,
-            spans: 0,
-            durations: (0, 0),
-        });
-    }
-    for i in 0..n {
-        let step = small(&mut r)?;
-        let key = match i.checked_sub(1).map(|p| t.cells[p]) {
-            Some(p) if p.bucket == t.cells[i].bucket => {
+            .checked_add(rb.varint()?)
+            .ok_or_else(|| rb.err("a cell's bucket overflows"))?;
+        let step = small(&mut rk)?;
+        let key = match last {
+            Some((b, k)) if b == bucket => {
                 if step == 0 {
-                    return Err(r.err("cells out of order"));
+                    return Err(rk.err("cells out of order"));
                 }
-                p.key
-                    .checked_add(step)
-                    .ok_or_else(|| r.err("a cell's key overflows"))?
+                k.checked_add(step)
+                    .ok_or_else(|| rk.err("a cell's key overflows"))?
             }
             _ => step,
         };
         if key < first || u64::from(key) >= end {
-            return Err(r.err("a cell names a key its family or table part does not have"));
+            return Err(rk.err("a cell names a key its family or table part does not have"));
         }
-        t.cells[i].key = key;
-    }
-    for c in &mut t.cells {
-        c.spans = r.varint()?;
-        if c.spans == 0 {
-            return Err(r.err("a cell of no spans"));
+        last = Some((bucket, key));
+        let spans = rs.varint()?;
+        if spans == 0 {
+            return Err(rs.err("a cell of no spans"));
         }
-    }
-    if has_durations && !durations {
-        // The columns before the durations are read; the frame's checksum
-        // already vouched for the rest.
-        t.has_durations = false;
-        return Ok(t);
-    }
-    if has_durations {
-        for c in &mut t.cells {
-            let from = t.durations.len() as u32;
-            let b = r.count(2)?;
-            let mut last_exp = None;
-            let mut in_buckets = 0u64;
-            for _ in 0..b {
-                let exp = r.bytes(1)?[0];
-                let count = r.varint()?;
-                if exp == 0 || exp > 64 || last_exp.is_some_and(|e| e >= exp) || count == 0 {
-                    return Err(r.err("a cell's durations are out of order, out of range or empty"));
+        let kept = reading.keeps(bucket);
+        let from = t.durations.len() as u32;
+        if read_durations {
+            let b = rd.count(2)?;
+            if kept {
+                // Exponents start at 1: 0 is below any.
+                let mut last_exp = 0;
+                let mut in_buckets = 0u64;
+                for _ in 0..b {
+                    let exp = rd.bytes(1)?[0];
+                    let count = rd.varint()?;
+                    if exp <= last_exp || exp > 64 || count == 0 {
+                        return Err(
+                            rd.err("a cell's durations are out of order, out of range or empty")
+                        );
+                    }
+                    last_exp = exp;
+                    in_buckets = in_buckets.saturating_add(count);
+                    t.durations.push((exp, count));
                 }
-                last_exp = Some(exp);
-                in_buckets = in_buckets.saturating_add(count);
-                t.durations.push((exp, count));
+                if in_buckets > spans {
+                    return Err(rd.err("a cell counts fewer spans than its durations"));
+                }
+            } else {
+                // Stepped over: each bucket is an exponent byte and a
+                // varint. The frame's checksum vouched for them.
+                for _ in 0..b {
+                    rd.at = varints_end(body, rd.at + 1, 1).ok_or_else(|| rd.err("truncated"))?;
+                }
             }
-            if in_buckets > c.spans {
-                return Err(r.err("a cell counts fewer spans than its durations"));
-            }
-            c.durations = (from, t.durations.len() as u32);
+        }
+        if kept {
+            t.cells.push(Cell {
+                bucket,
+                key,
+                spans,
+                durations: (from, t.durations.len() as u32),
+            });
         }
     }
-    if r.at != body.len() {
-        return Err(r.err("bytes left over after the cells"));
+    // A table read without its durations stops before them; the frame's
+    // checksum vouched for the rest.
+    let end_at = match (has_durations, read_durations) {
+        (false, _) => durations_at,
+        (true, true) => rd.at,
+        (true, false) => body.len(),
+    };
+    if end_at != body.len() {
+        return Err(reader(end_at).err("bytes left over after the cells"));
     }
     Ok(t)
 }
@@ -700,12 +747,12 @@ impl CellsFile {
     /// The table of `family` with buckets of `seconds`, if the cells have
     /// it, in pieces: the whole table, or those of its parts that hold a
     /// key `want` marks (all of them without `want`), each in order of
-    /// bucket then key. Without its cells' durations unless `durations`.
+    /// bucket then key, read as `reading` asks.
     pub fn table(
         &self,
         family: Family,
         seconds: u64,
-        durations: bool,
+        reading: Reading<'_>,
         want: Option<&[bool]>,
     ) -> Result<Option<Vec<CellTable>>> {
         let keys = self
@@ -728,7 +775,7 @@ impl CellsFile {
             };
             if wanted {
                 let body = self.body(s)?;
-                pieces.push(parse_table(&self.path, &body, s, keys, durations)?);
+                pieces.push(parse_table(&self.path, &body, s, keys, reading)?);
             }
         }
         Ok(found.then_some(pieces))
@@ -804,7 +851,7 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
     }
     for s in &sections {
         if let What::Table(f, l, _) = s.what {
-            let piece = parse_table(path, &frame(s)?, s, count_of(f)?, true)?;
+            let piece = parse_table(path, &frame(s)?, s, count_of(f)?, Reading::whole())?;
             match cells
                 .tables
                 .iter_mut()

@@ -395,7 +395,7 @@ fn tables_are_written_in_parts_and_read_by_the_keys_wanted() {
     let whole = cells.table(Family::Unnamed, 1).expect("seconds");
 
     let all = file
-        .table(Family::Unnamed, 1, true, None)
+        .table(Family::Unnamed, 1, Reading::whole(), None)
         .expect("read")
         .expect("seconds");
     assert!(all.len() >= 10, "{} parts", all.len());
@@ -414,7 +414,7 @@ fn tables_are_written_in_parts_and_read_by_the_keys_wanted() {
         .collect();
     assert_eq!(want.iter().filter(|&&w| w).count(), 1);
     let pieces = file
-        .table(Family::Unnamed, 1, false, Some(&want))
+        .table(Family::Unnamed, 1, Reading::default(), Some(&want))
         .expect("read")
         .expect("seconds");
     let wanted = |k: u32| want[k as usize];
@@ -432,12 +432,12 @@ fn tables_are_written_in_parts_and_read_by_the_keys_wanted() {
 
     let none = vec![false; keys.len()];
     let pieces = file
-        .table(Family::Unnamed, 1, false, Some(&none))
+        .table(Family::Unnamed, 1, Reading::default(), Some(&none))
         .expect("read")
         .expect("seconds");
     assert!(pieces.is_empty(), "{} parts read for no key", pieces.len());
     assert!(file
-        .table(Family::Unnamed, 2, false, None)
+        .table(Family::Unnamed, 2, Reading::default(), None)
         .expect("read")
         .is_none());
 }
@@ -454,4 +454,71 @@ fn damaged_table_parts_are_refused_and_never_panic() {
     );
     let refused = refusals(&cells, 13, 3_000);
     assert!(refused > 2_800, "{refused}");
+}
+
+/// A cell as (bucket, key, spans, durations).
+type FullCell = (u64, u32, u64, Vec<(u8, u64)>);
+
+/// Every cell of `pieces`, in order.
+fn with_durations(pieces: &[CellTable]) -> Vec<FullCell> {
+    let mut out: Vec<_> = pieces
+        .iter()
+        .flat_map(|t| t.cells.iter().map(move |c| (t, c)))
+        .map(|(t, c)| (c.bucket, c.key, c.spans, t.durations_of(c).to_vec()))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Read for some buckets, a table gives each of their cells as it is,
+/// durations and all, and leaves the other buckets' cells out.
+#[test]
+fn a_table_read_for_some_buckets_gives_their_cells_whole() {
+    let mut spans = Vec::new();
+    for second in 1..=600u64 {
+        for s in 0..5u64 {
+            let service = format!("service-{s}");
+            for d in 0..(second % 4) {
+                let dur = 1000 << ((second + s + d) % 20);
+                spans.push(span(Some(&service), "GET /", 0, true, second * NANOS, dur));
+            }
+        }
+    }
+    let cells = counted(&spans);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table = dir.path().join("1.sst");
+    std::fs::write(crate::index::sidecar_path(&table), encode(&cells)).expect("write");
+    let whole = with_durations(std::slice::from_ref(
+        cells.table(Family::Unnamed, 1).expect("seconds"),
+    ));
+    // Every third second from the 100th to the 399th.
+    let first = 100;
+    let wanted: Vec<bool> = (0..300).map(|i| i % 3 == 0).collect();
+    let kept = |b: u64| b >= first && b < first + 300 && (b - first).is_multiple_of(3);
+    let expected: Vec<_> = whole.iter().filter(|c| kept(c.0)).cloned().collect();
+    assert!(expected.len() > 100 && expected.len() < whole.len() / 2);
+    assert!(expected.iter().any(|c| c.3.len() > 1));
+    {
+        let file = CellsFile::open(&table).expect("open").expect("cells");
+        let read = |durations| {
+            file.table(
+                Family::Unnamed,
+                1,
+                Reading {
+                    durations,
+                    buckets: Some((first, &wanted)),
+                },
+                None,
+            )
+            .expect("read")
+            .expect("seconds")
+        };
+        assert_eq!(with_durations(&read(true)), expected);
+        let counts: Vec<_> = with_durations(&read(false))
+            .into_iter()
+            .map(|c| (c.0, c.1, c.2))
+            .collect();
+        let expected: Vec<_> = expected.iter().map(|c| (c.0, c.1, c.2)).collect();
+        assert_eq!(counts, expected);
+    }
 }
