@@ -406,7 +406,7 @@ fn collect(out: &mut DescriptorEncoder<'_>, ops: &Ops) -> fmt::Result {
             ),
             (
                 "tracedb_index_cache_bytes",
-                "Bytes of sorted files' search-index summaries cached in memory (bounded by a share of --max-memory).",
+                "Bytes of the search index and metrics cells cached in memory: sorted files' summaries and digests, the buffers' cells and the files' inflated cells sections (bounded by an eighth of --max-memory).",
                 |e| e.stats.index_cache_bytes as u64,
             ),
             (

@@ -280,7 +280,11 @@ impl Engine {
         files: &[&'a Arc<TableFile>],
         family: Family,
     ) -> (Vec<Readable<'a>>, Vec<&'a Arc<TableFile>>) {
-        let open = |file: &TableFile| match CellsFile::open(file.path()) {
+        let cache = self.inner.summary_cache.cells_files();
+        let turn = cache.turn();
+        let open = |file: &TableFile| match CellsFile::open(file.path())
+            .and_then(|c| c.map(|c| c.cached_in(cache, file.id, turn)).transpose())
+        {
             Ok(Some(c)) => match c.counts() {
                 Ok(counts) => Some((c, counts)),
                 Err(e) => {

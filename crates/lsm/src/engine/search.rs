@@ -42,7 +42,7 @@ use crate::{
     index::{
         self,
         blocks::{BlockDigest, DigestTag, FileIndex, NeedTerms},
-        cells::FileCells,
+        cells::{FileCells, SectionCache},
         OpNeed, SummaryBuilder, SummarySet, TagScope, ValueKind,
     },
     memtable::Chunk,
@@ -79,28 +79,34 @@ pub(crate) struct SummaryCache {
     pub(super) cells_chunks: Mutex<HashMap<usize, ChunkCells>>,
     pub(super) cells_sealed: Mutex<HashMap<u64, Arc<FileCells>>>,
     pub(super) cells_bound: usize,
+    /// The files' metrics cells sections a query inflated.
+    pub(super) cells_files: Arc<SectionCache>,
 }
 
 impl SummaryCache {
     /// A cache that keeps at most about `file_bytes` of the files' summary
-    /// sets, sidecar digests and the buffers' metrics cells together.
-    /// (Each once had the whole bound, so the cache could hold twice its
-    /// share of `--max-memory`.) Five eighths go to the digests, which
-    /// every search walks (about 0.7 B per stored span: 67 MB at 100 M
-    /// spans, inside the 80 MiB of a 1 GiB server); a quarter to the sets,
-    /// which the lists of services and operations read (about 8 B per
-    /// span: they never all fit); an eighth to the buffers' cells, which a
-    /// metrics query otherwise counts again from their spans.
+    /// sets, sidecar digests and metrics cells together. (Each once had
+    /// the whole bound, so the cache could hold twice its share of
+    /// `--max-memory`.) Five eighths go to the digests, which every search
+    /// walks (about 0.7 B per stored span: 67 MB at 100 M spans, inside the
+    /// 80 MiB of a 1 GiB server); an eighth to the sets, which the lists of
+    /// services and operations read (about 8 B per span: past a few million
+    /// spans they never all fit); an eighth to the buffers' metrics cells,
+    /// which a metrics query otherwise counts again from their spans; an
+    /// eighth to the files' cells sections a metrics query inflated, which
+    /// a dashboard's next refresh reads again (the root spans' sections of
+    /// an hour of 85 M spans: about 8 MB).
     pub(crate) fn new(file_bytes: usize) -> Self {
-        let (files, cells) = (file_bytes / 4, file_bytes / 8);
+        let eighth = file_bytes / 8;
         SummaryCache {
-            files: Mutex::new(FileCache::new(files)),
-            digests: Mutex::new(FileCache::new(file_bytes - files - cells)),
+            files: Mutex::new(FileCache::new(eighth)),
+            digests: Mutex::new(FileCache::new(file_bytes - 3 * eighth)),
             sealed: Mutex::default(),
             chunks: Mutex::default(),
             cells_chunks: Mutex::default(),
             cells_sealed: Mutex::default(),
-            cells_bound: cells,
+            cells_bound: eighth,
+            cells_files: Arc::new(SectionCache::new(eighth)),
         }
     }
 
@@ -112,6 +118,11 @@ impl SummaryCache {
             .map(|(_, c)| c.bytes())
             .chain(self.cells_sealed.lock().values().map(|c| c.bytes()))
             .sum()
+    }
+
+    /// The files' metrics cells sections kept.
+    pub(super) fn cells_files(&self) -> &Arc<SectionCache> {
+        &self.cells_files
     }
 
     /// Caches the set of a file just written (saves reading its sidecar back).
@@ -128,17 +139,22 @@ impl SummaryCache {
             files.remove(*id);
             digests.remove(*id);
         }
+        self.cells_files.retain(|id| !ids.contains(&id));
     }
 
-    /// Forgets a file's digest (its sidecar was rebuilt).
+    /// Forgets what is cached of a file's sidecar (it was rebuilt).
     pub(super) fn forget_digest(&self, id: u64) {
         self.digests.lock().remove(id);
+        self.cells_files.retain(|f| f != id);
     }
 
-    /// Bytes of file summaries, digests and the buffers' metrics cells
-    /// cached, as estimated.
+    /// Bytes of file summaries, digests and metrics cells cached, as
+    /// estimated.
     pub(crate) fn file_bytes(&self) -> usize {
-        self.files.lock().bytes + self.digests.lock().bytes + self.cells_bytes()
+        self.files.lock().bytes
+            + self.digests.lock().bytes
+            + self.cells_bytes()
+            + self.cells_files.bytes()
     }
 }
 
@@ -544,6 +560,10 @@ impl Engine {
         let live: HashSet<u64> = snapshot.version.files().map(|f| f.id).collect();
         self.inner.summary_cache.files.lock().retain(&live);
         self.inner.summary_cache.digests.lock().retain(&live);
+        self.inner
+            .summary_cache
+            .cells_files
+            .retain(|id| live.contains(&id));
         snapshot
             .version
             .files()
@@ -792,7 +812,7 @@ mod tests {
     #[test]
     fn the_sets_and_the_digests_together_stay_within_the_cache_bytes() {
         let one = set(1).heap_bytes();
-        let limit = 4 * one;
+        let limit = 8 * one;
         let cache = SummaryCache::new(limit);
         for id in 0..8 {
             let s = set(1 + 1000 * u128::from(id));

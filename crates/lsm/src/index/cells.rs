@@ -28,6 +28,7 @@
 //! the unnamed cells of the files of a sorted run it writes added up, with
 //! one file ([`Counts`], [`RunCells`]).
 
+mod cache;
 mod format;
 mod run;
 
@@ -36,6 +37,7 @@ use std::borrow::Borrow;
 use super::{wire, HashMap};
 use crate::{error::Result, span::Span};
 
+pub use cache::SectionCache;
 pub use format::{cells_len, decode, encode, CellsFile, KeyList};
 pub use run::{RunCells, RUN_CELLS_BYTES};
 

@@ -2,11 +2,14 @@
 //! docs/FORMAT.md ("Metrics cells") writes them down: a zstd frame per key
 //! list and per table, an index frame saying where each is, and a footer.
 
-use std::path::Path;
+use std::{path::Path, sync::Arc};
 
 use tracedb_proto::wire::put_varint;
 
-use super::{Cell, CellKey, CellTable, Counts, Family, FileCells, Reading, BUCKET_SECONDS};
+use super::{
+    cache::{CacheRef, SectionCache},
+    Cell, CellKey, CellTable, Counts, Family, FileCells, Reading, BUCKET_SECONDS,
+};
 use crate::{
     error::{Error, Result},
     index::format::{Reader, MAX_BODY_BYTES},
@@ -651,6 +654,8 @@ pub struct CellsFile {
     file: std::fs::File,
     index_start: u64,
     sections: Vec<Section>,
+    /// Where inflated sections are kept between queries, if anywhere.
+    cache: Option<CacheRef>,
 }
 
 impl CellsFile {
@@ -681,25 +686,62 @@ impl CellsFile {
             file,
             index_start,
             sections,
+            cache: None,
         }))
+    }
+
+    /// These cells, keeping what they inflate in `cache` (and taking what
+    /// it kept) as file `file`'s, for the query whose turn is `turn`
+    /// ([`SectionCache::turn`]).
+    pub fn cached_in(
+        mut self,
+        cache: &Arc<SectionCache>,
+        file: u64,
+        turn: u64,
+    ) -> Result<CellsFile> {
+        use std::os::unix::fs::MetadataExt;
+        let inode = self
+            .file
+            .metadata()
+            .map_err(|e| Error::io(&self.path, e))?
+            .ino();
+        self.cache = Some(CacheRef {
+            cache: cache.clone(),
+            file,
+            inode,
+            turn,
+        });
+        Ok(self)
     }
 
     fn section(&self, what: What) -> Result<Option<(Section, Vec<u8>)>> {
         match self.sections.iter().find(|s| s.what == what) {
-            Some(s) => Ok(Some((*s, self.body(s)?))),
+            Some(s) => {
+                let body = Arc::try_unwrap(self.body(s)?).unwrap_or_else(|kept| (*kept).clone());
+                Ok(Some((*s, body)))
+            }
             None => Ok(None),
         }
     }
 
-    /// Section `s`'s body, inflated.
-    fn body(&self, s: &Section) -> Result<Vec<u8>> {
+    /// Section `s`'s body, inflated (or as the cache kept it).
+    fn body(&self, s: &Section) -> Result<Arc<Vec<u8>>> {
         use std::os::unix::fs::FileExt;
         let at = self.index_start - s.back;
+        if let Some(c) = &self.cache {
+            if let Some(body) = c.cache.get(c, at, s.crc, s.body_len) {
+                return Ok(body);
+            }
+        }
         let mut frame = vec![0u8; s.frame_len as usize];
         self.file
             .read_exact_at(&mut frame, at)
             .map_err(|e| Error::io(&self.path, e))?;
-        inflate(&self.path, at, &frame, s.body_len, s.crc)
+        let body = Arc::new(inflate(&self.path, at, &frame, s.body_len, s.crc)?);
+        if let Some(c) = &self.cache {
+            c.cache.put(c, at, s.crc, body.clone());
+        }
+        Ok(body)
     }
 
     /// Whose spans the cells count. A file of a run that holds no cells

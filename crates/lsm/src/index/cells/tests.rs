@@ -471,7 +471,8 @@ fn with_durations(pieces: &[CellTable]) -> Vec<FullCell> {
 }
 
 /// Read for some buckets, a table gives each of their cells as it is,
-/// durations and all, and leaves the other buckets' cells out.
+/// durations and all, and leaves the other buckets' cells out; read again
+/// from the cache, the same.
 #[test]
 fn a_table_read_for_some_buckets_gives_their_cells_whole() {
     let mut spans = Vec::new();
@@ -488,6 +489,7 @@ fn a_table_read_for_some_buckets_gives_their_cells_whole() {
     let dir = tempfile::tempdir().expect("tempdir");
     let table = dir.path().join("1.sst");
     std::fs::write(crate::index::sidecar_path(&table), encode(&cells)).expect("write");
+    let cache = Arc::new(SectionCache::new(1 << 20));
     let whole = with_durations(std::slice::from_ref(
         cells.table(Family::Unnamed, 1).expect("seconds"),
     ));
@@ -498,8 +500,12 @@ fn a_table_read_for_some_buckets_gives_their_cells_whole() {
     let expected: Vec<_> = whole.iter().filter(|c| kept(c.0)).cloned().collect();
     assert!(expected.len() > 100 && expected.len() < whole.len() / 2);
     assert!(expected.iter().any(|c| c.3.len() > 1));
-    {
-        let file = CellsFile::open(&table).expect("open").expect("cells");
+    for round in 0..2 {
+        let file = CellsFile::open(&table)
+            .expect("open")
+            .expect("cells")
+            .cached_in(&cache, 1, cache.turn())
+            .expect("cached");
         let read = |durations| {
             file.table(
                 Family::Unnamed,
@@ -513,12 +519,48 @@ fn a_table_read_for_some_buckets_gives_their_cells_whole() {
             .expect("read")
             .expect("seconds")
         };
-        assert_eq!(with_durations(&read(true)), expected);
+        assert_eq!(with_durations(&read(true)), expected, "round {round}");
         let counts: Vec<_> = with_durations(&read(false))
             .into_iter()
             .map(|c| (c.0, c.1, c.2))
             .collect();
         let expected: Vec<_> = expected.iter().map(|c| (c.0, c.1, c.2)).collect();
-        assert_eq!(counts, expected);
+        assert_eq!(counts, expected, "round {round}");
+        assert!(!cache.is_empty());
     }
+}
+
+/// A sidecar rebuilt over another (a new file renamed over the old) is
+/// read as itself, never as the sections the cache kept of the old one.
+#[test]
+fn a_rebuilt_sidecar_is_not_read_from_the_old_ones_cached_sections() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table = dir.path().join("1.sst");
+    let sidecar = crate::index::sidecar_path(&table);
+    let cache = Arc::new(SectionCache::new(1 << 20));
+    let mut read = Vec::new();
+    for services in [3, 4] {
+        let cells = counted(&every_second(services, 50));
+        let tmp = dir.path().join("new.idx");
+        std::fs::write(&tmp, encode(&cells)).expect("write");
+        std::fs::rename(&tmp, &sidecar).expect("rename");
+        let file = CellsFile::open(&table)
+            .expect("open")
+            .expect("cells")
+            .cached_in(&cache, 1, cache.turn())
+            .expect("cached");
+        assert_eq!(file.keys(Family::Unnamed).expect("keys"), cells.unnamed);
+        let pieces = file
+            .table(Family::Unnamed, 1, Reading::whole(), None)
+            .expect("read")
+            .expect("seconds");
+        assert_eq!(
+            with_durations(&pieces),
+            with_durations(std::slice::from_ref(
+                cells.table(Family::Unnamed, 1).expect("seconds")
+            ))
+        );
+        read.push(pieces.iter().map(|t| t.cells.len()).sum::<usize>());
+    }
+    assert_ne!(read[0], read[1]);
 }

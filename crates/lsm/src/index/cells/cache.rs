@@ -1,0 +1,253 @@
+//! Sections of files' metrics cells kept inflated between queries.
+//!
+//! A dashboard asks the same metrics queries again every few seconds, and
+//! each answer from cells read and inflated the same key lists and table
+//! parts of the same files: inflating was about a quarter of the CPU of
+//! Drilldown's rate panel on an hour of 85 M spans (docs/BENCHMARKS.md,
+//! "Tables kept inflated"). A file never changes, so what a query inflated
+//! is kept, bounded in bytes, and the next query parses it from memory.
+//!
+//! A section is known by its file, the sidecar's inode (a rebuilt sidecar
+//! is written to a new file and renamed over the old one, so its sections
+//! are never taken for the old one's) and its offset in the sidecar, and a
+//! kept body is given only to a reader whose section has the same checksum
+//! and length.
+//!
+//! Past the bound, the least recently used sections go first, but never
+//! one used since the query that wants room began: a query reading more
+//! than the bound would otherwise push out, one after another, the
+//! sections it read first, and every repeat of it would find nothing kept.
+//! It keeps what fits instead, and its repeats find that much.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::index::HashMap;
+
+/// Bytes an entry costs besides its body.
+const ENTRY_BYTES: usize = 96;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    file: u64,
+    inode: u64,
+    offset: u64,
+}
+
+struct Entry {
+    body: Arc<Vec<u8>>,
+    crc: u32,
+    used: u64,
+}
+
+#[derive(Default)]
+struct Kept {
+    entries: HashMap<Key, Entry>,
+    bytes: usize,
+    clock: u64,
+}
+
+/// Inflated cells sections, at most `bound` bytes of them.
+pub struct SectionCache {
+    kept: Mutex<Kept>,
+    bound: usize,
+}
+
+/// Where a [`crate::index::cells::CellsFile`] keeps what it inflates: the
+/// cache, the file's ID and the sidecar's inode, and the turn of the query
+/// reading it ([`SectionCache::turn`]).
+#[derive(Clone)]
+pub struct CacheRef {
+    pub(super) cache: Arc<SectionCache>,
+    pub(super) file: u64,
+    pub(super) inode: u64,
+    pub(super) turn: u64,
+}
+
+impl SectionCache {
+    pub fn new(bound: usize) -> SectionCache {
+        SectionCache {
+            kept: Mutex::default(),
+            bound,
+        }
+    }
+
+    /// A query's turn, taken when it begins: the sections it uses are not
+    /// pushed out to make room for the ones it reads later.
+    pub fn turn(&self) -> u64 {
+        let mut kept = self.kept.lock();
+        kept.clock += 1;
+        kept.clock
+    }
+
+    /// Bytes kept.
+    pub fn bytes(&self) -> usize {
+        self.kept.lock().bytes
+    }
+
+    /// Sections kept.
+    pub fn len(&self) -> usize {
+        self.kept.lock().entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Forgets the sections of the files `live` refuses.
+    pub fn retain(&self, live: impl Fn(u64) -> bool) {
+        let mut kept = self.kept.lock();
+        let Kept { entries, bytes, .. } = &mut *kept;
+        entries.retain(|k, e| {
+            let keep = live(k.file);
+            if !keep {
+                *bytes -= e.body.len() + ENTRY_BYTES;
+            }
+            keep
+        });
+    }
+
+    /// The body kept for the section at `offset` of `at`'s sidecar, if its
+    /// checksum is `crc` and its length `len`.
+    pub(super) fn get(
+        &self,
+        at: &CacheRef,
+        offset: u64,
+        crc: u32,
+        len: u32,
+    ) -> Option<Arc<Vec<u8>>> {
+        let key = Key {
+            file: at.file,
+            inode: at.inode,
+            offset,
+        };
+        let mut kept = self.kept.lock();
+        kept.clock += 1;
+        let now = kept.clock;
+        let e = kept.entries.get_mut(&key)?;
+        if e.crc != crc || e.body.len() != len as usize {
+            return None;
+        }
+        e.used = now;
+        Some(e.body.clone())
+    }
+
+    /// Keeps `body`, the section at `offset` of `at`'s sidecar, if it fits
+    /// once the sections unused since `at`'s turn are pushed out (least
+    /// recently used first) as needed.
+    pub(super) fn put(&self, at: &CacheRef, offset: u64, crc: u32, body: Arc<Vec<u8>>) {
+        let size = body.len() + ENTRY_BYTES;
+        if size > self.bound {
+            return;
+        }
+        let key = Key {
+            file: at.file,
+            inode: at.inode,
+            offset,
+        };
+        let mut kept = self.kept.lock();
+        if kept.entries.contains_key(&key) {
+            return;
+        }
+        if kept.bytes + size > self.bound {
+            let mut old: Vec<(u64, Key, usize)> = kept
+                .entries
+                .iter()
+                .filter(|(_, e)| e.used < at.turn)
+                .map(|(k, e)| (e.used, *k, e.body.len() + ENTRY_BYTES))
+                .collect();
+            let freeable: usize = old.iter().map(|o| o.2).sum();
+            if kept.bytes - freeable + size > self.bound {
+                return;
+            }
+            old.sort_unstable_by_key(|o| o.0);
+            for (_, k, bytes) in old {
+                if kept.bytes + size <= self.bound {
+                    break;
+                }
+                kept.entries.remove(&k);
+                kept.bytes -= bytes;
+            }
+        }
+        kept.clock += 1;
+        let used = kept.clock;
+        kept.bytes += size;
+        kept.entries.insert(key, Entry { body, crc, used });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(cache: &Arc<SectionCache>, file: u64, inode: u64, turn: u64) -> CacheRef {
+        CacheRef {
+            cache: cache.clone(),
+            file,
+            inode,
+            turn,
+        }
+    }
+
+    fn body(len: usize, byte: u8) -> Arc<Vec<u8>> {
+        Arc::new(vec![byte; len])
+    }
+
+    /// A kept body is given back for its file, sidecar and offset, and
+    /// only to a reader whose section has its checksum and length.
+    #[test]
+    fn a_kept_section_is_given_only_for_the_same_section() {
+        let cache = Arc::new(SectionCache::new(1 << 20));
+        let turn = cache.turn();
+        let a = at(&cache, 1, 10, turn);
+        cache.put(&a, 64, 7, body(100, 1));
+        assert_eq!(cache.get(&a, 64, 7, 100).as_deref(), Some(&vec![1; 100]));
+        assert!(cache.get(&a, 64, 8, 100).is_none(), "another checksum");
+        assert!(cache.get(&a, 64, 7, 99).is_none(), "another length");
+        assert!(cache.get(&a, 65, 7, 100).is_none(), "another offset");
+        assert!(cache.get(&at(&cache, 2, 10, turn), 64, 7, 100).is_none());
+        // A rebuilt sidecar is a new file.
+        assert!(cache.get(&at(&cache, 1, 11, turn), 64, 7, 100).is_none());
+        assert_eq!(cache.bytes(), 100 + ENTRY_BYTES);
+        cache.retain(|file| file != 1);
+        assert!(cache.is_empty() && cache.bytes() == 0);
+    }
+
+    /// Past the bound, the least recently used sections go first; a query
+    /// reading more than the bound keeps what it read first rather than
+    /// pushing it out, so its repeat finds that much.
+    #[test]
+    fn past_its_bound_the_cache_keeps_what_the_query_read_first() {
+        let size = 1000;
+        let cache = Arc::new(SectionCache::new(3 * (size + ENTRY_BYTES)));
+        // One query reads five sections: the first three are kept.
+        let first = at(&cache, 1, 1, cache.turn());
+        for offset in 0..5 {
+            cache.put(&first, offset, 0, body(size, offset as u8));
+        }
+        let kept = |r: &CacheRef| {
+            (0..5)
+                .filter(|&o| cache.get(r, o, 0, size as u32).is_some())
+                .count()
+        };
+        assert_eq!(cache.len(), 3);
+        // Its repeat finds them, and again cannot push them out.
+        let again = at(&cache, 1, 1, cache.turn());
+        assert_eq!(kept(&again), 3);
+        cache.put(&again, 3, 0, body(size, 3));
+        assert_eq!(kept(&again), 3);
+        assert!(cache.get(&again, 3, 0, size as u32).is_none());
+        // A later query pushes out the least recently used of them.
+        let later = at(&cache, 1, 1, cache.turn());
+        assert!(cache.get(&later, 0, 0, size as u32).is_some());
+        cache.put(&later, 4, 0, body(size, 4));
+        assert!(cache.get(&later, 4, 0, size as u32).is_some());
+        assert!(cache.get(&later, 0, 0, size as u32).is_some());
+        assert_eq!(cache.len(), 3);
+        assert!(cache.bytes() <= 3 * (size + ENTRY_BYTES));
+        // A section larger than the bound is never kept.
+        cache.put(&at(&cache, 2, 1, cache.turn()), 0, 0, body(4 * size, 9));
+        assert!(cache.get(&later, 0, 0, size as u32).is_some());
+    }
+}
