@@ -4,8 +4,9 @@
 //! each answer from cells read and inflated the same key lists and table
 //! parts of the same files: inflating was about a quarter of the CPU of
 //! Drilldown's rate panel on an hour of 85 M spans (docs/BENCHMARKS.md,
-//! "Tables kept inflated"). A file never changes, so what a query inflated
-//! is kept, bounded in bytes, and the next query parses it from memory.
+//! "Parts kept inflated and read in one pass"). A file never changes, so
+//! what a query inflated is kept, bounded in bytes, and the next query
+//! parses it from memory.
 //!
 //! A section is known by its file, the sidecar's inode (a rebuilt sidecar
 //! is written to a new file and renamed over the old one, so its sections
