@@ -12,7 +12,7 @@ use std::{
 use crate::{
     budget::{Overloaded, Permit},
     error::Result,
-    index::cells::{CellsBuilder, CellsFile, CellsView, Counts, Family, FileCells},
+    index::cells::{CellsBuilder, CellsFile, CellsView, Counts, Dict, Family, FileCells},
     version::{SuperVersion, TableFile, TimeRange},
 };
 
@@ -70,6 +70,12 @@ type Opened = Option<(CellsFile, Counts)>;
 const RECORD_BYTES: usize = 8;
 
 impl Engine {
+    /// The dictionary a metrics query numbers the cell keys of the sources
+    /// [`Engine::cells_in`] gives it with ([`CellsView::key_ids`]).
+    pub fn cells_dict(&self) -> Arc<Dict> {
+        self.inner.summary_cache.cells_files().dict()
+    }
+
     /// Calls `f` with the metrics cells of every source that may hold a
     /// span starting in `range`: each file whose time range overlaps it,
     /// and the buffers (their spans that overlap it, as one source). The

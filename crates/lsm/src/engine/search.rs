@@ -87,26 +87,28 @@ impl SummaryCache {
     /// A cache that keeps at most about `file_bytes` of the files' summary
     /// sets, sidecar digests and metrics cells together. (Each once had
     /// the whole bound, so the cache could hold twice its share of
-    /// `--max-memory`.) Five eighths go to the digests, which every search
-    /// walks (about 0.7 B per stored span: 67 MB at 100 M spans, inside the
-    /// 80 MiB of a 1 GiB server); an eighth to the sets, which the lists of
-    /// services and operations read (about 8 B per span: past a few million
-    /// spans they never all fit); an eighth to the buffers' metrics cells,
-    /// which a metrics query otherwise counts again from their spans; an
-    /// eighth to the files' cells sections a metrics query inflated, which
-    /// a dashboard's next refresh reads again (the root spans' sections of
-    /// an hour of 85 M spans: about 8 MB).
+    /// `--max-memory`.) Nine sixteenths go to the digests, which every
+    /// search walks (about 0.7 B per stored span: 67 MB at 100 M spans,
+    /// inside the 72 MiB of a 1 GiB server); a sixteenth to the sets, which
+    /// the lists of services and operations read (about 8 B per span: past
+    /// a million spans they never all fit); an eighth to the buffers'
+    /// metrics cells, which a metrics query otherwise counts again from
+    /// their spans; a quarter to the files' cells (`SectionCache`): the
+    /// sections a metrics query inflated and the dictionary of their keys,
+    /// which a dashboard's next refresh reads again (on an hour of 85 M
+    /// spans, the root spans' sections about 8 MB, the named keys and
+    /// each file's numbers for them about 9 MB).
     pub(crate) fn new(file_bytes: usize) -> Self {
-        let eighth = file_bytes / 8;
+        let sixteenth = file_bytes / 16;
         SummaryCache {
-            files: Mutex::new(FileCache::new(eighth)),
-            digests: Mutex::new(FileCache::new(file_bytes - 3 * eighth)),
+            files: Mutex::new(FileCache::new(sixteenth)),
+            digests: Mutex::new(FileCache::new(file_bytes - 7 * sixteenth)),
             sealed: Mutex::default(),
             chunks: Mutex::default(),
             cells_chunks: Mutex::default(),
             cells_sealed: Mutex::default(),
-            cells_bound: eighth,
-            cells_files: Arc::new(SectionCache::new(eighth)),
+            cells_bound: 2 * sixteenth,
+            cells_files: Arc::new(SectionCache::new(4 * sixteenth)),
         }
     }
 
@@ -812,7 +814,7 @@ mod tests {
     #[test]
     fn the_sets_and_the_digests_together_stay_within_the_cache_bytes() {
         let one = set(1).heap_bytes();
-        let limit = 8 * one;
+        let limit = 16 * one;
         let cache = SummaryCache::new(limit);
         for id in 0..8 {
             let s = set(1 + 1000 * u128::from(id));

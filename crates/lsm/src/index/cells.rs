@@ -29,6 +29,7 @@
 //! one file ([`Counts`], [`RunCells`]).
 
 mod cache;
+mod dict;
 mod format;
 mod run;
 
@@ -38,6 +39,7 @@ use super::{wire, HashMap};
 use crate::{error::Result, span::Span};
 
 pub use cache::SectionCache;
+pub use dict::{Dict, KeyDict};
 pub use format::{cells_len, decode, encode, CellsFile, KeyList};
 pub use run::{RunCells, RUN_CELLS_BYTES};
 
@@ -84,7 +86,7 @@ impl CellKey {
 }
 
 /// Which keys a table's cells have.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {
     /// The whole key.
     Named = 0,
@@ -586,6 +588,15 @@ impl CellsView<'_> {
         match self {
             CellsView::Memory(c) => Ok(KeyList::of(c.keys(family), family)),
             CellsView::File(f) => f.key_list(family),
+        }
+    }
+
+    /// The numbers `dict` gives the keys `family`'s tables number, in
+    /// their order ([`CellsFile::key_ids`]).
+    pub fn key_ids(&self, family: Family, dict: &Dict) -> Result<std::sync::Arc<[u32]>> {
+        match self {
+            CellsView::Memory(c) => Ok(dict.number(&KeyList::of(c.keys(family), family))),
+            CellsView::File(f) => f.key_ids(family, dict),
         }
     }
 

@@ -11,9 +11,11 @@
 //! every span the cell counts. Spans are read only for exemplars: a few
 //! traces from each tenth of the window.
 
+use std::sync::Arc;
+
 use tracedb_lsm::{
     index::{
-        cells::{CellKey, CellsView, Family, KeyList, Parent, Reading, BUCKET_SECONDS},
+        cells::{CellKey, CellsView, Dict, Family, Parent, Reading, BUCKET_SECONDS},
         SearchQuery,
     },
     CellsError, Engine, TimeRange, TraceId,
@@ -51,6 +53,9 @@ pub struct Plan {
     family: Family,
     levels: &'static [u64],
     durations: bool,
+    /// Whether the query's conditions read the span name (else a named
+    /// key has the verdict of the key without its name).
+    judges_names: bool,
 }
 
 /// How `req` can be answered from cells, if it can: every field its filters
@@ -80,7 +85,8 @@ pub fn plan(req: &MetricsRequest) -> Option<Plan> {
         return None;
     }
     let name = |a: &Attribute| matches!(a, Attribute::Intrinsic(Intrinsic::Name));
-    let named = fields.into_iter().any(name) || metrics.by.iter().any(name);
+    let judges_names = fields.into_iter().any(name);
+    let named = judges_names || metrics.by.iter().any(name);
     // The whole key's seconds hold counts only.
     let levels: &'static [u64] = if named && durations {
         &BUCKET_SECONDS[1..]
@@ -105,6 +111,7 @@ pub fn plan(req: &MetricsRequest) -> Option<Plan> {
         },
         levels,
         durations,
+        judges_names,
     })
 }
 
@@ -193,8 +200,14 @@ struct Counter<'a> {
     query: &'a Compiled,
     grid: Grid,
     plan: Plan,
-    /// Every key seen, by its bytes in a key list, numbered.
-    keys: Map<Box<[u8]>, u32>,
+    /// The numbering of the sources' keys ([`Engine::cells_dict`]).
+    dict: Arc<Dict>,
+    /// Per number the dictionary gave a key, the number this query gave
+    /// it when it first met it (`u32::MAX`: not met).
+    local: Vec<u32>,
+    /// Per dictionary number of a key without its name, whether keys with
+    /// its fields could match ([`Counter::could_match`]), once judged.
+    nameless: Vec<Option<bool>>,
     /// Per key number, its one-span trace if the query matches it.
     matched: Vec<Option<Trace>>,
     /// Per key number, whether its span could not be rebuilt (a cell of
@@ -248,6 +261,21 @@ impl Counter<'_> {
         }
     }
 
+    /// Whether the key the dictionary numbers `global` could match, as the
+    /// key without its name says, for a query whose conditions read no
+    /// name: when it is left out, so is every key with its fields.
+    fn could_match(&mut self, global: u32) -> bool {
+        let nameless = self.dict.without_name(global) as usize;
+        if nameless >= self.nameless.len() {
+            self.nameless.resize(nameless + 1, None);
+        }
+        *self.nameless[nameless].get_or_insert_with(|| {
+            // A key whose span cannot be rebuilt is judged whole.
+            key_trace(&self.dict.key(nameless as u32))
+                .is_none_or(|t| self.query.eval(&t).iter().any(|s| s.spans.contains(&0)))
+        })
+    }
+
     /// The buckets of level `l` that may hold spans of the grid:
     /// `first..=last`.
     fn buckets_of(&self, l: usize) -> (u64, u64) {
@@ -258,18 +286,30 @@ impl Counter<'_> {
         )
     }
 
-    /// The number of key `i` of `keys`, judged when first met.
-    fn id(&mut self, keys: &KeyList<'_>, i: usize) -> u32 {
-        if let Some(&id) = self.keys.get(keys.bytes(i)) {
-            return id;
+    /// This query's number for the key the dictionary numbers `global`,
+    /// judged when first met.
+    fn id(&mut self, global: u32) -> u32 {
+        let at = global as usize;
+        if at >= self.local.len() {
+            self.local.resize(at + 1, u32::MAX);
         }
-        let trace = key_trace(&keys.key(i));
-        self.unbuilt.push(trace.is_none());
-        let verdict = trace.filter(|t| self.query.eval(t).iter().any(|s| s.spans.contains(&0)));
+        if self.local[at] != u32::MAX {
+            return self.local[at];
+        }
+        // A key its nameless key's verdict leaves out is not built (most
+        // keys of a query of one service), the others are judged whole.
         let id = self.matched.len() as u32;
-        self.matched.push(verdict);
+        if !self.plan.judges_names && !self.could_match(global) {
+            self.unbuilt.push(false);
+            self.matched.push(None);
+        } else {
+            let trace = key_trace(&self.dict.key(global));
+            self.unbuilt.push(trace.is_none());
+            let verdict = trace.filter(|t| self.query.eval(t).iter().any(|s| s.spans.contains(&0)));
+            self.matched.push(verdict);
+        }
         self.rows.push(None);
-        self.keys.insert(keys.bytes(i).into(), id);
+        self.local[at] = id;
         id
     }
 
@@ -278,8 +318,8 @@ impl Counter<'_> {
     /// before any is counted, so a source that fails to read counts nothing.
     fn add(&mut self, cells: &CellsView<'_>) -> tracedb_lsm::Result<()> {
         let family = self.plan.family;
-        let keys = cells.keys(family)?;
-        let ids: Vec<u32> = (0..keys.len()).map(|i| self.id(&keys, i)).collect();
+        let numbers = cells.key_ids(family, &self.dict)?;
+        let ids: Vec<u32> = numbers.iter().map(|&g| self.id(g)).collect();
         let want: Vec<bool> = ids
             .iter()
             .map(|&id| self.matched[id as usize].is_some() || self.unbuilt[id as usize])
@@ -375,7 +415,9 @@ impl Counter<'_> {
     /// Bytes the sums hold, for the memory budget.
     fn bytes(&self) -> usize {
         (self.sums.len() + self.dense.len()) * 64
-            + self.keys.len() * 128
+            + self.matched.len() * 128
+            + self.local.len() * 4
+            + self.nameless.len() * 2
             + self
                 .intervals
                 .iter()
@@ -429,7 +471,9 @@ pub fn run(
         query: &req.query,
         grid: req.grid,
         plan,
-        keys: Map::default(),
+        dict: engine.cells_dict(),
+        local: Vec::new(),
+        nameless: Vec::new(),
         matched: Vec::new(),
         unbuilt: Vec::new(),
         rows: Vec::new(),

@@ -24,6 +24,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::dict::{Dict, KeyDict};
 use crate::index::HashMap;
 
 /// Bytes an entry costs besides its body.
@@ -49,10 +50,13 @@ struct Kept {
     clock: u64,
 }
 
-/// Inflated cells sections, at most `bound` bytes of them.
+/// Inflated cells sections, at most `bound` bytes of them, and the
+/// dictionary of cell keys ([`KeyDict`]), which takes half the cache's
+/// bytes.
 pub struct SectionCache {
     kept: Mutex<Kept>,
     bound: usize,
+    dict: KeyDict,
 }
 
 /// Where a [`crate::index::cells::CellsFile`] keeps what it inflates: the
@@ -67,11 +71,19 @@ pub struct CacheRef {
 }
 
 impl SectionCache {
-    pub fn new(bound: usize) -> SectionCache {
+    /// A cache of `bytes` in all.
+    pub fn new(bytes: usize) -> SectionCache {
+        let dict = bytes / 2;
         SectionCache {
             kept: Mutex::default(),
-            bound,
+            bound: bytes - dict,
+            dict: KeyDict::new(dict),
         }
+    }
+
+    /// The dictionary a query numbers its sources' keys with.
+    pub fn dict(&self) -> Arc<Dict> {
+        self.dict.current()
     }
 
     /// A query's turn, taken when it begins: the sections it uses are not
@@ -82,9 +94,9 @@ impl SectionCache {
         kept.clock
     }
 
-    /// Bytes kept.
+    /// Bytes kept, the current dictionary's included.
     pub fn bytes(&self) -> usize {
-        self.kept.lock().bytes
+        self.kept.lock().bytes + self.dict.bytes()
     }
 
     /// Sections kept.
@@ -96,8 +108,10 @@ impl SectionCache {
         self.len() == 0
     }
 
-    /// Forgets the sections of the files `live` refuses.
+    /// Forgets the sections, and the numbers of the keys, of the files
+    /// `live` refuses.
     pub fn retain(&self, live: impl Fn(u64) -> bool) {
+        self.dict.retain(&live);
         let mut kept = self.kept.lock();
         let Kept { entries, bytes, .. } = &mut *kept;
         entries.retain(|k, e| {
@@ -221,7 +235,8 @@ mod tests {
     #[test]
     fn past_its_bound_the_cache_keeps_what_the_query_read_first() {
         let size = 1000;
-        let cache = Arc::new(SectionCache::new(3 * (size + ENTRY_BYTES)));
+        // Three sections' room, once the dictionary's half is taken.
+        let cache = Arc::new(SectionCache::new(6 * (size + ENTRY_BYTES)));
         // One query reads five sections: the first three are kept.
         let first = at(&cache, 1, 1, cache.turn());
         for offset in 0..5 {

@@ -8,6 +8,7 @@ use tracedb_proto::wire::put_varint;
 
 use super::{
     cache::{CacheRef, SectionCache},
+    dict::{Dict, ListId},
     Cell, CellKey, CellTable, Counts, Family, FileCells, Reading, BUCKET_SECONDS,
 };
 use crate::{
@@ -18,6 +19,7 @@ use crate::{
 
 mod keys;
 
+pub(super) use keys::decode_key;
 use keys::put_key;
 pub use keys::KeyList;
 
@@ -784,6 +786,31 @@ impl CellsFile {
                 "metrics cells without their keys",
             )),
         }
+    }
+
+    /// The numbers `dict` gives `family`'s keys, in their list's order.
+    /// When these cells are cached ([`CellsFile::cached_in`]), `dict` keeps
+    /// them for this file's list, and the list is not read again.
+    pub fn key_ids(&self, family: Family, dict: &Dict) -> Result<Arc<[u32]>> {
+        let section = self.sections.iter().find(|s| s.what == What::Keys(family));
+        let list = match (&self.cache, section) {
+            (Some(c), Some(s)) => Some(ListId {
+                file: c.file,
+                inode: c.inode,
+                family,
+                crc: s.crc,
+                len: s.body_len,
+            }),
+            _ => None,
+        };
+        if let Some(ids) = list.as_ref().and_then(|l| dict.file(l)) {
+            return Ok(ids);
+        }
+        let ids = dict.number(&self.key_list(family)?);
+        if let Some(l) = list {
+            dict.keep_file(l, ids.clone());
+        }
+        Ok(ids)
     }
 
     /// The table of `family` with buckets of `seconds`, if the cells have

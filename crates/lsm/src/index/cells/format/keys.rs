@@ -96,16 +96,28 @@ impl KeyList<'_> {
 
     /// Key `i`.
     pub fn key(&self, i: usize) -> CellKey {
-        let bytes = self.bytes(i);
-        let mut r = Reader {
-            path: Path::new("a checked key list"),
-            buf: bytes,
-            at: 0,
-        };
-        key_at(&mut r, self.family)
-            .expect("keys are checked when listed")
-            .key(bytes)
+        decode_key(self.bytes(i), self.family)
     }
+
+    /// The family of the keys.
+    pub fn family(&self) -> Family {
+        self.family
+    }
+}
+
+/// A key of `family` from its bytes in a key list that was checked.
+///
+/// # Panics
+/// If `bytes` are not one key of `family`.
+pub(in crate::index::cells) fn decode_key(bytes: &[u8], family: Family) -> CellKey {
+    let mut r = Reader {
+        path: Path::new("a checked key list"),
+        buf: bytes,
+        at: 0,
+    };
+    key_at(&mut r, family)
+        .expect("keys are checked when listed")
+        .key(bytes)
 }
 
 /// Where an optional field's bytes are, if it is present.
