@@ -299,7 +299,8 @@ impl Counter<'_> {
         // A key its nameless key's verdict leaves out is not built (most
         // keys of a query of one service), the others are judged whole.
         let id = self.matched.len() as u32;
-        if !self.plan.judges_names && !self.could_match(global) {
+        let nameless_judges = self.plan.family == Family::Named && !self.plan.judges_names;
+        if nameless_judges && !self.could_match(global) {
             self.unbuilt.push(false);
             self.matched.push(None);
         } else {
