@@ -602,6 +602,8 @@ impl Engine {
             memory_bytes: self.inner.write.budget.buffered(),
             memory_budget_bytes: self.inner.write.budget.limit(),
             index_cache_bytes: self.inner.summary_cache.file_bytes(),
+            cells_sections_bytes: self.inner.summary_cache.cells_files().sections_bytes(),
+            cells_dict_bytes: self.inner.summary_cache.cells_files().dict_bytes(),
             tables: levels.iter().map(|l| l.files).sum(),
             table_bytes: levels.iter().map(|l| l.bytes).sum(),
             levels,

@@ -383,7 +383,7 @@ fn collect(out: &mut DescriptorEncoder<'_>, ops: &Ops) -> fmt::Result {
                 cold: engine.cold_stats(),
             })
             .collect();
-        let gauges: [Family; 7] = [
+        let gauges: [Family; 9] = [
             (
                 "tracedb_memtable_spans",
                 "Spans in the memtable.",
@@ -408,6 +408,16 @@ fn collect(out: &mut DescriptorEncoder<'_>, ops: &Ops) -> fmt::Result {
                 "tracedb_index_cache_bytes",
                 "Bytes of the search index and metrics cells cached in memory: sorted files' summaries and digests, the buffers' cells and the files' inflated cells sections (bounded by an eighth of --max-memory).",
                 |e| e.stats.index_cache_bytes as u64,
+            ),
+            (
+                "tracedb_metrics_cells_cached_bytes",
+                "Of the index cache, the sorted files' metrics cells sections a metrics query inflated and kept for the next.",
+                |e| e.stats.cells_sections_bytes as u64,
+            ),
+            (
+                "tracedb_metrics_key_dict_bytes",
+                "Of the index cache, the dictionary numbering metrics cell keys and each file's list of numbers.",
+                |e| e.stats.cells_dict_bytes as u64,
             ),
             (
                 "tracedb_sorted_files",

@@ -17,8 +17,13 @@ pub struct EngineStats {
     /// admitted writes not yet buffered), and the budget.
     pub memory_bytes: usize,
     pub memory_budget_bytes: usize,
-    /// Bytes of sorted files' search-index summaries cached in memory.
+    /// Bytes of sorted files' search-index summaries and metrics cells
+    /// cached in memory.
     pub index_cache_bytes: usize,
+    /// Of those, the files' inflated metrics cells sections, and the
+    /// dictionary of their keys.
+    pub cells_sections_bytes: usize,
+    pub cells_dict_bytes: usize,
     /// Live files and their bytes, all levels.
     pub tables: usize,
     pub table_bytes: u64,

@@ -407,6 +407,8 @@ async fn metrics_and_ready_are_served() {
         "tracedb_wal_data_sync_seconds_total",
         "tracedb_backpressure_rejections_total",
         "tracedb_index_cache_bytes",
+        "tracedb_metrics_cells_cached_bytes",
+        "tracedb_metrics_key_dict_bytes",
     ] {
         assert!(
             text.contains(&format!("# TYPE {family} ")),

@@ -96,7 +96,17 @@ impl SectionCache {
 
     /// Bytes kept, the current dictionary's included.
     pub fn bytes(&self) -> usize {
-        self.kept.lock().bytes + self.dict.bytes()
+        self.sections_bytes() + self.dict_bytes()
+    }
+
+    /// Bytes of the sections kept.
+    pub fn sections_bytes(&self) -> usize {
+        self.kept.lock().bytes
+    }
+
+    /// Bytes of the current dictionary.
+    pub fn dict_bytes(&self) -> usize {
+        self.dict.bytes()
     }
 
     /// Sections kept.

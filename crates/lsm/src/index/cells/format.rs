@@ -716,10 +716,12 @@ impl CellsFile {
         Ok(self)
     }
 
-    fn section(&self, what: What) -> Result<Option<(Section, Vec<u8>)>> {
+    /// Section `what`, if the cells have it, kept in the cache if `keep`.
+    fn section(&self, what: What, keep: bool) -> Result<Option<(Section, Vec<u8>)>> {
         match self.sections.iter().find(|s| s.what == what) {
             Some(s) => {
-                let body = Arc::try_unwrap(self.body(s)?).unwrap_or_else(|kept| (*kept).clone());
+                let body =
+                    Arc::try_unwrap(self.read(s, keep)?).unwrap_or_else(|kept| (*kept).clone());
                 Ok(Some((*s, body)))
             }
             None => Ok(None),
@@ -728,6 +730,12 @@ impl CellsFile {
 
     /// Section `s`'s body, inflated (or as the cache kept it).
     fn body(&self, s: &Section) -> Result<Arc<Vec<u8>>> {
+        self.read(s, true)
+    }
+
+    /// Section `s`'s body, inflated (or as the cache kept it), and kept in
+    /// the cache if `keep`.
+    fn read(&self, s: &Section, keep: bool) -> Result<Arc<Vec<u8>>> {
         use std::os::unix::fs::FileExt;
         let at = self.index_start - s.back;
         if let Some(c) = &self.cache {
@@ -740,7 +748,7 @@ impl CellsFile {
             .read_exact_at(&mut frame, at)
             .map_err(|e| Error::io(&self.path, e))?;
         let body = Arc::new(inflate(&self.path, at, &frame, s.body_len, s.crc)?);
-        if let Some(c) = &self.cache {
+        if let Some(c) = self.cache.as_ref().filter(|_| keep) {
             c.cache.put(c, at, s.crc, body.clone());
         }
         Ok(body)
@@ -755,7 +763,7 @@ impl CellsFile {
             .find(|s| matches!(s.what, What::Run { .. }))
             .map(|s| s.what);
         let run = match run {
-            Some(what) => self.section(what)?,
+            Some(what) => self.section(what, true)?,
             None => None,
         };
         counts_of(&self.path, run)
@@ -778,7 +786,12 @@ impl CellsFile {
 
     /// The keys `family`'s tables number, as their list holds them.
     pub fn key_list(&self, family: Family) -> Result<KeyList<'static>> {
-        match self.section(What::Keys(family))? {
+        self.read_key_list(family, true)
+    }
+
+    /// [`CellsFile::key_list`], the list kept in the cache if `keep`.
+    fn read_key_list(&self, family: Family, keep: bool) -> Result<KeyList<'static>> {
+        match self.section(What::Keys(family), keep)? {
             Some((s, body)) => KeyList::read(&self.path, body, family, s.count),
             None => Err(corrupt(
                 &self.path,
@@ -806,7 +819,9 @@ impl CellsFile {
         if let Some(ids) = list.as_ref().and_then(|l| dict.file(l)) {
             return Ok(ids);
         }
-        let ids = dict.number(&self.key_list(family)?);
+        // A list whose numbers the dictionary keeps is not read again, so
+        // the section cache does not keep it.
+        let ids = dict.number(&self.read_key_list(family, list.is_none())?);
         if let Some(l) = list {
             dict.keep_file(l, ids.clone());
         }
