@@ -9,10 +9,11 @@
 //! query numbers a file's keys without reading its key list.
 //!
 //! The numbers of one [`Dict`] never change: a query takes the current one
-//! when it begins and numbers every source with it. Once a dictionary holds
-//! its bound it keeps no more files' numbers, and the next query is given a
-//! new, empty one; queries still using the old one keep it alive until
-//! they end.
+//! when it begins and numbers every source with it. A file's numbers are
+//! kept while they fit the dictionary's bound (the others' lists are
+//! numbered again at each query); once the keys themselves pass it, the
+//! next query is given a new, empty dictionary, and queries still using
+//! the old one keep it alive until they end.
 
 use std::sync::Arc;
 
@@ -119,13 +120,14 @@ impl Dict {
         self.numbers.lock().files.get(list).cloned()
     }
 
-    /// Keeps `ids` as the numbers of the key list `list`, while the
-    /// dictionary is within its bound.
+    /// Keeps `ids` as the numbers of the key list `list`, if they fit the
+    /// dictionary's bound. A list that does not fit is numbered again by
+    /// each query that reads it; the dictionary is still used (only its
+    /// keys growing past the bound has it replaced).
     pub(super) fn keep_file(&self, list: ListId, ids: Arc<[u32]>) {
         let mut n = self.numbers.lock();
         let size = 4 * ids.len() + ENTRY_BYTES;
         if n.full || n.bytes + size > self.bound {
-            n.full = true;
             return;
         }
         if n.files.insert(list, ids).is_none() {
@@ -278,6 +280,21 @@ mod tests {
         keys.retain(|file| file != 1);
         assert!(dict.file(&list(1, 5)).is_none());
         assert!(dict.bytes() < before);
+    }
+
+    /// A file's numbers that do not fit are not kept, and the dictionary,
+    /// its keys within the bound, stays the one queries are given.
+    #[test]
+    fn a_file_that_does_not_fit_is_numbered_again_and_the_dictionary_stays() {
+        let keys = KeyDict::new(1_000);
+        let dict = keys.current();
+        let ids = dict.number(&KeyList::of(&[key("a", Some("x"))], Family::Named));
+        let big: Arc<[u32]> = vec![ids[0]; 300].into();
+        dict.keep_file(list(1, 1), big);
+        assert!(dict.file(&list(1, 1)).is_none());
+        dict.keep_file(list(2, 1), ids.clone());
+        assert_eq!(dict.file(&list(2, 1)).as_deref(), Some(&*ids));
+        assert!(Arc::ptr_eq(&dict, &keys.current()));
     }
 
     /// Past its bound a dictionary keeps no more files' numbers, and the
