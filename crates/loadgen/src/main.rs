@@ -115,6 +115,12 @@ struct Args {
     /// would.
     #[arg(long, default_value_t = 0)]
     start_ago_secs: u64,
+    /// How many milliseconds apart the pool's traces start: with a pool of
+    /// T traces, a pass covers T times this of span time (with 2 M spans,
+    /// about 72.7 k traces: 166 ms and a shift of 12,070,000 ms fill a
+    /// week in 50 passes).
+    #[arg(long, default_value_t = 1)]
+    trace_spacing_ms: u64,
     /// The search workload's cardinalities: hundreds of span names, and on
     /// each root span a `user.id` (up to a million values) and a `tenant`
     /// (five).
@@ -231,6 +237,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         pool_spans: args.pool_spans.max(args.batch_size),
         services: args.services,
         pass_shift_nanos: args.pass_shift_ms * 1_000_000,
+        trace_spacing_nanos: args.trace_spacing_ms.max(1) * 1_000_000,
         search_attributes: args.search_attributes,
         start_unix_nano: WorkloadOptions::default()
             .start_unix_nano

@@ -49,6 +49,9 @@ pub struct WorkloadOptions {
     /// How much later each pass over the pool runs than the one before (0:
     /// every pass has the pool's times).
     pub pass_shift_nanos: u64,
+    /// How far apart the pool's traces start (the pool covers its traces
+    /// times this in span time).
+    pub trace_spacing_nanos: u64,
     /// Cardinalities a search meets in production: non-root span names in
     /// the hundreds, and on each root span a `user.id` with up to a million
     /// values (one per trace of the pool at most) and a `tenant` of five.
@@ -66,6 +69,7 @@ impl Default for WorkloadOptions {
             error_fraction: 0.02,
             start_unix_nano: current_minute_unix_nano(),
             pass_shift_nanos: 0,
+            trace_spacing_nanos: 1_000_000,
             search_attributes: false,
         }
     }
@@ -207,7 +211,7 @@ pub fn generate(opts: &WorkloadOptions) -> anyhow::Result<Workload> {
     while queue.len() + late.len() < opts.pool_spans {
         let trace_id: u128 = rng.random::<u128>() | 1;
         let n = rng.random_range(5..=50u32);
-        let start = base_time + traces.len() as u64 * 1_000_000;
+        let start = base_time + traces.len() as u64 * opts.trace_spacing_nanos;
         let root_service = rng.random_range(0..services);
         let mut span_ids = Vec::with_capacity(n as usize);
         let mut spans = Vec::with_capacity(n as usize);
@@ -524,6 +528,36 @@ mod tests {
             }
         }
         assert!(w.traces.iter().all(|t| count[&t.id] == t.spans));
+    }
+
+    #[test]
+    fn traces_start_the_spacing_apart() {
+        let spacing = 250_000_000;
+        let w = generate(&WorkloadOptions {
+            trace_spacing_nanos: spacing,
+            ..small()
+        })
+        .expect("workload");
+        let mut roots: Vec<u64> = w
+            .requests
+            .iter()
+            .flat_map(|r| {
+                ExportTraceServiceRequest::decode(r.body.clone())
+                    .expect("valid")
+                    .resource_spans
+            })
+            .flat_map(|rs| rs.scope_spans)
+            .flat_map(|ss| ss.spans)
+            .filter(|s| s.parent_span_id.is_empty())
+            .map(|s| s.start_time_unix_nano)
+            .collect();
+        roots.sort_unstable();
+        assert_eq!(roots.len(), w.traces.len());
+        // A root starts within its trace's first 10 ms.
+        for (i, pair) in roots.windows(2).enumerate() {
+            let gap = pair[1] - pair[0];
+            assert!(gap > spacing - 10_000_000 && gap < spacing + 10_000_000, "gap {i}: {gap}");
+        }
     }
 
     #[test]
