@@ -18,10 +18,12 @@ use crate::{
 };
 
 mod keys;
+mod table;
 
 pub(super) use keys::decode_key;
 use keys::put_key;
 pub use keys::KeyList;
+use table::{key_ranges, parse_table, table_body};
 
 /// Cells of a table part, about: a table is written in parts, each holding
 /// the cells of a range of keys, so a query reads the parts holding the
@@ -92,73 +94,6 @@ fn keys_body(keys: &[CellKey]) -> Vec<u8> {
         put_key(&mut body, k);
     }
     body
-}
-
-/// Cells of `t` (some or all, in its order) in columns, which compress
-/// better than cells one after another: each cell's bucket (as the step
-/// from the previous cell's), its key (as the step from the previous
-/// cell's in the same bucket, else whole), its spans, then (in a table with
-/// durations) its duration buckets.
-fn table_body<'a>(t: &CellTable, cells: impl Iterator<Item = &'a Cell> + Clone) -> Vec<u8> {
-    let mut body = Vec::new();
-    let mut last = 0u64;
-    for c in cells.clone() {
-        put_varint(&mut body, c.bucket - last);
-        last = c.bucket;
-    }
-    let mut prev: Option<&Cell> = None;
-    for c in cells.clone() {
-        let key = match prev {
-            Some(p) if p.bucket == c.bucket => c.key - p.key,
-            _ => c.key,
-        };
-        put_varint(&mut body, u64::from(key));
-        prev = Some(c);
-    }
-    for c in cells.clone() {
-        put_varint(&mut body, c.spans);
-    }
-    if t.has_durations {
-        for c in cells {
-            let durations = t.durations_of(c);
-            put_varint(&mut body, durations.len() as u64);
-            for &(exp, n) in durations {
-                body.push(exp);
-                put_varint(&mut body, n);
-            }
-        }
-    }
-    body
-}
-
-/// The ranges of keys (first and last, inclusive) `t`'s parts hold. A
-/// part ends where the keys' parent changes, and once past [`PART_CELLS`]
-/// cells where their service does (or at any key past four times that), so
-/// the keys a query of roots, or of one service, matches are in few parts.
-fn key_ranges(t: &CellTable, keys: &[CellKey]) -> Vec<(u32, u32)> {
-    let n = keys.len() as u32;
-    if n < 2 {
-        return vec![(0, n.saturating_sub(1))];
-    }
-    let mut per_key = vec![0usize; keys.len()];
-    for c in &t.cells {
-        per_key[c.key as usize] += 1;
-    }
-    let mut ranges = Vec::new();
-    let (mut first, mut cells) = (0u32, 0usize);
-    for k in 1..n {
-        cells += per_key[k as usize - 1];
-        let (a, b) = (&keys[k as usize - 1], &keys[k as usize]);
-        if a.parent != b.parent
-            || (cells >= PART_CELLS && a.service != b.service)
-            || cells >= 4 * PART_CELLS
-        {
-            ranges.push((first, k - 1));
-            (first, cells) = (k, 0);
-        }
-    }
-    ranges.push((first, n - 1));
-    ranges
 }
 
 /// A run's files, each ID as the step from the one before.
@@ -498,155 +433,6 @@ fn counts_of(path: &Path, run: Option<(Section, Vec<u8>)>) -> Result<Counts> {
             _ => unreachable!("a run section"),
         },
     })
-}
-
-/// Where `n` varints from `from` in `buf` end, counting their last bytes
-/// (under 0x80); `None` when `buf` ends first.
-fn varints_end(buf: &[u8], from: usize, n: usize) -> Option<usize> {
-    if n == 0 {
-        return Some(from);
-    }
-    let mut left = n;
-    for (i, &b) in buf.get(from..)?.iter().enumerate() {
-        if b & 0x80 == 0 {
-            left -= 1;
-            if left == 0 {
-                return Some(from + i + 1);
-            }
-        }
-    }
-    None
-}
-
-/// The table, or table part, of section `s` from its inflated `body`, its
-/// family having `keys` keys, read as `reading` asks.
-///
-/// The columns are read side by side, a cell at a time (where each starts
-/// is found first by counting the varints' last bytes), so a cell the
-/// reading leaves out is never stored.
-fn parse_table(
-    path: &Path,
-    body: &[u8],
-    s: &Section,
-    keys: u64,
-    reading: Reading<'_>,
-) -> Result<CellTable> {
-    let What::Table(family, seconds, has_durations) = s.what else {
-        unreachable!("a table's section")
-    };
-    let n = s.count;
-    // The keys its cells may have: `first..end`.
-    let (first, end) = s.keys.map_or((0, keys), |(a, b)| (a, u64::from(b) + 1));
-    let reader = |at| Reader {
-        path,
-        buf: body,
-        at,
-    };
-    // Each cell takes at least a byte in each of its three columns.
-    if n > body.len() as u64 / 3 {
-        return Err(reader(0).err("more cells than their bytes hold"));
-    }
-    let n = n as usize;
-    let column_end =
-        |from| varints_end(body, from, n).ok_or_else(|| reader(body.len()).err("truncated"));
-    let keys_at = column_end(0)?;
-    let spans_at = column_end(keys_at)?;
-    let durations_at = column_end(spans_at)?;
-    let (mut rb, mut rk, mut rs, mut rd) = (
-        reader(0),
-        reader(keys_at),
-        reader(spans_at),
-        reader(durations_at),
-    );
-    let read_durations = has_durations && reading.durations;
-    let mut t = CellTable {
-        family,
-        seconds,
-        has_durations: read_durations,
-        cells: Vec::with_capacity(n),
-        durations: Vec::new(),
-    };
-    if read_durations {
-        // Each cell's list takes a byte for its length, and each bucket two
-        // at least: room for them all at once.
-        t.durations
-            .reserve((body.len() - durations_at).saturating_sub(n) / 2);
-    }
-    let (mut bucket, mut last) = (0u64, None::<(u64, u32)>);
-    for _ in 0..n {
-        bucket = bucket
-            .checked_add(rb.varint()?)
-            .ok_or_else(|| rb.err("a cell's bucket overflows"))?;
-        let step = small(&mut rk)?;
-        let key = match last {
-            Some((b, k)) if b == bucket => {
-                if step == 0 {
-                    return Err(rk.err("cells out of order"));
-                }
-                k.checked_add(step)
-                    .ok_or_else(|| rk.err("a cell's key overflows"))?
-            }
-            _ => step,
-        };
-        if key < first || u64::from(key) >= end {
-            return Err(rk.err("a cell names a key its family or table part does not have"));
-        }
-        last = Some((bucket, key));
-        let spans = rs.varint()?;
-        if spans == 0 {
-            return Err(rs.err("a cell of no spans"));
-        }
-        let kept = reading.keeps(bucket);
-        let from = t.durations.len() as u32;
-        if read_durations {
-            let b = rd.count(2)?;
-            if kept {
-                // Exponents start at 1: 0 is below any.
-                let mut last_exp = 0;
-                let mut in_buckets = 0u64;
-                for _ in 0..b {
-                    let exp = rd.bytes(1)?[0];
-                    let count = rd.varint()?;
-                    if exp <= last_exp || exp > 64 || count == 0 {
-                        return Err(
-                            rd.err("a cell's durations are out of order, out of range or empty")
-                        );
-                    }
-                    last_exp = exp;
-                    in_buckets = in_buckets.saturating_add(count);
-                    t.durations.push((exp, count));
-                }
-                if in_buckets > spans {
-                    return Err(rd.err("a cell counts fewer spans than its durations"));
-                }
-            } else {
-                // Stepped over: each bucket is an exponent byte and a
-                // varint. The frame's checksum vouched for them.
-                for _ in 0..b {
-                    rd.at = varints_end(body, rd.at + 1, 1).ok_or_else(|| rd.err("truncated"))?;
-                }
-            }
-        }
-        if kept {
-            t.cells.push(Cell {
-                bucket,
-                key,
-                spans,
-                durations: (from, t.durations.len() as u32),
-            });
-        }
-    }
-    // A table read without its durations stops before them; the frame's
-    // checksum vouched for the rest.
-    let end_at = match (has_durations, read_durations) {
-        (false, _) => durations_at,
-        (true, true) => rd.at,
-        (true, false) => body.len(),
-    };
-    if end_at != body.len() {
-        return Err(reader(end_at).err("bytes left over after the cells"));
-    }
-    Ok(t)
 }
 
 /// The cells at the end of a sidecar, opened: their index read, their key
