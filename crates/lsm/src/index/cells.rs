@@ -573,6 +573,24 @@ impl Reading<'_> {
                 .unwrap_or(false),
         }
     }
+
+    /// Whether the cells of any bucket of `from..=to` are read.
+    fn keeps_any(&self, from: u64, to: u64) -> bool {
+        match self.buckets {
+            None => true,
+            Some((first, wanted)) => {
+                let lo = from.saturating_sub(first);
+                let hi = to.saturating_sub(first).saturating_add(1);
+                to >= first
+                    && usize::try_from(lo).is_ok_and(|lo| {
+                        let hi = usize::try_from(hi).unwrap_or(usize::MAX).min(wanted.len());
+                        wanted
+                            .get(lo..hi.max(lo))
+                            .is_some_and(|w| w.contains(&true))
+                    })
+            }
+        }
+    }
 }
 
 /// A source's cells as a query reads them: counted in memory, or at the

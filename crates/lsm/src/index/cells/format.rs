@@ -79,6 +79,9 @@ struct Section {
     /// A table's part: the first and last key (inclusive) its cells have.
     /// `None` for a whole table and the other sections.
     keys: Option<(u32, u32)>,
+    /// A table's part framed in time: the first and last bucket (inclusive)
+    /// its cells have. `None` for a part of every bucket of its table.
+    buckets: Option<(u64, u64)>,
     /// Keys or cells it holds.
     count: u64,
     /// Bytes from the frame's start to the index frame's start.
@@ -88,12 +91,49 @@ struct Section {
     crc: u32,
 }
 
+/// What a section holds, and a part's ranges of keys and of buckets.
+type Placed = (What, Option<(u32, u32)>, Option<(u64, u64)>);
+
 fn keys_body(keys: &[CellKey]) -> Vec<u8> {
     let mut body = Vec::new();
     for k in keys {
         put_key(&mut body, k);
     }
     body
+}
+
+/// Buckets a table's time frames start at a multiple of.
+const FRAME_BUCKETS: u64 = 60;
+
+/// The cells of `t` (indices into its cells) each of its time frames
+/// holds: the seconds and minutes are cut where a bucket starts a new
+/// [`FRAME_BUCKETS`] once a frame holds [`PART_CELLS`] cells four times
+/// (64 times in the named family, whose many keys a query of one service
+/// reads few of, so a frame's parts by key must stay many), so a query
+/// that needs a few of a table's buckets (the edges of a week's intervals)
+/// reads the frames holding them. The hours are one frame.
+fn time_frames(t: &CellTable) -> Vec<std::ops::Range<usize>> {
+    let cells = PART_CELLS
+        * match t.family {
+            Family::Named => 64,
+            Family::Unnamed => 4,
+        };
+    let mut frames = Vec::new();
+    let mut start = 0;
+    if t.seconds < BUCKET_SECONDS[2] {
+        for (i, pair) in t.cells.windows(2).enumerate() {
+            // Bucket `b` ends at second `b` times its length: a minute's
+            // seconds are `60m - 59..=60m`.
+            let window = |b: u64| b.saturating_sub(1) / FRAME_BUCKETS;
+            let cut = window(pair[0].bucket) != window(pair[1].bucket);
+            if cut && i + 1 - start >= cells {
+                frames.push(start..i + 1);
+                start = i + 1;
+            }
+        }
+    }
+    frames.push(start..t.cells.len());
+    frames
 }
 
 /// A run's files, each ID as the step from the one before.
@@ -119,22 +159,21 @@ pub fn encode(cells: &FileCells) -> Vec<u8> {
     let mut out = Vec::new();
     // Each section, its `back` the frame's offset until the index's is known.
     let mut placed: Vec<Section> = Vec::new();
-    let mut frame = |out: &mut Vec<u8>,
-                     (what, keys): (What, Option<(u32, u32)>),
-                     count: usize,
-                     body: Vec<u8>| {
-        let f = compress(&body);
-        placed.push(Section {
-            what,
-            keys,
-            count: count as u64,
-            back: out.len() as u64,
-            frame_len: f.len() as u32,
-            body_len: body.len() as u32,
-            crc: crc32c::crc32c(&f),
-        });
-        out.extend_from_slice(&f);
-    };
+    let mut frame =
+        |out: &mut Vec<u8>, (what, keys, buckets): Placed, count: usize, body: Vec<u8>| {
+            let f = compress(&body);
+            placed.push(Section {
+                what,
+                keys,
+                buckets,
+                count: count as u64,
+                back: out.len() as u64,
+                frame_len: f.len() as u32,
+                body_len: body.len() as u32,
+                crc: crc32c::crc32c(&f),
+            });
+            out.extend_from_slice(&f);
+        };
     // A file whose run holds its unnamed cells has only named ones.
     let in_run = matches!(cells.counts, Counts::InRun { .. });
     let families: &[Family] = if in_run {
@@ -146,34 +185,43 @@ pub fn encode(cells: &FileCells) -> Vec<u8> {
         let keys = cells.keys(family);
         frame(
             &mut out,
-            (What::Keys(family), None),
+            (What::Keys(family), None, None),
             keys.len(),
             keys_body(keys),
         );
     }
     for t in cells.tables.iter().filter(|t| families.contains(&t.family)) {
         let what = What::Table(t.family, t.seconds, t.has_durations);
-        let ranges = key_ranges(t, cells.keys(t.family));
-        if ranges.len() == 1 {
-            frame(
-                &mut out,
-                (what, None),
-                t.cells.len(),
-                table_body(t, t.cells.iter()),
-            );
-            continue;
-        }
-        let mut part_of = vec![0usize; cells.keys(t.family).len()];
-        for (i, &(first, last)) in ranges.iter().enumerate() {
-            part_of[first as usize..=last as usize].fill(i);
-        }
-        let mut parts: Vec<Vec<&Cell>> = vec![Vec::new(); ranges.len()];
-        for c in &t.cells {
-            parts[part_of[c.key as usize]].push(c);
-        }
-        for (range, part) in ranges.into_iter().zip(parts) {
-            let body = table_body(t, part.iter().copied());
-            frame(&mut out, (what, Some(range)), part.len(), body);
+        let keys = cells.keys(t.family);
+        let frames = time_frames(t);
+        for in_frame in frames {
+            let in_frame = &t.cells[in_frame];
+            let Some(buckets) = in_frame.first().zip(in_frame.last()) else {
+                // A table of no cells, whole.
+                frame(
+                    &mut out,
+                    (what, None, None),
+                    0,
+                    table_body(t, in_frame.iter()),
+                );
+                continue;
+            };
+            let buckets = Some((buckets.0.bucket, buckets.1.bucket));
+            let ranges = key_ranges(in_frame, keys);
+            let mut part_of = vec![0usize; keys.len()];
+            for (i, &(first, last)) in ranges.iter().enumerate() {
+                part_of[first as usize..=last as usize].fill(i);
+            }
+            let mut parts: Vec<Vec<&Cell>> = vec![Vec::new(); ranges.len()];
+            for c in in_frame {
+                parts[part_of[c.key as usize]].push(c);
+            }
+            for (range, part) in ranges.into_iter().zip(parts) {
+                if !part.is_empty() {
+                    let body = table_body(t, part.iter().copied());
+                    frame(&mut out, (what, Some(range), buckets), part.len(), body);
+                }
+            }
         }
     }
     match &cells.counts {
@@ -186,6 +234,7 @@ pub fn encode(cells: &FileCells) -> Vec<u8> {
                     run: *run,
                 },
                 None,
+                None,
             ),
             members.len(),
             members_body(members),
@@ -197,6 +246,7 @@ pub fn encode(cells: &FileCells) -> Vec<u8> {
                     holds: false,
                     run: *run,
                 },
+                None,
                 None,
             ),
             0,
@@ -214,13 +264,21 @@ pub fn encode(cells: &FileCells) -> Vec<u8> {
                 index.push(0);
             }
             What::Table(family, seconds, durations) => {
-                let kind = if s.keys.is_some() { 3 } else { 1 };
+                let kind = match (s.keys, s.buckets) {
+                    (_, Some(_)) => 4,
+                    (Some(_), None) => 3,
+                    (None, None) => 1,
+                };
                 index.extend_from_slice(&[kind, family as u8]);
                 put_varint(&mut index, seconds);
                 index.push(u8::from(durations));
                 if let Some((first, last)) = s.keys {
                     put_varint(&mut index, u64::from(first));
                     put_varint(&mut index, u64::from(last));
+                }
+                if let Some((first, last)) = s.buckets {
+                    put_varint(&mut index, first);
+                    put_varint(&mut index, last - first);
                 }
             }
             What::Run { holds, run } => {
@@ -286,7 +344,7 @@ fn read_index(
     let mut sections = Vec::with_capacity(n);
     for _ in 0..n {
         let (kind, family) = match r.bytes(2)? {
-            [k @ (0 | 1 | 3), f @ (0 | 1)] | [k @ 2, f @ 0] => (
+            [k @ (0 | 1 | 3 | 4), f @ (0 | 1)] | [k @ 2, f @ 0] => (
                 *k,
                 if *f == 0 {
                     Family::Named
@@ -303,11 +361,21 @@ fn read_index(
             _ => return Err(r.err("a cells section's durations flag is not 0 or 1")),
         };
         let keys = match kind {
-            3 => {
+            3 | 4 => {
                 let (first, last) = (small(&mut r)?, small(&mut r)?);
                 if first > last {
                     return Err(r.err("a table part's keys end before they start"));
                 }
+                Some((first, last))
+            }
+            _ => None,
+        };
+        let buckets = match kind {
+            4 => {
+                let first = r.varint()?;
+                let last = first
+                    .checked_add(r.varint()?)
+                    .ok_or_else(|| r.err("a table part's buckets overflow"))?;
                 Some((first, last))
             }
             _ => None,
@@ -331,13 +399,15 @@ fn read_index(
             .is_some_and(|_| back <= start);
         let again = sections.iter().any(|s: &Section| match (s.what, what) {
             (What::Run { .. }, What::Run { .. }) => true,
-            // Parts of one table, with one durations flag, of keys apart.
+            // Parts of one table, with one durations flag, of keys or
+            // buckets apart.
             (What::Table(f, l, d), What::Table(f2, l2, d2)) if (f, l) == (f2, l2) => {
-                d != d2
-                    || match (s.keys, keys) {
-                        (Some(a), Some(b)) => a.0 <= b.1 && b.0 <= a.1,
-                        _ => true,
-                    }
+                let overlap = |a: Option<(u64, u64)>, b: Option<(u64, u64)>| match (a, b) {
+                    (Some(a), Some(b)) => a.0 <= b.1 && b.0 <= a.1,
+                    _ => true,
+                };
+                let keys_of = |k: Option<(u32, u32)>| k.map(|(a, b)| (u64::from(a), u64::from(b)));
+                d != d2 || (overlap(keys_of(s.keys), keys_of(keys)) && overlap(s.buckets, buckets))
             }
             _ => s.what == what,
         });
@@ -347,6 +417,7 @@ fn read_index(
         sections.push(Section {
             what,
             keys,
+            buckets,
             count,
             back,
             frame_len,
@@ -642,7 +713,7 @@ impl CellsFile {
                     .get(first as usize..=last as usize)
                     .is_none_or(|w| w.contains(&true)),
                 _ => true,
-            };
+            } && s.buckets.is_none_or(|(a, b)| reading.keeps_any(a, b));
             if wanted {
                 let body = self.body(s)?;
                 pieces.push(parse_table(&self.path, &body, s, keys, reading)?);

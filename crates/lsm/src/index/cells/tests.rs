@@ -369,8 +369,9 @@ fn cells_of(pieces: &[CellTable], keep: impl Fn(u32) -> bool) -> Vec<(u64, u32, 
     out
 }
 
-/// A table is written in parts by ranges of keys: roots apart from the
-/// rest, and past a part's size cut where the service changes. Asked for
+/// A table is written in parts by ranges of keys (in each of its time
+/// frames): roots apart from the rest, and past a part's size cut where the
+/// service changes. Asked for
 /// some keys, a reader reads the parts that hold them: every cell of those
 /// keys, and few others. All the parts read back as the table.
 #[test]
@@ -423,9 +424,11 @@ fn tables_are_written_in_parts_and_read_by_the_keys_wanted() {
         cells_of(std::slice::from_ref(whole), wanted)
     );
     assert_eq!(cells_of(&pieces, wanted).len(), 3600);
+    // Each time frame's parts hold its roots apart from its other spans,
+    // and split its roots by service.
     let read: usize = pieces.iter().map(|t| t.cells.len()).sum();
     assert!(
-        read <= whole.cells.len() / 10,
+        read <= whole.cells.len() / 3,
         "{read} of {}",
         whole.cells.len()
     );
@@ -440,6 +443,86 @@ fn tables_are_written_in_parts_and_read_by_the_keys_wanted() {
         .table(Family::Unnamed, 2, Reading::default(), None)
         .expect("read")
         .is_none());
+}
+
+/// A long table's seconds are written in frames of whole minutes, each of
+/// its parts saying which buckets it holds: asked for a few seconds, a
+/// reader reads the frames holding them (every cell of those seconds) and
+/// none of the others; all the parts read back as the table. Damaged, a
+/// framed table is refused or reads as itself.
+#[test]
+fn a_long_table_is_framed_in_time_and_read_by_the_buckets_wanted() {
+    let cells = counted(&every_second(40, 3600));
+    let path = Path::new("x.idx");
+    assert_eq!(
+        decode(path, &encode(&cells)).expect("decodes"),
+        Some(cells.clone())
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table = dir.path().join("1.sst");
+    std::fs::write(crate::index::sidecar_path(&table), encode(&cells)).expect("write");
+    let file = CellsFile::open(&table).expect("open").expect("cells");
+    let whole = cells.table(Family::Unnamed, 1).expect("seconds");
+    let all = file
+        .table(Family::Unnamed, 1, Reading::whole(), None)
+        .expect("read")
+        .expect("seconds");
+    // Each frame's parts hold buckets of whole minutes, apart from the
+    // other frames'.
+    let span_of = |t: &CellTable| {
+        let buckets = t.cells.iter().map(|c| c.bucket);
+        (
+            buckets.clone().min().expect("cells"),
+            buckets.max().expect("cells"),
+        )
+    };
+    let mut frames: Vec<(u64, u64)> = all.iter().map(span_of).collect();
+    frames.sort_unstable();
+    frames.dedup();
+    assert!(frames.len() >= 4, "{} frames", frames.len());
+    for pair in frames.windows(2) {
+        assert!(pair[0].1 < pair[1].0, "frames overlap: {pair:?}");
+        assert_eq!(
+            pair[1].0 % 60,
+            1,
+            "a frame starts within a minute: {pair:?}"
+        );
+    }
+
+    // Seconds 1,000 to 1,029.
+    let first = 1000;
+    let wanted = vec![true; 30];
+    let pieces = file
+        .table(
+            Family::Unnamed,
+            1,
+            Reading {
+                durations: false,
+                buckets: Some((first, &wanted)),
+            },
+            None,
+        )
+        .expect("read")
+        .expect("seconds");
+    let in_window: Vec<_> = cells_of(std::slice::from_ref(whole), |_| true)
+        .into_iter()
+        .filter(|c| (first..first + 30).contains(&c.0))
+        .collect();
+    assert_eq!(in_window.len(), 30 * 80);
+    assert_eq!(cells_of(&pieces, |_| true), in_window);
+    assert!(
+        pieces.len() * frames.len() <= all.len() * 2,
+        "{} of {} parts read for 30 seconds in {} frames",
+        pieces.len(),
+        all.len(),
+        frames.len()
+    );
+
+    // Damaged, a smaller framed table (four frames) is refused or reads
+    // as itself.
+    let framed = counted(&every_second(40, 900));
+    let refused = refusals(&framed, 19, 600);
+    assert!(refused > 500, "{refused}");
 }
 
 /// Cells in parts are checked as whole tables are: a change is refused or

@@ -54,17 +54,18 @@ pub(super) fn table_body<'a>(
     body
 }
 
-/// The ranges of keys (first and last, inclusive) `t`'s parts hold. A
+/// The ranges of keys (first and last, inclusive) the parts of `cells`
+/// (a table's, or a time frame's of it) hold. A
 /// part ends where the keys' parent changes, and once past [`PART_CELLS`]
 /// cells where their service does (or at any key past four times that), so
 /// the keys a query of roots, or of one service, matches are in few parts.
-pub(super) fn key_ranges(t: &CellTable, keys: &[CellKey]) -> Vec<(u32, u32)> {
+pub(super) fn key_ranges(cells: &[Cell], keys: &[CellKey]) -> Vec<(u32, u32)> {
     let n = keys.len() as u32;
     if n < 2 {
         return vec![(0, n.saturating_sub(1))];
     }
     let mut per_key = vec![0usize; keys.len()];
-    for c in &t.cells {
+    for c in cells {
         per_key[c.key as usize] += 1;
     }
     let mut ranges = Vec::new();
@@ -172,6 +173,9 @@ pub(super) fn parse_table(
             }
             _ => step,
         };
+        if s.buckets.is_some_and(|(a, b)| bucket < a || bucket > b) {
+            return Err(rb.err("a cell of a bucket its table part does not have"));
+        }
         if key < first || u64::from(key) >= end {
             return Err(rk.err("a cell names a key its family or table part does not have"));
         }
