@@ -40,6 +40,8 @@ use crate::{error::Result, span::Span};
 
 pub use cache::SectionCache;
 pub use dict::{Dict, KeyDict};
+#[cfg(test)]
+use format::encode_framed;
 pub use format::{cells_len, decode, encode, CellsFile, KeyList};
 pub use run::{RunCells, RUN_CELLS_BYTES};
 
