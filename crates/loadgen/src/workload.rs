@@ -556,7 +556,10 @@ mod tests {
         // A root starts within its trace's first 10 ms.
         for (i, pair) in roots.windows(2).enumerate() {
             let gap = pair[1] - pair[0];
-            assert!(gap > spacing - 10_000_000 && gap < spacing + 10_000_000, "gap {i}: {gap}");
+            assert!(
+                gap > spacing - 10_000_000 && gap < spacing + 10_000_000,
+                "gap {i}: {gap}"
+            );
         }
     }
 

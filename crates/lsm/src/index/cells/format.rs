@@ -108,7 +108,7 @@ const FRAME_BUCKETS: u64 = 60;
 /// Cells a table's time frame holds before the next whole minute (or hour)
 /// ends it. A frame's cells are cut again into parts by key, and a query of
 /// one service reads that service's parts: frames of fewer cells have
-/// fewer parts, each holding more services. At a quarter of this, one
+/// fewer parts, each holding more services. At a sixteenth of this, one
 /// service's unnamed quantiles on an hour of 82.6 M spans took 107 ms
 /// against 51 ms unframed (docs/BENCHMARKS.md, "A week of traffic").
 const FRAME_CELLS: usize = 64 * PART_CELLS;
