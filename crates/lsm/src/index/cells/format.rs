@@ -119,7 +119,6 @@ const FRAME_CELLS: usize = 64 * PART_CELLS;
 /// that needs a few of a table's buckets reads the frames holding them.
 /// The hours are one frame.
 fn time_frames(t: &CellTable, frame_cells: usize) -> Vec<std::ops::Range<usize>> {
-    let cells = frame_cells;
     let mut frames = Vec::new();
     let mut start = 0;
     if t.seconds < BUCKET_SECONDS[2] {
@@ -128,7 +127,7 @@ fn time_frames(t: &CellTable, frame_cells: usize) -> Vec<std::ops::Range<usize>>
             // seconds are `60m - 59..=60m`.
             let window = |b: u64| b.saturating_sub(1) / FRAME_BUCKETS;
             let cut = window(pair[0].bucket) != window(pair[1].bucket);
-            if cut && i + 1 - start >= cells {
+            if cut && i + 1 - start >= frame_cells {
                 frames.push(start..i + 1);
                 start = i + 1;
             }
@@ -272,10 +271,12 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
                 index.push(0);
             }
             What::Table(family, seconds, durations) => {
+                // A part framed in time has both ranges (`encode_framed`).
                 let kind = match (s.keys, s.buckets) {
-                    (_, Some(_)) => 4,
+                    (Some(_), Some(_)) => 4,
                     (Some(_), None) => 3,
                     (None, None) => 1,
+                    (None, Some(_)) => unreachable!("a part framed in time has its keys"),
                 };
                 index.extend_from_slice(&[kind, family as u8]);
                 put_varint(&mut index, seconds);
