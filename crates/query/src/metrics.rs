@@ -21,14 +21,14 @@ use tracedb_lsm::{index::SearchQuery, Engine, TimeRange};
 use tracedb_proto::query::v1 as proto;
 use tracedb_traceql::{
     metrics::{go_duration, Cells, Grid, LabelValue, MetricsEval, Picked, RawSeries, Series},
-    Compiled,
+    Compiled, Projection,
 };
 
 use crate::{
     cancel::Cancel,
     error::Error,
     read::Answer,
-    search::{decode, op_needs, RunError},
+    search::{decode_for, op_needs, RunError},
 };
 
 mod cells;
@@ -192,6 +192,7 @@ fn scan(
     let mut series_bytes = 0;
     let mut partial: Vec<String> = Vec::new();
     let mut over: Option<RunError> = None;
+    let projection = Projection::of(&req.query.query);
     // Files are chosen by the spans' times; a span counts by its start, so
     // the window is the grid's.
     let range = TimeRange::new(req.grid.start, req.grid.end);
@@ -210,7 +211,7 @@ fn scan(
         {
             return true;
         }
-        match decode(trace_id, spans) {
+        match decode_for(trace_id, spans, &projection) {
             Ok(trace) => {
                 let sets = req.query.eval(&trace);
                 if !sets.is_empty() {
@@ -261,6 +262,7 @@ fn whole_traces(
         ..SearchQuery::default()
     };
     let mut walk = engine.candidates(&index_query)?;
+    let projection = Projection::of(&req.query.query);
     let mut walk_bytes = 0;
     let mut series_bytes = 0;
     let mut partial: Vec<String> = Vec::new();
@@ -270,7 +272,7 @@ fn whole_traces(
     {
         let (lookup, trace_bytes) =
             crate::search::read_candidate(engine, &candidate, &mut held, &mut partial)?;
-        match decode(candidate.trace_id, &lookup.spans) {
+        match decode_for(candidate.trace_id, &lookup.spans, &projection) {
             Ok(trace) => {
                 let sets = req.query.eval(&trace);
                 if !sets.is_empty() {

@@ -26,7 +26,7 @@ use std::{collections::VecDeque, sync::Arc};
 use tracedb_lsm::{
     index::SearchQuery, Candidate, Candidates, Engine, Permit, Span, SpanId, TimeRange, TraceId,
 };
-use tracedb_traceql::{ast::Attribute, Compiled, EncodedSpan, Trace};
+use tracedb_traceql::{ast::Attribute, Compiled, EncodedSpan, Projection, Trace};
 
 use crate::{
     cancel::Cancel,
@@ -429,13 +429,24 @@ pub fn decode(
     trace_id: TraceId,
     spans: &[Span],
 ) -> Result<Trace, tracedb_traceql::trace::DecodeError> {
-    Trace::decode(
+    decode_for(trace_id, spans, &Projection::all())
+}
+
+/// The trace `spans` hold, with only what `projection` reads of each span
+/// ([`Trace::decode_for`]).
+pub fn decode_for(
+    trace_id: TraceId,
+    spans: &[Span],
+    projection: &Projection,
+) -> Result<Trace, tracedb_traceql::trace::DecodeError> {
+    Trace::decode_for(
         trace_id.0,
         spans.iter().map(|s| EncodedSpan {
             payload: &s.payload,
             resource: s.group.resource.as_deref(),
             scope: s.group.scope.as_deref(),
         }),
+        projection,
     )
 }
 

@@ -71,4 +71,4 @@ pub use parser::{
     parse, ParseError, MAX_DEPTH, MAX_OPERATORS, MAX_QUANTILES, MAX_QUERY_BYTES, MAX_TOP,
 };
 pub use prune::{needs, AttrNeed, LiteralKind, SpanNeed};
-pub use trace::{EncodedSpan, Trace};
+pub use trace::{EncodedSpan, Projection, Trace};

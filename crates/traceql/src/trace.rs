@@ -18,6 +18,9 @@ use tracedb_proto::{
 
 use crate::ast::{Kind, Status};
 
+mod project;
+pub use project::Projection;
+
 /// An attribute value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
@@ -142,6 +145,17 @@ impl Trace {
         trace_id: [u8; 16],
         spans: impl IntoIterator<Item = EncodedSpan<'a>>,
     ) -> Result<Trace, DecodeError> {
+        Trace::decode_for(trace_id, spans, &Projection::all())
+    }
+
+    /// Decodes the spans of one trace (any order) with only the attributes,
+    /// events and links `projection` reads: the trace answers the query the
+    /// projection was made of exactly as the whole trace does.
+    pub fn decode_for<'a>(
+        trace_id: [u8; 16],
+        spans: impl IntoIterator<Item = EncodedSpan<'a>>,
+        projection: &Projection,
+    ) -> Result<Trace, DecodeError> {
         let mut origins: HashMap<(&[u8], &[u8]), Arc<Origin>> = HashMap::new();
         let mut out = Vec::new();
         for (index, encoded) in spans.into_iter().enumerate() {
@@ -157,9 +171,15 @@ impl Trace {
                     o
                 }
             };
-            let span = otlp::Span::decode(encoded.payload)
-                .map_err(|source| DecodeError::Span { index, source })?;
-            out.push(span_data(span, origin));
+            let span = match projection.span(encoded.payload, &origin) {
+                Some(span) => span,
+                None => span_data(
+                    otlp::Span::decode(encoded.payload)
+                        .map_err(|source| DecodeError::Span { index, source })?,
+                    origin,
+                ),
+            };
+            out.push(span);
         }
         Ok(Trace::new(trace_id, out))
     }
@@ -317,43 +337,78 @@ fn decode_origin(resource: Option<&[u8]>, scope: Option<&[u8]>) -> Result<Origin
 }
 
 fn span_data(span: otlp::Span, origin: Arc<Origin>) -> SpanData {
+    finish(
+        Parts {
+            span_id: &span.span_id[..],
+            parent_id: &span.parent_span_id[..],
+            name: span.name,
+            kind: span.kind,
+            status: span.status,
+            start: span.start_time_unix_nano,
+            end: span.end_time_unix_nano,
+        },
+        attributes(span.attributes),
+        span.events.into_iter().map(event).collect(),
+        span.links.into_iter().map(link).collect(),
+        origin,
+    )
+}
+
+/// The fields every decoded span has, as read from its bytes.
+struct Parts<'a> {
+    span_id: &'a [u8],
+    parent_id: &'a [u8],
+    name: String,
+    kind: i32,
+    status: Option<otlp::Status>,
+    start: u64,
+    end: u64,
+}
+
+fn finish(
+    parts: Parts<'_>,
+    attributes: Attributes,
+    events: Vec<Event>,
+    links: Vec<Link>,
+    origin: Arc<Origin>,
+) -> SpanData {
     let id8 = |b: &[u8]| -> Option<[u8; 8]> {
         let id: [u8; 8] = b.try_into().ok()?;
         (id != [0; 8]).then_some(id)
     };
-    let (status, status_message) = match span.status {
+    let (status, status_message) = match parts.status {
         Some(s) => (Status::from_code(s.code), s.message),
         None => (Status::Unset, String::new()),
     };
     SpanData {
-        span_id: id8(&span.span_id).unwrap_or_default(),
-        parent_id: id8(&span.parent_span_id),
-        kind: Kind::from_code(span.kind),
-        name: span.name,
+        span_id: id8(parts.span_id).unwrap_or_default(),
+        parent_id: id8(parts.parent_id),
+        kind: Kind::from_code(parts.kind),
+        name: parts.name,
         status,
         status_message,
-        start_unix_nano: span.start_time_unix_nano,
-        end_unix_nano: span.end_time_unix_nano,
-        attributes: attributes(span.attributes),
-        events: span
-            .events
-            .into_iter()
-            .map(|e| Event {
-                name: e.name,
-                time_unix_nano: e.time_unix_nano,
-                attributes: attributes(e.attributes),
-            })
-            .collect(),
-        links: span
-            .links
-            .into_iter()
-            .map(|l| Link {
-                trace_id: l.trace_id.to_vec(),
-                span_id: l.span_id.to_vec(),
-                attributes: attributes(l.attributes),
-            })
-            .collect(),
+        start_unix_nano: parts.start,
+        end_unix_nano: parts.end,
+        attributes,
+        events,
+        links,
         origin,
+    }
+}
+
+fn event(e: otlp::span::Event) -> Event {
+    Event {
+        name: e.name,
+        time_unix_nano: e.time_unix_nano,
+        attributes: attributes(e.attributes),
+    }
+}
+
+fn link(l: otlp::span::Link) -> Link {
+    Link {
+        trace_id: l.trace_id.to_vec(),
+        span_id: l.span_id.to_vec(),
+        attributes: attributes(l.attributes),
     }
 }
 
