@@ -387,6 +387,12 @@ impl Engine {
         &self.inner.write.budget
     }
 
+    /// Threads a query may read or evaluate with at once
+    /// ([`EngineOptions::search_threads`]).
+    pub fn search_threads(&self) -> usize {
+        self.inner.opts.search_threads
+    }
+
     /// Makes `spans` durable (WAL fsynced) and visible to reads. Returns once
     /// both hold, or at once with [`Error::Backpressure`] if the engine is
     /// over its memory budget or compaction is behind.

@@ -100,7 +100,7 @@ pub use engine::{CrashPoint, Hooks};
 pub use error::{Backpressure, Error, Result};
 pub use layout::QUARANTINE_DIR;
 pub use memtable::MemTableOptions;
-pub use span::{ParseIdError, ScopeGroup, Span, SpanId, TraceId};
+pub use span::{ParseIdError, ScopeGroup, Span, SpanId, TraceId, TraceIdRange};
 pub use stores::{
     delete_tenant, delete_tenant_objects, delete_tenant_with, list_tenants, tenant_usage,
     DeletedTenant, Retentions, Stores,

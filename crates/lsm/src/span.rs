@@ -16,6 +16,40 @@ use bytes::Bytes;
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct TraceId(pub [u8; 16]);
 
+/// The trace IDs from `start` (included) to `end` (excluded; `None`: to
+/// the last), for a scan shared out among threads by trace ID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceIdRange {
+    pub start: TraceId,
+    pub end: Option<TraceId>,
+}
+
+impl TraceIdRange {
+    /// Every trace ID.
+    pub const ALL: TraceIdRange = TraceIdRange {
+        start: TraceId([0; 16]),
+        end: None,
+    };
+
+    /// `n` ranges (at least one) of about equal width that cover every ID,
+    /// in order; random trace IDs fall evenly among them.
+    pub fn split(n: usize) -> Vec<TraceIdRange> {
+        let n = n.max(1) as u128;
+        let width = u128::MAX / n;
+        let bound = |i: u128| TraceId((i * width).to_be_bytes());
+        (0..n)
+            .map(|i| TraceIdRange {
+                start: bound(i),
+                end: (i + 1 < n).then(|| bound(i + 1)),
+            })
+            .collect()
+    }
+
+    pub fn contains(&self, id: TraceId) -> bool {
+        id >= self.start && self.end.is_none_or(|end| id < end)
+    }
+}
+
 /// A 64-bit span ID.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct SpanId(pub [u8; 8]);

@@ -49,7 +49,7 @@ pub use crate::cold::RemoteFile;
 use crate::{
     error::{Error, Result},
     mmap::Mmap,
-    span::{Span, TraceId},
+    span::{Span, TraceId, TraceIdRange},
 };
 
 use block::decode_block;
@@ -231,11 +231,23 @@ impl SsTable {
 
     /// Every span in file order, block by block. After an error the iterator ends.
     pub fn iter(&self) -> SsTableIterator<'_> {
+        self.iter_ids(TraceIdRange::ALL)
+    }
+
+    /// The spans of the traces in `ids`, in file order: only the blocks that
+    /// may hold them are read.
+    pub fn iter_ids(&self, ids: TraceIdRange) -> SsTableIterator<'_> {
+        let first = self.blocks.partition_point(|b| b.last_trace_id < ids.start);
+        let end = ids.end.map_or(self.blocks.len(), |end| {
+            self.blocks.partition_point(|b| b.first_trace_id < end)
+        });
         SsTableIterator {
             table: self,
-            next_block: 0,
+            ids,
+            next_block: first,
+            end_block: end.max(first),
             spans: Vec::new().into_iter(),
-            released: 0,
+            released: self.blocks.get(first).map_or(0, |b| b.offset as usize),
             fetched: None,
         }
     }
@@ -447,7 +459,10 @@ fn parse(
 #[derive(Debug)]
 pub struct SsTableIterator<'a> {
     table: &'a SsTable,
+    ids: TraceIdRange,
     next_block: usize,
+    /// The block after the last that may hold a trace of `ids`.
+    end_block: usize,
     spans: std::vec::IntoIter<Span>,
     /// File offset up to which mapped pages were released.
     released: usize,
@@ -467,7 +482,7 @@ impl Iterator for SsTableIterator<'_> {
             if let Some(span) = self.spans.next() {
                 return Some(Ok(span));
             }
-            if self.next_block >= self.table.blocks.len() {
+            if self.next_block >= self.end_block {
                 return None;
             }
             let i = self.next_block;
@@ -477,13 +492,18 @@ impl Iterator for SsTableIterator<'_> {
                 Data::Remote(r) => self.table.read_block_ahead(i, r, &mut self.fetched),
             };
             match read {
-                Ok(spans) => {
+                Ok(mut spans) => {
+                    let h = &self.table.blocks[i];
+                    if !(self.ids.contains(h.first_trace_id) && self.ids.contains(h.last_trace_id))
+                    {
+                        spans.retain(|s| self.ids.contains(s.trace_id));
+                    }
                     self.spans = spans.into_iter();
                     // Spans own their bytes (decompressed): the mapped block
                     // is not read again.
                     if let Data::Local(map) = &self.table.data {
                         let end = self.table.blocks[i].end() as usize;
-                        let last = self.next_block == self.table.blocks.len();
+                        let last = self.next_block == self.end_block;
                         if end - self.released >= RELEASE_EVERY || last {
                             map.release(self.released..end);
                             self.released = end;
@@ -491,7 +511,7 @@ impl Iterator for SsTableIterator<'_> {
                     }
                 }
                 Err(e) => {
-                    self.next_block = self.table.blocks.len();
+                    self.next_block = self.end_block;
                     return Some(Err(e));
                 }
             }

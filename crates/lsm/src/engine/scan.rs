@@ -17,7 +17,7 @@ use std::sync::Arc;
 use crate::{
     compaction::MergeIterator,
     error::Result,
-    span::{drop_repeats, Span, TraceId},
+    span::{drop_repeats, Span, TraceId, TraceIdRange},
     version::{SuperVersion, TableFile, TimeRange},
 };
 
@@ -48,12 +48,38 @@ impl ScanBuffers {
     pub fn bytes(&self) -> usize {
         self.spans.capacity() * std::mem::size_of::<Span>()
     }
+
+    /// The copy cut by trace ID: for each of `ranges` (in order, as
+    /// [`TraceIdRange::split`] makes them), its traces' spans, for a scan of
+    /// that range.
+    pub fn split(self, ranges: &[TraceIdRange]) -> Vec<ScanBuffers> {
+        let mut rest = self.spans.as_slice();
+        ranges
+            .iter()
+            .map(|ids| {
+                let at = ids
+                    .end
+                    .map_or(rest.len(), |end| rest.partition_point(|s| s.trace_id < end));
+                let (mine, after) = rest.split_at(at);
+                rest = after;
+                ScanBuffers {
+                    spans: mine
+                        .iter()
+                        .filter(|s| ids.contains(s.trace_id))
+                        .cloned()
+                        .collect(),
+                    snapshot: self.snapshot.clone(),
+                }
+            })
+            .collect()
+    }
 }
 
 /// The files' traces in trace-ID order, going on without a file found
 /// damaged.
 struct FileTraces<'a> {
     engine: &'a Engine,
+    ids: TraceIdRange,
     files: Vec<&'a Arc<TableFile>>,
     merge: MergeIterator<'a>,
     /// The last trace handed on, and after a file was dropped, the trace
@@ -64,16 +90,21 @@ struct FileTraces<'a> {
 }
 
 impl<'a> FileTraces<'a> {
-    fn new(engine: &'a Engine, mut files: Vec<&'a Arc<TableFile>>) -> Result<Self> {
+    fn new(
+        engine: &'a Engine,
+        ids: TraceIdRange,
+        mut files: Vec<&'a Arc<TableFile>>,
+    ) -> Result<Self> {
         let mut skipped = Vec::new();
         let merge = loop {
-            match Self::merge_of(&files) {
+            match Self::merge_of(&files, ids) {
                 Ok(merge) => break merge,
                 Err(e) => skipped.push(Self::drop_damaged(engine, &mut files, e)?),
             }
         };
         Ok(FileTraces {
             engine,
+            ids,
             files,
             merge,
             last: None,
@@ -82,8 +113,8 @@ impl<'a> FileTraces<'a> {
         })
     }
 
-    fn merge_of(files: &[&'a Arc<TableFile>]) -> Result<MergeIterator<'a>> {
-        let merge = MergeIterator::new(files.iter().map(|f| f.table().iter()).collect())?;
+    fn merge_of(files: &[&'a Arc<TableFile>], ids: TraceIdRange) -> Result<MergeIterator<'a>> {
+        let merge = MergeIterator::new(files.iter().map(|f| f.table().iter_ids(ids)).collect())?;
         // Files of the levels below 0 were merged once already.
         Ok(if files.iter().all(|f| f.level > 0) {
             merge.merged_inputs()
@@ -141,7 +172,7 @@ impl<'a> FileTraces<'a> {
             // The traces handed on so far were whole: each came out of the
             // merge before the damaged block was read.
             self.merge = loop {
-                match Self::merge_of(&self.files) {
+                match Self::merge_of(&self.files, self.ids) {
                     Ok(merge) => break merge,
                     Err(e) => {
                         let skipped = Self::drop_damaged(self.engine, &mut self.files, e)?;
@@ -207,6 +238,21 @@ impl Engine {
         &self,
         range: TimeRange,
         buffers: ScanBuffers,
+        f: impl FnMut(TraceId, &[Span]) -> bool,
+    ) -> Result<ScanStats> {
+        self.scan_trace_ids(range, TraceIdRange::ALL, buffers, f)
+    }
+
+    /// [`Engine::scan_traces`] for the traces in `ids` only, with `buffers`
+    /// cut to them ([`ScanBuffers::split`]): only the blocks of each file
+    /// that may hold them are read, so threads scanning ranges side by side
+    /// read each block once between them (a block that straddles two
+    /// ranges, twice).
+    pub fn scan_trace_ids(
+        &self,
+        range: TimeRange,
+        ids: TraceIdRange,
+        buffers: ScanBuffers,
         mut f: impl FnMut(TraceId, &[Span]) -> bool,
     ) -> Result<ScanStats> {
         let ScanBuffers {
@@ -219,7 +265,7 @@ impl Engine {
             ..ScanStats::default()
         };
         stats.skipped = self.quarantined_in(range);
-        let mut from_files = FileTraces::new(self, files)?;
+        let mut from_files = FileTraces::new(self, ids, files)?;
         let expire_before = self.inner.retention.expire_before();
         let mut buffered = buffered.into_iter().peekable();
         let mut spans: Vec<Span> = Vec::new();

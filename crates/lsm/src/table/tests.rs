@@ -611,3 +611,45 @@ fn version_1_files_of_row_batches_are_still_read() {
         );
     }
 }
+
+/// A file read by ranges of trace IDs: each range's spans are exactly the
+/// file's spans of that range, in file order, the ranges together are the
+/// whole file, and each range reads only the blocks that may hold it.
+#[test]
+fn a_range_of_trace_ids_reads_its_spans_and_its_blocks_only() {
+    use crate::span::TraceIdRange;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t.sst");
+    let mut rng = SmallRng::seed_from_u64(11);
+    let spans = random_spans(&mut rng, 2_000);
+    write(&path, opts(8 << 10), &spans);
+    let table = SsTable::open(&path).expect("open");
+    let blocks = table.blocks.len() as u64;
+    assert!(blocks > 20, "{blocks} blocks");
+    for n in [1, 2, 3, 7] {
+        let mut all = Vec::new();
+        for ids in TraceIdRange::split(n) {
+            let before = table.blocks_read();
+            let got: Vec<Span> = table.iter_ids(ids).collect::<Result<_, _>>().expect("read");
+            let want: Vec<&Span> = spans.iter().filter(|s| ids.contains(s.trace_id)).collect();
+            assert_eq!(got.len(), want.len(), "{n} ranges: {ids:?}");
+            assert!(got.iter().zip(&want).all(|(a, b)| same_span(a, b)));
+            // A range reads the blocks that hold some of its traces only.
+            let holding = table
+                .blocks
+                .iter()
+                .filter(|b| {
+                    b.last_trace_id >= ids.start && ids.end.is_none_or(|e| b.first_trace_id < e)
+                })
+                .count() as u64;
+            let read = table.blocks_read() - before;
+            assert_eq!(read, holding, "{n} ranges: {ids:?}");
+            if n > 1 {
+                assert!(read < blocks, "{n} ranges: read {read} of {blocks}");
+            }
+            all.extend(got);
+        }
+        assert_eq!(all.len(), spans.len(), "{n} ranges");
+        assert!(all.iter().zip(&spans).all(|(a, b)| same_span(a, b)));
+    }
+}

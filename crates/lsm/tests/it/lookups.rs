@@ -168,3 +168,68 @@ fn compaction_rewrites_a_span_about_once_per_level() {
         assert_eq!(ids(&engine, id(n)), vec![(1, T0)]);
     }
 }
+
+/// Scans of ranges of trace IDs, as a metrics query's threads make them,
+/// hand on between them exactly what one scan of every ID does: each
+/// trace once, whole as the window holds it, from files at several levels
+/// (some traces split across them, some repeated) and from the buffers.
+#[test]
+fn scans_of_trace_id_ranges_together_are_one_whole_scan() {
+    use tracedb_lsm::TraceIdRange;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let clock = TestClock::new();
+    let engine = Engine::open(small_tree(dir.path(), &clock)).expect("open");
+    // Trace IDs spread over the whole ID space, as random ones are.
+    let trace = |t: u128| t.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835) | 1;
+    for round in 0..3u64 {
+        for t in 0..150u128 {
+            let start = T0 + round * SEC + (t as u64) * 1_000;
+            engine
+                .write_blocking(
+                    (0..3)
+                        .map(|i| span_at(trace(t), round * 3 + i, start))
+                        .collect(),
+                )
+                .expect("write");
+        }
+        engine.flush().expect("flush");
+        if round == 1 {
+            engine.compact().expect("compact");
+        }
+    }
+    // An exact repeat in a level-0 file, and traces still buffered.
+    engine
+        .write_blocking(vec![span_at(trace(7), 0, T0 + 7_000)])
+        .expect("write");
+    engine.flush().expect("flush");
+    for t in 140..160u128 {
+        engine
+            .write_blocking(vec![span_at(trace(t), 99, T0 + 3 * SEC)])
+            .expect("write");
+    }
+    let window = TimeRange::new(T0, T0 + 10 * SEC);
+    let scan = |ids: TraceIdRange, buffers| {
+        let mut seen = Vec::new();
+        engine
+            .scan_trace_ids(window, ids, buffers, |id, spans| {
+                assert!(ids.contains(id), "{id} outside {ids:?}");
+                seen.push((id, spans.len()));
+                true
+            })
+            .expect("scan");
+        seen
+    };
+    let whole = scan(TraceIdRange::ALL, engine.scan_buffers(window));
+    assert_eq!(whole.len(), 160);
+    assert_eq!(whole.iter().map(|(_, n)| n).sum::<usize>(), 150 * 9 + 20);
+    for n in [2, 3, 5] {
+        let ranges = TraceIdRange::split(n);
+        let parts = engine.scan_buffers(window).split(&ranges);
+        let together: Vec<_> = ranges
+            .iter()
+            .zip(parts)
+            .flat_map(|(&ids, buffers)| scan(ids, buffers))
+            .collect();
+        assert_eq!(together, whole, "{n} ranges");
+    }
+}
