@@ -17,7 +17,7 @@
 
 use std::sync::Arc;
 
-use tracedb_lsm::{index::SearchQuery, Engine, TimeRange};
+use tracedb_lsm::{index::SearchQuery, Engine};
 use tracedb_proto::query::v1 as proto;
 use tracedb_traceql::{
     metrics::{go_duration, Cells, Grid, LabelValue, MetricsEval, Picked, RawSeries, Series},
@@ -32,6 +32,7 @@ use crate::{
 };
 
 mod cells;
+mod scan;
 #[cfg(test)]
 mod tests;
 
@@ -173,76 +174,9 @@ pub fn run(
         }
     }
     if crate::search::per_span_only(&req.query.query) {
-        return scan(engine, req, cancel);
+        return scan::scan(engine, req, cancel);
     }
     whole_traces(engine, req, cancel)
-}
-
-/// [`run`] over the window's files in one pass.
-fn scan(
-    engine: &Engine,
-    req: &MetricsRequest,
-    cancel: &Cancel,
-) -> Result<Answer<MetricsEval>, RunError> {
-    let budget = engine.memory_budget();
-    let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
-    let mut eval = MetricsEval::new(&req.query, req.grid, req.max_series, req.max_exemplars)
-        .map_err(|e| RunError::Invalid(e.to_string()))?;
-    let row_bytes = req.grid.len() * CELL_BYTES + 256;
-    let mut series_bytes = 0;
-    let mut partial: Vec<String> = Vec::new();
-    let mut over: Option<RunError> = None;
-    let projection = Projection::of(&req.query.query);
-    // Files are chosen by the spans' times; a span counts by its start, so
-    // the window is the grid's.
-    let range = TimeRange::new(req.grid.start, req.grid.end);
-    // The copy of the buffers' spans is admitted before the scan reads.
-    let buffers = engine.scan_buffers(range);
-    held.grow(buffers.bytes()).map_err(RunError::Overloaded)?;
-    let stats = engine.scan_traces(range, buffers, |trace_id, spans| {
-        if let Err(e) = cancel.check() {
-            over = Some(e);
-            return false;
-        }
-        // Only spans that start in the window can count.
-        if !spans
-            .iter()
-            .any(|s| s.start_unix_nano > req.grid.start && s.start_unix_nano <= req.grid.end)
-        {
-            return true;
-        }
-        match decode_for(trace_id, spans, &projection) {
-            Ok(trace) => {
-                let sets = req.query.eval(&trace);
-                if !sets.is_empty() {
-                    eval.observe(&req.query, &trace, &sets);
-                }
-            }
-            Err(e) => partial.push(format!("trace {trace_id} not evaluated: {e}")),
-        }
-        let now = eval.series_count() * row_bytes;
-        if now > series_bytes {
-            if let Err(e) = held.grow(now - series_bytes) {
-                over = Some(RunError::Overloaded(e));
-                return false;
-            }
-            series_bytes = now;
-        }
-        true
-    })?;
-    if let Some(e) = over {
-        return Err(e);
-    }
-    for skipped in &stats.skipped {
-        partial.push(crate::read::file_reason(skipped));
-    }
-    if eval.series_capped() {
-        partial.push(series_capped(req.max_series));
-    }
-    Ok(Answer {
-        value: eval,
-        partial,
-    })
 }
 
 /// [`run`] trace by trace: each candidate of the index's walk read whole.

@@ -106,7 +106,12 @@ fn metrics_from_cells_answer_as_every_span_does() {
     let base = (now - 3 * 3600 * SEC) / SEC * SEC;
     let mut batches: Vec<Vec<Span>> = vec![Vec::new(); 6];
     for t in 1..=500u128 {
-        let id = TraceId((t * 7919).to_be_bytes());
+        // Spread over the ID space, as random IDs are, so that each of a
+        // scan's ranges of trace IDs holds some.
+        let id = TraceId(
+            t.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
+                .to_be_bytes(),
+        );
         // Over two hours; some spans start exactly on a second, some just
         // after one.
         let start = base + (t as u64 * 15 % 7200) * SEC + (t as u64 % 3) * (SEC / 3);
@@ -231,7 +236,7 @@ fn metrics_from_cells_answer_as_every_span_does() {
             continue;
         };
         from_cells_n += 1;
-        let from_spans = scan(&engine, &req, &Cancel::new()).expect("runs");
+        let from_spans = scan::scan(&engine, &req, &Cancel::new()).expect("runs");
         let (a, b) = (finished(from_cells), finished(from_spans));
         counted += usize::from(!b.is_empty());
         assert_eq!(a, b, "{text} step {step}");
@@ -332,7 +337,9 @@ fn a_span_stored_twice_counts_twice_in_cells_until_compaction() {
         ))
     };
     assert_eq!(
-        total(finished(scan(&engine, &req, &Cancel::new()).expect("runs"))),
+        total(finished(
+            scan::scan(&engine, &req, &Cancel::new()).expect("runs")
+        )),
         n
     );
     assert_eq!(cells_total(&engine), 2.0 * n);

@@ -1,0 +1,153 @@
+//! A per-span metrics query over the window's files in one pass, on every
+//! core: the trace IDs are cut into as many ranges as the engine has
+//! search threads ([`TraceIdRange::split`]), and each thread scans its
+//! range of every file ([`Engine::scan_trace_ids`]: only the blocks that
+//! may hold it inflated) and counts its traces into its own
+//! [`MetricsEval`]; their series are then added up in range order, as a
+//! query tier adds its nodes' ([`MetricsEval::merge`]), so the same store
+//! gives the same series every time.
+//!
+//! Each thread reads, decodes and evaluates its own spans: handing spans
+//! read by one thread to others for evaluation cost a third more CPU
+//! (every handle's reference count went back and forth between the cores)
+//! for 1.4 times the speed.
+//!
+//! Memory: the copy of the buffers is admitted before the scan, and each
+//! thread admits its series as they grow.
+
+use tracedb_lsm::{Engine, TimeRange, TraceIdRange};
+use tracedb_traceql::{metrics::MetricsEval, Projection};
+
+use super::{series_capped, MetricsRequest, CELL_BYTES};
+use crate::{
+    cancel::Cancel,
+    read::Answer,
+    search::{decode_for, RunError},
+};
+
+/// What one thread counted.
+struct Counted {
+    eval: MetricsEval,
+    partial: Vec<String>,
+    skipped: Vec<tracedb_lsm::SkippedFile>,
+    /// Its series' bytes, admitted until the answer is made.
+    held: tracedb_lsm::Permit,
+}
+
+/// [`super::run`] over the window's files in one pass.
+pub(super) fn scan(
+    engine: &Engine,
+    req: &MetricsRequest,
+    cancel: &Cancel,
+) -> Result<Answer<MetricsEval>, RunError> {
+    let budget = engine.memory_budget();
+    let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
+    // A query the evaluator refuses is refused before any thread starts.
+    MetricsEval::new(&req.query, req.grid, req.max_series, req.max_exemplars)
+        .map_err(|e| RunError::Invalid(e.to_string()))?;
+    let projection = Projection::of(&req.query.query);
+    // Files are chosen by the spans' times; a span counts by its start, so
+    // the window is the grid's.
+    let range = TimeRange::new(req.grid.start, req.grid.end);
+    // The copy of the buffers' spans is admitted before the scan reads.
+    let buffers = engine.scan_buffers(range);
+    held.grow(buffers.bytes()).map_err(RunError::Overloaded)?;
+    let ranges = TraceIdRange::split(engine.search_threads());
+    let parts = buffers.split(&ranges);
+    let counted: Vec<Result<Counted, RunError>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = ranges
+            .iter()
+            .zip(parts)
+            .map(|(&ids, buffers)| {
+                let projection = &projection;
+                scope.spawn(move || {
+                    let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
+                    let mut eval =
+                        MetricsEval::new(&req.query, req.grid, req.max_series, req.max_exemplars)
+                            .map_err(|e| RunError::Invalid(e.to_string()))?;
+                    let row_bytes = req.grid.len() * CELL_BYTES + 256;
+                    let mut series_bytes = 0;
+                    let mut partial: Vec<String> = Vec::new();
+                    let mut over: Option<RunError> = None;
+                    let stats = engine.scan_trace_ids(range, ids, buffers, |trace_id, spans| {
+                        if let Err(e) = cancel.check() {
+                            over = Some(e);
+                            return false;
+                        }
+                        // Only spans that start in the window can count.
+                        if !spans.iter().any(|s| {
+                            s.start_unix_nano > req.grid.start && s.start_unix_nano <= req.grid.end
+                        }) {
+                            return true;
+                        }
+                        match decode_for(trace_id, spans, projection) {
+                            Ok(trace) => {
+                                let sets = req.query.eval(&trace);
+                                if !sets.is_empty() {
+                                    eval.observe(&req.query, &trace, &sets);
+                                }
+                            }
+                            Err(e) => partial.push(format!("trace {trace_id} not evaluated: {e}")),
+                        }
+                        let now = eval.series_count() * row_bytes;
+                        if now > series_bytes {
+                            if let Err(e) = held.grow(now - series_bytes) {
+                                over = Some(RunError::Overloaded(e));
+                                return false;
+                            }
+                            series_bytes = now;
+                        }
+                        true
+                    })?;
+                    if let Some(e) = over {
+                        return Err(e);
+                    }
+                    Ok(Counted {
+                        eval,
+                        partial,
+                        skipped: stats.skipped,
+                        held,
+                    })
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    let mut answer: Option<(MetricsEval, Vec<String>)> = None;
+    let mut skipped: Vec<tracedb_lsm::SkippedFile> = Vec::new();
+    let mut permits = Vec::with_capacity(counted.len());
+    for c in counted {
+        let c = c?;
+        // Each range met the same damaged files: each is named once.
+        for s in c.skipped {
+            if !skipped.iter().any(|k| k.id == s.id) {
+                skipped.push(s);
+            }
+        }
+        permits.push(c.held);
+        match &mut answer {
+            None => answer = Some((c.eval, c.partial)),
+            Some((eval, partial)) => {
+                eval.merge(c.eval);
+                partial.extend(c.partial);
+            }
+        }
+    }
+    let (eval, mut partial) = answer.expect("one range at least");
+    for s in &skipped {
+        partial.push(crate::read::file_reason(s));
+    }
+    if eval.series_capped() {
+        partial.push(series_capped(req.max_series));
+    }
+    Ok(Answer {
+        value: eval,
+        partial,
+    })
+}
