@@ -157,17 +157,29 @@ impl Trace {
         projection: &Projection,
     ) -> Result<Trace, DecodeError> {
         let mut origins: HashMap<(&[u8], &[u8]), Arc<Origin>> = HashMap::new();
+        // Spans of one resource and scope most often follow one another,
+        // sharing their stored bytes: the last origin is checked by address
+        // (then contents) before any hash of the bytes.
+        let mut last: Option<((&[u8], &[u8]), Arc<Origin>)> = None;
+        let same = |a: &[u8], b: &[u8]| std::ptr::eq(a, b) || a == b;
         let mut out = Vec::new();
         for (index, encoded) in spans.into_iter().enumerate() {
             let key = (
                 encoded.resource.unwrap_or_default(),
                 encoded.scope.unwrap_or_default(),
             );
-            let origin = match origins.get(&key) {
-                Some(o) => o.clone(),
-                None => {
-                    let o = Arc::new(decode_origin(encoded.resource, encoded.scope)?);
-                    origins.insert(key, o.clone());
+            let origin = match &last {
+                Some(((r, s), o)) if same(r, key.0) && same(s, key.1) => o.clone(),
+                _ => {
+                    let o = match origins.get(&key) {
+                        Some(o) => o.clone(),
+                        None => {
+                            let o = Arc::new(decode_origin(encoded.resource, encoded.scope)?);
+                            origins.insert(key, o.clone());
+                            o
+                        }
+                    };
+                    last = Some((key, o.clone()));
                     o
                 }
             };
