@@ -252,6 +252,24 @@ pub enum Cells {
     Buckets(Vec<Vec<(u32, u64)>>),
 }
 
+/// The range cut into `n` equal time buckets, each keeping at most
+/// [`EXEMPLARS_PER_BUCKET`] exemplars.
+#[derive(Clone, Copy)]
+struct ExemplarBuckets {
+    n: usize,
+    grid: Grid,
+}
+
+impl ExemplarBuckets {
+    /// The bucket a span starting at `ts` (Unix ns) falls in.
+    fn of(self, ts: u64) -> usize {
+        let n = self.n as u64;
+        let span = (self.grid.end - self.grid.start).max(1);
+        let at = ts.saturating_sub(self.grid.start).min(span - 1);
+        ((at as u128 * n as u128 / span as u128) as usize).min(self.n - 1)
+    }
+}
+
 /// A pending exemplar: a matched span, in its series and interval.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Picked {
@@ -454,7 +472,8 @@ impl MetricsEval {
                     },
                 );
             }
-            let bucket = self.exemplar_bucket(span.start_unix_nano);
+            // By the millisecond an exemplar carries, as `finish` bounds them.
+            let bucket = self.exemplar_bucket(span.start_unix_nano / 1_000_000 * 1_000_000);
             let acc = self.series.get_mut(&key).expect("inserted above");
             match &mut acc.cells {
                 Cells::Count(c) => c[interval] += 1.0,
@@ -530,10 +549,11 @@ impl MetricsEval {
 
     /// The time bucket of the range an exemplar at `ts` falls in.
     fn exemplar_bucket(&self, ts: u64) -> usize {
-        let n = self.exemplar_buckets.len() as u64;
-        let span = (self.grid.end - self.grid.start).max(1);
-        let at = ts.saturating_sub(self.grid.start).min(span - 1);
-        ((at as u128 * n as u128 / span as u128) as usize).min(n as usize - 1)
+        ExemplarBuckets {
+            n: self.exemplar_buckets.len(),
+            grid: self.grid,
+        }
+        .of(ts)
     }
 
     /// The series, with the second stage applied, in Tempo's order.
@@ -683,12 +703,27 @@ impl MetricsEval {
             out = second_stage(out, stage);
         }
         sort_series(&mut out);
-        // Series added from other stores may bring more than were asked;
-        // the first series in order keep theirs.
+        // Series added from other stores (or other threads' ranges of
+        // trace IDs) may bring more than were asked, in all or in a time
+        // bucket; the first series in order keep theirs.
         let mut left = self.max_exemplars;
+        // As many buckets as `new` makes for the exemplars asked (an
+        // evaluator of cells adopts another's exemplars and their number).
+        let buckets = ExemplarBuckets {
+            n: (self.max_exemplars / 2).max(1),
+            grid: self.grid,
+        };
+        let mut per_bucket = vec![0; buckets.n];
         for s in &mut out {
-            s.exemplars.truncate(left);
-            left -= s.exemplars.len();
+            s.exemplars.retain(|e| {
+                let b = buckets.of(e.timestamp_ms.saturating_mul(1_000_000));
+                let keep = left > 0 && per_bucket[b] < EXEMPLARS_PER_BUCKET;
+                if keep {
+                    left -= 1;
+                    per_bucket[b] += 1;
+                }
+                keep
+            });
         }
         out
     }

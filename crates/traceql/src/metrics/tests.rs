@@ -349,6 +349,40 @@ fn exemplars_are_one_matched_span_per_trace_with_its_ids() {
     assert_eq!(got[0].exemplars[0].value, 0.1);
 }
 
+/// Evaluators over different traces (other stores, or a scan's threads),
+/// added up, keep the exemplars one evaluator would: two per time bucket
+/// (a fiftieth of the range for 100) and the number asked for.
+#[test]
+fn exemplars_added_up_keep_two_per_bucket_and_the_number_asked() {
+    let grid = Grid::range(T0, T0 + 100 * SEC, 10 * SEC);
+    let compiled = Compiled::new(parse("{ } | rate()").expect("parses")).expect("compiles");
+    // Forty traces, each one span, all in the first second of the range.
+    let traces: Vec<Trace> = (0..40u8)
+        .map(|t| {
+            trace(
+                t + 1,
+                vec![span(1, None, "a", "op", SEC / 2 + u64::from(t), 10)],
+            )
+        })
+        .collect();
+    let added = |max: usize| {
+        let mut evals: Vec<MetricsEval> = (0..4)
+            .map(|_| MetricsEval::new(&compiled, grid, 1_000, max).expect("metrics"))
+            .collect();
+        for (i, t) in traces.iter().enumerate() {
+            evals[i % 4].observe(&compiled, t, &compiled.eval(t));
+        }
+        let mut evals = evals.into_iter();
+        let mut first = evals.next().expect("four");
+        evals.for_each(|e| first.merge(e));
+        first.finish()
+    };
+    // Four evaluators took two each in the first bucket: two are kept.
+    assert_eq!(added(100)[0].exemplars.len(), 2);
+    assert_eq!(added(1)[0].exemplars.len(), 1);
+    assert_eq!(added(0)[0].exemplars.len(), 0);
+}
+
 #[test]
 fn series_past_the_cap_are_left_out_and_said_so() {
     let grid = Grid::instant(T0, T0 + 60 * SEC);
