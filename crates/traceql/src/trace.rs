@@ -128,6 +128,9 @@ pub enum DecodeError {
     Origin(#[from] prost::DecodeError),
 }
 
+/// A span's encoded resource and scope (empty when not sent).
+type OriginBytes<'a> = (&'a [u8], &'a [u8]);
+
 /// The encoded parts of one stored span, as the storage engine keeps them.
 #[derive(Debug, Clone, Copy)]
 pub struct EncodedSpan<'a> {
@@ -156,11 +159,11 @@ impl Trace {
         spans: impl IntoIterator<Item = EncodedSpan<'a>>,
         projection: &Projection,
     ) -> Result<Trace, DecodeError> {
-        let mut origins: HashMap<(&[u8], &[u8]), Arc<Origin>> = HashMap::new();
+        let mut origins: HashMap<OriginBytes<'_>, Arc<Origin>> = HashMap::new();
         // Spans of one resource and scope most often follow one another,
         // sharing their stored bytes: the last origin is checked by address
         // (then contents) before any hash of the bytes.
-        let mut last: Option<((&[u8], &[u8]), Arc<Origin>)> = None;
+        let mut last: Option<(OriginBytes<'_>, Arc<Origin>)> = None;
         let same = |a: &[u8], b: &[u8]| std::ptr::eq(a, b) || a == b;
         let mut out = Vec::new();
         for (index, encoded) in spans.into_iter().enumerate() {
