@@ -71,7 +71,7 @@ pub use hooks::{CrashPoint, Hooks};
 pub use options::{Clock, EngineOptions};
 use quarantine::Quarantined;
 use retention::Retention;
-pub use scan::ScanStats;
+pub use scan::{ScanBuffers, ScanStats};
 use scheduler::CompactionScheduler;
 pub use search::{SearchSnapshot, TagValues, ValuesLimit};
 pub use stats::EngineStats;

@@ -92,8 +92,8 @@ pub use budget::{MemoryBudget, Permit, Work};
 pub use compaction::{CompactionOptions, CompactionTask};
 pub use engine::{
     Candidate, Candidates, CellsError, CellsStats, Clock, ColdPass, ColdStats, Engine,
-    EngineOptions, EngineStats, ScanStats, SearchSnapshot, SkippedFile, Snapshot, TagValues,
-    TraceLookup, ValuesLimit, WalkStats,
+    EngineOptions, EngineStats, ScanBuffers, ScanStats, SearchSnapshot, SkippedFile, Snapshot,
+    TagValues, TraceLookup, ValuesLimit, WalkStats,
 };
 #[cfg(feature = "test-support")]
 pub use engine::{CrashPoint, Hooks};
