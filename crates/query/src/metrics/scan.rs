@@ -12,8 +12,9 @@
 //! (every handle's reference count went back and forth between the cores)
 //! for 1.4 times the speed.
 //!
-//! Memory: the copy of the buffers is admitted before the scan, and each
-//! thread admits its series as they grow.
+//! Memory: the copy of the buffers is admitted before the scan (twice while
+//! it is cut into the threads' parts), and each thread admits its series as
+//! they grow.
 
 use tracedb_lsm::{Engine, TimeRange, TraceIdRange};
 use tracedb_traceql::{metrics::MetricsEval, Projection};
@@ -49,11 +50,14 @@ pub(super) fn scan(
     // Files are chosen by the spans' times; a span counts by its start, so
     // the window is the grid's.
     let range = TimeRange::new(req.grid.start, req.grid.end);
-    // The copy of the buffers' spans is admitted before the scan reads.
+    // The copy of the buffers' spans is admitted before the scan reads,
+    // twice while it is split among the threads (the parts are a copy).
     let buffers = engine.scan_buffers(range);
-    held.grow(buffers.bytes()).map_err(RunError::Overloaded)?;
+    let copy_bytes = buffers.bytes();
+    held.grow(2 * copy_bytes).map_err(RunError::Overloaded)?;
     let ranges = TraceIdRange::split(engine.search_threads());
     let parts = buffers.split(&ranges);
+    held.shrink(copy_bytes);
     let counted: Vec<Result<Counted, RunError>> = std::thread::scope(|scope| {
         let threads: Vec<_> = ranges
             .iter()
