@@ -179,6 +179,15 @@ pub fn run(
     whole_traces(engine, req, cancel)
 }
 
+impl MetricsRequest {
+    /// An evaluator of the query on its grid, within its bounds; a 400 for
+    /// a query the evaluator refuses.
+    fn evaluator(&self) -> Result<MetricsEval, RunError> {
+        MetricsEval::new(&self.query, self.grid, self.max_series, self.max_exemplars)
+            .map_err(|e| RunError::Invalid(e.to_string()))
+    }
+}
+
 /// [`run`] trace by trace: each candidate of the index's walk read whole.
 fn whole_traces(
     engine: &Engine,
@@ -187,8 +196,7 @@ fn whole_traces(
 ) -> Result<Answer<MetricsEval>, RunError> {
     let budget = engine.memory_budget();
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
-    let mut eval = MetricsEval::new(&req.query, req.grid, req.max_series, req.max_exemplars)
-        .map_err(|e| RunError::Invalid(e.to_string()))?;
+    let mut eval = req.evaluator()?;
     let index_query = SearchQuery {
         start_max: req.grid.end,
         end_min: req.grid.start,

@@ -529,8 +529,7 @@ fn exemplars(
     partial: &mut Vec<String>,
     cancel: &Cancel,
 ) -> Result<MetricsEval, RunError> {
-    let mut eval = MetricsEval::new(&req.query, req.grid, req.max_series, req.max_exemplars)
-        .map_err(|e| RunError::Invalid(e.to_string()))?;
+    let mut eval = req.evaluator()?;
     let g = req.grid;
     let parts = EXEMPLAR_WINDOWS.min(g.len() as u64).max(1);
     let width = (g.end - g.start).div_ceil(parts);

@@ -44,8 +44,7 @@ pub(super) fn scan(
     let budget = engine.memory_budget();
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
     // A query the evaluator refuses is refused before any thread starts.
-    MetricsEval::new(&req.query, req.grid, req.max_series, req.max_exemplars)
-        .map_err(|e| RunError::Invalid(e.to_string()))?;
+    req.evaluator()?;
     let projection = Projection::of(&req.query.query);
     // Files are chosen by the spans' times; a span counts by its start, so
     // the window is the grid's.
@@ -66,9 +65,7 @@ pub(super) fn scan(
                 let projection = &projection;
                 scope.spawn(move || {
                     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
-                    let mut eval =
-                        MetricsEval::new(&req.query, req.grid, req.max_series, req.max_exemplars)
-                            .map_err(|e| RunError::Invalid(e.to_string()))?;
+                    let mut eval = req.evaluator()?;
                     let row_bytes = req.grid.len() * CELL_BYTES + 256;
                     let mut series_bytes = 0;
                     let mut partial: Vec<String> = Vec::new();
