@@ -394,11 +394,11 @@ fn write_part(
     match reused {
         Some((input, parts, part)) => {
             slot.summary.add_part(input, parts, part);
+            slot.summary.count(spans);
             out.parts_reused += 1;
         }
         None => slot.summary.add_trace(spans),
     }
-    slot.summary.count(spans);
     out.spans_out += spans.len() as u64;
     for span in spans.drain(..) {
         slot.builder.add_owned(span)?;
@@ -582,7 +582,6 @@ mod tests {
         for (i, &t) in traces.iter().enumerate() {
             let spans = [span(&g, t, i as u64 + 1, 1_000)];
             sidecar.add_trace(&spans);
-            sidecar.count(&spans);
         }
         sidecar.write(file.path()).expect("sidecar");
         file
@@ -699,7 +698,6 @@ mod tests {
         for t in 1..=500u128 {
             let spans = vec![span(&g, t, 1, 1_000 + t as u64 * 1_000_000_000)];
             slot.summary.add_trace(&spans);
-            slot.summary.count(&spans);
             for s in spans {
                 slot.builder.add_owned(s).expect("sorted");
             }

@@ -234,8 +234,7 @@ pub fn write_sorted_buffer<S: Borrow<Span>>(
     let mut summary = SummaryBuilder::default();
     let mut cells = CellsBuilder::default();
     for trace in spans.chunk_by(|a, b| a.borrow().trace_id == b.borrow().trace_id) {
-        summary.add_trace(trace);
-        cells.add_all(trace);
+        summary.add_trace_counted(trace, &mut cells);
         for span in trace {
             builder.add(span.borrow())?;
         }

@@ -210,6 +210,18 @@ impl SummaryBuilder {
     /// links: compaction and flush, which see traces whole, build large sets
     /// this way.
     pub fn add_trace<S: Borrow<Span>>(&mut self, spans: &[S]) {
+        self.add_trace_to(spans, None);
+    }
+
+    /// [`SummaryBuilder::add_trace`], counting the spans into `cells` from
+    /// the same scan (as a flush does). `cells` finds names by the
+    /// builder's string numbers, checked against their bytes, so it is
+    /// quickest kept with one builder for their lives.
+    pub fn add_trace_counted<S: Borrow<Span>>(&mut self, spans: &[S], cells: &mut CellsBuilder) {
+        self.add_trace_to(spans, Some(cells));
+    }
+
+    fn add_trace_to<S: Borrow<Span>>(&mut self, spans: &[S], cells: Option<&mut CellsBuilder>) {
         let Some(first) = spans.first().map(Borrow::borrow) else {
             return;
         };
@@ -222,6 +234,7 @@ impl SummaryBuilder {
             &mut self.groups,
             &mut self.scratch,
             spans,
+            cells,
         ));
     }
 
@@ -280,19 +293,27 @@ impl SidecarBuilder {
         }
     }
 
-    /// Counts spans the file holds into its metrics cells: every span
-    /// written, whether its trace's part was summarized here or carried over.
+    /// Counts spans the file holds into its metrics cells: those of a trace
+    /// whose part was carried over ([`SidecarBuilder::add_part`]);
+    /// [`SidecarBuilder::add_trace`] counts the spans it summarizes.
     pub fn count<S: Borrow<Span>>(&mut self, spans: &[S]) {
         self.cells.add_all(spans);
     }
 
     /// Adds every span of one trace; see [`SummaryBuilder::add_trace`].
-    /// Traces come in ascending trace-ID order, each once.
+    /// Traces come in ascending trace-ID order, each once. The spans are
+    /// counted into the file's metrics cells from the same scan.
     pub fn add_trace<S: Borrow<Span>>(&mut self, spans: &[S]) {
         if spans.is_empty() {
             return;
         }
-        let part = summarize_whole(&mut self.names, &mut self.groups, &mut self.scratch, spans);
+        let part = summarize_whole(
+            &mut self.names,
+            &mut self.groups,
+            &mut self.scratch,
+            spans,
+            Some(&mut self.cells),
+        );
         self.push(&part);
     }
 
@@ -371,7 +392,8 @@ impl SidecarBuilder {
     }
 }
 
-/// Summarizes every span of one trace at once.
+/// Summarizes every span of one trace at once, counting each into `cells`
+/// (if any) from the same scan of its fields.
 /// `acc` is scratch space, reused from trace to trace so that its lists are
 /// not allocated again for each.
 fn summarize_whole<S: Borrow<Span>>(
@@ -379,6 +401,7 @@ fn summarize_whole<S: Borrow<Span>>(
     groups: &mut Groups,
     acc: &mut TraceAcc,
     spans: &[S],
+    mut cells: Option<&mut CellsBuilder>,
 ) -> TraceSummary {
     acc.reset();
     let mut attributes = Vec::new();
@@ -396,7 +419,10 @@ fn summarize_whole<S: Borrow<Span>>(
                 group
             }
         };
-        accumulate(names, groups, group, acc, span, &mut attributes);
+        let (fields, name) = accumulate(names, groups, group, acc, span, &mut attributes);
+        if let Some(cells) = cells.as_deref_mut() {
+            cells.add_scanned(span, &fields, Some(name));
+        }
     }
     summarize(spans[0].borrow().trace_id, acc)
 }
@@ -445,7 +471,7 @@ fn accumulate<'a>(
     acc: &mut TraceAcc,
     span: &'a Span,
     attributes: &mut Vec<&'a [u8]>,
-) {
+) -> (wire::SpanFields<'a>, u32) {
     let info = &groups.infos[group as usize];
     let service = info.service;
     let f = wire::scan_span(&span.payload, attributes);
@@ -504,6 +530,7 @@ fn accumulate<'a>(
         parent,
         service,
     });
+    (f, name)
 }
 
 /// The summary of a finished trace part. Leaves `acc`'s lists sorted; the

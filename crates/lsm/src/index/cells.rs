@@ -261,6 +261,9 @@ pub struct CellsBuilder {
     services: Vec<Option<Box<[u8]>>>,
     names: Vec<Box<[u8]>>,
     name_ids: HashMap<Box<[u8]>, u32>,
+    /// Per number a caller gave a span's name ([`CellsBuilder::add_scanned`]),
+    /// the name's number here (`u32::MAX`: not seen yet).
+    by_hint: Vec<u32>,
     /// Per encoded resource, its service's number.
     resources: HashMap<Box<[u8]>, u32>,
     /// The last span's group and its service's number: a request's spans
@@ -344,6 +347,23 @@ impl CellsBuilder {
 
     /// Counts one span.
     pub fn add(&mut self, span: &Span) {
+        if !self.overflow {
+            self.add_scanned(span, &wire::scan_fields(&span.payload), None);
+        }
+    }
+
+    /// Counts one span whose fields `f` the caller scanned already (the
+    /// search-index summary scans each span it summarizes; a second scan
+    /// here was most of what cells cost a flush). `name_hint` is a number
+    /// the caller gives every span of the same name for the builder's life
+    /// (the summary's string number): a name seen under it is then found
+    /// by that number, checked against the bytes, without hashing them.
+    pub(crate) fn add_scanned(
+        &mut self,
+        span: &Span,
+        f: &wire::SpanFields,
+        name_hint: Option<u32>,
+    ) {
         if self.overflow {
             return;
         }
@@ -370,13 +390,20 @@ impl CellsBuilder {
                 id
             }
         };
-        let f = wire::scan_fields(&span.payload);
-        let name = match self.name_ids.get(f.name) {
+        let hinted = name_hint
+            .and_then(|h| self.by_hint.get(h as usize))
+            .filter(|&&id| self.names.get(id as usize).is_some_and(|n| **n == *f.name));
+        let name = match hinted {
             Some(&id) => id,
             None => {
-                let id = self.names.len() as u32;
-                self.names.push(f.name.into());
-                self.name_ids.insert(f.name.into(), id);
+                let id = self.name_number(f.name);
+                if let Some(h) = name_hint {
+                    let h = h as usize;
+                    if h >= self.by_hint.len() {
+                        self.by_hint.resize(h + 1, u32::MAX);
+                    }
+                    self.by_hint[h] = id;
+                }
                 id
             }
         };
@@ -402,6 +429,19 @@ impl CellsBuilder {
             .push(second << 32 | u64::from(key) << 8 | u64::from(exp));
     }
 
+    /// The number of the name `bytes`, numbering it if new.
+    fn name_number(&mut self, bytes: &[u8]) -> u32 {
+        match self.name_ids.get(bytes) {
+            Some(&id) => id,
+            None => {
+                let id = self.names.len() as u32;
+                self.names.push(bytes.into());
+                self.name_ids.insert(bytes.into(), id);
+                id
+            }
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
     }
@@ -417,7 +457,10 @@ impl CellsBuilder {
                 .map(|s| s.len() + 24)
                 .sum::<usize>()
             + self.resources.keys().map(|r| r.len() + 40).sum::<usize>();
-        self.records.capacity() * 8 + self.keys.capacity() * 40 + strings
+        self.records.capacity() * 8
+            + self.keys.capacity() * 40
+            + self.by_hint.capacity() * 4
+            + strings
     }
 
     /// The cells counted; `None` past what cells hold (the file's spans are read instead).

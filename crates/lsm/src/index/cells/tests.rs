@@ -4,7 +4,10 @@ use bytes::Bytes;
 use tracedb_proto::wire::put_varint;
 
 use super::*;
-use crate::span::{ScopeGroup, SpanId, TraceId};
+use crate::{
+    index::{SidecarBuilder, SummaryBuilder},
+    span::{ScopeGroup, SpanId, TraceId},
+};
 
 fn field(out: &mut Vec<u8>, n: u64, b: &[u8]) {
     put_varint(out, n << 3 | 2);
@@ -13,12 +16,24 @@ fn field(out: &mut Vec<u8>, n: u64, b: &[u8]) {
 }
 
 fn span(service: Option<&str>, name: &str, status: u64, root: bool, start: u64, dur: u64) -> Span {
+    span_named(service, name.as_bytes(), status, root, start, dur)
+}
+
+/// [`span`] with a name of any bytes.
+fn span_named(
+    service: Option<&str>,
+    name: &[u8],
+    status: u64,
+    root: bool,
+    start: u64,
+    dur: u64,
+) -> Span {
     let mut p = Vec::new();
     field(&mut p, 2, &[9; 8]);
     if !root {
         field(&mut p, 4, &[5; 8]);
     }
-    field(&mut p, 5, name.as_bytes());
+    field(&mut p, 5, name);
     put_varint(&mut p, 6 << 3);
     put_varint(&mut p, 2);
     if status != 0 {
@@ -216,6 +231,54 @@ fn counted(spans: &[Span]) -> FileCells {
     let mut b = CellsBuilder::default();
     b.add_all(spans);
     b.finish().expect("cells")
+}
+
+/// Cells counted from the search-index summary's scan of each span (a
+/// flush, a merge's traces summarized from their spans) are those counted
+/// from the spans alone, whatever their names: names that are not UTF-8
+/// share one string in the summary (the empty one) but not one cell key.
+#[test]
+fn cells_counted_with_the_summary_are_those_counted_alone() {
+    let names: [&[u8]; 6] = [b"GET", b"", b"\xff", b"\xfe\xff", b"\xff\xfe", b"PUT"];
+    let mut spans: Vec<Span> = (0..600u64)
+        .map(|i| {
+            let service = [Some("a"), Some("b"), None][(i % 3) as usize];
+            let name = names[(i * 7 % 6) as usize];
+            let mut s = span_named(service, name, i % 3, i % 5 == 0, i * NANOS / 3, i * 991);
+            s.trace_id = TraceId((i as u128 / 4).to_be_bytes());
+            s
+        })
+        .collect();
+    spans.sort_by_key(|s| s.trace_id);
+    let alone = counted(&spans);
+    let keys: std::collections::HashSet<_> = (0..600u64)
+        .map(|i| (i % 3, i * 7 % 6, i % 3, i % 5 == 0))
+        .collect();
+    assert_eq!(alone.named.len(), keys.len(), "every name a key of its own");
+
+    let mut summary = SummaryBuilder::default();
+    let mut with_summary = CellsBuilder::default();
+    let mut sidecar = SidecarBuilder::new(16);
+    for trace in spans.chunk_by(|a, b| a.trace_id == b.trace_id) {
+        summary.add_trace_counted(trace, &mut with_summary);
+        sidecar.add_trace(trace);
+    }
+    // Compared whole, reported by their keys (the tables run long).
+    let keys = |c: &FileCells| (c.named.clone(), c.spans());
+    let with_summary = with_summary.finish().expect("cells");
+    assert!(
+        with_summary == alone,
+        "{:?} != {:?}",
+        keys(&with_summary),
+        keys(&alone)
+    );
+    let sidecar = sidecar.take_cells().expect("cells");
+    assert!(
+        sidecar == alone,
+        "{:?} != {:?}",
+        keys(&sidecar),
+        keys(&alone)
+    );
 }
 
 /// The unnamed cells a run's last file holds are those of all the run's
