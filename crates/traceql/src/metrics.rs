@@ -182,8 +182,8 @@ impl LabelValue {
     }
 }
 
-/// One value of a series key: hashable, nil included.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// One value of a series key: hashable and ordered, nil included.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum KeyPart {
     Nil,
     Str(String),

@@ -57,11 +57,17 @@ impl Cells {
 
 impl MetricsEval {
     /// Adds `other`'s series (the same query on the same grid, over other
-    /// traces: another store's) to these.
+    /// traces: another store's) to these. Past the series cap, the series
+    /// kept are these, then `other`'s new ones in the order of their labels:
+    /// never the order a map happens to hold them in.
     pub fn merge(&mut self, other: MetricsEval) {
         self.capped |= other.capped;
         self.spans += other.spans;
-        for (key, theirs) in other.series {
+        let mut series: Vec<_> = other.series.into_iter().collect();
+        if self.series.len() + series.len() > self.max_series {
+            series.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        }
+        for (key, theirs) in series {
             let room = self.series.len() < self.max_series;
             match self.series.get_mut(&key) {
                 Some(mine) => {

@@ -394,6 +394,49 @@ fn series_past_the_cap_are_left_out_and_said_so() {
     assert_eq!(got.len(), 2);
 }
 
+/// Evaluators added up past the cap keep the same series however their
+/// maps order them: the first evaluator's, then the others' by their labels.
+#[test]
+fn series_added_up_past_the_cap_are_the_same_every_time() {
+    let grid = Grid::instant(T0, T0 + 60 * SEC);
+    let compiled =
+        Compiled::new(parse("{ } | rate() by(name)").expect("parses")).expect("compiles");
+    let traces: Vec<Trace> = (0..30u8)
+        .map(|t| {
+            trace(
+                t + 1,
+                vec![span(1, None, "a", &format!("op{t:02}"), SEC, 10)],
+            )
+        })
+        .collect();
+    let kept = || {
+        let mut first = MetricsEval::new(&compiled, grid, 10, 0).expect("metrics");
+        let mut second = MetricsEval::new(&compiled, grid, usize::MAX, 0).expect("metrics");
+        for (i, t) in traces.iter().enumerate() {
+            let eval = if i < 4 { &mut first } else { &mut second };
+            eval.observe(&compiled, t, &compiled.eval(t));
+        }
+        first.merge(second);
+        assert!(first.series_capped());
+        let mut names: Vec<String> = first
+            .finish()
+            .iter()
+            .map(|s| format!("{:?}", s.labels))
+            .collect();
+        names.sort();
+        names
+    };
+    let once = kept();
+    assert_eq!(once.len(), 10);
+    assert!(
+        once[9].contains("op09"),
+        "the first four, then op04..op09: {once:?}"
+    );
+    for _ in 0..20 {
+        assert_eq!(kept(), once);
+    }
+}
+
 #[test]
 fn go_durations_print_as_tempo_labels_them() {
     for (ns, text) in [
