@@ -17,7 +17,10 @@
 
 use std::sync::Arc;
 
-use tracedb_lsm::{index::SearchQuery, Engine};
+use tracedb_lsm::{
+    index::{OpNeed, SearchQuery},
+    Candidate, Engine,
+};
 use tracedb_proto::query::v1 as proto;
 use tracedb_traceql::{
     metrics::{go_duration, Cells, Grid, LabelValue, MetricsEval, Picked, RawSeries, Series},
@@ -174,9 +177,76 @@ pub fn run(
         }
     }
     if crate::search::per_span_only(&req.query.query) {
-        return scan::scan(engine, req, cancel);
+        return match few_traces(engine, req, cancel, SPANS_PER_TRACE_READ)? {
+            Some((few, _held)) => {
+                let mut few = few.into_iter();
+                by_traces(engine, req, cancel, |_| Ok(few.next()))
+            }
+            None => scan::scan(engine, req, cancel),
+        };
     }
     whole_traces(engine, req, cancel)
+}
+
+/// Spans of the window's files that scanning costs about as much as reading
+/// one trace by its ID: a per-span query with fewer candidate traces than
+/// the window's spans over this reads them one by one instead of scanning.
+pub const SPANS_PER_TRACE_READ: u64 = 400;
+/// Most candidate traces a per-span query reads one by one.
+pub const MAX_FEW_TRACES: u64 = 200_000;
+
+/// The walk of the traces with a part that overlaps the window and may
+/// meet what the query needs.
+fn index_query(req: &MetricsRequest) -> SearchQuery {
+    SearchQuery {
+        start_max: req.grid.end,
+        end_min: req.grid.start,
+        needs: op_needs(tracedb_traceql::needs(&req.query.query)),
+        ..SearchQuery::default()
+    }
+}
+
+/// The traces a per-span query must read, from the search index, when
+/// they are few enough that reading each by its ID costs less than
+/// scanning the window (fewer than one per `spans_per_read` spans of its
+/// files, [`SPANS_PER_TRACE_READ`]); `None` when the query needs nothing
+/// the index knows, or the walk proposes more. The list's bytes stay
+/// admitted with it.
+fn few_traces(
+    engine: &Engine,
+    req: &MetricsRequest,
+    cancel: &Cancel,
+    spans_per_read: u64,
+) -> Result<Option<(Vec<Candidate>, tracedb_lsm::Permit)>, RunError> {
+    let query = index_query(req);
+    if query.needs.iter().all(|n| *n == OpNeed::default()) {
+        return Ok(None);
+    }
+    let window = tracedb_lsm::TimeRange::new(req.grid.start, req.grid.end);
+    let most = (engine.file_spans_in(window) / spans_per_read).min(MAX_FEW_TRACES) as usize;
+    if most == 0 {
+        return Ok(None);
+    }
+    let mut held = engine
+        .memory_budget()
+        .acquire(0)
+        .map_err(RunError::Overloaded)?;
+    let mut walk = engine.candidates(&query)?;
+    let mut walk_bytes = 0;
+    let mut few = Vec::new();
+    while let Some(candidate) =
+        crate::search::next_counted(&mut walk, &mut held, &mut walk_bytes, cancel)?
+    {
+        if few.len() == most {
+            return Ok(None);
+        }
+        few.push(candidate);
+    }
+    drop(walk);
+    held.shrink(walk_bytes);
+    held.grow(few.len() * std::mem::size_of::<Candidate>())
+        .map_err(RunError::Overloaded)?;
+    Ok(Some((few, held)))
 }
 
 impl MetricsRequest {
@@ -194,24 +264,30 @@ fn whole_traces(
     req: &MetricsRequest,
     cancel: &Cancel,
 ) -> Result<Answer<MetricsEval>, RunError> {
+    let mut walk = engine.candidates(&index_query(req))?;
+    let mut walk_bytes = 0;
+    by_traces(engine, req, cancel, |held| {
+        crate::search::next_counted(&mut walk, held, &mut walk_bytes, cancel)
+    })
+}
+
+/// [`run`] over the traces `next` gives (given the query's permit, to count
+/// what it holds in), each read whole by its ID.
+fn by_traces(
+    engine: &Engine,
+    req: &MetricsRequest,
+    cancel: &Cancel,
+    mut next: impl FnMut(&mut tracedb_lsm::Permit) -> Result<Option<Candidate>, RunError>,
+) -> Result<Answer<MetricsEval>, RunError> {
     let budget = engine.memory_budget();
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
     let mut eval = req.evaluator()?;
-    let index_query = SearchQuery {
-        start_max: req.grid.end,
-        end_min: req.grid.start,
-        needs: op_needs(tracedb_traceql::needs(&req.query.query)),
-        ..SearchQuery::default()
-    };
-    let mut walk = engine.candidates(&index_query)?;
     let projection = Projection::of(&req.query.query);
-    let mut walk_bytes = 0;
     let mut series_bytes = 0;
     let mut partial: Vec<String> = Vec::new();
     let row_bytes = req.grid.len() * CELL_BYTES + 256;
-    while let Some(candidate) =
-        crate::search::next_counted(&mut walk, &mut held, &mut walk_bytes, cancel)?
-    {
+    while let Some(candidate) = next(&mut held)? {
+        cancel.check()?;
         let (lookup, trace_bytes) =
             crate::search::read_candidate(engine, &candidate, &mut held, &mut partial)?;
         match decode_for(candidate.trace_id, &lookup.spans, &projection) {

@@ -206,6 +206,16 @@ impl Engine {
             .collect()
     }
 
+    /// How many spans the files whose time ranges overlap `range` hold: what
+    /// [`Engine::scan_traces`] over `range` reads, buffers aside.
+    pub fn file_spans_in(&self, range: TimeRange) -> u64 {
+        let snapshot = self.snapshot();
+        self.files_in(&snapshot, range)
+            .iter()
+            .map(|f| f.table().meta().span_count)
+            .sum()
+    }
+
     /// The buffers' spans that overlap `range`, for [`Engine::scan_traces`]
     /// over the same range: as a file is read when its time range overlaps,
     /// a buffered span is handed on when its own does.

@@ -290,6 +290,135 @@ fn queries_cells_cannot_answer_are_read_from_spans() {
     assert!(!cells::answerable(&q("{} | rate()", 1500 * 1_000_000, t)));
 }
 
+/// A condition on span and resource attributes, or on a cell key's fields.
+fn attribute_condition(rng: &mut Rng) -> String {
+    match rng.below(8) {
+        0 => format!("span.a = {}", rng.below(5)),
+        1 => format!("span.b = {:?}", rng.pick(&["x", "y", "zz", "x y"])),
+        2 => format!("span.c = {}", rng.chance(50)),
+        3 => format!("span.f > {}", rng.below(8) as f64 / 2.0),
+        4 => format!("resource.region = {:?}", rng.pick(&["eu", "us"])),
+        5 => format!(".b = {:?}", rng.pick(&["x", "zz"])),
+        6 => format!("span.a != {}", rng.below(5)),
+        _ => condition(rng),
+    }
+}
+
+/// A per-span query whose candidate traces (from the search index) are few
+/// reads them by their IDs, and answers as the scan of its window does:
+/// traces split across files, merged, flushed and buffered, random
+/// conditions on attributes and cell fields.
+#[test]
+fn per_span_queries_of_few_traces_read_them_by_id_and_answer_as_the_scan() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut opts = EngineOptions::new(dir.path());
+    opts.memtable = MemTableOptions {
+        shards: 2,
+        flush_bytes: 1 << 30,
+        max_age: Duration::from_secs(3600),
+    };
+    opts.compaction_threads = 0;
+    opts.compaction.l0_trigger_files = 3;
+    let engine = Engine::open(opts).expect("open");
+    let mut rng = Rng::new(7);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos() as u64;
+    let base = (now - 2 * 3600 * SEC) / SEC * SEC;
+    let mut batches: Vec<Vec<Span>> = vec![Vec::new(); 5];
+    for t in 1..=400u128 {
+        let id = TraceId(
+            t.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
+                .to_be_bytes(),
+        );
+        let start = base + (t as u64 * 17 % 3600) * SEC;
+        let mut trace = spans(id, arbitrary::trace(&mut rng, id.0, start));
+        let batch = rng.below(5);
+        if trace.len() > 1 && rng.chance(25) {
+            let rest = trace.split_off(trace.len() / 2);
+            batches[(batch + 1).min(4)].extend(rest);
+        }
+        batches[batch].extend(trace);
+    }
+    for (b, batch) in batches.into_iter().enumerate() {
+        engine.write_blocking(batch).expect("write");
+        if b < 4 {
+            engine.flush().expect("flush");
+        }
+        if b == 2 {
+            assert!(engine.compact().expect("compact") > 0);
+        }
+    }
+    let request = |text: &str, from: u64, step: u64| MetricsRequest {
+        query: Arc::new(Compiled::new(parse(text).expect("parses")).expect("compiles")),
+        grid: Grid::range(from, from + (step * 100).min(3000 * SEC), step),
+        max_series: 1000,
+        max_exemplars: 0,
+    };
+    let (mut by_id, mut with_series) = (0, 0);
+    for _ in 0..300 {
+        let mut filter = attribute_condition(&mut rng);
+        for _ in 0..rng.below(3) {
+            let op = if rng.chance(75) { "&&" } else { "||" };
+            filter = format!("{filter} {op} {}", attribute_condition(&mut rng));
+        }
+        let function = rng.pick(&[
+            "rate()",
+            "count_over_time() by(span.b)",
+            "avg_over_time(span.f) by(resource.service.name)",
+            "quantile_over_time(duration, 0.9)",
+            "max_over_time(span.a) by(name)",
+        ]);
+        let text = format!("{{ {filter} }} | {function}");
+        let step = [1, 10, 60, 300][rng.below(4)] * SEC;
+        let req = request(&text, base + rng.below(1800) as u64 * SEC, step);
+        assert!(crate::search::per_span_only(&req.query.query), "{text}");
+        let scanned = finished(scan::scan(&engine, &req, &Cancel::new()).expect("scans"));
+        let Some((few, _held)) =
+            super::few_traces(&engine, &req, &Cancel::new(), 1).expect("walks")
+        else {
+            continue;
+        };
+        by_id += 1;
+        let mut few = few.into_iter();
+        let read = finished(
+            super::by_traces(&engine, &req, &Cancel::new(), |_| Ok(few.next())).expect("reads"),
+        );
+        with_series += usize::from(!read.is_empty());
+        // The same series; sums added in another order may differ in their
+        // last digits.
+        assert_eq!(read.len(), scanned.len(), "{text}");
+        for (a, b) in read.iter().zip(&scanned) {
+            assert_eq!(a.labels, b.labels, "{text}");
+            assert_eq!(a.samples.len(), b.samples.len(), "{text}");
+            for (x, y) in a.samples.iter().zip(&b.samples) {
+                assert!(
+                    x.0 == y.0 && (x.1 - y.1).abs() <= 1e-9 * y.1.abs().max(1.0),
+                    "{text}: {x:?} against {y:?}"
+                );
+            }
+        }
+    }
+    assert!(by_id > 150, "only {by_id} queries were read by ID");
+    assert!(with_series > 75, "only {with_series} of them had series");
+    // At the cost `run` weighs, a query most traces meet scans the window,
+    // and one no trace meets reads none.
+    let common = request(
+        "{ resource.service.name = \"front\" } | rate()",
+        base,
+        60 * SEC,
+    );
+    let rare = request("{ span.b = \"none\" } | rate()", base, 60 * SEC);
+    let walk = |req: &MetricsRequest| {
+        super::few_traces(&engine, req, &Cancel::new(), super::SPANS_PER_TRACE_READ)
+            .expect("walks")
+            .map(|(few, _)| few.len())
+    };
+    assert_eq!(walk(&common), None);
+    assert_eq!(walk(&rare), Some(0));
+}
+
 /// A span sent twice (a retried export whose acknowledgement was lost) and
 /// stored in two files: reads and metrics from spans count it once, metrics
 /// from cells twice until a compaction rewrites the files (README, "Metrics
