@@ -188,10 +188,13 @@ pub fn run(
     whole_traces(engine, req, cancel)
 }
 
-/// Spans of the window's files that scanning costs about as much as reading
-/// one trace by its ID: a per-span query with fewer candidate traces than
-/// the window's spans over this reads them one by one instead of scanning.
-pub const SPANS_PER_TRACE_READ: u64 = 400;
+/// Spans of the window's files that scanning takes about as long as reading
+/// one trace by its ID does (measured: 138 µs a trace read, walked, decoded
+/// and evaluated on one core; 0.93 µs a span scanned on two): a per-span
+/// query with fewer candidate traces than the window's spans over this
+/// reads them one by one instead of scanning (docs/BENCHMARKS.md, "Metrics
+/// that read spans").
+pub const SPANS_PER_TRACE_READ: u64 = 150;
 /// Most candidate traces a per-span query reads one by one.
 pub const MAX_FEW_TRACES: u64 = 200_000;
 
