@@ -178,10 +178,7 @@ pub fn run(
     }
     if crate::search::per_span_only(&req.query.query) {
         return match few_traces(engine, req, cancel, SPANS_PER_TRACE_READ)? {
-            Some((few, _held)) => {
-                let mut few = few.into_iter();
-                by_traces(engine, req, cancel, |_| Ok(few.next()))
-            }
+            Some((few, _held)) => few_on_every_core(engine, req, cancel, &few),
             None => scan::scan(engine, req, cancel),
         };
     }
@@ -259,6 +256,59 @@ impl MetricsRequest {
         MetricsEval::new(&self.query, self.grid, self.max_series, self.max_exemplars)
             .map_err(|e| RunError::Invalid(e.to_string()))
     }
+}
+
+/// [`by_traces`] over `few`, cut into one part per search thread (the
+/// machine's cores), each read and counted on its own thread; the parts'
+/// series are added up in the order of the parts, so the same store gives
+/// the same series every time.
+fn few_on_every_core(
+    engine: &Engine,
+    req: &MetricsRequest,
+    cancel: &Cancel,
+    few: &[Candidate],
+) -> Result<Answer<MetricsEval>, RunError> {
+    let per_thread = few.len().div_ceil(engine.search_threads().max(1)).max(1);
+    let parts: Vec<Result<Answer<MetricsEval>, RunError>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = few
+            .chunks(per_thread)
+            .map(|part| {
+                scope.spawn(move || {
+                    let mut part = part.iter().copied();
+                    by_traces(engine, req, cancel, |_| Ok(part.next()))
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    let mut answer: Option<Answer<MetricsEval>> = None;
+    for part in parts {
+        let part = part?;
+        match &mut answer {
+            None => answer = Some(part),
+            Some(a) => {
+                a.value.merge(part.value);
+                a.partial.extend(part.partial);
+            }
+        }
+    }
+    // No candidates: one evaluator's empty answer.
+    let Some(mut answer) = answer else {
+        return by_traces(engine, req, cancel, |_| Ok(None));
+    };
+    let capped = series_capped(req.max_series);
+    if answer.value.series_capped() && !answer.partial.contains(&capped) {
+        answer.partial.push(capped);
+    }
+    let mut seen = std::collections::HashSet::new();
+    answer.partial.retain(|p| seen.insert(p.clone()));
+    Ok(answer)
 }
 
 /// [`run`] trace by trace: each candidate of the index's walk read whole.

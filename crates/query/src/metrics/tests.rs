@@ -381,10 +381,8 @@ fn per_span_queries_of_few_traces_read_them_by_id_and_answer_as_the_scan() {
             continue;
         };
         by_id += 1;
-        let mut few = few.into_iter();
-        let read = finished(
-            super::by_traces(&engine, &req, &Cancel::new(), |_| Ok(few.next())).expect("reads"),
-        );
+        let read =
+            finished(super::few_on_every_core(&engine, &req, &Cancel::new(), &few).expect("reads"));
         with_series += usize::from(!read.is_empty());
         // The same series; sums added in another order may differ in their
         // last digits.
