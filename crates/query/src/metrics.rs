@@ -269,24 +269,12 @@ fn few_on_every_core(
     few: &[Candidate],
 ) -> Result<Answer<MetricsEval>, RunError> {
     let per_thread = few.len().div_ceil(engine.search_threads().max(1)).max(1);
-    let parts: Vec<Result<Answer<MetricsEval>, RunError>> = std::thread::scope(|scope| {
-        let threads: Vec<_> = few
-            .chunks(per_thread)
-            .map(|part| {
-                scope.spawn(move || {
-                    let mut part = part.iter().copied();
-                    by_traces(engine, req, cancel, |_| Ok(part.next()))
-                })
-            })
-            .collect();
-        threads
-            .into_iter()
-            .map(|t| {
-                t.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    });
+    let parts = each_on_a_thread(few.chunks(per_thread).map(|part| {
+        move || {
+            let mut part = part.iter().copied();
+            by_traces(engine, req, cancel, |_| Ok(part.next()))
+        }
+    }));
     let mut answer: Option<Answer<MetricsEval>> = None;
     for part in parts {
         let part = part?;
@@ -309,6 +297,25 @@ fn few_on_every_core(
     let mut seen = std::collections::HashSet::new();
     answer.partial.retain(|p| seen.insert(p.clone()));
     Ok(answer)
+}
+
+/// Runs each of `work` on a thread of its own and gives back what each
+/// returned, in `work`'s order (a thread's panic is passed on).
+fn each_on_a_thread<'env, T, F>(work: impl IntoIterator<Item = F>) -> Vec<T>
+where
+    T: Send + 'env,
+    F: FnOnce() -> T + Send + 'env,
+{
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = work.into_iter().map(|w| scope.spawn(w)).collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    })
 }
 
 /// [`run`] trace by trace: each candidate of the index's walk read whole.

@@ -57,69 +57,57 @@ pub(super) fn scan(
     let ranges = TraceIdRange::split(engine.search_threads());
     let parts = buffers.split(&ranges);
     held.shrink(copy_bytes);
-    let counted: Vec<Result<Counted, RunError>> = std::thread::scope(|scope| {
-        let threads: Vec<_> = ranges
-            .iter()
-            .zip(parts)
-            .map(|(&ids, buffers)| {
-                let projection = &projection;
-                scope.spawn(move || {
-                    let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
-                    let mut eval = req.evaluator()?;
-                    let row_bytes = req.grid.len() * CELL_BYTES + 256;
-                    let mut series_bytes = 0;
-                    let mut partial: Vec<String> = Vec::new();
-                    let mut over: Option<RunError> = None;
-                    let stats = engine.scan_trace_ids(range, ids, buffers, |trace_id, spans| {
-                        if let Err(e) = cancel.check() {
-                            over = Some(e);
+    let counted: Vec<Result<Counted, RunError>> =
+        super::each_on_a_thread(ranges.iter().zip(parts).map(|(&ids, buffers)| {
+            let projection = &projection;
+            move || {
+                let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
+                let mut eval = req.evaluator()?;
+                let row_bytes = req.grid.len() * CELL_BYTES + 256;
+                let mut series_bytes = 0;
+                let mut partial: Vec<String> = Vec::new();
+                let mut over: Option<RunError> = None;
+                let stats = engine.scan_trace_ids(range, ids, buffers, |trace_id, spans| {
+                    if let Err(e) = cancel.check() {
+                        over = Some(e);
+                        return false;
+                    }
+                    // Only spans that start in the window can count.
+                    if !spans.iter().any(|s| {
+                        s.start_unix_nano > req.grid.start && s.start_unix_nano <= req.grid.end
+                    }) {
+                        return true;
+                    }
+                    match decode_for(trace_id, spans, projection) {
+                        Ok(trace) => {
+                            let sets = req.query.eval(&trace);
+                            if !sets.is_empty() {
+                                eval.observe(&req.query, &trace, &sets);
+                            }
+                        }
+                        Err(e) => partial.push(format!("trace {trace_id} not evaluated: {e}")),
+                    }
+                    let now = eval.series_count() * row_bytes;
+                    if now > series_bytes {
+                        if let Err(e) = held.grow(now - series_bytes) {
+                            over = Some(RunError::Overloaded(e));
                             return false;
                         }
-                        // Only spans that start in the window can count.
-                        if !spans.iter().any(|s| {
-                            s.start_unix_nano > req.grid.start && s.start_unix_nano <= req.grid.end
-                        }) {
-                            return true;
-                        }
-                        match decode_for(trace_id, spans, projection) {
-                            Ok(trace) => {
-                                let sets = req.query.eval(&trace);
-                                if !sets.is_empty() {
-                                    eval.observe(&req.query, &trace, &sets);
-                                }
-                            }
-                            Err(e) => partial.push(format!("trace {trace_id} not evaluated: {e}")),
-                        }
-                        let now = eval.series_count() * row_bytes;
-                        if now > series_bytes {
-                            if let Err(e) = held.grow(now - series_bytes) {
-                                over = Some(RunError::Overloaded(e));
-                                return false;
-                            }
-                            series_bytes = now;
-                        }
-                        true
-                    })?;
-                    if let Some(e) = over {
-                        return Err(e);
+                        series_bytes = now;
                     }
-                    Ok(Counted {
-                        eval,
-                        partial,
-                        skipped: stats.skipped,
-                        held,
-                    })
+                    true
+                })?;
+                if let Some(e) = over {
+                    return Err(e);
+                }
+                Ok(Counted {
+                    eval,
+                    partial,
+                    skipped: stats.skipped,
+                    held,
                 })
-            })
-            .collect();
-        threads
-            .into_iter()
-            .map(|t| {
-                t.join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    });
+            }
+        }));
     let mut answer: Option<(MetricsEval, Vec<String>)> = None;
     let mut skipped: Vec<tracedb_lsm::SkippedFile> = Vec::new();
     let mut permits = Vec::with_capacity(counted.len());

@@ -21,6 +21,64 @@ use crate::search::tests::spans;
 
 const SEC: u64 = 1_000_000_000;
 
+/// An engine in `dir` whose buffers are flushed when the test says only
+/// (a flush by size in the background could empty them between a listing
+/// of the files and a query), its merges run by the test, level 0 merged
+/// at three files; `file_bytes` the merges' output size, if not the default.
+fn test_engine(dir: &std::path::Path, file_bytes: Option<u64>) -> Engine {
+    let mut opts = EngineOptions::new(dir);
+    opts.memtable = MemTableOptions {
+        shards: 2,
+        flush_bytes: 1 << 30,
+        max_age: Duration::from_secs(3600),
+    };
+    opts.compaction_threads = 0;
+    opts.compaction.l0_trigger_files = 3;
+    if let Some(bytes) = file_bytes {
+        opts.compaction.target_file_bytes = bytes;
+    }
+    Engine::open(opts).expect("open")
+}
+
+/// The whole second `hours` hours ago (Unix ns), so that grids' edges fall
+/// on cell boundaries.
+fn hours_ago(hours: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos() as u64;
+    (now - hours * 3600 * SEC) / SEC * SEC
+}
+
+/// `traces` random traces (trace `t` starting at `start(t)`) in `batches`
+/// batches, `split` in a hundred of them cut in two across consecutive
+/// batches. Their IDs are spread over the ID space, as random IDs are, so
+/// that each of a scan's ranges of trace IDs holds some.
+fn random_batches(
+    rng: &mut Rng,
+    traces: u64,
+    batches: usize,
+    split: usize,
+    start: impl Fn(u64) -> u64,
+) -> Vec<Vec<Span>> {
+    let mut out: Vec<Vec<Span>> = vec![Vec::new(); batches];
+    for t in 1..=traces {
+        let id = TraceId(
+            u128::from(t)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
+                .to_be_bytes(),
+        );
+        let mut trace = spans(id, arbitrary::trace(rng, id.0, start(t)));
+        let batch = rng.below(batches);
+        if trace.len() > 1 && rng.chance(split) {
+            let rest = trace.split_off(trace.len() / 2);
+            out[(batch + 1).min(batches - 1)].extend(rest);
+        }
+        out[batch].extend(trace);
+    }
+    out
+}
+
 /// A condition on the fields a cell key holds.
 fn condition(rng: &mut Rng) -> String {
     let service = || format!("{:?}", SERVICES[0]);
@@ -83,46 +141,15 @@ fn finished(answer: super::Answer<tracedb_traceql::metrics::MetricsEval>) -> Vec
 #[test]
 fn metrics_from_cells_answer_as_every_span_does() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut opts = EngineOptions::new(dir.path());
-    // Buffers flushed when the test says only, so the last batch stays
-    // buffered (a flush by size in the background could empty them between
-    // the listing of the files below and the query).
-    opts.memtable = MemTableOptions {
-        shards: 2,
-        flush_bytes: 1 << 30,
-        max_age: Duration::from_secs(3600),
-    };
-    opts.compaction_threads = 0;
     // Runs of several files, whose unnamed cells one file of each holds.
-    opts.compaction.l0_trigger_files = 3;
-    opts.compaction.target_file_bytes = 24 << 10;
-    let engine = Engine::open(opts).expect("open");
+    let engine = test_engine(dir.path(), Some(24 << 10));
     let mut rng = Rng::new(43);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_nanos() as u64;
-    // Whole seconds, so the grid's edges fall on cell boundaries.
-    let base = (now - 3 * 3600 * SEC) / SEC * SEC;
-    let mut batches: Vec<Vec<Span>> = vec![Vec::new(); 6];
-    for t in 1..=500u128 {
-        // Spread over the ID space, as random IDs are, so that each of a
-        // scan's ranges of trace IDs holds some.
-        let id = TraceId(
-            t.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
-                .to_be_bytes(),
-        );
-        // Over two hours; some spans start exactly on a second, some just
-        // after one.
-        let start = base + (t as u64 * 15 % 7200) * SEC + (t as u64 % 3) * (SEC / 3);
-        let mut trace = spans(id, arbitrary::trace(&mut rng, id.0, start));
-        let batch = rng.below(6);
-        if trace.len() > 1 && rng.chance(20) {
-            let rest = trace.split_off(trace.len() / 2);
-            batches[(batch + 1).min(5)].extend(rest);
-        }
-        batches[batch].extend(trace);
-    }
+    let base = hours_ago(3);
+    // Over two hours; some spans start exactly on a second, some just
+    // after one.
+    let batches = random_batches(&mut rng, 500, 6, 20, |t| {
+        base + (t * 15 % 7200) * SEC + (t % 3) * (SEC / 3)
+    });
     let sidecars = || {
         let mut sidecars: Vec<_> = std::fs::read_dir(dir.path().join("tables"))
             .expect("tables")
@@ -311,36 +338,10 @@ fn attribute_condition(rng: &mut Rng) -> String {
 #[test]
 fn per_span_queries_of_few_traces_read_them_by_id_and_answer_as_the_scan() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut opts = EngineOptions::new(dir.path());
-    opts.memtable = MemTableOptions {
-        shards: 2,
-        flush_bytes: 1 << 30,
-        max_age: Duration::from_secs(3600),
-    };
-    opts.compaction_threads = 0;
-    opts.compaction.l0_trigger_files = 3;
-    let engine = Engine::open(opts).expect("open");
+    let engine = test_engine(dir.path(), None);
     let mut rng = Rng::new(7);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_nanos() as u64;
-    let base = (now - 2 * 3600 * SEC) / SEC * SEC;
-    let mut batches: Vec<Vec<Span>> = vec![Vec::new(); 5];
-    for t in 1..=400u128 {
-        let id = TraceId(
-            t.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
-                .to_be_bytes(),
-        );
-        let start = base + (t as u64 * 17 % 3600) * SEC;
-        let mut trace = spans(id, arbitrary::trace(&mut rng, id.0, start));
-        let batch = rng.below(5);
-        if trace.len() > 1 && rng.chance(25) {
-            let rest = trace.split_off(trace.len() / 2);
-            batches[(batch + 1).min(4)].extend(rest);
-        }
-        batches[batch].extend(trace);
-    }
+    let base = hours_ago(2);
+    let batches = random_batches(&mut rng, 400, 5, 25, |t| base + (t * 17 % 3600) * SEC);
     for (b, batch) in batches.into_iter().enumerate() {
         engine.write_blocking(batch).expect("write");
         if b < 4 {
