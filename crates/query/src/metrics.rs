@@ -367,6 +367,11 @@ fn by_traces(
             series_bytes = now;
         }
     }
+    // A trace held only by a file in quarantine is not proposed: the answer
+    // says such a file may have held more of the window's spans, as a scan's
+    // does.
+    let window = tracedb_lsm::TimeRange::new(req.grid.start, req.grid.end);
+    crate::search::quarantined_in(engine, window, &mut partial);
     if eval.series_capped() {
         partial.push(series_capped(req.max_series));
     }

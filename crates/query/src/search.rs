@@ -271,11 +271,28 @@ pub fn run(
             break;
         }
     }
+    quarantined_in(
+        engine,
+        TimeRange::new(search.start_unix_nano, search.end_unix_nano),
+        &mut partial,
+    );
     partial.extend(over_limit(search.limit, found.len()));
     Ok(Answer {
         value: found,
         partial,
     })
+}
+
+/// Names in `partial` each file in quarantine that may have held spans of
+/// `window`: the index's walk cannot propose a trace held only there (a
+/// lookup names such a file only for the traces it is asked for).
+pub(crate) fn quarantined_in(engine: &Engine, window: TimeRange, partial: &mut Vec<String>) {
+    for file in engine.quarantined_in(window) {
+        let reason = file_reason(&file);
+        if !partial.contains(&reason) {
+            partial.push(reason);
+        }
+    }
 }
 
 /// A candidate's spans read whole, with `held` grown by what decoding them
@@ -369,9 +386,15 @@ fn candidates(
     }
     // Ties at one start in trace ID order, as the answers of `run`.
     found.sort_by(answer_order);
+    let mut partial = Vec::new();
+    quarantined_in(
+        engine,
+        TimeRange::new(search.start_unix_nano, search.end_unix_nano),
+        &mut partial,
+    );
     Ok(Answer {
         value: found,
-        partial: Vec::new(),
+        partial,
     })
 }
 

@@ -187,7 +187,7 @@ impl<'a> FileTraces<'a> {
 
 impl Engine {
     /// Files already in quarantine that may have held spans of `range`.
-    pub(super) fn quarantined_in(&self, range: TimeRange) -> Vec<SkippedFile> {
+    pub fn quarantined_in(&self, range: TimeRange) -> Vec<SkippedFile> {
         self.inner
             .quarantined
             .lock()

@@ -418,6 +418,100 @@ fn per_span_queries_of_few_traces_read_them_by_id_and_answer_as_the_scan() {
     assert_eq!(walk(&rare), Some(0));
 }
 
+/// A query read trace by trace (few candidates, or a structural query)
+/// cannot see the traces held only by a file in quarantine: its answer is
+/// marked partial with the file, as a scan's is.
+#[test]
+fn queries_read_by_id_name_the_quarantined_files_of_their_window() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = hours_ago(1);
+    let mut rng = Rng::new(11);
+    // Two files of trace IDs far apart, so that reading one's traces never
+    // looks into the other.
+    let engine = test_engine(dir.path(), None);
+    for high in [0u128, 1 << 127] {
+        let batch: Vec<Span> = (1..=30u128)
+            .flat_map(|t| {
+                let id = TraceId((high + t).to_be_bytes());
+                spans(id, arbitrary::trace(&mut rng, id.0, base + t as u64 * SEC))
+            })
+            .collect();
+        engine.write_blocking(batch).expect("write");
+        engine.flush().expect("flush");
+    }
+    engine.close().expect("close");
+    drop(engine);
+    let mut files: Vec<_> = std::fs::read_dir(dir.path().join("tables"))
+        .expect("tables")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sst"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2);
+    // A byte of the second file's first block: the file opens, and its
+    // first read finds the damage and puts it in quarantine.
+    let mut bytes = std::fs::read(&files[1]).expect("read");
+    bytes[16 + 40] ^= 0x20;
+    std::fs::write(&files[1], &bytes).expect("damage");
+    let engine = test_engine(dir.path(), None);
+    let high = TraceId(((1u128 << 127) + 1).to_be_bytes());
+    let lookup = engine
+        .lookup_trace(&high, tracedb_lsm::TimeRange::ALL)
+        .expect("lookup");
+    assert!(lookup.spans.is_empty() && !lookup.skipped.is_empty());
+    let req = MetricsRequest {
+        query: Arc::new(
+            Compiled::new(parse("{ span.a = 1 } | rate()").expect("parses")).expect("compiles"),
+        ),
+        grid: Grid::range(base, base + 120 * SEC, 60 * SEC),
+        max_series: 10,
+        max_exemplars: 0,
+    };
+    let name = files[1]
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    let names_it = |partial: &[String]| partial.iter().any(|p| p.contains(&name));
+    let scanned = scan::scan(&engine, &req, &Cancel::new()).expect("scans");
+    assert!(names_it(&scanned.partial), "{:?}", scanned.partial);
+    let (few, _held) = super::few_traces(&engine, &req, &Cancel::new(), 1)
+        .expect("walks")
+        .expect("few");
+    let read = super::few_on_every_core(&engine, &req, &Cancel::new(), &few).expect("reads");
+    assert!(names_it(&read.partial), "{:?}", read.partial);
+    let structural = MetricsRequest {
+        query: Arc::new(
+            Compiled::new(parse("{ span.a = 1 } >> { } | rate()").expect("parses"))
+                .expect("compiles"),
+        ),
+        ..req
+    };
+    let walked = super::whole_traces(&engine, &structural, &Cancel::new()).expect("walks");
+    assert!(names_it(&walked.partial), "{:?}", walked.partial);
+    // A search of the window too, and a tier's ask for its candidates.
+    for candidates_only in [false, true] {
+        let search = crate::search::Search {
+            query: Arc::new(
+                Compiled::new(parse("{ span.a = 1 }").expect("parses")).expect("compiles"),
+            ),
+            text: String::new(),
+            start_unix_nano: base,
+            end_unix_nano: base + 120 * SEC,
+            limit: 20,
+            spans_per_spanset: 3,
+            candidates_only,
+            span_window: false,
+        };
+        let found = crate::search::run(&engine, &search, &Cancel::new()).expect("searches");
+        assert!(
+            names_it(&found.partial),
+            "{candidates_only}: {:?}",
+            found.partial
+        );
+    }
+}
+
 /// A span sent twice (a retried export whose acknowledgement was lost) and
 /// stored in two files: reads and metrics from spans count it once, metrics
 /// from cells twice until a compaction rewrites the files (README, "Metrics
