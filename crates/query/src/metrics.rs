@@ -260,8 +260,7 @@ impl MetricsRequest {
 
 /// [`by_traces`] over `few`, cut into one part per search thread (the
 /// machine's cores), each read and counted on its own thread; the parts'
-/// series are added up in the order of the parts, so the same store gives
-/// the same series every time.
+/// series are added up in the order of the parts ([`add_up`]).
 fn few_on_every_core(
     engine: &Engine,
     req: &MetricsRequest,
@@ -269,34 +268,54 @@ fn few_on_every_core(
     few: &[Candidate],
 ) -> Result<Answer<MetricsEval>, RunError> {
     let per_thread = few.len().div_ceil(engine.search_threads().max(1)).max(1);
-    let parts = each_on_a_thread(few.chunks(per_thread).map(|part| {
-        move || {
-            let mut part = part.iter().copied();
-            by_traces(engine, req, cancel, |_| Ok(part.next()))
-        }
-    }));
-    let mut answer: Option<Answer<MetricsEval>> = None;
+    // No candidates: one part, whose answer is an empty evaluator's.
+    let parts: Vec<&[Candidate]> = match few.len() {
+        0 => vec![few],
+        _ => few.chunks(per_thread).collect(),
+    };
+    add_up(
+        each_on_a_thread(parts.into_iter().map(|part| {
+            move || {
+                let mut part = part.iter().copied();
+                by_traces(engine, req, cancel, |_| Ok(part.next()))
+            }
+        })),
+        req.max_series,
+    )
+}
+
+/// One thread's answer, and the permit that admits its series.
+type Part = (Answer<MetricsEval>, tracedb_lsm::Permit);
+
+/// The threads' answers added up in their order, as a query tier adds its
+/// nodes' ([`MetricsEval::merge`]), so the same store gives the same series
+/// every time: each reason for a partial answer said once, the series cap's
+/// among them if the sum is capped. The threads' permits are held until the
+/// sum is made.
+fn add_up(
+    parts: Vec<Result<Part, RunError>>,
+    max_series: usize,
+) -> Result<Answer<MetricsEval>, RunError> {
+    let mut permits = Vec::with_capacity(parts.len());
+    let mut sum: Option<Answer<MetricsEval>> = None;
     for part in parts {
-        let part = part?;
-        match &mut answer {
-            None => answer = Some(part),
-            Some(a) => {
-                a.value.merge(part.value);
-                a.partial.extend(part.partial);
+        let (answer, held) = part?;
+        permits.push(held);
+        match &mut sum {
+            None => sum = Some(answer),
+            Some(s) => {
+                s.value.merge(answer.value);
+                s.partial.extend(answer.partial);
             }
         }
     }
-    // No candidates: one evaluator's empty answer.
-    let Some(mut answer) = answer else {
-        return by_traces(engine, req, cancel, |_| Ok(None));
-    };
-    let capped = series_capped(req.max_series);
-    if answer.value.series_capped() && !answer.partial.contains(&capped) {
-        answer.partial.push(capped);
+    let mut sum = sum.expect("one part at least");
+    if sum.value.series_capped() {
+        sum.partial.push(series_capped(max_series));
     }
     let mut seen = std::collections::HashSet::new();
-    answer.partial.retain(|p| seen.insert(p.clone()));
-    Ok(answer)
+    sum.partial.retain(|p| seen.insert(p.clone()));
+    Ok(sum)
 }
 
 /// Runs each of `work` on a thread of its own and gives back what each
@@ -318,27 +337,52 @@ where
     })
 }
 
-/// [`run`] trace by trace: each candidate of the index's walk read whole.
+/// [`run`] trace by trace: each candidate of the index's walk read whole,
+/// on every core. The trace IDs are cut into one range per search thread,
+/// and each thread walks the index for its range's candidates and reads
+/// them ([`by_traces`]); the threads' series are added up in range order
+/// ([`add_up`]).
 fn whole_traces(
     engine: &Engine,
     req: &MetricsRequest,
     cancel: &Cancel,
 ) -> Result<Answer<MetricsEval>, RunError> {
-    let mut walk = engine.candidates(&index_query(req))?;
-    let mut walk_bytes = 0;
-    by_traces(engine, req, cancel, |held| {
-        crate::search::next_counted(&mut walk, held, &mut walk_bytes, cancel)
-    })
+    let ranges = tracedb_lsm::TraceIdRange::split(engine.search_threads());
+    add_up(
+        each_on_a_thread(ranges.into_iter().map(|ids| {
+            move || {
+                let last = match ids.end {
+                    // Split bounds are above 0.
+                    Some(end) => {
+                        tracedb_lsm::TraceId((u128::from_be_bytes(end.0) - 1).to_be_bytes())
+                    }
+                    None => tracedb_lsm::TraceId([0xff; 16]),
+                };
+                let query = SearchQuery {
+                    trace_ids: Some((ids.start, last)),
+                    ..index_query(req)
+                };
+                let mut walk = engine.candidates(&query)?;
+                let mut walk_bytes = 0;
+                by_traces(engine, req, cancel, |held| {
+                    crate::search::next_counted(&mut walk, held, &mut walk_bytes, cancel)
+                })
+            }
+        })),
+        req.max_series,
+    )
 }
 
 /// [`run`] over the traces `next` gives (given the query's permit, to count
-/// what it holds in), each read whole by its ID.
+/// what it holds in), each read whole by its ID. The next
+/// [`crate::search::READ_AHEAD`] are taken ahead of their turn and asked of
+/// the disk at once ([`Engine::prefetch_trace`]), as a search's are.
 fn by_traces(
     engine: &Engine,
     req: &MetricsRequest,
     cancel: &Cancel,
     mut next: impl FnMut(&mut tracedb_lsm::Permit) -> Result<Option<Candidate>, RunError>,
-) -> Result<Answer<MetricsEval>, RunError> {
+) -> Result<Part, RunError> {
     let budget = engine.memory_budget();
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
     let mut eval = req.evaluator()?;
@@ -346,7 +390,18 @@ fn by_traces(
     let mut series_bytes = 0;
     let mut partial: Vec<String> = Vec::new();
     let row_bytes = req.grid.len() * CELL_BYTES + 256;
-    while let Some(candidate) = next(&mut held)? {
+    let mut ahead = std::collections::VecDeque::with_capacity(crate::search::READ_AHEAD);
+    loop {
+        while ahead.len() < crate::search::READ_AHEAD {
+            let Some(candidate) = next(&mut held)? else {
+                break;
+            };
+            engine.prefetch_trace(&candidate.trace_id);
+            ahead.push_back(candidate);
+        }
+        let Some(candidate) = ahead.pop_front() else {
+            break;
+        };
         cancel.check()?;
         let (lookup, trace_bytes) =
             crate::search::read_candidate(engine, &candidate, &mut held, &mut partial)?;
@@ -372,13 +427,13 @@ fn by_traces(
     // does.
     let window = tracedb_lsm::TimeRange::new(req.grid.start, req.grid.end);
     crate::search::quarantined_in(engine, window, &mut partial);
-    if eval.series_capped() {
-        partial.push(series_capped(req.max_series));
-    }
-    Ok(Answer {
-        value: eval,
-        partial,
-    })
+    Ok((
+        Answer {
+            value: eval,
+            partial,
+        },
+        held,
+    ))
 }
 
 /// The request `QueryService.QueryMetrics` carries, checked as Tempo's API

@@ -323,7 +323,7 @@ pub(crate) fn read_candidate(
 /// Candidates a search takes from the walk ahead of their turn, their spans
 /// asked of the disk at once ([`Engine::prefetch_trace`]): a cold search
 /// then waits on the disk for several traces together.
-const READ_AHEAD: usize = 8;
+pub(crate) const READ_AHEAD: usize = 8;
 
 /// The walk's next candidate, with `held` grown or shrunk to the bytes the
 /// walk holds now (`walk_bytes` is what it held at the last call); none once

@@ -19,21 +19,12 @@
 use tracedb_lsm::{Engine, TimeRange, TraceIdRange};
 use tracedb_traceql::{metrics::MetricsEval, Projection};
 
-use super::{series_capped, MetricsRequest, CELL_BYTES};
+use super::{MetricsRequest, CELL_BYTES};
 use crate::{
     cancel::Cancel,
     read::Answer,
     search::{decode_for, RunError},
 };
-
-/// What one thread counted.
-struct Counted {
-    eval: MetricsEval,
-    partial: Vec<String>,
-    skipped: Vec<tracedb_lsm::SkippedFile>,
-    /// Its series' bytes, admitted until the answer is made.
-    held: tracedb_lsm::Permit,
-}
 
 /// [`super::run`] over the window's files in one pass.
 pub(super) fn scan(
@@ -57,86 +48,57 @@ pub(super) fn scan(
     let ranges = TraceIdRange::split(engine.search_threads());
     let parts = buffers.split(&ranges);
     held.shrink(copy_bytes);
-    let counted: Vec<Result<Counted, RunError>> =
-        super::each_on_a_thread(ranges.iter().zip(parts).map(|(&ids, buffers)| {
-            let projection = &projection;
-            move || {
-                let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
-                let mut eval = req.evaluator()?;
-                let row_bytes = req.grid.len() * CELL_BYTES + 256;
-                let mut series_bytes = 0;
-                let mut partial: Vec<String> = Vec::new();
-                let mut over: Option<RunError> = None;
-                let stats = engine.scan_trace_ids(range, ids, buffers, |trace_id, spans| {
-                    if let Err(e) = cancel.check() {
-                        over = Some(e);
+    let parts = super::each_on_a_thread(ranges.iter().zip(parts).map(|(&ids, buffers)| {
+        let projection = &projection;
+        move || {
+            let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
+            let mut eval = req.evaluator()?;
+            let row_bytes = req.grid.len() * CELL_BYTES + 256;
+            let mut series_bytes = 0;
+            let mut partial: Vec<String> = Vec::new();
+            let mut over: Option<RunError> = None;
+            let stats = engine.scan_trace_ids(range, ids, buffers, |trace_id, spans| {
+                if let Err(e) = cancel.check() {
+                    over = Some(e);
+                    return false;
+                }
+                // Only spans that start in the window can count.
+                if !spans.iter().any(|s| {
+                    s.start_unix_nano > req.grid.start && s.start_unix_nano <= req.grid.end
+                }) {
+                    return true;
+                }
+                match decode_for(trace_id, spans, projection) {
+                    Ok(trace) => {
+                        let sets = req.query.eval(&trace);
+                        if !sets.is_empty() {
+                            eval.observe(&req.query, &trace, &sets);
+                        }
+                    }
+                    Err(e) => partial.push(format!("trace {trace_id} not evaluated: {e}")),
+                }
+                let now = eval.series_count() * row_bytes;
+                if now > series_bytes {
+                    if let Err(e) = held.grow(now - series_bytes) {
+                        over = Some(RunError::Overloaded(e));
                         return false;
                     }
-                    // Only spans that start in the window can count.
-                    if !spans.iter().any(|s| {
-                        s.start_unix_nano > req.grid.start && s.start_unix_nano <= req.grid.end
-                    }) {
-                        return true;
-                    }
-                    match decode_for(trace_id, spans, projection) {
-                        Ok(trace) => {
-                            let sets = req.query.eval(&trace);
-                            if !sets.is_empty() {
-                                eval.observe(&req.query, &trace, &sets);
-                            }
-                        }
-                        Err(e) => partial.push(format!("trace {trace_id} not evaluated: {e}")),
-                    }
-                    let now = eval.series_count() * row_bytes;
-                    if now > series_bytes {
-                        if let Err(e) = held.grow(now - series_bytes) {
-                            over = Some(RunError::Overloaded(e));
-                            return false;
-                        }
-                        series_bytes = now;
-                    }
-                    true
-                })?;
-                if let Some(e) = over {
-                    return Err(e);
+                    series_bytes = now;
                 }
-                Ok(Counted {
-                    eval,
+                true
+            })?;
+            if let Some(e) = over {
+                return Err(e);
+            }
+            partial.extend(stats.skipped.iter().map(crate::read::file_reason));
+            Ok((
+                Answer {
+                    value: eval,
                     partial,
-                    skipped: stats.skipped,
-                    held,
-                })
-            }
-        }));
-    let mut answer: Option<(MetricsEval, Vec<String>)> = None;
-    let mut skipped: Vec<tracedb_lsm::SkippedFile> = Vec::new();
-    let mut permits = Vec::with_capacity(counted.len());
-    for c in counted {
-        let c = c?;
-        // Each range met the same damaged files: each is named once.
-        for s in c.skipped {
-            if !skipped.iter().any(|k| k.id == s.id) {
-                skipped.push(s);
-            }
+                },
+                held,
+            ))
         }
-        permits.push(c.held);
-        match &mut answer {
-            None => answer = Some((c.eval, c.partial)),
-            Some((eval, partial)) => {
-                eval.merge(c.eval);
-                partial.extend(c.partial);
-            }
-        }
-    }
-    let (eval, mut partial) = answer.expect("one range at least");
-    for s in &skipped {
-        partial.push(crate::read::file_reason(s));
-    }
-    if eval.series_capped() {
-        partial.push(series_capped(req.max_series));
-    }
-    Ok(Answer {
-        value: eval,
-        partial,
-    })
+    }));
+    super::add_up(parts, req.max_series)
 }

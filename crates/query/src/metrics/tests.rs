@@ -616,3 +616,80 @@ fn a_cancelled_metrics_query_stops_in_every_path() {
         assert_eq!(budget.in_flight(), 0, "given back");
     }
 }
+
+/// A query that reads whole traces walks the index on every core, a range
+/// of trace IDs each: traces whose IDs lie at the ranges' bounds (and on
+/// either side of them) are each counted once, as one walk over every ID
+/// counts them.
+#[test]
+fn traces_read_whole_on_every_core_are_each_counted_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = test_engine(dir.path(), None);
+    let base = hours_ago(1);
+    let mut rng = Rng::new(13);
+    let mut ids: Vec<u128> = vec![0, u128::MAX];
+    for n in 2..=4 {
+        for range in tracedb_lsm::TraceIdRange::split(n) {
+            let at = u128::from_be_bytes(range.start.0);
+            ids.extend([at.saturating_sub(1), at, at.saturating_add(1)]);
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    // Half the traces in a file, half buffered.
+    let mut written = 0;
+    for (i, half) in ids.chunks(ids.len().div_ceil(2)).enumerate() {
+        let batch: Vec<Span> = half
+            .iter()
+            .enumerate()
+            .flat_map(|(t, &id)| {
+                let id = TraceId(id.to_be_bytes());
+                spans(
+                    id,
+                    arbitrary::trace(&mut rng, id.0, base + (1 + t as u64) * SEC),
+                )
+            })
+            .collect();
+        written += batch.len();
+        engine.write_blocking(batch).expect("write");
+        if i == 0 {
+            engine.flush().expect("flush");
+        }
+    }
+    let request = |text: &str| MetricsRequest {
+        query: Arc::new(Compiled::new(parse(text).expect("parses")).expect("compiles")),
+        grid: Grid::range(base, base + 600 * SEC, 60 * SEC),
+        max_series: 1000,
+        max_exemplars: 0,
+    };
+    let one_walk = |req: &MetricsRequest| {
+        let mut walk = engine.candidates(&super::index_query(req)).expect("walk");
+        let mut walk_bytes = 0;
+        let (answer, _held) = super::by_traces(&engine, req, &Cancel::new(), |held| {
+            crate::search::next_counted(&mut walk, held, &mut walk_bytes, &Cancel::new())
+        })
+        .expect("reads");
+        finished(answer)
+    };
+    // Every span, one sample: each trace's spans counted once.
+    let every = request("{ } | count_over_time()");
+    let every_span = finished(super::whole_traces(&engine, &every, &Cancel::new()).expect("reads"));
+    let total: f64 = every_span
+        .iter()
+        .flat_map(|s| s.samples.iter().map(|x| x.1))
+        .filter(|x| !x.is_nan())
+        .sum();
+    assert_eq!(total, written as f64);
+    assert_eq!(every_span, one_walk(&every));
+    for text in [
+        "{ } >> { } | count_over_time() by(resource.service.name)",
+        "{ span.a = 1 } && { } | rate()",
+        "{ } ~ { } | quantile_over_time(duration, 0.5) by(name)",
+    ] {
+        let req = request(text);
+        let on_every_core =
+            finished(super::whole_traces(&engine, &req, &Cancel::new()).expect("reads"));
+        assert!(!on_every_core.is_empty(), "{text}");
+        assert_eq!(on_every_core, one_walk(&req), "{text}");
+    }
+}
