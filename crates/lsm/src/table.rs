@@ -40,7 +40,10 @@ mod tests;
 
 use std::{
     path::{Path, PathBuf},
-    sync::atomic::{AtomicU64, Ordering},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
 };
 
 pub use builder::SsTableBuilder;
@@ -237,6 +240,18 @@ impl SsTable {
     /// The spans of the traces in `ids`, in file order: only the blocks that
     /// may hold them are read.
     pub fn iter_ids(&self, ids: TraceIdRange) -> SsTableIterator<'_> {
+        self.iter_wanted(ids, None)
+    }
+
+    /// [`SsTable::iter_ids`] of only the traces `wanted` lists (sorted,
+    /// ascending), if given: only the blocks that may hold one of them (by
+    /// their ranges of trace IDs and the file's Bloom filter) are read, and
+    /// only their spans are handed on.
+    pub fn iter_wanted(
+        &self,
+        ids: TraceIdRange,
+        wanted: Option<Arc<[TraceId]>>,
+    ) -> SsTableIterator<'_> {
         let first = self.blocks.partition_point(|b| b.last_trace_id < ids.start);
         let end = ids.end.map_or(self.blocks.len(), |end| {
             self.blocks.partition_point(|b| b.first_trace_id < end)
@@ -249,6 +264,8 @@ impl SsTable {
             spans: Vec::new().into_iter(),
             released: self.blocks.get(first).map_or(0, |b| b.offset as usize),
             fetched: None,
+            wanted,
+            next_wanted: 0,
         }
     }
 
@@ -468,6 +485,9 @@ pub struct SsTableIterator<'a> {
     released: usize,
     /// For a remote file: the run of blocks fetched last, and its offset.
     fetched: Option<(u64, bytes::Bytes)>,
+    /// Only these traces (sorted), and the first of them not yet passed.
+    wanted: Option<Arc<[TraceId]>>,
+    next_wanted: usize,
 }
 
 /// Bytes of decoded blocks a scan lets pile up before it releases their pages
@@ -485,6 +505,28 @@ impl Iterator for SsTableIterator<'_> {
             if self.next_block >= self.end_block {
                 return None;
             }
+            if let Some(wanted) = &self.wanted {
+                // The first wanted trace from this block's first on; the
+                // blocks that end before it hold none.
+                let blocks = &self.table.blocks[self.next_block..self.end_block];
+                let first = blocks[0].first_trace_id;
+                self.next_wanted += wanted[self.next_wanted..].partition_point(|id| *id < first);
+                let Some(&want) = wanted.get(self.next_wanted) else {
+                    self.next_block = self.end_block;
+                    return None;
+                };
+                // A trace the Bloom filter rules out is not in this file:
+                // its ID still falls in some block's range.
+                if !self.table.may_contain(&want) {
+                    self.next_wanted += 1;
+                    continue;
+                }
+                let before = blocks.partition_point(|b| b.last_trace_id < want);
+                if before > 0 {
+                    self.next_block += before;
+                    continue;
+                }
+            }
             let i = self.next_block;
             self.next_block += 1;
             let read = match &self.table.data {
@@ -497,6 +539,16 @@ impl Iterator for SsTableIterator<'_> {
                     if !(self.ids.contains(h.first_trace_id) && self.ids.contains(h.last_trace_id))
                     {
                         spans.retain(|s| self.ids.contains(s.trace_id));
+                    }
+                    if let Some(wanted) = &self.wanted {
+                        // The block's spans are in trace-ID order.
+                        let mut k = self.next_wanted;
+                        spans.retain(|s| {
+                            while wanted.get(k).is_some_and(|w| *w < s.trace_id) {
+                                k += 1;
+                            }
+                            wanted.get(k) == Some(&s.trace_id)
+                        });
                     }
                     self.spans = spans.into_iter();
                     // Spans own their bytes (decompressed): the mapped block

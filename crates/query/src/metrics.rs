@@ -162,7 +162,8 @@ const CELL_BYTES: usize = 24;
 ///
 /// A query whose conditions each hold on one span
 /// ([`crate::search::per_span_only`]) reads the window's files in one pass
-/// ([`Engine::scan_traces`]): a span's match depends on it alone, so the
+/// ([`Engine::scan_traces`]; only the blocks of the index's candidates when
+/// they are few): a span's match depends on it alone, so the
 /// spans of a trace stored outside the window need not be read. Any other
 /// (structural operators, trace-level fields) reads each candidate trace
 /// whole, as a search does.
@@ -178,8 +179,8 @@ pub fn run(
     }
     if crate::search::per_span_only(&req.query.query) {
         return match few_traces(engine, req, cancel, SPANS_PER_TRACE_READ)? {
-            Some((few, _held)) => few_on_every_core(engine, req, cancel, &few),
-            None => scan::scan(engine, req, cancel),
+            Some((few, _held)) => scan::scan(engine, req, cancel, Some(wanted(&few))),
+            None => scan::scan(engine, req, cancel, None),
         };
     }
     whole_traces(engine, req, cancel)
@@ -189,10 +190,10 @@ pub fn run(
 /// one trace by its ID does (measured: 138 µs a trace read, walked, decoded
 /// and evaluated on one core; 0.93 µs a span scanned on two): a per-span
 /// query with fewer candidate traces than the window's spans over this
-/// reads them one by one instead of scanning (docs/BENCHMARKS.md, "Metrics
-/// that read spans").
+/// scans only the blocks that may hold them, and evaluates only them,
+/// instead of every span (docs/BENCHMARKS.md, "Metrics that read spans").
 pub const SPANS_PER_TRACE_READ: u64 = 150;
-/// Most candidate traces a per-span query reads one by one.
+/// Most candidate traces a per-span query lists for a scan of their blocks.
 pub const MAX_FEW_TRACES: u64 = 200_000;
 
 /// The walk of the traces with a part that overlaps the window and may
@@ -249,6 +250,14 @@ fn few_traces(
     Ok(Some((few, held)))
 }
 
+/// The candidates' trace IDs, sorted, for a scan of their blocks only.
+fn wanted(few: &[Candidate]) -> Arc<[tracedb_lsm::TraceId]> {
+    let mut ids: Vec<tracedb_lsm::TraceId> = few.iter().map(|c| c.trace_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.into()
+}
+
 impl MetricsRequest {
     /// An evaluator of the query on its grid, within its bounds; a 400 for
     /// a query the evaluator refuses.
@@ -256,32 +265,6 @@ impl MetricsRequest {
         MetricsEval::new(&self.query, self.grid, self.max_series, self.max_exemplars)
             .map_err(|e| RunError::Invalid(e.to_string()))
     }
-}
-
-/// [`by_traces`] over `few`, cut into one part per search thread (the
-/// machine's cores), each read and counted on its own thread; the parts'
-/// series are added up in the order of the parts ([`add_up`]).
-fn few_on_every_core(
-    engine: &Engine,
-    req: &MetricsRequest,
-    cancel: &Cancel,
-    few: &[Candidate],
-) -> Result<Answer<MetricsEval>, RunError> {
-    let per_thread = few.len().div_ceil(engine.search_threads().max(1)).max(1);
-    // No candidates: one part, whose answer is an empty evaluator's.
-    let parts: Vec<&[Candidate]> = match few.len() {
-        0 => vec![few],
-        _ => few.chunks(per_thread).collect(),
-    };
-    add_up(
-        each_on_a_thread(parts.into_iter().map(|part| {
-            move || {
-                let mut part = part.iter().copied();
-                by_traces(engine, req, cancel, |_| Ok(part.next()))
-            }
-        })),
-        req.max_series,
-    )
 }
 
 /// One thread's answer, and the permit that admits its series.

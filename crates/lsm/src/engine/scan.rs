@@ -49,6 +49,19 @@ impl ScanBuffers {
         self.spans.capacity() * std::mem::size_of::<Span>()
     }
 
+    /// The copy of only the traces `wanted` lists (sorted, ascending).
+    pub fn only(mut self, wanted: &[TraceId]) -> ScanBuffers {
+        // The copy is sorted by trace ID.
+        let mut k = 0;
+        self.spans.retain(|s| {
+            while wanted.get(k).is_some_and(|w| *w < s.trace_id) {
+                k += 1;
+            }
+            wanted.get(k) == Some(&s.trace_id)
+        });
+        self
+    }
+
     /// The copy cut by trace ID: for each of `ranges` (in order, as
     /// [`TraceIdRange::split`] makes them), its traces' spans, for a scan of
     /// that range.
@@ -80,6 +93,7 @@ impl ScanBuffers {
 struct FileTraces<'a> {
     engine: &'a Engine,
     ids: TraceIdRange,
+    wanted: Option<Arc<[TraceId]>>,
     files: Vec<&'a Arc<TableFile>>,
     merge: MergeIterator<'a>,
     /// The last trace handed on, and after a file was dropped, the trace
@@ -93,11 +107,12 @@ impl<'a> FileTraces<'a> {
     fn new(
         engine: &'a Engine,
         ids: TraceIdRange,
+        wanted: Option<Arc<[TraceId]>>,
         mut files: Vec<&'a Arc<TableFile>>,
     ) -> Result<Self> {
         let mut skipped = Vec::new();
         let merge = loop {
-            match Self::merge_of(&files, ids) {
+            match Self::merge_of(&files, ids, &wanted) {
                 Ok(merge) => break merge,
                 Err(e) => skipped.push(Self::drop_damaged(engine, &mut files, e)?),
             }
@@ -105,6 +120,7 @@ impl<'a> FileTraces<'a> {
         Ok(FileTraces {
             engine,
             ids,
+            wanted,
             files,
             merge,
             last: None,
@@ -113,8 +129,17 @@ impl<'a> FileTraces<'a> {
         })
     }
 
-    fn merge_of(files: &[&'a Arc<TableFile>], ids: TraceIdRange) -> Result<MergeIterator<'a>> {
-        let merge = MergeIterator::new(files.iter().map(|f| f.table().iter_ids(ids)).collect())?;
+    fn merge_of(
+        files: &[&'a Arc<TableFile>],
+        ids: TraceIdRange,
+        wanted: &Option<Arc<[TraceId]>>,
+    ) -> Result<MergeIterator<'a>> {
+        let merge = MergeIterator::new(
+            files
+                .iter()
+                .map(|f| f.table().iter_wanted(ids, wanted.clone()))
+                .collect(),
+        )?;
         // Files of the levels below 0 were merged once already.
         Ok(if files.iter().all(|f| f.level > 0) {
             merge.merged_inputs()
@@ -172,7 +197,7 @@ impl<'a> FileTraces<'a> {
             // The traces handed on so far were whole: each came out of the
             // merge before the damaged block was read.
             self.merge = loop {
-                match Self::merge_of(&self.files, self.ids) {
+                match Self::merge_of(&self.files, self.ids, &self.wanted) {
                     Ok(merge) => break merge,
                     Err(e) => {
                         let skipped = Self::drop_damaged(self.engine, &mut self.files, e)?;
@@ -263,6 +288,21 @@ impl Engine {
         range: TimeRange,
         ids: TraceIdRange,
         buffers: ScanBuffers,
+        f: impl FnMut(TraceId, &[Span]) -> bool,
+    ) -> Result<ScanStats> {
+        self.scan_wanted(range, ids, None, buffers, f)
+    }
+
+    /// [`Engine::scan_trace_ids`] for the traces `wanted` lists (sorted,
+    /// ascending), if given: of each file, only the blocks that may hold
+    /// one of them are read (each once), and only their spans are handed
+    /// on; `buffers` is taken as it comes ([`ScanBuffers::only`] cuts it).
+    pub fn scan_wanted(
+        &self,
+        range: TimeRange,
+        ids: TraceIdRange,
+        wanted: Option<Arc<[TraceId]>>,
+        buffers: ScanBuffers,
         mut f: impl FnMut(TraceId, &[Span]) -> bool,
     ) -> Result<ScanStats> {
         let ScanBuffers {
@@ -275,7 +315,7 @@ impl Engine {
             ..ScanStats::default()
         };
         stats.skipped = self.quarantined_in(range);
-        let mut from_files = FileTraces::new(self, ids, files)?;
+        let mut from_files = FileTraces::new(self, ids, wanted, files)?;
         let expire_before = self.inner.retention.expire_before();
         let mut buffered = buffered.into_iter().peekable();
         let mut spans: Vec<Span> = Vec::new();

@@ -653,3 +653,62 @@ fn a_range_of_trace_ids_reads_its_spans_and_its_blocks_only() {
         assert!(all.iter().zip(&spans).all(|(a, b)| same_span(a, b)));
     }
 }
+
+/// A file read for a list of wanted traces, within ranges of trace IDs:
+/// exactly the spans of the listed traces of each range, in file order,
+/// from only the blocks that may hold one of them (its range of trace IDs
+/// holds one the Bloom filter does not rule out).
+#[test]
+fn wanted_traces_read_their_spans_and_their_blocks_only() {
+    use crate::span::TraceIdRange;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t.sst");
+    let mut rng = SmallRng::seed_from_u64(17);
+    let spans = random_spans(&mut rng, 2_000);
+    write(&path, opts(8 << 10), &spans);
+    let table = SsTable::open(&path).expect("open");
+    let present: Vec<TraceId> = by_trace(&spans).into_keys().collect();
+    for every in [1, 3, 40, 700] {
+        // Every `every`-th trace of the file, IDs it does not hold between
+        // them, and its first and last.
+        let mut wanted: Vec<TraceId> = present.iter().step_by(every).copied().collect();
+        wanted.extend((0..20).map(|_| TraceId(rng.random())));
+        wanted.extend([present[0], present[present.len() - 1]]);
+        wanted.sort_unstable();
+        wanted.dedup();
+        let wanted: Arc<[TraceId]> = wanted.into();
+        for n in [1, 3] {
+            for ids in TraceIdRange::split(n) {
+                let before = table.blocks_read();
+                let got: Vec<Span> = table
+                    .iter_wanted(ids, Some(wanted.clone()))
+                    .collect::<Result<_, _>>()
+                    .expect("read");
+                let want: Vec<&Span> = spans
+                    .iter()
+                    .filter(|s| ids.contains(s.trace_id) && wanted.contains(&s.trace_id))
+                    .collect();
+                assert_eq!(got.len(), want.len(), "every {every}, {n} ranges: {ids:?}");
+                assert!(got.iter().zip(&want).all(|(a, b)| same_span(a, b)));
+                let holding = table
+                    .blocks
+                    .iter()
+                    .filter(|b| {
+                        b.last_trace_id >= ids.start
+                            && ids.end.is_none_or(|e| b.first_trace_id < e)
+                            && wanted.iter().any(|w| {
+                                b.first_trace_id <= *w
+                                    && *w <= b.last_trace_id
+                                    && table.may_contain(w)
+                            })
+                    })
+                    .count() as u64;
+                assert_eq!(
+                    table.blocks_read() - before,
+                    holding,
+                    "every {every}, {n} ranges: {ids:?}"
+                );
+            }
+        }
+    }
+}

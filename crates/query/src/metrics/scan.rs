@@ -16,7 +16,9 @@
 //! it is cut into the threads' parts), and each thread admits its series as
 //! they grow.
 
-use tracedb_lsm::{Engine, TimeRange, TraceIdRange};
+use std::sync::Arc;
+
+use tracedb_lsm::{Engine, TimeRange, TraceId, TraceIdRange};
 use tracedb_traceql::{metrics::MetricsEval, Projection};
 
 use super::{MetricsRequest, CELL_BYTES};
@@ -31,6 +33,7 @@ pub(super) fn scan(
     engine: &Engine,
     req: &MetricsRequest,
     cancel: &Cancel,
+    wanted: Option<Arc<[TraceId]>>,
 ) -> Result<Answer<MetricsEval>, RunError> {
     let budget = engine.memory_budget();
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
@@ -43,6 +46,10 @@ pub(super) fn scan(
     // The copy of the buffers' spans is admitted before the scan reads,
     // twice while it is split among the threads (the parts are a copy).
     let buffers = engine.scan_buffers(range);
+    let buffers = match &wanted {
+        Some(wanted) => buffers.only(wanted),
+        None => buffers,
+    };
     let copy_bytes = buffers.bytes();
     held.grow(2 * copy_bytes).map_err(RunError::Overloaded)?;
     let ranges = TraceIdRange::split(engine.search_threads());
@@ -50,6 +57,7 @@ pub(super) fn scan(
     held.shrink(copy_bytes);
     let parts = super::each_on_a_thread(ranges.iter().zip(parts).map(|(&ids, buffers)| {
         let projection = &projection;
+        let wanted = wanted.clone();
         move || {
             let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
             let mut eval = req.evaluator()?;
@@ -57,7 +65,7 @@ pub(super) fn scan(
             let mut series_bytes = 0;
             let mut partial: Vec<String> = Vec::new();
             let mut over: Option<RunError> = None;
-            let stats = engine.scan_trace_ids(range, ids, buffers, |trace_id, spans| {
+            let stats = engine.scan_wanted(range, ids, wanted, buffers, |trace_id, spans| {
                 if let Err(e) = cancel.check() {
                     over = Some(e);
                     return false;

@@ -263,7 +263,7 @@ fn metrics_from_cells_answer_as_every_span_does() {
             continue;
         };
         from_cells_n += 1;
-        let from_spans = scan::scan(&engine, &req, &Cancel::new()).expect("runs");
+        let from_spans = scan::scan(&engine, &req, &Cancel::new(), None).expect("runs");
         let (a, b) = (finished(from_cells), finished(from_spans));
         counted += usize::from(!b.is_empty());
         assert_eq!(a, b, "{text} step {step}");
@@ -375,15 +375,16 @@ fn per_span_queries_of_few_traces_read_them_by_id_and_answer_as_the_scan() {
         let step = [1, 10, 60, 300][rng.below(4)] * SEC;
         let req = request(&text, base + rng.below(1800) as u64 * SEC, step);
         assert!(crate::search::per_span_only(&req.query.query), "{text}");
-        let scanned = finished(scan::scan(&engine, &req, &Cancel::new()).expect("scans"));
+        let scanned = finished(scan::scan(&engine, &req, &Cancel::new(), None).expect("scans"));
         let Some((few, _held)) =
             super::few_traces(&engine, &req, &Cancel::new(), 1).expect("walks")
         else {
             continue;
         };
         by_id += 1;
-        let read =
-            finished(super::few_on_every_core(&engine, &req, &Cancel::new(), &few).expect("reads"));
+        let read = finished(
+            scan::scan(&engine, &req, &Cancel::new(), Some(super::wanted(&few))).expect("reads"),
+        );
         with_series += usize::from(!read.is_empty());
         // The same series; sums added in another order may differ in their
         // last digits.
@@ -473,12 +474,12 @@ fn queries_read_by_id_name_the_quarantined_files_of_their_window() {
         .to_string_lossy()
         .into_owned();
     let names_it = |partial: &[String]| partial.iter().any(|p| p.contains(&name));
-    let scanned = scan::scan(&engine, &req, &Cancel::new()).expect("scans");
+    let scanned = scan::scan(&engine, &req, &Cancel::new(), None).expect("scans");
     assert!(names_it(&scanned.partial), "{:?}", scanned.partial);
     let (few, _held) = super::few_traces(&engine, &req, &Cancel::new(), 1)
         .expect("walks")
         .expect("few");
-    let read = super::few_on_every_core(&engine, &req, &Cancel::new(), &few).expect("reads");
+    let read = scan::scan(&engine, &req, &Cancel::new(), Some(super::wanted(&few))).expect("reads");
     assert!(names_it(&read.partial), "{:?}", read.partial);
     let structural = MetricsRequest {
         query: Arc::new(
@@ -560,7 +561,7 @@ fn a_span_stored_twice_counts_twice_in_cells_until_compaction() {
     };
     assert_eq!(
         total(finished(
-            scan::scan(&engine, &req, &Cancel::new()).expect("runs")
+            scan::scan(&engine, &req, &Cancel::new(), None).expect("runs")
         )),
         n
     );
