@@ -208,11 +208,11 @@ fn index_query(req: &MetricsRequest) -> SearchQuery {
 }
 
 /// The traces a per-span query must read, from the search index, when
-/// they are few enough that reading each by its ID costs less than
-/// scanning the window (fewer than one per `spans_per_read` spans of its
-/// files, [`SPANS_PER_TRACE_READ`]); `None` when the query needs nothing
-/// the index knows, or the walk proposes more. The list's bytes stay
-/// admitted with it.
+/// they are few enough that a pass over only their blocks is worth the
+/// walk (fewer than one per `spans_per_read` spans of the window's files,
+/// [`SPANS_PER_TRACE_READ`]); `None` when the query needs nothing the index
+/// knows, or the walk proposes more. The list's bytes stay admitted with
+/// it.
 fn few_traces(
     engine: &Engine,
     req: &MetricsRequest,
