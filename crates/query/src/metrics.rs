@@ -178,7 +178,7 @@ pub fn run(
         }
     }
     if crate::search::per_span_only(&req.query.query) {
-        return match few_traces(engine, req, cancel, SPANS_PER_TRACE_READ)? {
+        return match few_traces(engine, req, cancel, SPANS_PER_CANDIDATE)? {
             Some((few, _held)) => scan::scan(engine, req, cancel, Some(wanted(&few))),
             None => scan::scan(engine, req, cancel, None),
         };
@@ -186,13 +186,14 @@ pub fn run(
     whole_traces(engine, req, cancel)
 }
 
-/// Spans of the window's files that scanning takes about as long as reading
-/// one trace by its ID does (measured: 138 µs a trace read, walked, decoded
-/// and evaluated on one core; 0.93 µs a span scanned on two): a per-span
-/// query with fewer candidate traces than the window's spans over this
-/// scans only the blocks that may hold them, and evaluates only them,
-/// instead of every span (docs/BENCHMARKS.md, "Metrics that read spans").
-pub const SPANS_PER_TRACE_READ: u64 = 150;
+/// Spans of the window's files per candidate trace under which a per-span
+/// query scans only the blocks that may hold its candidates, and evaluates
+/// only them, instead of every span. First measured as the point where
+/// reading a trace by its ID took as long as scanning that many spans (138
+/// µs a trace on one core, 0.93 µs a span on two); the pass over the
+/// candidates' blocks costs less than either, and a bound of 30 changed no
+/// query's time (docs/BENCHMARKS.md, "Metrics that read spans").
+pub const SPANS_PER_CANDIDATE: u64 = 150;
 /// Most candidate traces a per-span query lists for a scan of their blocks.
 pub const MAX_FEW_TRACES: u64 = 200_000;
 
@@ -210,7 +211,7 @@ fn index_query(req: &MetricsRequest) -> SearchQuery {
 /// The traces a per-span query must read, from the search index, when
 /// they are few enough that a pass over only their blocks is worth the
 /// walk (fewer than one per `spans_per_read` spans of the window's files,
-/// [`SPANS_PER_TRACE_READ`]); `None` when the query needs nothing the index
+/// [`SPANS_PER_CANDIDATE`]); `None` when the query needs nothing the index
 /// knows, or the walk proposes more. The list's bytes stay admitted with
 /// it.
 fn few_traces(

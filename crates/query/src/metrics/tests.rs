@@ -336,7 +336,7 @@ fn attribute_condition(rng: &mut Rng) -> String {
 /// traces split across files, merged, flushed and buffered, random
 /// conditions on attributes and cell fields.
 #[test]
-fn per_span_queries_of_few_traces_read_them_by_id_and_answer_as_the_scan() {
+fn per_span_queries_of_few_traces_read_their_blocks_and_answer_as_the_scan() {
     let dir = tempfile::tempdir().expect("tempdir");
     let engine = test_engine(dir.path(), None);
     let mut rng = Rng::new(7);
@@ -411,7 +411,7 @@ fn per_span_queries_of_few_traces_read_them_by_id_and_answer_as_the_scan() {
     );
     let rare = request("{ span.b = \"none\" } | rate()", base, 60 * SEC);
     let walk = |req: &MetricsRequest| {
-        super::few_traces(&engine, req, &Cancel::new(), super::SPANS_PER_TRACE_READ)
+        super::few_traces(&engine, req, &Cancel::new(), super::SPANS_PER_CANDIDATE)
             .expect("walks")
             .map(|(few, _)| few.len())
     };
@@ -423,7 +423,7 @@ fn per_span_queries_of_few_traces_read_them_by_id_and_answer_as_the_scan() {
 /// cannot see the traces held only by a file in quarantine: its answer is
 /// marked partial with the file, as a scan's is.
 #[test]
-fn queries_read_by_id_name_the_quarantined_files_of_their_window() {
+fn queries_read_through_the_index_name_the_quarantined_files_of_their_window() {
     let dir = tempfile::tempdir().expect("tempdir");
     let base = hours_ago(1);
     let mut rng = Rng::new(11);
