@@ -49,19 +49,6 @@ impl ScanBuffers {
         self.spans.capacity() * std::mem::size_of::<Span>()
     }
 
-    /// The copy of only the traces `wanted` lists (sorted, ascending).
-    pub fn only(mut self, wanted: &[TraceId]) -> ScanBuffers {
-        // The copy is sorted by trace ID.
-        let mut k = 0;
-        self.spans.retain(|s| {
-            while wanted.get(k).is_some_and(|w| *w < s.trace_id) {
-                k += 1;
-            }
-            wanted.get(k) == Some(&s.trace_id)
-        });
-        self
-    }
-
     /// The copy cut by trace ID: for each of `ranges` (in order, as
     /// [`TraceIdRange::split`] makes them), its traces' spans, for a scan of
     /// that range.
@@ -245,9 +232,19 @@ impl Engine {
     /// over the same range: as a file is read when its time range overlaps,
     /// a buffered span is handed on when its own does.
     pub fn scan_buffers(&self, range: TimeRange) -> ScanBuffers {
+        self.scan_buffers_of(range, None)
+    }
+
+    /// [`Engine::scan_buffers`] of only the traces `wanted` lists (sorted,
+    /// ascending), if given: the other spans are neither copied nor sorted,
+    /// for [`Engine::scan_wanted`].
+    pub fn scan_buffers_of(&self, range: TimeRange, wanted: Option<&[TraceId]>) -> ScanBuffers {
         let (chunks, tails) = self.inner.write.memtable.chunks();
         let snapshot = self.snapshot();
-        let within = |s: &Span| range.overlaps(s.start_unix_nano, s.end_unix_nano);
+        let within = |s: &Span| {
+            range.overlaps(s.start_unix_nano, s.end_unix_nano)
+                && wanted.is_none_or(|w| w.binary_search(&s.trace_id).is_ok())
+        };
         let mut spans: Vec<Span> = tails;
         spans.retain(within);
         for chunk in chunks
@@ -296,7 +293,8 @@ impl Engine {
     /// [`Engine::scan_trace_ids`] for the traces `wanted` lists (sorted,
     /// ascending), if given: of each file, only the blocks that may hold
     /// one of them are read (each once), and only their spans are handed
-    /// on; `buffers` is taken as it comes ([`ScanBuffers::only`] cuts it).
+    /// on; `buffers` is taken as it comes ([`Engine::scan_buffers_of`]
+    /// copies only theirs).
     pub fn scan_wanted(
         &self,
         range: TimeRange,

@@ -45,11 +45,7 @@ pub(super) fn scan(
     let range = TimeRange::new(req.grid.start, req.grid.end);
     // The copy of the buffers' spans is admitted before the scan reads,
     // twice while it is split among the threads (the parts are a copy).
-    let buffers = engine.scan_buffers(range);
-    let buffers = match &wanted {
-        Some(wanted) => buffers.only(wanted),
-        None => buffers,
-    };
+    let buffers = engine.scan_buffers_of(range, wanted.as_deref());
     let copy_bytes = buffers.bytes();
     held.grow(2 * copy_bytes).map_err(RunError::Overloaded)?;
     let ranges = TraceIdRange::split(engine.search_threads());
