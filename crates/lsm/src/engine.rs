@@ -387,6 +387,12 @@ impl Engine {
         &self.inner.write.budget
     }
 
+    /// The attributes the metrics cells of the files this engine writes
+    /// count ([`crate::table::TableOptions::cell_attributes`]).
+    pub fn cell_attributes(&self) -> &Arc<crate::index::cells::CellAttributes> {
+        &self.inner.opts.table.cell_attributes
+    }
+
     /// Threads a query may read or evaluate with at once
     /// ([`EngineOptions::search_threads`]).
     pub fn search_threads(&self) -> usize {

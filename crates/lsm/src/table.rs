@@ -70,6 +70,9 @@ pub struct TableOptions {
     pub zstd_level: i32,
     /// Bloom filter bits per distinct trace ID; 10 gives about 1% false positives.
     pub bloom_bits_per_key: usize,
+    /// The attributes a file's metrics cells count
+    /// ([`crate::index::cells::CellAttributes`]).
+    pub cell_attributes: std::sync::Arc<crate::index::cells::CellAttributes>,
     /// File operations, with faults injected by tests.
     #[doc(hidden)]
     pub faults: crate::fault::Faults,
@@ -81,6 +84,7 @@ impl Default for TableOptions {
             block_bytes: 64 << 10,
             zstd_level: 3,
             bloom_bits_per_key: 10,
+            cell_attributes: Default::default(),
             faults: crate::fault::Faults::default(),
         }
     }

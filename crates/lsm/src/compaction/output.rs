@@ -469,7 +469,8 @@ impl Open {
         let path = table_path(ctx.tables_dir, id);
         Ok(Open {
             builder: SsTableBuilder::create(&path, ctx.table_opts.clone())?,
-            summary: SidecarBuilder::new(ctx.index_block_parts),
+            summary: SidecarBuilder::new(ctx.index_block_parts)
+                .counting(ctx.table_opts.cell_attributes.clone()),
             run: RunCells::default(),
             id,
             path,

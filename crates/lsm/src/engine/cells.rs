@@ -66,8 +66,13 @@ type Readable<'a> = (&'a Arc<TableFile>, CellsFile, Vec<&'a Arc<TableFile>>);
 /// unreadable).
 type Opened = Option<(CellsFile, Counts)>;
 
-/// Bytes a buffered span costs while the buffers' cells are counted.
+/// Bytes a buffered span costs while the buffers' cells are counted: its
+/// record, and one for each counted attribute it carries, of which
+/// [`ATTRIBUTES_PER_SPAN`] are reckoned with.
 const RECORD_BYTES: usize = 8;
+/// Counted attributes a span is reckoned to carry: a request's method,
+/// route and status code, and an environment.
+const ATTRIBUTES_PER_SPAN: usize = 4;
 
 impl Engine {
     /// The dictionary a metrics query numbers the cell keys of the sources
@@ -155,10 +160,12 @@ impl Engine {
                 .filter(|(_, hit)| hit.is_none())
                 .map(|(s, _)| s.chunks.iter().map(|c| c.len()).sum::<usize>())
                 .sum::<usize>();
-        held.grow(to_count * RECORD_BYTES)
+        let attributes = self.inner.opts.table.cell_attributes.clone();
+        let span_bytes = RECORD_BYTES * (1 + attributes.names().len().min(ATTRIBUTES_PER_SPAN));
+        held.grow(to_count * span_bytes)
             .map_err(CellsError::Overloaded)?;
         let count = |spans: &mut dyn Iterator<Item = &crate::span::Span>| {
-            let mut b = CellsBuilder::default();
+            let mut b = CellsBuilder::new(attributes.clone());
             for s in spans {
                 b.add(s);
             }
@@ -214,7 +221,7 @@ impl Engine {
             stats.buffered_spans += tails.len();
             sources.push(count(&mut tails.iter())?);
         }
-        held.shrink(to_count * RECORD_BYTES);
+        held.shrink(to_count * span_bytes);
         drop((chunks, tails));
         for c in &sources {
             f(&CellsView::Memory(c), c.bytes(), held)?;
@@ -310,8 +317,8 @@ impl Engine {
             files.iter().map(|&file| (file, open(file))).collect();
         let mut readable = Vec::new();
         let mut to_count = Vec::new();
-        if family == Family::Named {
-            // Every file's named cells count its own spans.
+        if family != Family::Unnamed {
+            // Every file's named and attribute cells count its own spans.
             for (file, cells) in opened {
                 match cells {
                     Some((c, _)) => readable.push((file, c, Vec::new())),
@@ -400,7 +407,7 @@ impl Engine {
 
     /// A file's cells from its spans.
     fn count_file(&self, file: &crate::version::TableFile) -> Result<Option<FileCells>> {
-        let mut b = CellsBuilder::default();
+        let mut b = CellsBuilder::new(self.inner.opts.table.cell_attributes.clone());
         for span in file.table().iter() {
             b.add(&span?);
         }

@@ -230,9 +230,9 @@ pub fn write_sorted_buffer<S: Borrow<Span>>(
     table: TableOptions,
     spans: &[S],
 ) -> Result<(TableMeta, SummarySet, Option<FileCells>)> {
+    let mut cells = CellsBuilder::new(table.cell_attributes.clone());
     let mut builder = SsTableBuilder::create(path, table)?;
     let mut summary = SummaryBuilder::default();
-    let mut cells = CellsBuilder::default();
     for trace in spans.chunk_by(|a, b| a.borrow().trace_id == b.borrow().trace_id) {
         summary.add_trace_counted(trace, &mut cells);
         for span in trace {

@@ -32,7 +32,7 @@ use std::{
 
 use parking_lot::Mutex;
 
-use super::{Engine, SuperVersion};
+use super::{Engine, EngineOptions, SuperVersion};
 
 mod values;
 
@@ -353,7 +353,7 @@ impl Engine {
     /// answered.
     fn rebuilt_block(&self, file: &TableFile, e: crate::Error) -> Result<SummarySet> {
         self.inner.summary_cache.forget_digest(file.id);
-        rebuild(file, &e, self.inner.opts.index_block_parts)
+        rebuild(file, &e, &self.inner.opts)
     }
 
     /// Attribute keys (with their scopes) of parts that may lie in `range`:
@@ -672,7 +672,7 @@ impl Engine {
         let index = match index::open_index(file.path()) {
             Ok(index) => index,
             Err(e) => {
-                rebuild(file, &e, self.inner.opts.index_block_parts)?;
+                rebuild(file, &e, &self.inner.opts)?;
                 index::open_index(file.path())?
             }
         };
@@ -691,7 +691,7 @@ impl Engine {
         Ok(match hit {
             Some(set) => set,
             None => {
-                let set = Arc::new(load_or_rebuild(file, self.inner.opts.index_block_parts)?);
+                let set = Arc::new(load_or_rebuild(file, &self.inner.opts)?);
                 cache
                     .files
                     .lock()
@@ -764,10 +764,10 @@ fn scan_blocks(
 
 /// A file's summary from its sidecar; rebuilt from the file (and the sidecar
 /// rewritten) when the sidecar is missing or damaged.
-fn load_or_rebuild(file: &TableFile, block_parts: usize) -> Result<SummarySet> {
+fn load_or_rebuild(file: &TableFile, opts: &EngineOptions) -> Result<SummarySet> {
     match index::read_sidecar(file.path()) {
         Ok(set) => Ok(set),
-        Err(e) => rebuild(file, &e, block_parts),
+        Err(e) => rebuild(file, &e, opts),
     }
 }
 
@@ -776,11 +776,11 @@ fn load_or_rebuild(file: &TableFile, block_parts: usize) -> Result<SummarySet> {
 pub(super) fn rebuild(
     file: &TableFile,
     why: &crate::Error,
-    block_parts: usize,
+    opts: &EngineOptions,
 ) -> Result<SummarySet> {
     tracing::warn!(file = %file.path().display(), error = %why, "index sidecar unusable; rebuilding it from the file");
     let mut b = SummaryBuilder::default();
-    let mut cells = index::cells::CellsBuilder::default();
+    let mut cells = index::cells::CellsBuilder::new(opts.table.cell_attributes.clone());
     for span in file.table().iter() {
         let span = span?;
         b.add(&span);
@@ -788,7 +788,8 @@ pub(super) fn rebuild(
     }
     let set = b.finish();
     let cells = cells.finish();
-    if let Err(e) = index::write_sidecar(file.path(), &set, block_parts, cells.as_ref()) {
+    if let Err(e) = index::write_sidecar(file.path(), &set, opts.index_block_parts, cells.as_ref())
+    {
         tracing::warn!(error = %e, "writing rebuilt index sidecar");
     }
     Ok(set)

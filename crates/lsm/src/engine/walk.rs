@@ -403,7 +403,7 @@ impl Candidates {
             self.held -= done.bytes;
         }
         self.inner.summary_cache.forget_digest(file.id);
-        let set = Arc::new(rebuild(file, e, self.inner.opts.index_block_parts)?);
+        let set = Arc::new(rebuild(file, e, &self.inner.opts)?);
         let mut w = Walking::new(set.clone(), need);
         let order = set.by_start();
         w.pos = order.partition_point(|&t| set.traces[t as usize].start_unix_nano > from);

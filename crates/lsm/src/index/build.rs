@@ -7,7 +7,7 @@
 use std::{borrow::Borrow, sync::Arc};
 
 use super::{
-    cells::{CellsBuilder, FileCells},
+    cells::{CellAttributes, CellsBuilder, FileCells},
     format,
     sidecar::{self, SidecarParts},
     wire, Edge, HashMap, Op, SummarySet, Tag, TagScope, TraceSummary, ValueKind,
@@ -293,6 +293,13 @@ impl SidecarBuilder {
         }
     }
 
+    /// The builder, counting `attributes` into the file's attribute cells
+    /// (a new builder counts the default ones).
+    pub fn counting(mut self, attributes: Arc<CellAttributes>) -> SidecarBuilder {
+        self.cells = CellsBuilder::new(attributes);
+        self
+    }
+
     /// Counts spans the file holds into its metrics cells: those of a trace
     /// whose part was carried over ([`SidecarBuilder::add_part`]);
     /// [`SidecarBuilder::add_trace`] counts the spans it summarizes.
@@ -421,7 +428,7 @@ fn summarize_whole<S: Borrow<Span>>(
         };
         let (fields, name) = accumulate(names, groups, group, acc, span, &mut attributes);
         if let Some(cells) = cells.as_deref_mut() {
-            cells.add_scanned(span, &fields, Some(name));
+            cells.add_scanned(span, &fields, Some(name), &attributes);
         }
     }
     summarize(spans[0].borrow().trace_id, acc)

@@ -28,6 +28,7 @@
 //! the unnamed cells of the files of a sorted run it writes added up, with
 //! one file ([`Counts`], [`RunCells`]).
 
+mod attrs;
 mod cache;
 mod dict;
 mod format;
@@ -37,6 +38,11 @@ use std::borrow::Borrow;
 
 use super::{wire, HashMap};
 use crate::{error::Result, span::Span};
+
+pub use attrs::{
+    display as display_attribute, CellAttributes, DEFAULT_ATTRIBUTES, MAX_VALUES, MAX_VALUE_BYTES,
+    RESOURCE_SCOPE, SPAN_SCOPE,
+};
 
 pub use cache::SectionCache;
 pub use dict::{Dict, KeyDict};
@@ -70,9 +76,13 @@ pub struct CellKey {
     /// The encoded `KeyValue` of the resource's first `service.name`
     /// attribute; `None` when it has none.
     pub service: Option<Box<[u8]>>,
-    /// The span's `name`, as stored; `None` in the family without names,
+    /// The span's `name`, as stored; `None` in the families without names,
     /// whose cells count spans of every name.
     pub name: Option<Box<[u8]>>,
+    /// In the attribute family only: a scope byte ([`SPAN_SCOPE`] or
+    /// [`RESOURCE_SCOPE`]) then the encoded `KeyValue` of the span's or its
+    /// resource's first attribute of that key, as stored.
+    pub attr: Option<Box<[u8]>>,
     pub kind: u32,
     /// `Status.code` (0 when the span has no status).
     pub status: u32,
@@ -82,6 +92,7 @@ impl CellKey {
     fn without_name(&self) -> CellKey {
         CellKey {
             name: None,
+            attr: None,
             ..self.clone()
         }
     }
@@ -94,6 +105,10 @@ pub enum Family {
     Named = 0,
     /// The key without the span name.
     Unnamed = 1,
+    /// The key without the span name, with one counted attribute's value
+    /// ([`CellAttributes`]): a span is counted once per counted attribute
+    /// it carries.
+    Attr = 2,
 }
 
 /// Whose spans a file's unnamed cells count (its named cells always count
@@ -188,9 +203,16 @@ impl CellTable {
 /// A file's cells, decoded: what a query adds up.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FileCells {
-    /// The keys of the named tables' cells, then of the unnamed ones'.
+    /// The keys of the named tables' cells, of the unnamed ones' and of
+    /// the attribute ones'.
     pub named: Vec<CellKey>,
     pub unnamed: Vec<CellKey>,
+    pub attr: Vec<CellKey>,
+    /// The attributes the attribute cells count (their names as
+    /// [`CellAttributes::names`] has them), ascending: a span carrying one
+    /// of them is in the attribute cells; of any other attribute, nothing
+    /// is known.
+    pub counted: Vec<Box<[u8]>>,
     pub tables: Vec<CellTable>,
     pub counts: Counts,
 }
@@ -201,6 +223,7 @@ impl FileCells {
         match family {
             Family::Named => &self.named,
             Family::Unnamed => &self.unnamed,
+            Family::Attr => &self.attr,
         }
     }
 
@@ -221,11 +244,14 @@ impl FileCells {
                 .named
                 .iter()
                 .chain(&self.unnamed)
+                .chain(&self.attr)
                 .map(|k| {
                     64 + k.name.as_ref().map_or(0, |s| s.len())
+                        + k.attr.as_ref().map_or(0, |s| s.len())
                         + k.service.as_ref().map_or(0, |s| s.len())
                 })
                 .sum::<usize>()
+            + self.counted.iter().map(|c| c.len() + 16).sum::<usize>()
     }
 
     /// Spans counted (in the finest table of the whole key).
@@ -245,14 +271,23 @@ pub fn duration_bucket(ns: u64) -> Option<u8> {
     (ns >= 2).then(|| (64 - (ns - 1).leading_zeros()) as u8)
 }
 
-/// Most keys one file's cells hold: a span's cell is packed into 64 bits
-/// with its key in 24 of them. A file with more is written without cells.
+/// Most keys one file's cells of one family hold: a span's cell is packed
+/// into 64 bits with its key in 24 of them. A file with more named keys is
+/// written without cells; with more attribute keys, without attribute cells.
 const MAX_KEYS: usize = 1 << 24;
+
+/// A resource as the builder numbered it: its service's number, and the
+/// numbers of its counted attributes' values.
+struct Resource {
+    service: u32,
+    values: Box<[u32]>,
+}
 
 /// Counts spans into cells, in any order. Each span costs 8 bytes until
 /// [`CellsBuilder::finish`] (its second, key and bucket packed into a
-/// `u64`, sorted at the end), so a compaction output's builder holds a
-/// known share of its file whatever the spread of its spans' keys.
+/// `u64`, sorted at the end), and 8 more per counted attribute it carries,
+/// so a compaction output's builder holds a known share of its file
+/// whatever the spread of its spans' keys.
 #[derive(Default)]
 pub struct CellsBuilder {
     /// Each key's number, by the numbers of its service and name.
@@ -264,9 +299,10 @@ pub struct CellsBuilder {
     /// Per number a caller gave a span's name ([`CellsBuilder::add_scanned`]),
     /// the name's number here (`u32::MAX`: not seen yet).
     by_hint: Vec<u32>,
-    /// Per encoded resource, its service's number.
+    /// Per encoded resource, its number in `groups`.
     resources: HashMap<Box<[u8]>, u32>,
-    /// The last span's group and its service's number: a request's spans
+    groups: Vec<Resource>,
+    /// The last span's group and its resource's number: a request's spans
     /// share one (held, so its address is not reused meanwhile).
     last: Option<(std::sync::Arc<crate::span::ScopeGroup>, u32)>,
     /// Per span: second << 32 | key << 8 | duration exponent (0: none).
@@ -274,6 +310,106 @@ pub struct CellsBuilder {
     /// A span past what a record holds (a start after 2106, more keys than
     /// [`MAX_KEYS`]): the file gets no cells.
     overflow: bool,
+    attrs: Attrs,
+}
+
+/// The attribute cells being counted ([`Family::Attr`]).
+#[derive(Default)]
+struct Attrs {
+    list: std::sync::Arc<CellAttributes>,
+    /// Per scope (span, resource), each encoded `KeyValue`'s number.
+    ids: [HashMap<Box<[u8]>, u32>; 2],
+    /// Per value number: its attribute (index into the list's names), and
+    /// its scope byte then `KeyValue`.
+    values: Vec<(u16, Box<[u8]>)>,
+    /// Per attribute of the list: its values so far, and whether it was
+    /// left out (past [`MAX_VALUES`] values, or a value past
+    /// [`MAX_VALUE_BYTES`]).
+    per_attr: Vec<(u32, bool)>,
+    /// Each key's number, by the numbers of its service and value.
+    keys: HashMap<(u32, u32, u32, u32, Parent), u32>,
+    /// Per key number, its value's number.
+    key_values: Vec<u32>,
+    /// As `records`, a key of this family in each.
+    records: Vec<u64>,
+    /// More keys than [`MAX_KEYS`]: no attribute is counted.
+    overflow: bool,
+}
+
+impl Attrs {
+    fn new(list: std::sync::Arc<CellAttributes>) -> Attrs {
+        let per_attr = vec![(0, false); list.names().len()];
+        Attrs {
+            list,
+            per_attr,
+            ..Attrs::default()
+        }
+    }
+
+    /// The number of attribute `a`'s value `kv` (`scope` 0 for a span's,
+    /// 1 for a resource's), numbering it if new; `None` once `a` is left out
+    /// (this value is past the bounds, or one before it was).
+    fn value(&mut self, a: usize, scope: usize, kv: &[u8]) -> Option<u32> {
+        if self.per_attr[a].1 {
+            return None;
+        }
+        if let Some(&id) = self.ids[scope].get(kv) {
+            return Some(id);
+        }
+        // A value TraceQL reads as one string, bool, int or double: of any
+        // other (an array, a list, bytes, no value), the span's attribute
+        // is not what its `KeyValue` alone says.
+        let scalar = kv.len() <= MAX_VALUE_BYTES
+            && wire::key_value(kv).is_some_and(|(_, _, kind)| kind != super::ValueKind::Unindexed);
+        if !scalar || self.per_attr[a].0 as usize >= MAX_VALUES {
+            self.per_attr[a].1 = true;
+            return None;
+        }
+        self.per_attr[a].0 += 1;
+        let id = self.values.len() as u32;
+        let scope_byte = [SPAN_SCOPE, RESOURCE_SCOPE][scope];
+        let value: Box<[u8]> = [&[scope_byte][..], kv].concat().into();
+        self.values.push((a as u16, value));
+        self.ids[scope].insert(kv.into(), id);
+        Some(id)
+    }
+
+    /// The values of a resource's counted attributes, each attribute's first.
+    fn of_resource(&mut self, resource: &[u8]) -> Box<[u32]> {
+        if !self.list.has_resources() {
+            return Box::default();
+        }
+        let mut seen = Vec::new();
+        let mut out = Vec::new();
+        for kv in wire::resource_attributes(resource) {
+            let Some(a) = wire::key_of(kv).and_then(|k| self.list.resource_index(k)) else {
+                continue;
+            };
+            if seen.contains(&a) {
+                continue;
+            }
+            seen.push(a);
+            if let Some(v) = self.value(a, 1, kv) {
+                out.push(v);
+            }
+        }
+        out.into()
+    }
+
+    /// Counts a span of `key` (service, value, kind, status, parent) in `record`.
+    fn add(&mut self, key: (u32, u32, u32, u32, Parent), record: u64) {
+        let next = self.keys.len() as u32;
+        let id = *self.keys.entry(key).or_insert(next);
+        if id == next {
+            self.key_values.push(key.1);
+        }
+        if self.keys.len() > MAX_KEYS {
+            self.overflow = true;
+            self.records = Vec::new();
+            return;
+        }
+        self.records.push(record | u64::from(id) << 8);
+    }
 }
 
 /// Spans and duration buckets of one cell being added up.
@@ -338,7 +474,97 @@ fn coarser(t: &CellTable, family: Family, seconds: u64, key: impl Fn(u32) -> u32
     table_of(family, seconds, true, sums.into_iter().collect())
 }
 
+/// The cells and duration buckets sorted `records` make.
+fn sizes(records: &[u64]) -> (usize, usize) {
+    let (mut cells, mut exps) = (0, 0);
+    for same_cell in records.chunk_by(|a, b| a >> 8 == b >> 8) {
+        cells += 1;
+        exps += same_cell
+            .chunk_by(|a, b| a == b)
+            .filter(|same_exp| same_exp[0] & 0xff != 0)
+            .count();
+    }
+    (cells, exps)
+}
+
+/// Bytes a table of `cells` cells and `exps` duration buckets takes.
+fn table_bytes((cells, exps): (usize, usize)) -> usize {
+    cells * std::mem::size_of::<Cell>() + exps * std::mem::size_of::<(u8, u64)>()
+}
+
+/// The table of buckets of one second, with durations, sorted `records`
+/// make, sized by [`sizes`] (grown by doubling, it was a third of a merge's
+/// memory at its peak, 51 of 159 MiB, up to half of it spare).
+fn seconds_table(family: Family, records: &[u64], (cells, exps): (usize, usize)) -> CellTable {
+    let mut seconds = CellTable {
+        family,
+        seconds: 1,
+        has_durations: true,
+        cells: Vec::with_capacity(cells),
+        durations: Vec::with_capacity(exps),
+    };
+    for same_cell in records.chunk_by(|a, b| a >> 8 == b >> 8) {
+        let from = seconds.durations.len() as u32;
+        for same_exp in same_cell.chunk_by(|a, b| a == b) {
+            let exp = (same_exp[0] & 0xff) as u8;
+            if exp != 0 {
+                seconds.durations.push((exp, same_exp.len() as u64));
+            }
+        }
+        seconds.cells.push(Cell {
+            bucket: same_cell[0] >> 32,
+            key: (same_cell[0] >> 8 & 0xff_ffff) as u32,
+            spans: same_cell.len() as u64,
+            durations: (from, seconds.durations.len() as u32),
+        });
+    }
+    seconds
+}
+
+/// `seconds`' durations dropped: the seconds of the whole key and of the
+/// attribute keys keep counts only, as they are most of the cells, and
+/// their durations most of a cell's bytes.
+fn counts_only(mut seconds: CellTable) -> CellTable {
+    seconds.has_durations = false;
+    seconds.durations = Vec::new();
+    for c in &mut seconds.cells {
+        c.durations = (0, 0);
+    }
+    seconds
+}
+
+/// `keys` (each with its number, below `numbers`) sorted, and per number,
+/// its key's place in that order (0 for a number no key has).
+fn sorted<K: Ord>(keys: Vec<(K, u32)>, numbers: usize) -> (Vec<K>, Vec<u32>) {
+    let mut keys = keys;
+    keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let mut renumber = vec![0u32; numbers];
+    for (new, (_, old)) in keys.iter().enumerate() {
+        renumber[*old as usize] = new as u32;
+    }
+    (keys.into_iter().map(|k| k.0).collect(), renumber)
+}
+
+/// `records` with their keys renumbered by `renumber`, sorted.
+fn renumbered(mut records: Vec<u64>, renumber: &[u32]) -> Vec<u64> {
+    for r in &mut records {
+        let key = renumber[(*r >> 8 & 0xff_ffff) as usize];
+        *r = *r & !(0xff_ffff << 8) | u64::from(key) << 8;
+    }
+    records.sort_unstable();
+    records
+}
+
 impl CellsBuilder {
+    /// A builder counting the attributes of `attributes` into attribute
+    /// cells (the [`Default`] builder counts [`DEFAULT_ATTRIBUTES`]).
+    pub fn new(attributes: std::sync::Arc<CellAttributes>) -> CellsBuilder {
+        CellsBuilder {
+            attrs: Attrs::new(attributes),
+            ..CellsBuilder::default()
+        }
+    }
+
     pub fn add_all<S: Borrow<Span>>(&mut self, spans: &[S]) {
         for s in spans {
             self.add(s.borrow());
@@ -348,26 +574,34 @@ impl CellsBuilder {
     /// Counts one span.
     pub fn add(&mut self, span: &Span) {
         if !self.overflow {
-            self.add_scanned(span, &wire::scan_fields(&span.payload), None);
+            let mut attributes = Vec::new();
+            let f = if self.attrs.list.has_spans() {
+                wire::scan_span(&span.payload, &mut attributes)
+            } else {
+                wire::scan_fields(&span.payload)
+            };
+            self.add_scanned(span, &f, None, &attributes);
         }
     }
 
-    /// Counts one span whose fields `f` the caller scanned already (the
-    /// search-index summary scans each span it summarizes; a second scan
-    /// here was most of what cells cost a flush). `name_hint` is a number
-    /// the caller gives every span of the same name for the builder's life
-    /// (the summary's string number): a name seen under it is then found
-    /// by that number, checked against the bytes, without hashing them.
+    /// Counts one span whose fields `f` and attributes (each an encoded
+    /// `KeyValue`) the caller scanned already (the search-index summary
+    /// scans each span it summarizes; a second scan here was most of what
+    /// cells cost a flush). `name_hint` is a number the caller gives every
+    /// span of the same name for the builder's life (the summary's string
+    /// number): a name seen under it is then found by that number, checked
+    /// against the bytes, without hashing them.
     pub(crate) fn add_scanned(
         &mut self,
         span: &Span,
         f: &wire::SpanFields,
         name_hint: Option<u32>,
+        attributes: &[&[u8]],
     ) {
         if self.overflow {
             return;
         }
-        let service = match &self.last {
+        let group = match &self.last {
             Some((g, id)) if std::sync::Arc::ptr_eq(g, &span.group) => *id,
             _ => {
                 let resource = span.group.resource.as_deref().unwrap_or_default();
@@ -375,13 +609,16 @@ impl CellsBuilder {
                     Some(&id) => id,
                     None => {
                         let s = wire::resource_attribute(resource, b"service.name").map(Box::from);
-                        let id = match self.services.iter().position(|x| *x == s) {
+                        let service = match self.services.iter().position(|x| *x == s) {
                             Some(at) => at as u32,
                             None => {
                                 self.services.push(s);
                                 self.services.len() as u32 - 1
                             }
                         };
+                        let values = self.attrs.of_resource(resource);
+                        let id = self.groups.len() as u32;
+                        self.groups.push(Resource { service, values });
                         self.resources.insert(resource.into(), id);
                         id
                     }
@@ -390,6 +627,7 @@ impl CellsBuilder {
                 id
             }
         };
+        let service = self.groups[group as usize].service;
         let hinted = name_hint
             .and_then(|h| self.by_hint.get(h as usize))
             .filter(|&&id| self.names.get(id as usize).is_some_and(|n| **n == *f.name));
@@ -421,12 +659,37 @@ impl CellsBuilder {
         if self.keys.len() > MAX_KEYS || second > u64::from(u32::MAX) {
             self.overflow = true;
             self.records = Vec::new();
+            self.attrs = Attrs::default();
             return;
         }
         let exp =
             duration_bucket(span.end_unix_nano.saturating_sub(span.start_unix_nano)).unwrap_or(0);
-        self.records
-            .push(second << 32 | u64::from(key) << 8 | u64::from(exp));
+        let record = second << 32 | u64::from(exp);
+        self.records.push(record | u64::from(key) << 8);
+        if self.attrs.overflow || self.attrs.list.is_empty() {
+            return;
+        }
+        let key_of = |value| (service, value, f.kind_value, f.status, parent);
+        // The first of each counted attribute the span carries.
+        let mut seen = 0u64;
+        for kv in attributes {
+            let Some(a) = wire::key_of(kv).and_then(|k| self.attrs.list.span_index(k)) else {
+                continue;
+            };
+            if seen & 1 << a != 0 {
+                continue;
+            }
+            seen |= 1 << a;
+            if let Some(value) = self.attrs.value(a, 0, kv) {
+                self.attrs.add(key_of(value), record);
+            }
+        }
+        for i in 0..self.groups[group as usize].values.len() {
+            let value = self.groups[group as usize].values[i];
+            if !self.attrs.per_attr[self.attrs.values[value as usize].0 as usize].1 {
+                self.attrs.add(key_of(value), record);
+            }
+        }
     }
 
     /// The number of the name `bytes`, numbering it if new.
@@ -446,8 +709,9 @@ impl CellsBuilder {
         self.records.is_empty()
     }
 
-    /// About the bytes the builder holds: a record per span, and the keys,
-    /// services and names (a compaction counts them in the memory budget).
+    /// About the bytes the builder holds: a record per span and per counted
+    /// attribute it carries, and the keys, services, names and values (a
+    /// compaction counts them in the memory budget).
     pub fn held_bytes(&self) -> usize {
         let strings: usize = self.names.iter().map(|n| 2 * n.len() + 64).sum::<usize>()
             + self
@@ -456,10 +720,24 @@ impl CellsBuilder {
                 .flatten()
                 .map(|s| s.len() + 24)
                 .sum::<usize>()
-            + self.resources.keys().map(|r| r.len() + 40).sum::<usize>();
+            + self.resources.keys().map(|r| r.len() + 40).sum::<usize>()
+            + self
+                .groups
+                .iter()
+                .map(|g| 4 * g.values.len() + 32)
+                .sum::<usize>()
+            + self
+                .attrs
+                .values
+                .iter()
+                .map(|v| 2 * v.1.len() + 80)
+                .sum::<usize>();
         self.records.capacity() * 8
             + self.keys.capacity() * 40
             + self.by_hint.capacity() * 4
+            + self.attrs.records.capacity() * 8
+            + self.attrs.keys.capacity() * 40
+            + self.attrs.key_values.capacity() * 4
             + strings
     }
 
@@ -468,23 +746,45 @@ impl CellsBuilder {
         self.finish_counted(|_| ())
     }
 
-    /// [`CellsBuilder::finish`], telling `needs` first how many bytes it
-    /// will take beyond what the builder holds ([`CellsBuilder::held_bytes`]):
-    /// about twice the whole key's seconds table, which it counts exactly
-    /// before building it (the coarser tables are added up from it while it
-    /// is held, and the records are given back once it is built).
-    pub fn finish_counted(self, needs: impl FnOnce(usize)) -> Option<FileCells> {
-        if self.overflow {
-            return None;
-        }
-        let (services, names) = (&self.services, &self.names);
-        let mut named: Vec<(CellKey, u32)> = self
-            .keys
+    /// The attribute family's keys, their records (renumbered and sorted)
+    /// and the attributes counted: those of the list not left out.
+    fn finish_attrs(
+        attrs: Attrs,
+        services: &[Option<Box<[u8]>>],
+    ) -> (Vec<CellKey>, Vec<u64>, Vec<Box<[u8]>>) {
+        let Attrs {
+            list,
+            values,
+            per_attr,
+            keys,
+            key_values,
+            mut records,
+            overflow,
+            ..
+        } = attrs;
+        let mut counted: Vec<Box<[u8]>> = list
+            .names()
             .iter()
-            .map(|(&(service, name, kind, status, parent), &id)| {
+            .zip(&per_attr)
+            .filter(|(_, (_, left_out))| !left_out)
+            .map(|(n, _)| n.clone())
+            .collect();
+        if overflow || counted.is_empty() {
+            return (Vec::new(), Vec::new(), Vec::new());
+        }
+        counted.sort_unstable();
+        let left_out = |value: u32| per_attr[values[value as usize].0 as usize].1;
+        if per_attr.iter().any(|p| p.1) {
+            records.retain(|r| !left_out(key_values[(r >> 8 & 0xff_ffff) as usize]));
+        }
+        let kept: Vec<(CellKey, u32)> = keys
+            .iter()
+            .filter(|(k, _)| !left_out(k.1))
+            .map(|(&(service, value, kind, status, parent), &id)| {
                 let key = CellKey {
                     service: services[service as usize].clone(),
-                    name: Some(names[name as usize].clone()),
+                    name: None,
+                    attr: Some(values[value as usize].1.clone()),
                     kind,
                     status,
                     parent,
@@ -492,12 +792,40 @@ impl CellsBuilder {
                 (key, id)
             })
             .collect();
-        named.sort_unstable();
-        let mut renumber = vec![0u32; named.len()];
-        for (new, (_, old)) in named.iter().enumerate() {
-            renumber[*old as usize] = new as u32;
+        // No record is left of the keys of an attribute left out.
+        let (keys, renumber) = sorted(kept, key_values.len());
+        (keys, renumbered(records, &renumber), counted)
+    }
+
+    /// [`CellsBuilder::finish`], telling `needs` first how many bytes it
+    /// will take beyond what the builder holds ([`CellsBuilder::held_bytes`]):
+    /// about twice the seconds tables of the whole key and of the
+    /// attribute keys, which it counts exactly before building them (the
+    /// coarser tables are added up from them while they are held, and the
+    /// records are given back once they are built).
+    pub fn finish_counted(self, needs: impl FnOnce(usize)) -> Option<FileCells> {
+        if self.overflow {
+            return None;
         }
-        let named: Vec<CellKey> = named.into_iter().map(|k| k.0).collect();
+        let (attr, attr_records, counted) = Self::finish_attrs(self.attrs, &self.services);
+        let (services, names) = (&self.services, &self.names);
+        let named: Vec<(CellKey, u32)> = self
+            .keys
+            .iter()
+            .map(|(&(service, name, kind, status, parent), &id)| {
+                let key = CellKey {
+                    service: services[service as usize].clone(),
+                    name: Some(names[name as usize].clone()),
+                    attr: None,
+                    kind,
+                    status,
+                    parent,
+                };
+                (key, id)
+            })
+            .collect();
+        let n = named.len();
+        let (named, renumber) = sorted(named, n);
         let mut unnamed: Vec<CellKey> = named.iter().map(CellKey::without_name).collect();
         unnamed.sort_unstable();
         unnamed.dedup();
@@ -511,54 +839,18 @@ impl CellsBuilder {
             })
             .collect();
 
-        let mut records = self.records;
-        for r in &mut records {
-            let key = renumber[(*r >> 8 & 0xff_ffff) as usize];
-            *r = *r & !(0xff_ffff << 8) | u64::from(key) << 8;
-        }
-        records.sort_unstable();
+        let records = renumbered(self.records, &renumber);
+        let (size, attr_size) = (sizes(&records), sizes(&attr_records));
+        needs(2 * (table_bytes(size) + table_bytes(attr_size)));
         // The whole key by second, with durations: what the others are
-        // added up from. Sized first: grown by doubling, it was a third of a
-        // merge's memory at its peak (51 of 159 MiB), up to half of it spare.
-        let (mut cells, mut exps) = (0, 0);
-        for same_cell in records.chunk_by(|a, b| a >> 8 == b >> 8) {
-            cells += 1;
-            exps += same_cell
-                .chunk_by(|a, b| a == b)
-                .filter(|same_exp| same_exp[0] & 0xff != 0)
-                .count();
-        }
-        let table_bytes =
-            cells * std::mem::size_of::<Cell>() + exps * std::mem::size_of::<(u8, u64)>();
-        needs(2 * table_bytes);
-        let mut seconds = CellTable {
-            family: Family::Named,
-            seconds: 1,
-            has_durations: true,
-            cells: Vec::with_capacity(cells),
-            durations: Vec::with_capacity(exps),
-        };
-        for same_cell in records.chunk_by(|a, b| a >> 8 == b >> 8) {
-            let from = seconds.durations.len() as u32;
-            for same_exp in same_cell.chunk_by(|a, b| a == b) {
-                let exp = (same_exp[0] & 0xff) as u8;
-                if exp != 0 {
-                    seconds.durations.push((exp, same_exp.len() as u64));
-                }
-            }
-            seconds.cells.push(Cell {
-                bucket: same_cell[0] >> 32,
-                key: (same_cell[0] >> 8 & 0xff_ffff) as u32,
-                spans: same_cell.len() as u64,
-                durations: (from, seconds.durations.len() as u32),
-            });
-        }
+        // added up from.
+        let seconds = seconds_table(Family::Named, &records, size);
         drop(records);
         let unnamed_seconds = coarser(&seconds, Family::Unnamed, 1, |k| unnamed_of[k as usize]);
         // Each length's tables are added up from the previous length's, read
         // where they lie (copies of the seconds' tables, the largest, once
         // took 40 MiB of a compaction's memory).
-        let mut tables: Vec<CellTable> = Vec::with_capacity(2 * BUCKET_SECONDS.len());
+        let mut tables: Vec<CellTable> = Vec::with_capacity(3 * BUCKET_SECONDS.len());
         for &len in &BUCKET_SECONDS[1..] {
             let (named_prev, unnamed_prev) = match tables.len() {
                 0 => (&seconds, &unnamed_seconds),
@@ -569,18 +861,24 @@ impl CellsBuilder {
             tables.push(named);
             tables.push(unnamed);
         }
-        // The whole key's seconds keep counts only: they are most of the
-        // cells, and their durations are most of a cell's bytes.
-        seconds.has_durations = false;
-        seconds.durations = Vec::new();
-        for c in &mut seconds.cells {
-            c.durations = (0, 0);
-        }
-        tables.insert(0, seconds);
+        tables.insert(0, counts_only(seconds));
         tables.insert(1, unnamed_seconds);
+        if !counted.is_empty() {
+            let seconds = seconds_table(Family::Attr, &attr_records, attr_size);
+            drop(attr_records);
+            let mut coarse: Vec<CellTable> = Vec::new();
+            for &len in &BUCKET_SECONDS[1..] {
+                let next = coarser(coarse.last().unwrap_or(&seconds), Family::Attr, len, |k| k);
+                coarse.push(next);
+            }
+            tables.push(counts_only(seconds));
+            tables.extend(coarse);
+        }
         Some(FileCells {
             named,
             unnamed,
+            attr,
+            counted,
             tables,
             counts: Counts::Own,
         })
@@ -651,6 +949,14 @@ impl CellsView<'_> {
         match self {
             CellsView::Memory(c) => Ok(KeyList::of(c.keys(family), family)),
             CellsView::File(f) => f.key_list(family),
+        }
+    }
+
+    /// The attributes the attribute cells count ([`FileCells::counted`]).
+    pub fn counted(&self) -> Result<std::borrow::Cow<'_, [Box<[u8]>]>> {
+        match self {
+            CellsView::Memory(c) => Ok(std::borrow::Cow::Borrowed(&c.counted)),
+            CellsView::File(f) => Ok(std::borrow::Cow::Owned(f.counted()?)),
         }
     }
 

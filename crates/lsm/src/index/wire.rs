@@ -182,6 +182,25 @@ pub fn resource_attribute<'a>(resource: &'a [u8], key: &[u8]) -> Option<&'a [u8]
     })
 }
 
+/// The encoded `KeyValue`s of an encoded `Resource`'s attributes, in order.
+pub fn resource_attributes(resource: &[u8]) -> impl Iterator<Item = &[u8]> {
+    fields(resource).filter_map(|f| match f {
+        (1, Field::Bytes(kv)) => Some(kv),
+        _ => None,
+    })
+}
+
+/// The key of an encoded `KeyValue`, as stored (the last, as a decoder
+/// takes a field sent twice).
+pub fn key_of(kv: &[u8]) -> Option<&[u8]> {
+    fields(kv)
+        .filter_map(|f| match f {
+            (1, Field::Bytes(k)) => Some(k),
+            _ => None,
+        })
+        .last()
+}
+
 /// An encoded `KeyValue` as (key, value, type): strings, bools, ints and
 /// doubles as text (numbers and booleans rendered), any other value (and a
 /// string too long or not UTF-8) as [`ValueKind::Unindexed`] with no text.

@@ -103,7 +103,7 @@ impl Dict {
             return n.unnamed[at];
         }
         let unnamed = match &n.keys[at] {
-            (Family::Unnamed, _) => id,
+            (Family::Unnamed | Family::Attr, _) => id,
             (Family::Named, bytes) => {
                 let key = decode_key(bytes, Family::Named).without_name();
                 let list = KeyList::of(&[key], Family::Unnamed);
@@ -217,6 +217,7 @@ mod tests {
             parent: Parent::None,
             service: Some(service.as_bytes().into()),
             name: name.map(|n| n.as_bytes().into()),
+            attr: None,
             kind: 2,
             status: 0,
         }

@@ -70,6 +70,8 @@ enum What {
         holds: bool,
         run: u64,
     },
+    /// The attributes the attribute cells count.
+    Counted,
 }
 
 /// Where one section's zstd frame is, as the cells' index says.
@@ -93,6 +95,41 @@ struct Section {
 
 /// What a section holds, and a part's ranges of keys and of buckets.
 type Placed = (What, Option<(u32, u32)>, Option<(u64, u64)>);
+
+fn counted_body(names: &[Box<[u8]>]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for n in names {
+        put_bytes(&mut body, n);
+    }
+    body
+}
+
+/// The `n` attribute names of a counted section's body, ascending, each a
+/// scope byte then a key.
+fn parse_counted(path: &Path, body: &[u8], n: u64) -> Result<Vec<Box<[u8]>>> {
+    let mut r = Reader {
+        path,
+        buf: body,
+        at: 0,
+    };
+    let mut names: Vec<Box<[u8]>> = Vec::with_capacity((n as usize).min(body.len()));
+    for _ in 0..n {
+        let len = r.count(1)?;
+        let name = r.bytes(len)?;
+        let scoped = matches!(
+            name.first(),
+            Some(&(super::SPAN_SCOPE | super::RESOURCE_SCOPE))
+        );
+        if !scoped || len < 2 || names.last().is_some_and(|l| **l >= *name) {
+            return Err(r.err("a counted attribute of no scope, or out of order"));
+        }
+        names.push(name.into());
+    }
+    if r.at != body.len() {
+        return Err(r.err("bytes left over after the counted attributes"));
+    }
+    Ok(names)
+}
 
 fn keys_body(keys: &[CellKey]) -> Vec<u8> {
     let mut body = Vec::new();
@@ -183,10 +220,11 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
         };
     // A file whose run holds its unnamed cells has only named ones.
     let in_run = matches!(cells.counts, Counts::InRun { .. });
-    let families: &[Family] = if in_run {
-        &[Family::Named]
-    } else {
-        &[Family::Named, Family::Unnamed]
+    let families: &[Family] = match (in_run, cells.counted.is_empty()) {
+        (true, true) => &[Family::Named],
+        (true, false) => &[Family::Named, Family::Attr],
+        (false, true) => &[Family::Named, Family::Unnamed],
+        (false, false) => &[Family::Named, Family::Unnamed, Family::Attr],
     };
     for &family in families {
         let keys = cells.keys(family);
@@ -230,6 +268,14 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
                 }
             }
         }
+    }
+    if !cells.counted.is_empty() {
+        frame(
+            &mut out,
+            (What::Counted, None, None),
+            cells.counted.len(),
+            counted_body(&cells.counted),
+        );
     }
     match &cells.counts {
         Counts::Own => {}
@@ -295,6 +341,11 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
                 put_varint(&mut index, run);
                 index.push(u8::from(holds));
             }
+            What::Counted => {
+                index.extend_from_slice(&[5, Family::Attr as u8]);
+                put_varint(&mut index, 0);
+                index.push(0);
+            }
         }
         put_varint(&mut index, s.count);
         put_varint(&mut index, index_start - s.back);
@@ -353,12 +404,12 @@ fn read_index(
     let mut sections = Vec::with_capacity(n);
     for _ in 0..n {
         let (kind, family) = match r.bytes(2)? {
-            [k @ (0 | 1 | 3 | 4), f @ (0 | 1)] | [k @ 2, f @ 0] => (
+            [k @ (0 | 1 | 3 | 4), f @ (0..=2)] | [k @ 2, f @ 0] | [k @ 5, f @ 2] => (
                 *k,
-                if *f == 0 {
-                    Family::Named
-                } else {
-                    Family::Unnamed
+                match f {
+                    0 => Family::Named,
+                    1 => Family::Unnamed,
+                    _ => Family::Attr,
                 },
             ),
             _ => return Err(r.err("a cells section of no known kind or family")),
@@ -395,6 +446,7 @@ fn read_index(
                 holds: durations,
                 run: seconds,
             },
+            5 => What::Counted,
             _ if BUCKET_SECONDS.contains(&seconds) => What::Table(family, seconds, durations),
             _ => return Err(r.err("a cell table of another bucket length")),
         };
@@ -465,6 +517,10 @@ fn read_index(
         return Err(
             r.err("a file of a run with unnamed cells of its own, or a run's cells of no file")
         );
+    }
+    let has = |what| sections.iter().any(|s| s.what == what);
+    if has(What::Counted) != has(What::Keys(Family::Attr)) {
+        return Err(r.err("attribute cells without the attributes they count, or the reverse"));
     }
     Ok(Some((start, sections)))
 }
@@ -635,6 +691,15 @@ impl CellsFile {
         counts_of(&self.path, run)
     }
 
+    /// The attributes the attribute cells count, ascending (none in cells
+    /// without attribute cells).
+    pub fn counted(&self) -> Result<Vec<Box<[u8]>>> {
+        match self.section(What::Counted, true)? {
+            Some((s, body)) => parse_counted(&self.path, &body, s.count),
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// How many cells `family`'s table with buckets of `seconds` holds (0
     /// when the cells do not have it), from the index alone.
     pub fn cell_count(&self, family: Family, seconds: u64) -> u64 {
@@ -773,12 +838,19 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
         None => None,
     };
     let counts = counts_of(path, run)?;
-    let families: &[Family] = match counts {
-        Counts::InRun { .. } => &[Family::Named],
-        _ => &[Family::Named, Family::Unnamed],
+    let counted = match sections.iter().find(|s| s.what == What::Counted) {
+        Some(s) => parse_counted(path, &frame(s)?, s.count)?,
+        None => Vec::new(),
+    };
+    let families: &[Family] = match (&counts, counted.is_empty()) {
+        (Counts::InRun { .. }, true) => &[Family::Named],
+        (Counts::InRun { .. }, false) => &[Family::Named, Family::Attr],
+        (_, true) => &[Family::Named, Family::Unnamed],
+        (_, false) => &[Family::Named, Family::Unnamed, Family::Attr],
     };
     let mut cells = FileCells {
         counts,
+        counted,
         ..FileCells::default()
     };
     let count_of = |family| {
@@ -797,6 +869,7 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
         match family {
             Family::Named => cells.named = keys,
             Family::Unnamed => cells.unnamed = keys,
+            Family::Attr => cells.attr = keys,
         }
     }
     for s in &sections {

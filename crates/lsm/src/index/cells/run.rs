@@ -62,18 +62,22 @@ impl RunCells {
         let FileCells {
             named,
             unnamed,
+            attr,
+            counted,
             tables,
             ..
         } = own;
         let mut mine = FileCells {
             named,
+            attr,
+            counted,
             counts: Counts::InRun { run },
             ..FileCells::default()
         };
         let mut unnamed_seconds = None;
         for t in tables {
             match t.family {
-                Family::Named => mine.tables.push(t),
+                Family::Named | Family::Attr => mine.tables.push(t),
                 Family::Unnamed if t.seconds == BUCKET_SECONDS[0] => unnamed_seconds = Some(t),
                 Family::Unnamed => {}
             }

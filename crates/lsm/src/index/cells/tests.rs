@@ -720,3 +720,177 @@ fn a_rebuilt_sidecar_is_not_read_from_the_old_ones_cached_sections() {
     }
     assert_ne!(read[0], read[1]);
 }
+
+/// An encoded `KeyValue` of `key` and the encoded `AnyValue` `value`.
+fn kv(key: &str, value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    field(&mut out, 1, key.as_bytes());
+    field(&mut out, 2, value);
+    out
+}
+
+fn string(s: &str) -> Vec<u8> {
+    let mut v = Vec::new();
+    field(&mut v, 1, s.as_bytes());
+    v
+}
+
+fn int(i: u64) -> Vec<u8> {
+    let mut v = Vec::new();
+    put_varint(&mut v, 3 << 3);
+    put_varint(&mut v, i);
+    v
+}
+
+/// `s` with the span attributes `attrs` and the resource attributes
+/// `resource` added (each an encoded `KeyValue`).
+fn with_attributes(mut s: Span, attrs: &[Vec<u8>], resource: &[Vec<u8>]) -> Span {
+    let mut p = s.payload.to_vec();
+    for a in attrs {
+        field(&mut p, 9, a);
+    }
+    s.payload = Bytes::from(p);
+    if !resource.is_empty() {
+        let mut r = s.group.resource.as_deref().unwrap_or_default().to_vec();
+        for a in resource {
+            field(&mut r, 1, a);
+        }
+        s.group = Arc::new(ScopeGroup {
+            resource: Some(Bytes::from(r)),
+            ..ScopeGroup::default()
+        });
+    }
+    s
+}
+
+/// Attribute cells count each span once per counted attribute it carries,
+/// by its first value of each; an attribute of too many values, or whose
+/// value is not plain, is left out of the file's cells, which say so; the
+/// cells read back as written, damaged ones are refused, and the search
+/// index's scan counts them as the builder alone does.
+#[test]
+fn attribute_cells_count_the_first_plain_value_of_each_counted_attribute() {
+    let list = Arc::new(
+        CellAttributes::parse([
+            "span.route",
+            "span.code",
+            "span.arr",
+            "span.many",
+            "resource.env",
+        ])
+        .expect("attributes"),
+    );
+    let s = NANOS;
+    let env = [kv("env", &string("prod"))];
+    let mut spans = vec![
+        with_attributes(
+            span(Some("a"), "GET", 0, true, 10 * s, 3),
+            &[
+                kv("route", &string("/a")),
+                kv("code", &int(200)),
+                kv("other", &string("x")),
+            ],
+            &env,
+        ),
+        // The first route counts, the second is not seen.
+        with_attributes(
+            span(Some("a"), "PUT", 0, true, 10 * s, 5),
+            &[
+                kv("route", &string("/a")),
+                kv("route", &string("/b")),
+                kv("code", &int(500)),
+            ],
+            &env,
+        ),
+        span(Some("b"), "GET", 0, true, 10 * s, 5),
+        // An array: its attribute is left out.
+        with_attributes(
+            span(Some("a"), "GET", 0, false, 11 * s, 5),
+            &[kv("arr", &{
+                let mut v = Vec::new();
+                field(&mut v, 5, &[]);
+                v
+            })],
+            &env,
+        ),
+    ];
+    // One value too many: left out.
+    spans.extend((0..=MAX_VALUES as u64).map(|i| {
+        with_attributes(
+            span(Some("c"), "GET", 0, false, 12 * s, 5),
+            &[kv("many", &int(i))],
+            &[],
+        )
+    }));
+    for (i, s) in spans.iter_mut().enumerate() {
+        s.trace_id = TraceId((i as u128 / 3).to_be_bytes());
+    }
+    let mut b = CellsBuilder::new(list.clone());
+    b.add_all(&spans);
+    let cells = b.finish().expect("cells");
+    let name =
+        |scope: u8, key: &str| -> Box<[u8]> { [&[scope][..], key.as_bytes()].concat().into() };
+    assert_eq!(
+        cells.counted,
+        vec![
+            name(SPAN_SCOPE, "code"),
+            name(SPAN_SCOPE, "route"),
+            name(RESOURCE_SCOPE, "env")
+        ]
+    );
+    let value = |scope: u8, kv: Vec<u8>| -> Box<[u8]> { [&[scope][..], &kv].concat().into() };
+    let seconds = resolved(&cells, Family::Attr, 1);
+    let count = |attr: &Box<[u8]>| -> u64 {
+        seconds
+            .iter()
+            .filter(|c| c.1.attr.as_ref() == Some(attr))
+            .map(|c| c.2)
+            .sum()
+    };
+    assert_eq!(count(&value(SPAN_SCOPE, kv("route", &string("/a")))), 2);
+    assert_eq!(count(&value(SPAN_SCOPE, kv("route", &string("/b")))), 0);
+    assert_eq!(count(&value(SPAN_SCOPE, kv("code", &int(500)))), 1);
+    assert_eq!(count(&value(RESOURCE_SCOPE, kv("env", &string("prod")))), 3);
+    // The three attributes' cells and nothing else.
+    assert_eq!(seconds.iter().map(|c| c.2).sum::<u64>(), 2 + 2 + 3);
+    assert!(cells
+        .attr
+        .iter()
+        .all(|k| k.name.is_none() && k.attr.is_some()));
+    // Two of them in the tenth second, one key: a, root, unset, route /a.
+    let route_a = seconds
+        .iter()
+        .find(|c| c.1.attr.as_deref() == Some(&*value(SPAN_SCOPE, kv("route", &string("/a")))))
+        .expect("route /a");
+    assert_eq!((route_a.0, route_a.2), (10, 2));
+    let hours = cells.table(Family::Attr, 3600).expect("attribute hours");
+    assert!(hours.has_durations);
+    assert_eq!(hours.cells.iter().map(|c| c.spans).sum::<u64>(), 7);
+
+    let path = Path::new("x.idx");
+    assert_eq!(
+        decode(path, &encode(&cells)).expect("decodes"),
+        Some(cells.clone())
+    );
+    let refused = refusals(&cells, 11, 5_000);
+    assert!(refused > 4_700, "{refused}");
+
+    // The search index's scan of each span counts as the builder does.
+    let mut summary = SummaryBuilder::default();
+    let mut with_summary = CellsBuilder::new(list.clone());
+    let mut sidecar = SidecarBuilder::new(16).counting(list);
+    for trace in spans.chunk_by(|a, b| a.trace_id == b.trace_id) {
+        summary.add_trace_counted(trace, &mut with_summary);
+        sidecar.add_trace(trace);
+    }
+    assert!(with_summary.finish().expect("cells") == cells);
+    assert!(sidecar.take_cells().expect("cells") == cells);
+
+    // Without attributes, no attribute cells.
+    let mut none = CellsBuilder::new(Arc::new(CellAttributes::none()));
+    none.add_all(&spans);
+    let none = none.finish().expect("cells");
+    assert!(none.counted.is_empty() && none.attr.is_empty());
+    assert!(none.table(Family::Attr, 60).is_none());
+    assert_eq!(decode(path, &encode(&none)).expect("decodes"), Some(none));
+}

@@ -16,7 +16,16 @@ use crate::{
 
 pub(super) fn put_key(body: &mut Vec<u8>, k: &CellKey) {
     put_optional(body, k.service.as_deref());
-    put_optional(body, k.name.as_deref());
+    // The name's place holds the attribute in the attribute family, marked
+    // 2, so no attribute key's bytes are a named key's.
+    match (&k.name, &k.attr) {
+        (_, Some(attr)) => {
+            put_varint(body, 2);
+            put_varint(body, attr.len() as u64);
+            body.extend_from_slice(attr);
+        }
+        (name, None) => put_optional(body, name.as_deref()),
+    }
     put_varint(body, u64::from(k.kind));
     put_varint(body, u64::from(k.status));
     body.push(k.parent as u8);
@@ -122,13 +131,18 @@ pub(in crate::index::cells) fn decode_key(bytes: &[u8], family: Family) -> CellK
 
 /// Where an optional field's bytes are, if it is present.
 fn optional(r: &mut Reader<'_>) -> Result<Option<std::ops::Range<usize>>> {
+    Ok(marked(r, 1)?.map(|(_, at)| at))
+}
+
+/// Where a field's bytes are and its mark (1 up to `most`), if present.
+fn marked(r: &mut Reader<'_>, most: u64) -> Result<Option<(u64, std::ops::Range<usize>)>> {
     match r.varint()? {
         0 => Ok(None),
-        1 => {
+        mark if mark <= most => {
             let len = r.count(1)?;
             let from = r.at;
             r.bytes(len)?;
-            Ok(Some(from..from + len))
+            Ok(Some((mark, from..from + len)))
         }
         _ => Err(r.err("a cell key's field is neither absent nor present")),
     }
@@ -138,6 +152,7 @@ fn optional(r: &mut Reader<'_>) -> Result<Option<std::ops::Range<usize>>> {
 pub(super) struct KeyAt {
     service: Option<std::ops::Range<usize>>,
     name: Option<std::ops::Range<usize>>,
+    attr: Option<std::ops::Range<usize>>,
     kind: u32,
     status: u32,
     parent: Parent,
@@ -149,6 +164,7 @@ impl KeyAt {
         CellKey {
             service: self.service.map(|at| Box::from(&body[at])),
             name: self.name.map(|at| Box::from(&body[at])),
+            attr: self.attr.map(|at| Box::from(&body[at])),
             kind: self.kind,
             status: self.status,
             parent: self.parent,
@@ -159,7 +175,11 @@ impl KeyAt {
 /// The next key of `family` in a key list.
 pub(super) fn key_at(r: &mut Reader<'_>, family: Family) -> Result<KeyAt> {
     let service = optional(r)?;
-    let name = optional(r)?;
+    let (name, attr) = match marked(r, 2)? {
+        None => (None, None),
+        Some((1, at)) => (Some(at), None),
+        Some((_, at)) => (None, Some(at)),
+    };
     let kind = small(r)?;
     let status = small(r)?;
     let parent = match r.bytes(1)?[0] {
@@ -168,12 +188,13 @@ pub(super) fn key_at(r: &mut Reader<'_>, family: Family) -> Result<KeyAt> {
         2 => Parent::Some,
         _ => return Err(r.err("a cell key's parent is not 0, 1 or 2")),
     };
-    if name.is_some() != (family == Family::Named) {
-        return Err(r.err("a cell key with a name among unnamed ones, or none among named"));
+    if name.is_some() != (family == Family::Named) || attr.is_some() != (family == Family::Attr) {
+        return Err(r.err("a cell key with a name or attribute its family's keys do not have"));
     }
     Ok(KeyAt {
         service,
         name,
+        attr,
         kind,
         status,
         parent,
