@@ -260,6 +260,56 @@ pub fn span_fields(query: &Query) -> Option<Vec<&Attribute>> {
     Some(out)
 }
 
+/// Whether a span must carry `attr` to pass the filters of
+/// [`per_span_only`] `query`'s first stage: each of them compares it with
+/// a value (a comparison with nil is false, whatever the operator) or with
+/// `!= nil`, under `&&` on one side at least and under `||` on both. A
+/// query of only such spans can be answered from the spans that carry it.
+/// `false` for any other query, and whenever it cannot tell.
+pub fn requires_present(query: &Query, attr: &Attribute) -> bool {
+    use crate::ast::CmpOp;
+    fn expr(e: &FieldExpr, attr: &Attribute) -> bool {
+        let is_attr = |e: &FieldExpr| matches!(e, FieldExpr::Attribute(a) if a == attr);
+        match e {
+            FieldExpr::Binary {
+                op: BinaryOp::And,
+                lhs,
+                rhs,
+            } => expr(lhs, attr) || expr(rhs, attr),
+            FieldExpr::Binary {
+                op: BinaryOp::Or,
+                lhs,
+                rhs,
+            } => expr(lhs, attr) && expr(rhs, attr),
+            FieldExpr::Binary {
+                op: BinaryOp::Cmp(op),
+                lhs,
+                rhs,
+            } => {
+                let value = match (lhs.as_ref(), rhs.as_ref()) {
+                    (a, FieldExpr::Static(v)) | (FieldExpr::Static(v), a) if is_attr(a) => v,
+                    _ => return false,
+                };
+                !matches!(value, Static::Nil) || *op == CmpOp::Ne
+            }
+            _ => false,
+        }
+    }
+    fn spansets(s: &SpansetExpr, attr: &Attribute) -> bool {
+        match s {
+            SpansetExpr::Filter(e) => expr(e, attr),
+            SpansetExpr::Binary {
+                op: SpansetOp::Or,
+                lhs,
+                rhs,
+            } => spansets(lhs, attr) && spansets(rhs, attr),
+            _ => false,
+        }
+    }
+    per_span_only(query)
+        && matches!(query.pipeline.stages.first(), Some(Stage::Spansets(s)) if spansets(s, attr))
+}
+
 /// Whether `e` reads a field of the whole trace rather than of its span
 /// alone: `rootName`, `rootServiceName`, `traceDuration`,
 /// `span:childCount` and the nested-set numbers, whose values on a node
@@ -409,6 +459,44 @@ mod tests {
         ] {
             let query = crate::parse(q).expect("valid");
             assert_eq!(per_span_only(&query), per_span, "{q}");
+        }
+    }
+
+    /// A filter needs an attribute present when no span without it could
+    /// pass: a comparison with a value or `!= nil`, on one side of `&&`,
+    /// on both of `||`.
+    #[test]
+    fn an_attribute_is_required_only_where_no_span_without_it_passes() {
+        let route = Attribute::Attr {
+            scope: Scope::Span,
+            name: "http.route".into(),
+        };
+        for (q, required) in [
+            (r#"{ span.http.route = "/a" }"#, true),
+            (r#"{ span.http.route != "/a" }"#, true),
+            (r#"{ span.http.route =~ "/.*" }"#, true),
+            (r#"{ "/a" = span.http.route }"#, true),
+            ("{ span.http.route != nil }", true),
+            ("{ span.http.route = nil }", false),
+            (r#"{ kind = server && span.http.route = "/a" }"#, true),
+            (r#"{ kind = server || span.http.route = "/a" }"#, false),
+            (
+                r#"{ span.http.route = "/a" || span.http.route = "/b" }"#,
+                true,
+            ),
+            (
+                r#"{ span.http.route = "/a" } || { span.http.route = "/b" }"#,
+                true,
+            ),
+            (r#"{ span.http.route = "/a" } || { kind = server }"#, false),
+            (r#"{ .http.route = "/a" }"#, false),
+            (r#"{ resource.http.route = "/a" }"#, false),
+            ("{ span.http.route = span.other }", false),
+            (r#"{ span.http.route = "/a" } && { kind = server }"#, false),
+            ("{ }", false),
+        ] {
+            let query = crate::parse(q).expect("valid");
+            assert_eq!(requires_present(&query, &route), required, "{q}");
         }
     }
 }
