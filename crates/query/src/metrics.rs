@@ -92,8 +92,9 @@ pub fn within_range(req: MetricsRequest, asked: u64) -> Result<MetricsRequest, E
             "metrics query time range exceeds the maximum allowed duration of {} \
              (tracedb answers up to {} when it can count the query from its metrics \
              cells: conditions and by() on resource.service.name, name, kind, status \
-             and nestedSetParent<0 only, rate, count_over_time, or histogram_over_time \
-             or quantile_over_time of duration, a step of whole seconds)",
+             and nestedSetParent<0 only, or on one counted attribute the conditions \
+             need present, rate, count_over_time, or histogram_over_time or \
+             quantile_over_time of duration, a step of whole seconds)",
             go_duration(MAX_RANGE as i64),
             go_duration(MAX_CELLS_RANGE as i64)
         )));
@@ -173,8 +174,23 @@ pub fn run(
     cancel: &Cancel,
 ) -> Result<Answer<MetricsEval>, RunError> {
     if cells::answerable(req) {
-        if let Some(answer) = cells::run(engine, req, cancel)? {
-            return Ok(answer);
+        match cells::uncounted(req, engine.cell_attributes()) {
+            None => {
+                if let Some(answer) = cells::run(engine, req, cancel)? {
+                    return Ok(answer);
+                }
+            }
+            // Past Tempo's range, only a query cells answer is taken
+            // (`within_range`, which cannot know the attributes counted).
+            Some(attr) if req.grid.end - req.grid.start > MAX_RANGE + 2 * req.grid.step => {
+                return Err(RunError::Invalid(format!(
+                    "metrics query time range exceeds the maximum allowed duration of {}: \
+                     its condition on {attr} must read spans, as this node's metrics cells \
+                     do not count that attribute (--metrics-attributes)",
+                    go_duration(MAX_RANGE as i64)
+                )));
+            }
+            Some(_) => {}
         }
     }
     if crate::search::per_span_only(&req.query.query) {

@@ -1,11 +1,16 @@
 //! A metrics query answered from the stores' metrics cells
 //! ([`tracedb_lsm::index::cells`]) instead of their spans: per file and
 //! second, the spans of each (service, name, kind, status, has a parent)
-//! counted, with their durations' power-of-two buckets.
+//! counted, with their durations' power-of-two buckets; and of each
+//! (service, counted attribute's value, kind, status, has a parent).
 //!
 //! Exact by construction: a query is answered this way only when every
 //! field its filters and `by()` read is one a cell key holds, and its grid
-//! is of whole seconds (so an interval is a run of whole seconds). Each
+//! is of whole seconds (so an interval is a run of whole seconds). A query
+//! may read one span or resource attribute besides, if its filters pass
+//! only spans carrying it: it adds the attribute cells of the attribute's
+//! values, in the files that counted it (a file that did not has the query
+//! read the spans). Each
 //! cell key is judged once by the TraceQL evaluator itself, on a span built
 //! with exactly the key's fields: the verdict and the labels are those of
 //! every span the cell counts. Spans are read only for exemplars: a few
@@ -15,14 +20,17 @@ use std::sync::Arc;
 
 use tracedb_lsm::{
     index::{
-        cells::{CellKey, CellsView, Dict, Family, Parent, Reading, BUCKET_SECONDS},
+        cells::{
+            display_attribute, CellAttributes, CellKey, CellsView, Dict, Family, Parent, Reading,
+            BUCKET_SECONDS, RESOURCE_SCOPE, SPAN_SCOPE,
+        },
         SearchQuery,
     },
     CellsError, Engine, TimeRange, TraceId,
 };
 use tracedb_proto::wire::put_varint;
 use tracedb_traceql::{
-    analysis::span_fields,
+    analysis::{requires_present, span_fields},
     ast::{Attribute, Intrinsic, MetricsFn, Scope},
     metrics::{Grid, MetricsEval},
     trace::{EncodedSpan, Trace},
@@ -56,10 +64,14 @@ pub struct Plan {
     /// Whether the query's conditions read the span name (else a named
     /// key has the verdict of the key without its name).
     judges_names: bool,
+    /// In the attribute family, the attribute the query reads, as files'
+    /// cells name the attributes they count (a scope byte, then the key).
+    attr: Option<Box<[u8]>>,
 }
 
 /// How `req` can be answered from cells, if it can: every field its filters
-/// and `by()` read is one a cell key holds, its function counts spans or
+/// and `by()` read is one a cell key holds (or one span or resource
+/// attribute, which its filters pass only spans carrying), its function counts spans or
 /// their durations, and its grid's start and step are whole buckets of the
 /// finest table it needs.
 pub fn plan(req: &MetricsRequest) -> Option<Plan> {
@@ -79,16 +91,37 @@ pub fn plan(req: &MetricsRequest) -> Option<Plan> {
     let by_ok = metrics
         .by
         .iter()
-        .all(|a| key_field(a) && !matches!(a, Attribute::Intrinsic(Intrinsic::NestedSetParent)));
+        .all(|a| !matches!(a, Attribute::Intrinsic(Intrinsic::NestedSetParent)));
     let fields = span_fields(&req.query.query)?;
-    if !by_ok || !fields.iter().all(|a| key_field(a)) {
+    // One attribute at most besides the key's fields, which every span the
+    // filters pass carries.
+    let mut others = fields
+        .iter()
+        .copied()
+        .chain(&metrics.by)
+        .filter(|a| !key_field(a));
+    let attr = match others.next() {
+        None => None,
+        Some(a) => {
+            let name = counted_name(a)?;
+            if !others.all(|b| b == a) || !requires_present(&req.query.query, a) {
+                return None;
+            }
+            Some(name)
+        }
+    };
+    if !by_ok {
         return None;
     }
     let name = |a: &Attribute| matches!(a, Attribute::Intrinsic(Intrinsic::Name));
     let judges_names = fields.into_iter().any(name);
     let named = judges_names || metrics.by.iter().any(name);
-    // The whole key's seconds hold counts only.
-    let levels: &'static [u64] = if named && durations {
+    if named && attr.is_some() {
+        // No cell key has both.
+        return None;
+    }
+    // The seconds of the whole key and of the attribute keys hold counts only.
+    let levels: &'static [u64] = if (named || attr.is_some()) && durations {
         &BUCKET_SECONDS[1..]
     } else {
         &BUCKET_SECONDS[..]
@@ -106,18 +139,44 @@ pub fn plan(req: &MetricsRequest) -> Option<Plan> {
     Some(Plan {
         family: if named {
             Family::Named
+        } else if attr.is_some() {
+            Family::Attr
         } else {
             Family::Unnamed
         },
         levels,
         durations,
         judges_names,
+        attr,
     })
 }
 
-/// Whether `req` can be answered from cells ([`plan`]).
+/// The name attribute cells give `a`, if it is a span or resource
+/// attribute (`span.<key>`, `resource.<key>`).
+fn counted_name(a: &Attribute) -> Option<Box<[u8]>> {
+    let Attribute::Attr { scope, name } = a else {
+        return None;
+    };
+    let scope = match scope {
+        Scope::Span => SPAN_SCOPE,
+        Scope::Resource => RESOURCE_SCOPE,
+        _ => return None,
+    };
+    Some([&[scope][..], name.as_bytes()].concat().into())
+}
+
+/// Whether `req` can be answered from cells ([`plan`]), if the files count
+/// the attribute it reads (if any).
 pub fn answerable(req: &MetricsRequest) -> bool {
     plan(req).is_some()
+}
+
+/// The attribute (as TraceQL names it) that `req`, answerable from cells,
+/// reads and `attributes` does not count: files written with them have
+/// no cells of it, and the query reads spans.
+pub fn uncounted(req: &MetricsRequest, attributes: &CellAttributes) -> Option<String> {
+    let attr = plan(req)?.attr?;
+    (!attributes.names().contains(&attr)).then(|| display_attribute(&attr))
 }
 
 /// A field a cell key holds as the span has it. `nestedSetParent` only in
@@ -169,11 +228,21 @@ fn key_trace(key: &CellKey) -> Option<Trace> {
         put_varint(&mut status, u64::from(key.status));
         bytes_field(&mut span, 15, &status);
     }
-    let resource = key.service.as_ref().map(|kv| {
+    let attr = key.attr.as_deref().map(|a| a.split_at(1));
+    if let Some((&[SPAN_SCOPE], kv)) = attr {
+        bytes_field(&mut span, 9, kv);
+    }
+    let mut resource = key.service.as_ref().map(|kv| {
         let mut r = Vec::new();
         bytes_field(&mut r, 1, kv);
         r
     });
+    match attr {
+        Some((&[RESOURCE_SCOPE], kv)) => bytes_field(resource.get_or_insert_default(), 1, kv),
+        Some((&[SPAN_SCOPE], _)) | None => {}
+        // An attribute of no scope this crate builds.
+        Some(_) => return None,
+    }
     Trace::decode(
         [1; 16],
         [EncodedSpan {
@@ -319,6 +388,14 @@ impl Counter<'_> {
     /// before any is counted, so a source that fails to read counts nothing.
     fn add(&mut self, cells: &CellsView<'_>) -> tracedb_lsm::Result<()> {
         let family = self.plan.family;
+        if let Some(attr) = &self.plan.attr {
+            // Cells of a file that did not count the attribute say nothing
+            // of the spans carrying it.
+            if !cells.counted()?.contains(attr) {
+                self.failed = true;
+                return Ok(());
+            }
+        }
         let numbers = cells.key_ids(family, &self.dict)?;
         let ids: Vec<u32> = numbers.iter().map(|&g| self.id(g)).collect();
         let want: Vec<bool> = ids

@@ -6,7 +6,7 @@
 use std::{sync::Arc, time::Duration};
 
 use tracedb_lsm::{
-    index::cells::{decode, Counts},
+    index::cells::{decode, CellAttributes, Counts},
     Engine, EngineOptions, MemTableOptions, Span, TraceId,
 };
 use tracedb_traceql::{
@@ -34,6 +34,12 @@ fn test_engine(dir: &std::path::Path, file_bytes: Option<u64>) -> Engine {
     };
     opts.compaction_threads = 0;
     opts.compaction.l0_trigger_files = 3;
+    // The random traces' attributes but `span.f`: a query of it reads the
+    // spans. `span.arr` holds arrays, so no file counts it.
+    opts.table.cell_attributes = Arc::new(
+        CellAttributes::parse(["span.a", "span.b", "span.c", "span.arr", "resource.region"])
+            .expect("attributes"),
+    );
     if let Some(bytes) = file_bytes {
         opts.compaction.target_file_bytes = bytes;
     }
@@ -102,11 +108,48 @@ fn condition(rng: &mut Rng) -> String {
     }
 }
 
-fn query(rng: &mut Rng) -> String {
+/// Attributes of the random traces, and whether files count them (see
+/// `test_engine`).
+const ATTRIBUTES: [(&str, bool); 7] = [
+    ("span.a", true),
+    ("span.b", true),
+    ("span.c", true),
+    ("resource.region", true),
+    ("span.f", false),
+    ("span.arr", false),
+    ("span.region", false),
+];
+
+/// A condition on `attr` that only spans carrying it pass (or, now and
+/// then, one that others pass too).
+fn attribute_of(rng: &mut Rng, attr: &str) -> String {
+    let value = match attr {
+        "span.a" => rng.below(5).to_string(),
+        "span.c" => rng.chance(50).to_string(),
+        "span.f" => format!("{}", rng.below(8) as f64 / 2.0),
+        _ => format!("{:?}", rng.pick(&["x", "y", "eu", "us", "zz"])),
+    };
+    match rng.below(10) {
+        0 => format!("{attr} != nil"),
+        1 => format!("{attr} = nil"),
+        2 => format!("({attr} = {value} || {})", condition(rng)),
+        3 => format!("{attr} != {value}"),
+        4 if !matches!(attr, "span.a" | "span.c" | "span.f") => format!("{attr} =~ \".*y.*\""),
+        5 if matches!(attr, "span.a" | "span.f") => format!("{attr} >= {value}"),
+        _ => format!("{attr} = {value}"),
+    }
+}
+
+/// A random query, and the attribute it reads (if any).
+fn query(rng: &mut Rng) -> (String, Option<(&'static str, bool)>) {
     let mut filter = condition(rng);
     for _ in 0..rng.below(3) {
         let op = if rng.chance(70) { "&&" } else { "||" };
         filter = format!("{filter} {op} {}", condition(rng));
+    }
+    let attr = rng.chance(50).then(|| *rng.pick(&ATTRIBUTES));
+    if let Some((name, _)) = attr {
+        filter = format!("{} && ({filter})", attribute_of(rng, name));
     }
     let mut q = if rng.chance(20) {
         format!("{{ {filter} }} || {{ {} }}", condition(rng))
@@ -120,17 +163,20 @@ fn query(rng: &mut Rng) -> String {
         "quantile_over_time(duration, 0.5, 0.9)",
     ]);
     q = format!("{q} | {function}");
-    let by: Vec<&str> = ["resource.service.name", "name", "kind", "status"]
+    let mut by: Vec<&str> = ["resource.service.name", "name", "kind", "status"]
         .into_iter()
         .filter(|_| rng.chance(25))
         .collect();
+    if let Some((name, _)) = attr.filter(|_| rng.chance(40)) {
+        by.push(name);
+    }
     if !by.is_empty() {
         q = format!("{q} by({})", by.join(", "));
     }
     if rng.chance(10) {
         q = format!("{q} | topk(2)");
     }
-    q
+    (q, attr)
 }
 
 fn finished(answer: super::Answer<tracedb_traceql::metrics::MetricsEval>) -> Vec<Series> {
@@ -243,35 +289,51 @@ fn metrics_from_cells_answer_as_every_span_does() {
     assert!(stats.buffered_spans > 0, "{stats:?}");
     drop(held);
 
-    let (mut counted, mut from_cells_n) = (0, 0);
-    for _ in 0..400 {
-        let text = query(&mut rng);
+    let (mut counted, mut from_cells_n, mut by_attribute) = (0, 0, 0);
+    for _ in 0..800 {
+        let (text, attr) = query(&mut rng);
         let compiled = Arc::new(Compiled::new(parse(&text).expect("parses")).expect("compiles"));
         let step = [1, 5, 10, 56, 60, 120, 150, 600, 3600][rng.below(9)] * SEC;
-        let from = base + rng.below(4000) as u64 * SEC;
+        let mut from = base + rng.below(4000) as u64 * SEC;
+        if rng.chance(30) {
+            // On a whole minute: durations by name or attribute need one.
+            from = from / (60 * SEC) * 60 * SEC;
+        }
         let req = MetricsRequest {
             query: compiled,
             grid: Grid::range(from, from + (step * 200).min(8000 * SEC), step),
             max_series: 1000,
             max_exemplars: 0,
         };
+        // A query of an attribute no file counted is read from the spans.
+        let uncounted = attr.is_some_and(|(_, counted)| !counted);
         let Some(from_cells) = cells::run(&engine, &req, &Cancel::new()).expect("runs") else {
             assert!(
-                !cells::answerable(&req),
+                !cells::answerable(&req) || uncounted,
                 "{text}: answerable, yet not answered"
             );
             continue;
         };
+        assert!(
+            !uncounted,
+            "{text}: answered from cells that did not count it"
+        );
         from_cells_n += 1;
+        by_attribute += usize::from(attr.is_some());
         let from_spans = scan::scan(&engine, &req, &Cancel::new(), None).expect("runs");
         let (a, b) = (finished(from_cells), finished(from_spans));
         counted += usize::from(!b.is_empty());
         assert_eq!(a, b, "{text} step {step}");
     }
-    assert!(counted > 100, "only {counted} queries had series");
+    eprintln!("from cells {from_cells_n}, of attributes {by_attribute}, with series {counted}");
+    assert!(counted > 200, "only {counted} queries had series");
     assert!(
         from_cells_n > 250,
         "only {from_cells_n} queries answered from cells"
+    );
+    assert!(
+        by_attribute > 25,
+        "only {by_attribute} queries of attributes answered from cells"
     );
 }
 
@@ -300,12 +362,31 @@ fn queries_cells_cannot_answer_are_read_from_spans() {
         56 * SEC,
         t
     )));
+    // One attribute, which the filters need present.
     for text in [
         "{ span.http.route = \"/\" } | rate()",
+        "{ span.http.route != nil && kind = server } | rate() by(span.http.route)",
+        "{ resource.cloud.region =~ \"eu.*\" } | histogram_over_time(duration)",
+    ] {
+        assert!(cells::answerable(&q(text, 60 * SEC, t)), "{text}");
+    }
+    // The attribute keys' seconds hold counts only.
+    let route_quantiles = "{ span.http.route = \"/\" } | quantile_over_time(duration, .9)";
+    assert!(!cells::answerable(&q(route_quantiles, SEC, t)));
+    assert!(cells::answerable(&q(route_quantiles, 60 * SEC, t)));
+    for text in [
+        "{ span.http.route = \"/\" || kind = server } | rate()",
+        "{ span.http.route = nil } | rate()",
+        "{ span.http.route = \"/\" && span.http.method = \"GET\" } | rate()",
+        "{ span.http.route = \"/\" } | rate() by(span.http.method)",
+        "{ span.http.route = \"/\" && name = \"x\" } | rate()",
+        "{ .http.route = \"/\" } | rate()",
+        "{ event.x = 1 } | rate()",
         "{ .service.name = \"a\" } | rate()",
         "{ duration > 1s } | rate()",
         "{} | avg_over_time(duration)",
         "{} | rate() by(span.http.route)",
+        "{ span.http.route = \"/\" } | rate() by(name)",
         "{ nestedSetLeft > 1 } | rate()",
         "{} >> {} | rate()",
         "{} | compare({status = error})",
@@ -599,7 +680,7 @@ fn a_cancelled_metrics_query_stops_in_every_path() {
         max_exemplars: 0,
     };
     let cells_path = request("{} | count_over_time()");
-    let scan_path = request("{ span.http.method = \"GET\" } | count_over_time()");
+    let scan_path = request("{ span.http.method = \"GET\" && duration >= 0s } | count_over_time()");
     let trace_path = request("{} >> {} | count_over_time()");
     assert!(cells::answerable(&cells_path));
     assert!(!cells::answerable(&scan_path));
