@@ -23,7 +23,7 @@ use std::{
 use clap::{parser::ValueSource, ArgMatches};
 use serde::{Deserialize, Serialize};
 use tracedb_ingest::IngestOptions;
-use tracedb_lsm::{EngineOptions, MemTableOptions};
+use tracedb_lsm::{index::cells::CellAttributes, EngineOptions, MemTableOptions};
 
 use crate::{
     tenancy::{CertField, Rule, Tenancy},
@@ -107,6 +107,15 @@ pub struct Config {
     /// (suffixes KiB, MiB, GiB; 0 = unlimited).
     #[arg(long, env = "TRACEDB_COMPACTION_RATE", default_value = "64MiB")]
     pub compaction_rate: ByteSize,
+
+    /// Span and resource attributes each file's metrics cells count, as
+    /// TraceQL names them, comma-separated (`span.http.route,resource.cloud.region`):
+    /// a metrics query whose filters need one of them present is answered
+    /// from the cells, without reading spans. "none" counts none [default:
+    /// the low-cardinality semantic-convention attributes the README lists].
+    #[arg(long, env = "TRACEDB_METRICS_ATTRIBUTES", value_name = "LIST")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_attributes: Option<String>,
 
     /// Scheduler time slice, in microseconds, asked for by the threads an
     /// export waits on (request handlers, the WAL's sync thread): shorter
@@ -250,6 +259,8 @@ impl Config {
         opts.compaction_threads = self.compaction_threads;
         opts.compaction_bytes_per_sec = self.compaction_rate.0;
         opts.request_thread_slice = self.request_slice();
+        // Checked by `validate`.
+        opts.table.cell_attributes = Arc::new(self.cell_attributes().unwrap_or_default());
         // The data budget: `serve` gives the engine the ingest layer's
         // budget, of this limit, to count its buffered spans in (the engine's
         // own admission is the backstop for writes). An eighth of max_memory
@@ -258,6 +269,16 @@ impl Config {
         opts.memory_budget_bytes = self.data_budget();
         opts.index_cache_bytes = self.max_memory.as_usize() / 8;
         opts
+    }
+
+    /// The attributes metrics cells count (`--metrics-attributes`); an
+    /// error names one that is not `span.<key>` or `resource.<key>`.
+    pub fn cell_attributes(&self) -> Result<CellAttributes, String> {
+        match self.metrics_attributes.as_deref().map(str::trim) {
+            None => Ok(CellAttributes::default()),
+            Some("none") => Ok(CellAttributes::none()),
+            Some(list) => CellAttributes::parse(list.split(',')),
+        }
     }
 
     /// The object store tier of `--object-store`, if given; an error names
@@ -377,6 +398,9 @@ impl Config {
                 problems.push(problem);
             }
         };
+        if let Err(problem) = self.cell_attributes() {
+            check(false, problem);
+        }
         if let Some(shards) = self.shards {
             check(
                 (1..=4096).contains(&shards),
@@ -786,6 +810,29 @@ mod tests {
         assert_eq!(off.engine_options().retention, None);
         let short = parse(&["--retention", "10s"], "").expect_err("too short");
         assert!(short.contains("retention is 10s"), "{short}");
+    }
+
+    #[test]
+    fn metrics_attributes_reach_the_engine_or_say_what_is_wrong() {
+        let counted = |c: &Config| c.engine_options().table.cell_attributes.names().len();
+        let default = parse(&[], "").expect("valid");
+        assert_eq!(
+            counted(&default),
+            tracedb_lsm::index::cells::DEFAULT_ATTRIBUTES.len()
+        );
+        let two = parse(
+            &["--metrics-attributes", "span.tenant, resource.cloud.region"],
+            "",
+        )
+        .expect("valid");
+        assert_eq!(counted(&two), 2);
+        let none = parse(&[], "metrics_attributes = \"none\"\n").expect("valid");
+        assert_eq!(counted(&none), 0);
+        let bad = parse(&["--metrics-attributes", "span.a,tenant"], "").expect_err("no scope");
+        assert!(
+            bad.contains("\"tenant\" is neither span.<key> nor resource.<key>"),
+            "{bad}"
+        );
     }
 
     #[test]

@@ -443,7 +443,7 @@ fn metrics_queries_answer_with_tempos_series() {
         (
             format!(
                 "/api/metrics/query_range?q={}&start={}&end={}",
-                encoded("{ span.http.route = \"/r1\" } | rate()"),
+                encoded("{ span.http.url = \"/r1\" } | rate()"),
                 base / SEC - 100_000,
                 base / SEC
             ),
