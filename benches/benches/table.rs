@@ -3,7 +3,8 @@
 //! and what a flush does with a sorted buffer: the same file at zstd 1, the
 //! search-index summary of its traces and their metrics cells, and the same
 //! without the cells; and the cells alone, counted and encoded, which a
-//! flush and every merge do. The spans' payloads are separate
+//! flush and every merge do; and what attribute cells add to the cells of
+//! spans carrying HTTP attributes. The spans' payloads are separate
 //! allocations visited in trace-ID order, not in the order they were made,
 //! as a flushed buffer's are (about 50 MB of them, more than the caches hold).
 //!
@@ -13,7 +14,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use tracedb_lsm::{
     engine::write_sorted_buffer,
     index::{
-        cells::{self, CellsBuilder},
+        cells::{self, CellAttributes, CellsBuilder},
         SummaryBuilder,
     },
     SsTableBuilder, TableOptions,
@@ -100,5 +101,41 @@ fn bench_flush(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_build, bench_flush);
+/// What attribute cells add to counting the cells of spans that carry the
+/// attributes they count (method, route, status code) and others: with
+/// the summary's scan, as a flush and a merge count them, and alone, as a
+/// merge counts a carried-over trace's spans.
+fn bench_attribute_cells(c: &mut Criterion) {
+    let spans = common::sorted_attributed_spans(SPANS, 2);
+    let mut group = c.benchmark_group("attribute_cells");
+    group
+        .sample_size(10)
+        .throughput(Throughput::Elements(SPANS as u64));
+    for (label, attributes) in [
+        ("none", CellAttributes::none()),
+        ("default", CellAttributes::default()),
+    ] {
+        let attributes = std::sync::Arc::new(attributes);
+        group.bench_function(format!("200k_spans_summary_and_cells_{label}"), |b| {
+            b.iter(|| {
+                let mut summary = SummaryBuilder::default();
+                let mut cells = CellsBuilder::new(attributes.clone());
+                for trace in spans.chunk_by(|a, b| a.trace_id == b.trace_id) {
+                    summary.add_trace_counted(trace, &mut cells);
+                }
+                (summary.finish(), cells.finish().expect("cells"))
+            })
+        });
+        group.bench_function(format!("200k_spans_cells_alone_{label}"), |b| {
+            b.iter(|| {
+                let mut cells = CellsBuilder::new(attributes.clone());
+                cells.add_all(&spans);
+                cells.finish().expect("cells")
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_build, bench_flush, bench_attribute_cells);
 criterion_main!(benches);

@@ -104,3 +104,77 @@ pub fn table_file(id: u64, level: u32, partition: u64, table: SsTable) -> Arc<Ta
     };
     Arc::new(TableFile::new(entry, table, janitor))
 }
+
+/// An encoded `KeyValue` of `key` and a string or int value.
+fn key_value(key: &str, value: Result<&str, i64>) -> Vec<u8> {
+    let mut v = Vec::new();
+    match value {
+        Ok(s) => {
+            v.extend_from_slice(&[0x0a, s.len() as u8]);
+            v.extend_from_slice(s.as_bytes());
+        }
+        Err(i) => {
+            v.push(0x18);
+            let mut n = i as u64;
+            while n >= 0x80 {
+                v.push(n as u8 | 0x80);
+                n >>= 7;
+            }
+            v.push(n as u8);
+        }
+    }
+    let mut kv = vec![0x0a, key.len() as u8];
+    kv.extend_from_slice(key.as_bytes());
+    kv.extend_from_slice(&[0x12, v.len() as u8]);
+    kv.extend_from_slice(&v);
+    kv
+}
+
+/// A span as an instrumented HTTP service sends it: the fields of [`span`]
+/// and the attributes metrics cells count by default (method, route,
+/// status code) among others they do not (a user, a tenant, a peer port),
+/// whose values vary from span to span.
+pub fn attributed_span(group: &Arc<ScopeGroup>, trace: u128, i: u64) -> Span {
+    let mut s = span(group, trace, i);
+    let mut payload = s.payload[..s.payload.len() - 203].to_vec();
+    let routes = [
+        "/api/cart",
+        "/api/checkout",
+        "/api/search",
+        "/api/user",
+        "/healthz",
+    ];
+    let attributes = [
+        key_value("user.id", Ok(&format!("user-{}", (i * 7919) % 100_000))),
+        key_value(
+            "tenant",
+            Ok(["acme", "globex", "initech"][(i % 3) as usize]),
+        ),
+        key_value(
+            "http.method",
+            Ok(if i.is_multiple_of(5) { "POST" } else { "GET" }),
+        ),
+        key_value("http.route", Ok(routes[(i % 5) as usize])),
+        key_value(
+            "http.status_code",
+            Err(if i.is_multiple_of(50) { 500 } else { 200 }),
+        ),
+        key_value("net.peer.port", Err(5432)),
+    ];
+    for kv in attributes {
+        payload.extend_from_slice(&[0x4a, kv.len() as u8]);
+        payload.extend_from_slice(&kv);
+    }
+    s.payload = payload.into();
+    s
+}
+
+/// [`sorted_spans`] of [`attributed_span`]s.
+pub fn sorted_attributed_spans(n: usize, seed: u64) -> Vec<Span> {
+    let mut out = sorted_spans(n, seed);
+    let group = Arc::new(ScopeGroup::default());
+    for (i, s) in out.iter_mut().enumerate() {
+        *s = attributed_span(&group, u128::from_be_bytes(s.trace_id.0), i as u64);
+    }
+    out
+}

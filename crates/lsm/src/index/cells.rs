@@ -326,14 +326,25 @@ struct Attrs {
     /// left out (past [`MAX_VALUES`] values, or a value past
     /// [`MAX_VALUE_BYTES`]).
     per_attr: Vec<(u32, bool)>,
-    /// Each key's number, by the numbers of its service and value.
-    keys: HashMap<(u32, u32, u32, u32, Parent), u32>,
-    /// Per key number, its value's number.
-    key_values: Vec<u32>,
+    /// The named keys without their names (service, kind, status,
+    /// parent), numbered; and per named key's number, its number here
+    /// (`u32::MAX`: not yet).
+    unnamed: HashMap<(u32, u32, u32, Parent), u32>,
+    unnamed_fields: Vec<(u32, u32, u32, Parent)>,
+    of_named: Vec<u32>,
+    /// Each key's number, by its unnamed key's number << 32 | its value's
+    /// number: a `u64` hashes in a fraction of the time the fields take,
+    /// and the map stays small enough for the cache (keyed by named keys
+    /// it held ten times more, and missed the cache on most spans).
+    keys: HashMap<u64, u32>,
+    /// Per key number, its unnamed key's number and its value's.
+    key_values: Vec<(u32, u32)>,
     /// As `records`, a key of this family in each.
     records: Vec<u64>,
     /// More keys than [`MAX_KEYS`]: no attribute is counted.
     overflow: bool,
+    /// Where a span's attributes are in its payload ([`CellsBuilder::add`]).
+    scratch: Vec<(usize, usize)>,
 }
 
 impl Attrs {
@@ -396,12 +407,34 @@ impl Attrs {
         out.into()
     }
 
-    /// Counts a span of `key` (service, value, kind, status, parent) in `record`.
-    fn add(&mut self, key: (u32, u32, u32, u32, Parent), record: u64) {
-        let next = self.keys.len() as u32;
-        let id = *self.keys.entry(key).or_insert(next);
+    /// The number of the unnamed key of the named key numbered `named`,
+    /// whose fields without its name are `fields`.
+    fn unnamed_of(&mut self, named: u32, fields: (u32, u32, u32, Parent)) -> u32 {
+        let at = named as usize;
+        if let Some(&id) = self.of_named.get(at).filter(|&&id| id != u32::MAX) {
+            return id;
+        }
+        let next = self.unnamed_fields.len() as u32;
+        let id = *self.unnamed.entry(fields).or_insert(next);
         if id == next {
-            self.key_values.push(key.1);
+            self.unnamed_fields.push(fields);
+        }
+        if at >= self.of_named.len() {
+            self.of_named.resize(at + 1, u32::MAX);
+        }
+        self.of_named[at] = id;
+        id
+    }
+
+    /// Counts a span of unnamed key `unnamed` and value `value` in `record`.
+    fn add(&mut self, unnamed: u32, value: u32, record: u64) {
+        let next = self.keys.len() as u32;
+        let id = *self
+            .keys
+            .entry(u64::from(unnamed) << 32 | u64::from(value))
+            .or_insert(next);
+        if id == next {
+            self.key_values.push((unnamed, value));
         }
         if self.keys.len() > MAX_KEYS {
             self.overflow = true;
@@ -573,15 +606,25 @@ impl CellsBuilder {
 
     /// Counts one span.
     pub fn add(&mut self, span: &Span) {
-        if !self.overflow {
-            let mut attributes = Vec::new();
-            let f = if self.attrs.list.has_spans() {
-                wire::scan_span(&span.payload, &mut attributes)
-            } else {
-                wire::scan_fields(&span.payload)
-            };
-            self.add_scanned(span, &f, None, &attributes);
+        if self.overflow {
+            return;
         }
+        let payload = &span.payload[..];
+        if !self.attrs.list.has_spans() {
+            self.add_scanned(span, &wire::scan_fields(payload), None, &[]);
+            return;
+        }
+        // Where each attribute is, kept from span to span (a list of
+        // slices would be allocated for each).
+        let mut at = std::mem::take(&mut self.attrs.scratch);
+        at.clear();
+        let base = payload.as_ptr() as usize;
+        let f = wire::scan_with(payload, |kv| {
+            at.push((kv.as_ptr() as usize - base, kv.len()))
+        });
+        let attributes = at.iter().map(|&(from, len)| &payload[from..from + len]);
+        self.add_fields(span, &f, None, attributes);
+        self.attrs.scratch = at;
     }
 
     /// Counts one span whose fields `f` and attributes (each an encoded
@@ -597,6 +640,17 @@ impl CellsBuilder {
         f: &wire::SpanFields,
         name_hint: Option<u32>,
         attributes: &[&[u8]],
+    ) {
+        self.add_fields(span, f, name_hint, attributes.iter().copied());
+    }
+
+    /// [`CellsBuilder::add_scanned`], the attributes in any form.
+    fn add_fields<'p>(
+        &mut self,
+        span: &Span,
+        f: &wire::SpanFields,
+        name_hint: Option<u32>,
+        attributes: impl Iterator<Item = &'p [u8]>,
     ) {
         if self.overflow {
             return;
@@ -669,7 +723,9 @@ impl CellsBuilder {
         if self.attrs.overflow || self.attrs.list.is_empty() {
             return;
         }
-        let key_of = |value| (service, value, f.kind_value, f.status, parent);
+        let key = self
+            .attrs
+            .unnamed_of(key, (service, f.kind_value, f.status, parent));
         // The first of each counted attribute the span carries.
         let mut seen = 0u64;
         for kv in attributes {
@@ -681,13 +737,13 @@ impl CellsBuilder {
             }
             seen |= 1 << a;
             if let Some(value) = self.attrs.value(a, 0, kv) {
-                self.attrs.add(key_of(value), record);
+                self.attrs.add(key, value, record);
             }
         }
         for i in 0..self.groups[group as usize].values.len() {
             let value = self.groups[group as usize].values[i];
             if !self.attrs.per_attr[self.attrs.values[value as usize].0 as usize].1 {
-                self.attrs.add(key_of(value), record);
+                self.attrs.add(key, value, record);
             }
         }
     }
@@ -737,7 +793,9 @@ impl CellsBuilder {
             + self.by_hint.capacity() * 4
             + self.attrs.records.capacity() * 8
             + self.attrs.keys.capacity() * 40
-            + self.attrs.key_values.capacity() * 4
+            + self.attrs.key_values.capacity() * 8
+            + self.attrs.of_named.capacity() * 4
+            + self.attrs.unnamed.capacity() * 32
             + strings
     }
 
@@ -756,7 +814,7 @@ impl CellsBuilder {
             list,
             values,
             per_attr,
-            keys,
+            unnamed_fields,
             key_values,
             mut records,
             overflow,
@@ -775,12 +833,14 @@ impl CellsBuilder {
         counted.sort_unstable();
         let left_out = |value: u32| per_attr[values[value as usize].0 as usize].1;
         if per_attr.iter().any(|p| p.1) {
-            records.retain(|r| !left_out(key_values[(r >> 8 & 0xff_ffff) as usize]));
+            records.retain(|r| !left_out(key_values[(r >> 8 & 0xff_ffff) as usize].1));
         }
-        let kept: Vec<(CellKey, u32)> = keys
+        let kept: Vec<(CellKey, u32)> = key_values
             .iter()
-            .filter(|(k, _)| !left_out(k.1))
-            .map(|(&(service, value, kind, status, parent), &id)| {
+            .zip(0..)
+            .filter(|((_, value), _)| !left_out(*value))
+            .map(|(&(unnamed, value), id)| {
+                let (service, kind, status, parent) = unnamed_fields[unnamed as usize];
                 let key = CellKey {
                     service: services[service as usize].clone(),
                     name: None,

@@ -120,15 +120,20 @@ fn varint(buf: &mut &[u8]) -> Option<u64> {
 /// what it read of each encoding reads it once.
 pub fn scan_span<'a>(payload: &'a [u8], attributes: &mut Vec<&'a [u8]>) -> SpanFields<'a> {
     attributes.clear();
-    scan(payload, Some(attributes))
+    scan(payload, |kv| attributes.push(kv))
 }
 
 /// [`scan_span`] without the attributes.
 pub fn scan_fields(payload: &[u8]) -> SpanFields<'_> {
-    scan(payload, None)
+    scan(payload, |_| {})
 }
 
-fn scan<'a>(payload: &'a [u8], mut attributes: Option<&mut Vec<&'a [u8]>>) -> SpanFields<'a> {
+/// [`scan_span`], each attribute's encoded `KeyValue` handed to `attribute`.
+pub fn scan_with<'a>(payload: &'a [u8], attribute: impl FnMut(&'a [u8])) -> SpanFields<'a> {
+    scan(payload, attribute)
+}
+
+fn scan<'a>(payload: &'a [u8], mut attribute: impl FnMut(&'a [u8])) -> SpanFields<'a> {
     let mut out = SpanFields::default();
     for (number, field) in fields(payload) {
         match (number, field) {
@@ -142,9 +147,7 @@ fn scan<'a>(payload: &'a [u8], mut attributes: Option<&mut Vec<&'a [u8]>>) -> Sp
             (7, Field::Fixed64(v)) => out.start_unix_nano = v,
             (8, Field::Fixed64(v)) => out.end_unix_nano = v,
             (9, Field::Bytes(b)) => {
-                if let Some(a) = attributes.as_mut() {
-                    a.push(b);
-                }
+                attribute(b);
             }
             (15, Field::Bytes(b)) => {
                 out.status = 0;
@@ -193,6 +196,16 @@ pub fn resource_attributes(resource: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// The key of an encoded `KeyValue`, as stored (the last, as a decoder
 /// takes a field sent twice).
 pub fn key_of(kv: &[u8]) -> Option<&[u8]> {
+    // As encoders write it: the key, then the value to the end, each of a
+    // length under 128.
+    if let [0x0a, len @ 0..0x80, rest @ ..] = kv {
+        let (key, rest) = rest.split_at_checked(usize::from(*len))?;
+        if let [0x12, len @ 0..0x80, value @ ..] = rest {
+            if value.len() == usize::from(*len) {
+                return Some(key);
+            }
+        }
+    }
     fields(kv)
         .filter_map(|f| match f {
             (1, Field::Bytes(k)) => Some(k),
@@ -298,5 +311,38 @@ mod tests {
         let cut = scan_span(&span[..span.len() - 3], &mut attributes);
         assert_eq!(cut.name, b"GET /cart");
         assert!(!cut.error);
+    }
+
+    /// A `KeyValue`'s key as a decoder takes it, written as encoders write
+    /// it or not: the value first, the key twice (the last counts), a key
+    /// of 128 bytes or more, a value past the end.
+    #[test]
+    fn a_key_values_key_is_the_last_one_sent() {
+        let kv = |fields: &[(u64, &[u8])]| {
+            let mut out = Vec::new();
+            for &(n, b) in fields {
+                bytes_field(&mut out, n, b);
+            }
+            out
+        };
+        let long = [b'k'; 130];
+        for (bytes, key) in [
+            (
+                kv(&[(1, b"http.route"), (2, b"\x0a\x01/")]),
+                Some(&b"http.route"[..]),
+            ),
+            (
+                kv(&[(2, b"\x0a\x01/"), (1, b"http.route")]),
+                Some(&b"http.route"[..]),
+            ),
+            (kv(&[(1, b"a"), (2, b""), (1, b"b")]), Some(&b"b"[..])),
+            (kv(&[(1, b"a"), (1, b"b"), (2, b"")]), Some(&b"b"[..])),
+            (kv(&[(1, &long[..]), (2, b"")]), Some(&long[..])),
+            (kv(&[(2, b"")]), None),
+        ] {
+            assert_eq!(key_of(&bytes), key, "{bytes:?}");
+        }
+        // A value said to run past the end: the key as sent before it.
+        assert_eq!(key_of(b"\x0a\x01a\x12\x05x"), Some(&b"a"[..]));
     }
 }

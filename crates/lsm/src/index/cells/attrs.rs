@@ -41,6 +41,10 @@ pub struct CellAttributes {
     names: Vec<Box<[u8]>>,
     /// How many of `names` are span attributes.
     spans: usize,
+    /// Bit `n` (`n` at most 63) set when a span attribute's key is `n`
+    /// bytes long (63 or more): most keys a span carries are of a length
+    /// no counted one has, and are passed over on it alone.
+    span_lengths: u64,
 }
 
 /// Attributes of OpenTelemetry's semantic conventions whose values are few
@@ -84,6 +88,11 @@ impl fmt::Debug for CellAttributes {
     }
 }
 
+/// The bit of [`CellAttributes::span_lengths`] for a key `len` bytes long.
+fn length_bit(len: usize) -> u64 {
+    1 << len.min(63)
+}
+
 /// A counted attribute's name as TraceQL writes it (`span.http.route`).
 pub fn display(name: &[u8]) -> String {
     let scope = match name.first() {
@@ -103,6 +112,7 @@ impl CellAttributes {
         CellAttributes {
             names: Vec::new(),
             spans: 0,
+            span_lengths: 0,
         }
     }
 
@@ -145,9 +155,13 @@ impl CellAttributes {
             ));
         }
         let n = spans.len();
+        let span_lengths = spans
+            .iter()
+            .fold(0, |bits, s| bits | length_bit(s.len() - 1));
         Ok(CellAttributes {
             names: spans.into_iter().chain(resources).map(Box::from).collect(),
             spans: n,
+            span_lengths,
         })
     }
 
@@ -162,6 +176,9 @@ impl CellAttributes {
 
     /// The index among [`CellAttributes::names`] of the span attribute `key`.
     pub(super) fn span_index(&self, key: &[u8]) -> Option<usize> {
+        if self.span_lengths & length_bit(key.len()) == 0 {
+            return None;
+        }
         self.names[..self.spans].iter().position(|n| n[1..] == *key)
     }
 
@@ -188,19 +205,24 @@ mod tests {
 
     #[test]
     fn attributes_are_named_as_traceql_names_them() {
-        let a =
-            CellAttributes::parse(["span.http.route", "resource.cloud.region", "span.x"]).unwrap();
+        let a = CellAttributes::parse(["span.http.route", "resource.cloud.region", "span.x"])
+            .expect("attributes");
         assert_eq!(a.span_index(b"http.route"), Some(0));
         assert_eq!(a.span_index(b"x"), Some(1));
         assert_eq!(a.resource_index(b"cloud.region"), Some(2));
         assert_eq!(a.span_index(b"cloud.region"), None);
         assert_eq!(display(&a.names()[2]), "resource.cloud.region");
+        // Keys of 63 bytes or more share one length bit.
+        let long = format!("span.{}", "k".repeat(70));
+        let a = CellAttributes::parse([long.as_str()]).expect("attributes");
+        assert_eq!(a.span_index(&long.as_bytes()[5..]), Some(0));
+        assert_eq!(a.span_index("k".repeat(65).as_bytes()), None);
         for bad in ["http.route", "span.", "event.x"] {
             assert!(CellAttributes::parse([bad]).is_err(), "{bad}");
         }
         // The service is in every key already.
         assert!(CellAttributes::parse(["resource.service.name"])
-            .unwrap()
+            .expect("attributes")
             .is_empty());
     }
 }

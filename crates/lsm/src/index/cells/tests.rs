@@ -840,10 +840,10 @@ fn attribute_cells_count_the_first_plain_value_of_each_counted_attribute() {
     );
     let value = |scope: u8, kv: Vec<u8>| -> Box<[u8]> { [&[scope][..], &kv].concat().into() };
     let seconds = resolved(&cells, Family::Attr, 1);
-    let count = |attr: &Box<[u8]>| -> u64 {
+    let count = |attr: &[u8]| -> u64 {
         seconds
             .iter()
-            .filter(|c| c.1.attr.as_ref() == Some(attr))
+            .filter(|c| c.1.attr.as_deref() == Some(attr))
             .map(|c| c.2)
             .sum()
     };
