@@ -120,8 +120,10 @@ pub fn plan(req: &MetricsRequest) -> Option<Plan> {
         // No cell key has both.
         return None;
     }
-    // The seconds of the whole key and of the attribute keys hold counts only.
-    let levels: &'static [u64] = if (named || attr.is_some()) && durations {
+    // The whole key's seconds hold counts only. The attribute keys' hold
+    // durations where they count several spans each; a file whose do not
+    // has the query read the spans (`Counter::add`).
+    let levels: &'static [u64] = if named && durations {
         &BUCKET_SECONDS[1..]
     } else {
         &BUCKET_SECONDS[..]

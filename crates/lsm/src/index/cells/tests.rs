@@ -865,6 +865,8 @@ fn attribute_cells_count_the_first_plain_value_of_each_counted_attribute() {
     assert_eq!((route_a.0, route_a.2), (10, 2));
     let hours = cells.table(Family::Attr, 3600).expect("attribute hours");
     assert!(hours.has_durations);
+    // A cell or two per span: the seconds keep counts only.
+    assert!(!cells.table(Family::Attr, 1).expect("seconds").has_durations);
     assert_eq!(hours.cells.iter().map(|c| c.spans).sum::<u64>(), 7);
 
     let path = Path::new("x.idx");
@@ -878,13 +880,33 @@ fn attribute_cells_count_the_first_plain_value_of_each_counted_attribute() {
     // The search index's scan of each span counts as the builder does.
     let mut summary = SummaryBuilder::default();
     let mut with_summary = CellsBuilder::new(list.clone());
-    let mut sidecar = SidecarBuilder::new(16).counting(list);
+    let mut sidecar = SidecarBuilder::new(16).counting(list.clone());
     for trace in spans.chunk_by(|a, b| a.trace_id == b.trace_id) {
         summary.add_trace_counted(trace, &mut with_summary);
         sidecar.add_trace(trace);
     }
     assert!(with_summary.finish().expect("cells") == cells);
     assert!(sidecar.take_cells().expect("cells") == cells);
+
+    // Four spans a cell: the seconds keep their durations.
+    let mut dense = CellsBuilder::new(list.clone());
+    for i in 0..8u64 {
+        dense.add(&with_attributes(
+            span(Some("a"), "GET", 0, true, 20 * s + 1 + i, 1 << (i % 2 + 4)),
+            &[kv("route", &string(["/a", "/b"][(i % 2) as usize]))],
+            &[],
+        ));
+    }
+    let dense = dense.finish().expect("cells");
+    let seconds = dense.table(Family::Attr, 1).expect("seconds");
+    assert!(seconds.has_durations);
+    let timed: Vec<_> = seconds
+        .cells
+        .iter()
+        .map(|c| seconds.durations_of(c).to_vec())
+        .collect();
+    assert_eq!(timed, vec![vec![(4, 4)], vec![(5, 4)]]);
+    assert_eq!(decode(path, &encode(&dense)).expect("decodes"), Some(dense));
 
     // Without attributes, no attribute cells.
     let mut none = CellsBuilder::new(Arc::new(CellAttributes::none()));
