@@ -6,7 +6,7 @@ use tracedb_proto::wire::put_varint;
 use super::*;
 use crate::{
     index::{SidecarBuilder, SummaryBuilder},
-    span::{ScopeGroup, SpanId, TraceId},
+    span::{ScopeGroup, Span, SpanId, TraceId},
 };
 
 fn field(out: &mut Vec<u8>, n: u64, b: &[u8]) {
