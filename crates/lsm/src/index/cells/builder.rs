@@ -62,7 +62,6 @@ pub struct CellsBuilder {
 }
 
 /// The attribute cells being counted ([`Family::Attr`]).
-#[derive(Default)]
 struct Attrs {
     list: std::sync::Arc<CellAttributes>,
     /// Per scope (span, resource), each encoded `KeyValue`'s number.
@@ -95,13 +94,28 @@ struct Attrs {
     scratch: Vec<(usize, usize)>,
 }
 
+/// The attribute cells of the default attributes.
+impl Default for Attrs {
+    fn default() -> Self {
+        Attrs::new(std::sync::Arc::default())
+    }
+}
+
 impl Attrs {
     fn new(list: std::sync::Arc<CellAttributes>) -> Attrs {
-        let per_attr = vec![(0, false); list.names().len()];
         Attrs {
+            per_attr: vec![(0, false); list.names().len()],
             list,
-            per_attr,
-            ..Attrs::default()
+            ids: Default::default(),
+            values: Vec::new(),
+            unnamed: HashMap::default(),
+            unnamed_fields: Vec::new(),
+            of_named: Vec::new(),
+            keys: HashMap::default(),
+            key_values: Vec::new(),
+            records: Vec::new(),
+            overflow: false,
+            scratch: Vec::new(),
         }
     }
 

@@ -908,6 +908,17 @@ fn attribute_cells_count_the_first_plain_value_of_each_counted_attribute() {
     assert_eq!(timed, vec![vec![(4, 4)], vec![(5, 4)]]);
     assert_eq!(decode(path, &encode(&dense)).expect("decodes"), Some(dense));
 
+    // A builder made by default counts the default attributes.
+    let mut by_default = CellsBuilder::default();
+    by_default.add(&with_attributes(
+        span(Some("a"), "GET", 0, true, 10 * s, 3),
+        &[kv("http.route", &string("/a"))],
+        &[],
+    ));
+    let by_default = by_default.finish().expect("cells");
+    assert!(by_default.counted.contains(&name(SPAN_SCOPE, "http.route")));
+    assert_eq!(by_default.attr.len(), 1);
+
     // Without attributes, no attribute cells.
     let mut none = CellsBuilder::new(Arc::new(CellAttributes::none()));
     none.add_all(&spans);
