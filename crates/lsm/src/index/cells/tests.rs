@@ -68,7 +68,8 @@ fn span_named(
 #[test]
 fn spans_are_counted_per_key_and_bucket_and_round_trip() {
     let s = NANOS;
-    let mut b = CellsBuilder::default();
+    // The named and unnamed families only (attribute cells: below).
+    let mut b = CellsBuilder::new(Arc::new(CellAttributes::none()));
     // Right-closed seconds: 10 s exactly is the tenth second's.
     b.add(&span(Some("a"), "GET", 0, true, 10 * s, 3));
     b.add(&span(Some("a"), "GET", 0, true, 9 * s + 1, 4));
