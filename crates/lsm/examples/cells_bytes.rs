@@ -6,11 +6,16 @@
 //! ```
 //!
 //! Reads the manifest, each live local file's metadata and the end of its
-//! sidecar; run it on a stopped server's directory, or a copy.
+//! sidecar; run it on a stopped server's directory, or a copy. Prints the
+//! total, then the bytes of each family's keys and tables and how the files
+//! hold them (alone, or a run's summed with one file).
 
 use std::path::PathBuf;
 
-use tracedb_lsm::{index::cells::cells_len, layout, manifest, SsTable};
+use tracedb_lsm::{
+    index::cells::{cells_len, CellsFile, Counts, Family},
+    layout, manifest, SsTable,
+};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = PathBuf::from(
@@ -21,6 +26,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (state, _) = manifest::read(&layout::manifest_path(&dir))?.ok_or("no manifest")?;
     let tables = layout::tables_dir(&dir);
     let (mut files, mut without, mut spans, mut cells, mut sidecars) = (0, 0, 0u64, 0u64, 0u64);
+    let mut family_bytes = [0u64; 3];
+    let (mut own, mut holders, mut members, mut in_runs) = (0, 0, 0, 0);
     for entry in state.files.values() {
         let table = layout::table_path(&tables, entry.id);
         spans += SsTable::open(&table)?.meta().span_count;
@@ -31,12 +38,50 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         without += u64::from(n == 0);
         cells += n;
         sidecars += bytes.len() as u64;
+        if let Some(c) = CellsFile::open(&table)? {
+            if std::env::var_os("CELLS_FILES").is_some() {
+                println!(
+                    "file {} level {} partition {} {:?}: seconds cells unnamed {} attribute {}",
+                    entry.id,
+                    entry.level,
+                    entry.partition,
+                    c.counts()?,
+                    c.cell_count(Family::Unnamed, 1),
+                    c.cell_count(Family::Attr, 1)
+                );
+            }
+            for (i, f) in [Family::Named, Family::Unnamed, Family::Attr]
+                .into_iter()
+                .enumerate()
+            {
+                family_bytes[i] += c.stored_bytes(f);
+            }
+            match c.counts()? {
+                Counts::Own => own += 1,
+                Counts::Run { members: m, .. } => {
+                    holders += 1;
+                    members += m.len();
+                }
+                Counts::InRun { .. } => in_runs += 1,
+            }
+        }
     }
+    let per_span = |b: u64| b as f64 / spans.max(1) as f64;
     println!("{files} live files ({without} without cells), {spans} spans");
     println!(
         "cells {cells} bytes ({:.2} B per span) of sidecars' {sidecars} ({:.2} B per span)",
-        cells as f64 / spans.max(1) as f64,
-        sidecars as f64 / spans.max(1) as f64
+        per_span(cells),
+        per_span(sidecars)
+    );
+    println!(
+        "named {:.2}, unnamed {:.2}, attribute {:.2} B per span",
+        per_span(family_bytes[0]),
+        per_span(family_bytes[1]),
+        per_span(family_bytes[2])
+    );
+    println!(
+        "{own} files count their own spans; {holders} hold the sums of {members} files of runs; \
+         {in_runs} are counted by another"
     );
     Ok(())
 }

@@ -700,6 +700,16 @@ impl CellsFile {
         }
     }
 
+    /// The bytes of `family`'s key list and tables as stored (their zstd
+    /// frames), from the index alone.
+    pub fn stored_bytes(&self, family: Family) -> u64 {
+        self.sections
+            .iter()
+            .filter(|s| matches!(s.what, What::Keys(f) | What::Table(f, ..) if f == family))
+            .map(|s| u64::from(s.frame_len))
+            .sum()
+    }
+
     /// How many cells `family`'s table with buckets of `seconds` holds (0
     /// when the cells do not have it), from the index alone.
     pub fn cell_count(&self, family: Family, seconds: u64) -> u64 {
