@@ -496,7 +496,7 @@ impl NodeReads {
     /// most one search answers.
     async fn find_whole_within(&self, search: &Search) -> Result<Answer<Vec<Match>>, Error> {
         let limit = search.limit.clamp(1, crate::search::MAX_LIMIT);
-        let relaxed = crate::search::relaxed(&search.query.query);
+        let relaxed = search.query.relaxed();
         let text = relaxed.to_string();
         let compiled = Arc::new(
             tracedb_traceql::Compiled::new(relaxed).map_err(|e| Error::Internal(e.to_string()))?,
@@ -671,7 +671,9 @@ impl Reads for NodeReads {
     }
 
     async fn find(&self, search: Search) -> Result<Answer<Vec<Match>>, Error> {
-        if crate::search::per_span_only(&search.query.query) {
+        // A query whose text means something else to the nodes (a Jaeger
+        // `exists` on a typed column) is evaluated here.
+        if crate::search::per_span_only(&search.query.query) && search.query.text_means_it() {
             self.find_per_span(&search).await
         } else {
             self.find_whole(&search).await

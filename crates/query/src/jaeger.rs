@@ -267,7 +267,11 @@ fn search(p: &TraceQueryParameters, find: Find) -> Result<Search, Status> {
     };
     Ok(Search {
         text: query.to_string(),
-        query: Arc::new(Compiled::new(query).map_err(|e| Status::internal(e.to_string()))?),
+        query: Arc::new(
+            Compiled::new(query)
+                .map_err(|e| Status::internal(e.to_string()))?
+                .with_presence_of_any_type(),
+        ),
         start_unix_nano: nanos(p.start_time_min.as_ref()),
         end_unix_nano: nanos(p.start_time_max.as_ref()),
         limit: depth,

@@ -9,6 +9,7 @@ use crate::ast::{
     Attribute, BinaryOp, FieldExpr, Intrinsic, Query, ScalarExpr, Scope, SpansetExpr, SpansetOp,
     Stage, Static,
 };
+use crate::trace::Value;
 
 /// Constructs tracedb evaluates but refuses, because Grafana Tempo 3.0.3
 /// answers them with no traces on data where they plainly match, and an
@@ -74,36 +75,104 @@ pub fn refused(query: &Query) -> Result<(), String> {
     refused_in_pipeline(&query.pipeline)
 }
 
+/// The type of the values Tempo keeps in one of its attribute columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnType {
+    Str,
+    Int,
+}
+
+impl ColumnType {
+    /// Whether Tempo keeps `v` in a column of this type: a value of the
+    /// type, or a non-empty array of values of it only. Any other value
+    /// goes to its generic attributes, where the column's name does not
+    /// find it.
+    pub fn holds(self, v: &Value) -> bool {
+        let one = |v: &Value| {
+            matches!(
+                (self, v),
+                (ColumnType::Str, Value::Str(_)) | (ColumnType::Int, Value::Int(_))
+            )
+        };
+        match v {
+            Value::Array(vs) => !vs.is_empty() && vs.iter().all(one),
+            v => one(v),
+        }
+    }
+}
+
 /// The attributes Tempo 3.0.3 keeps by default in columns of their own, of
-/// one type (`tempodb/backend/block_meta.go`): there a value of another
-/// type counts as absent, and a span without one counts as the string
-/// `"nil"` in an aggregate.
-const TYPED_COLUMNS: &[(Scope, &str)] = &[
-    (Scope::Resource, "k8s.cluster.name"),
-    (Scope::Resource, "k8s.namespace.name"),
-    (Scope::Resource, "k8s.pod.name"),
-    (Scope::Resource, "k8s.container.name"),
-    (Scope::Span, "http.request.method"),
-    (Scope::Span, "http.response.status_code"),
-    (Scope::Span, "url.path"),
-    (Scope::Span, "url.route"),
-    (Scope::Span, "server.address"),
-    (Scope::Span, "server.port"),
-    (Scope::Span, "http.method"),
-    (Scope::Span, "http.url"),
-    (Scope::Span, "http.route"),
-    (Scope::Span, "http.status_code"),
+/// one type (`defaultDedicatedColumns`, `tempodb/backend/block_meta.go`):
+/// `!= nil` there finds only values of the column's type, and a span
+/// without one counts as the string `"nil"` in an aggregate.
+const TYPED_COLUMNS: &[(Scope, &str, ColumnType)] = &[
+    (Scope::Resource, "k8s.cluster.name", ColumnType::Str),
+    (Scope::Resource, "k8s.namespace.name", ColumnType::Str),
+    (Scope::Resource, "k8s.pod.name", ColumnType::Str),
+    (Scope::Resource, "k8s.container.name", ColumnType::Str),
+    (Scope::Span, "http.request.method", ColumnType::Str),
+    (Scope::Span, "http.response.status_code", ColumnType::Int),
+    (Scope::Span, "url.path", ColumnType::Str),
+    (Scope::Span, "url.route", ColumnType::Str),
+    (Scope::Span, "server.address", ColumnType::Str),
+    (Scope::Span, "server.port", ColumnType::Int),
+    (Scope::Span, "http.method", ColumnType::Str),
+    (Scope::Span, "http.url", ColumnType::Str),
+    (Scope::Span, "http.route", ColumnType::Str),
+    (Scope::Span, "http.status_code", ColumnType::Int),
 ];
 
-/// The name of `e` if it is an attribute Tempo keeps in a typed column.
+/// The type of Tempo's column for attribute `name` of `scope`, if it keeps
+/// one ([`TYPED_COLUMNS`]).
+pub fn column_type(scope: Scope, name: &str) -> Option<ColumnType> {
+    TYPED_COLUMNS
+        .iter()
+        .find(|(s, n, _)| *s == scope && *n == name)
+        .map(|c| c.2)
+}
+
+/// The name of `e` if it is an attribute Tempo keeps in a typed column,
+/// scoped or not.
 fn typed_column(e: &FieldExpr) -> Option<&str> {
     let FieldExpr::Attribute(Attribute::Attr { scope, name }) = e else {
         return None;
     };
     TYPED_COLUMNS
         .iter()
-        .any(|(s, n)| n == name && (scope == s || *scope == Scope::Unscoped))
+        .any(|(s, n, _)| n == name && (scope == s || *scope == Scope::Unscoped))
         .then_some(name.as_str())
+}
+
+/// The name of `e` if it is an unscoped attribute Tempo keeps in a typed
+/// column under one of the scopes.
+fn unscoped_typed_column(e: &FieldExpr) -> Option<&str> {
+    match e {
+        FieldExpr::Attribute(Attribute::Attr {
+            scope: Scope::Unscoped,
+            ..
+        }) => typed_column(e),
+        _ => None,
+    }
+}
+
+/// Whether `e` is `!= nil` on an attribute Tempo keeps in a typed column
+/// of its scope.
+pub(crate) fn typed_presence(e: &FieldExpr) -> bool {
+    let FieldExpr::Binary {
+        op: BinaryOp::Cmp(crate::ast::CmpOp::Ne),
+        lhs,
+        rhs,
+    } = e
+    else {
+        return false;
+    };
+    let nil = |e: &FieldExpr| matches!(e, FieldExpr::Static(Static::Nil));
+    let attr = match (lhs.as_ref(), rhs.as_ref()) {
+        (a, b) if nil(b) => a,
+        (a, b) if nil(a) => b,
+        _ => return false,
+    };
+    matches!(attr, FieldExpr::Attribute(Attribute::Attr { scope, name }) if column_type(*scope, name).is_some())
 }
 
 /// Refusals that are not about one field: `!= nil` and aggregates on the
@@ -118,13 +187,13 @@ fn refused_in_pipeline(p: &crate::ast::Pipeline) -> Result<(), String> {
             } => {
                 let nil = |e: &FieldExpr| matches!(e, FieldExpr::Static(Static::Nil));
                 let typed = match (lhs.as_ref(), rhs.as_ref()) {
-                    (a, b) if nil(b) => typed_column(a),
-                    (a, b) if nil(a) => typed_column(b),
+                    (a, b) if nil(b) => unscoped_typed_column(a),
+                    (a, b) if nil(a) => unscoped_typed_column(b),
                     _ => None,
                 };
                 if let Some(name) = typed {
                     return Err(format!(
-                        "!= nil is not supported on {name}: Tempo 3.0.3 keeps it in a column of one type and counts values of another type as absent; compare it with a value instead"
+                        "!= nil is not supported on the unscoped .{name}: Tempo 3.0.3 keeps it in a column of one type; name its scope (span.{name} or resource.{name})"
                     ));
                 }
                 field(lhs)?;
@@ -366,9 +435,18 @@ fn trace_level(e: &FieldExpr) -> bool {
 /// so the weaker one, on whichever node holds it: a query tier finds
 /// candidates with it and evaluates `query` on each whole trace.
 pub fn relaxed(query: &Query) -> Query {
-    /// `e` with the conditions on trace-level fields made true (`!` is
-    /// refused before a query runs, so weakening a part weakens the whole).
-    fn weaken(e: &FieldExpr) -> FieldExpr {
+    relaxed_with(query, false)
+}
+
+/// [`relaxed`], and with `any_type`, each `!= nil` on an attribute Tempo
+/// keeps in a typed column made true as well: `query` means by it a value
+/// of any type ([`crate::Compiled::with_presence_of_any_type`]), the text
+/// of the relaxed query a value of the column's type only.
+pub(crate) fn relaxed_with(query: &Query, any_type: bool) -> Query {
+    /// `e` with the conditions on trace-level fields (and with `any_type`,
+    /// presence on a typed column) made true (`!` is refused before a
+    /// query runs, so weakening a part weakens the whole).
+    fn weaken(e: &FieldExpr, any_type: bool) -> FieldExpr {
         match e {
             FieldExpr::Binary {
                 op: op @ (crate::ast::BinaryOp::And | crate::ast::BinaryOp::Or),
@@ -376,36 +454,38 @@ pub fn relaxed(query: &Query) -> Query {
                 rhs,
             } => FieldExpr::Binary {
                 op: *op,
-                lhs: Box::new(weaken(lhs)),
-                rhs: Box::new(weaken(rhs)),
+                lhs: Box::new(weaken(lhs, any_type)),
+                rhs: Box::new(weaken(rhs, any_type)),
             },
-            e if trace_level(e) => FieldExpr::Static(crate::ast::Static::Bool(true)),
+            e if trace_level(e) || (any_type && typed_presence(e)) => {
+                FieldExpr::Static(crate::ast::Static::Bool(true))
+            }
             e => e.clone(),
         }
     }
-    fn filters(s: &SpansetExpr, out: &mut Vec<FieldExpr>) {
+    fn filters(s: &SpansetExpr, out: &mut Vec<FieldExpr>, any_type: bool) {
         match s {
-            SpansetExpr::Filter(e) => out.push(weaken(e)),
-            SpansetExpr::Pipeline(p) => pipeline(p, out),
+            SpansetExpr::Filter(e) => out.push(weaken(e, any_type)),
+            SpansetExpr::Pipeline(p) => pipeline(p, out, any_type),
             SpansetExpr::Binary { op, lhs, rhs } => {
                 // Every operator but `||` answers only when its right side
                 // has spans (`&&` and the structural ones, `!>>` and `&>>`
                 // included), so a span of every trace it matches passes a
                 // filter of the right side.
                 if matches!(op, SpansetOp::Or) {
-                    filters(lhs, out);
+                    filters(lhs, out, any_type);
                 }
-                filters(rhs, out);
+                filters(rhs, out, any_type);
             }
         }
     }
-    fn pipeline(p: &crate::ast::Pipeline, out: &mut Vec<FieldExpr>) {
+    fn pipeline(p: &crate::ast::Pipeline, out: &mut Vec<FieldExpr>, any_type: bool) {
         if let Some(Stage::Spansets(s)) = p.stages.first() {
-            filters(s, out);
+            filters(s, out, any_type);
         }
     }
     let mut all = Vec::new();
-    pipeline(&query.pipeline, &mut all);
+    pipeline(&query.pipeline, &mut all, any_type);
     let expr = all
         .into_iter()
         .map(SpansetExpr::Filter)
@@ -498,5 +578,159 @@ mod tests {
             let query = crate::parse(q).expect("valid");
             assert_eq!(requires_present(&query, &route), required, "{q}");
         }
+    }
+
+    /// `!= nil` on an attribute Tempo keeps in a typed column finds a
+    /// value of the column's type only (scoped; unscoped it is refused),
+    /// unless the query means any type (a Jaeger `exists`), whose relaxed
+    /// text then drops the condition, as the text would mean the type.
+    #[test]
+    fn presence_on_a_typed_column_is_of_its_type() {
+        use crate::trace::{Origin, SpanData, Trace};
+        use std::sync::Arc;
+        let span = |attributes: Vec<(&str, Value)>, resource: Vec<(&str, Value)>| {
+            let list = |l: Vec<(&str, Value)>| l.into_iter().map(|(k, v)| (k.into(), v)).collect();
+            let one = SpanData {
+                span_id: [1; 8],
+                parent_id: None,
+                name: "a".into(),
+                kind: crate::ast::Kind::Server,
+                status: crate::ast::Status::Unset,
+                status_message: String::new(),
+                start_unix_nano: 1,
+                end_unix_nano: 2,
+                attributes: list(attributes),
+                events: Vec::new(),
+                links: Vec::new(),
+                origin: Arc::new(Origin {
+                    resource: list(resource),
+                    ..Origin::default()
+                }),
+            };
+            Trace::new([1; 16], vec![one])
+        };
+        let (s, i) = (|v: &str| Value::Str(v.into()), Value::Int);
+        let matches = |q: &str, t: &Trace, any_type: bool| {
+            let c = crate::Compiled::new(crate::parse(q).expect("valid")).expect("compiles");
+            let c = if any_type {
+                c.with_presence_of_any_type()
+            } else {
+                c
+            };
+            !c.eval(t).is_empty()
+        };
+        let code = "{ span.http.status_code != nil }";
+        let route = "{ span.http.route != nil }";
+        let pod = "{ resource.k8s.pod.name != nil }";
+        for (q, t, typed, any) in [
+            (
+                code,
+                span(vec![("http.status_code", i(200))], vec![]),
+                true,
+                true,
+            ),
+            (
+                code,
+                span(vec![("http.status_code", s("200"))], vec![]),
+                false,
+                true,
+            ),
+            (
+                code,
+                span(vec![("http.status_code", Value::Float(200.0))], vec![]),
+                false,
+                true,
+            ),
+            (
+                code,
+                span(
+                    vec![("http.status_code", Value::Array(vec![i(1), i(2)]))],
+                    vec![],
+                ),
+                true,
+                true,
+            ),
+            (
+                code,
+                span(
+                    vec![("http.status_code", Value::Array(vec![i(1), s("2")]))],
+                    vec![],
+                ),
+                false,
+                true,
+            ),
+            (
+                code,
+                span(vec![("http.status_code", Value::Array(vec![]))], vec![]),
+                false,
+                true,
+            ),
+            (
+                code,
+                span(vec![], vec![("http.status_code", i(200))]),
+                false,
+                false,
+            ),
+            (
+                route,
+                span(vec![("http.route", s("/a"))], vec![]),
+                true,
+                true,
+            ),
+            (
+                route,
+                span(vec![("http.route", Value::Bool(true))], vec![]),
+                false,
+                true,
+            ),
+            (pod, span(vec![], vec![("k8s.pod.name", i(3))]), false, true),
+            (
+                pod,
+                span(vec![], vec![("k8s.pod.name", s("p"))]),
+                true,
+                true,
+            ),
+            // Not a column of that scope, or of any: any value.
+            (
+                "{ resource.http.route != nil }",
+                span(vec![], vec![("http.route", i(1))]),
+                true,
+                true,
+            ),
+            (
+                "{ span.http.flavor != nil }",
+                span(vec![("http.flavor", i(1))], vec![]),
+                true,
+                true,
+            ),
+        ] {
+            assert_eq!(matches(q, &t, false), typed, "{q} {t:?}");
+            assert_eq!(matches(q, &t, true), any, "{q} {t:?}, any type");
+        }
+        let parsed = |q: &str| crate::parse(q).expect("valid");
+        assert!(refused(&parsed(route)).is_ok());
+        assert!(refused(&parsed(pod)).is_ok());
+        let why = refused(&parsed("{ .http.route != nil }")).expect_err("unscoped");
+        assert!(why.contains("span.http.route"), "{why}");
+        // The relaxation for text keeps typed presence, and drops it where
+        // the query means any type.
+        let jaeger =
+            crate::Compiled::new(parsed(r#"{ span.http.status_code != nil && name = "a" }"#))
+                .expect("compiles");
+        assert!(jaeger.text_means_it());
+        assert_eq!(
+            jaeger.relaxed().to_string(),
+            r#"{ span.http.status_code != nil && span:name = "a" }"#
+        );
+        let jaeger = jaeger.with_presence_of_any_type();
+        assert!(!jaeger.text_means_it());
+        assert_eq!(
+            jaeger.relaxed().to_string(),
+            r#"{ true && span:name = "a" }"#
+        );
+        let other = crate::Compiled::new(parsed("{ span.http.flavor != nil }"))
+            .expect("compiles")
+            .with_presence_of_any_type();
+        assert!(other.text_means_it());
     }
 }

@@ -55,6 +55,10 @@ pub struct RegexError {
 pub struct Compiled {
     pub query: Query,
     regexes: HashMap<String, Regex>,
+    /// Whether `!= nil` on an attribute Tempo keeps in a column of one type
+    /// holds only for a value of that type (TraceQL's meaning, as Tempo
+    /// answers it), or for any value (a Jaeger query's `exists`).
+    typed_presence: bool,
 }
 
 /// One spanset of a matching trace.
@@ -93,7 +97,41 @@ impl Compiled {
                 })?;
             regexes.insert(pattern, re);
         }
-        Ok(Compiled { query, regexes })
+        Ok(Compiled {
+            query,
+            regexes,
+            typed_presence: true,
+        })
+    }
+
+    /// The query the nodes of a query tier find candidates with
+    /// ([`crate::analysis::relaxed`]), as TraceQL text reads it: where this
+    /// query's `!= nil` holds for a value of any type
+    /// ([`Compiled::with_presence_of_any_type`]), that on a typed column is
+    /// made true, since the text's would hold for the column's type only.
+    pub fn relaxed(&self) -> Query {
+        crate::analysis::relaxed_with(&self.query, !self.typed_presence)
+    }
+
+    /// Whether the query's TraceQL text means what it does: not when its
+    /// `!= nil` holds for a value of any type and it has one on an
+    /// attribute Tempo keeps in a typed column, which the text would find
+    /// for the column's type only.
+    pub fn text_means_it(&self) -> bool {
+        let mut typed = false;
+        visit_query(&self.query, &mut |e| {
+            typed |= crate::analysis::typed_presence(e);
+        });
+        self.typed_presence || !typed
+    }
+
+    /// This query with `!= nil` holding for a value of any type on every
+    /// attribute, as a Jaeger query's `exists` means it, instead of only
+    /// for a value of its column's type on the attributes Tempo keeps in a
+    /// typed column (TraceQL's meaning; [`crate::analysis::column_type`]).
+    pub fn with_presence_of_any_type(mut self) -> Compiled {
+        self.typed_presence = false;
+        self
     }
 
     /// The spansets of `trace` the query answers; empty when it does not match.
@@ -108,6 +146,7 @@ impl Compiled {
         Eval {
             trace,
             regexes: &self.regexes,
+            typed_presence: self.typed_presence,
         }
         .pipeline(&self.query.pipeline, vec![all])
     }
@@ -131,6 +170,7 @@ impl Compiled {
         let eval = Eval {
             trace: &empty,
             regexes: &self.regexes,
+            typed_presence: self.typed_presence,
         };
         let false_filter = |s: &SpansetExpr| {
             let SpansetExpr::Filter(e) = s else {
@@ -177,6 +217,7 @@ impl Compiled {
         let v = Eval {
             trace,
             regexes: &self.regexes,
+            typed_presence: self.typed_presence,
         }
         .attribute(field, i);
         shown(&v)
@@ -286,6 +327,8 @@ fn nanos(n: u64) -> i64 {
 struct Eval<'t> {
     trace: &'t Trace,
     regexes: &'t HashMap<String, Regex>,
+    /// [`Compiled::typed_presence`].
+    typed_presence: bool,
 }
 
 impl<'t> Eval<'t> {
@@ -596,6 +639,19 @@ impl<'t> Eval<'t> {
     /// event or link) that holds attributes lacks the name, or has it.
     fn nil_check(&self, scope: Scope, name: &str, i: usize, missing: bool) -> bool {
         let span = &self.trace.spans[i];
+        if let Some(column) =
+            crate::analysis::column_type(scope, name).filter(|_| self.typed_presence)
+        {
+            // Tempo keeps a value of the column's type (or an array of
+            // them) in the column and any other in its generic attributes,
+            // where the column's name does not find it.
+            let list = match scope {
+                Scope::Resource => &span.origin.resource,
+                _ => &span.attributes,
+            };
+            let typed = find(list, name).is_some_and(|v| column.holds(v));
+            return typed != missing;
+        }
         let lists: Vec<&Attributes> = match scope {
             Scope::Span => vec![&span.attributes],
             Scope::Resource => vec![&span.origin.resource],

@@ -42,12 +42,13 @@ const EXPECTED: &[(&str, &[&str])] = &[
     ),
     // Every span stored: no partial success.
     ("http://127.0.0.1:4318/v1/traces", &["={}"]),
-    // TraceQL metrics: the span's rate by name, its duration's quantiles
+    // TraceQL metrics: the span's rate by name and by route, its duration's quantiles
     // (250 ms lies in the 2^28 ns bucket: 0.268435456 s at both).
     (
         "/api/metrics/query_range",
         &[
             "{\"key\":\"name\",\"value\":{\"stringValue\":\"GET /cart\"}}",
+            "{\"key\":\"span.http.route\",\"value\":{\"stringValue\":\"/cart\"}}",
             "\"timestampMs\":",
             "{\"key\":\"p\",\"value\":{\"doubleValue\":0.99}}",
             "2x \"value\":0.268435456",

@@ -512,5 +512,32 @@ fn metrics_answers_as_tempo_does() {
     );
     assert_eq!(refused, REFUSED.len() * 2, "every listed refusal is used");
     assert!(same > 0);
+    // Drilldown's breakdown by an attribute Tempo keeps in a typed column:
+    // `!= nil` finds the values of the column's type, so the series are
+    // Tempo's by the code without its nil (the string-typed codes).
+    let by_code = cases
+        .iter()
+        .find(|c| c["q"] == "{} | rate() by(span.http.status_code)")
+        .expect("the breakdown by code");
+    for (kind, instant) in [("range", false), ("instant", true)] {
+        let nil = "span.http.status_code=stringValue:nil";
+        let tempo = match recorded(&by_code[kind], instant) {
+            Answer::Range(mut m) => {
+                m.remove(nil).expect("Tempo's nil series");
+                Answer::Range(m)
+            }
+            Answer::Instant(mut m) => {
+                m.remove(nil).expect("Tempo's nil series");
+                Answer::Instant(m)
+            }
+            refused => panic!("Tempo answered the breakdown: {refused:?}"),
+        };
+        let q = "{ span.http.status_code != nil } | rate() by(span.http.status_code)";
+        let ours = ask(&server, q, base, instant);
+        assert!(
+            agree(&tempo, &ours),
+            "{q} ({kind})\n  tempo's, without nil: {tempo:?}\n  tracedb: {ours:?}"
+        );
+    }
     assert!(compared > 100, "compare() series checked: {compared}");
 }

@@ -27,6 +27,7 @@ impl Compiled {
         let v = Eval {
             trace,
             regexes: &self.regexes,
+            typed_presence: self.typed_presence,
         }
         .attribute(field, i);
         fn of(v: Val<'_>) -> Option<FieldValue> {
@@ -106,6 +107,7 @@ impl Compiled {
         Eval {
             trace,
             regexes: &self.regexes,
+            typed_presence: self.typed_presence,
         }
         .field(e, i)
             == Val::Bool(true)

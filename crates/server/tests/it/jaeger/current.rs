@@ -34,7 +34,8 @@ fn error_status() -> Option<tracedb_proto::trace::v1::Status> {
 
 /// S1: frontend `GET /a` (50 ms) calls payments `charge` (an error); a
 /// payments span `retry` names a parent the trace does not hold (an
-/// orphan) and ends last, at +60 ms. S2, a second later: frontend `GET /b`
+/// orphan) and ends last, at +60 ms; charge has the string
+/// `http.status_code="402"`. S2, a second later: frontend `GET /b`
 /// alone (5 ms), with the int attribute `http.status_code=500`.
 async fn export_summary_traces(server: &Server, t0: u64) {
     let mut ingest = server.ingest().await;
@@ -48,6 +49,7 @@ async fn export_summary_traces(server: &Server, t0: u64) {
         10 * MS,
     );
     charge.status = error_status();
+    with_string_code(&mut charge);
     let retry = span(
         S1,
         3,
@@ -82,6 +84,19 @@ async fn export_summary_traces(server: &Server, t0: u64) {
     ] {
         ingest.export(request).await.expect("export");
     }
+}
+
+/// The string `http.status_code` "402" on a span: Tempo's typed column for
+/// the attribute holds ints only, but a Jaeger `exists` finds any type.
+fn with_string_code(span: &mut tracedb_proto::trace::v1::Span) {
+    span.attributes.push(tracedb_proto::common::v1::KeyValue {
+        key: "http.status_code".into(),
+        value: Some(tracedb_proto::common::v1::AnyValue {
+            value: Some(tracedb_proto::common::v1::any_value::Value::StringValue(
+                "402".into(),
+            )),
+        }),
+    });
 }
 
 fn service_summary(name: &str, spans: i32, errors: i32) -> ServiceSummary {
@@ -460,6 +475,11 @@ async fn check_filters(
             call("exists", vec![attr_ref("span", "db.system")]),
             vec![],
         ),
+        (
+            "an attribute of any type, where Tempo's column holds ints",
+            call("exists", vec![attr_ref("span", "http.status_code")]),
+            vec![s2, s1],
+        ),
     ] {
         let got = summaries(client, filtered(t0, filter)).await.expect(what);
         let expected: Vec<TraceSummary> = expected.into_iter().cloned().collect();
@@ -553,6 +573,7 @@ async fn jaeger_current_api_through_the_tier_summarises_a_split_trace_whole() {
         10 * MS,
     );
     charge.status = error_status();
+    with_string_code(&mut charge);
     let retry = span(
         S1,
         3,
@@ -619,6 +640,15 @@ async fn jaeger_current_api_through_the_tier_summarises_a_split_trace_whole() {
     );
     assert_eq!(
         summaries(&mut client, filtered(t0, either))
+            .await
+            .expect("summaries"),
+        std::slice::from_ref(&s1)
+    );
+    // A string where Tempo's column holds ints: the nodes' TraceQL would
+    // not find it, so the tier evaluates the Jaeger query itself.
+    let string_code = call("exists", vec![attr_ref("span", "http.status_code")]);
+    assert_eq!(
+        summaries(&mut client, filtered(t0, string_code))
             .await
             .expect("summaries"),
         std::slice::from_ref(&s1)
