@@ -123,7 +123,8 @@ const TYPED_COLUMNS: &[(Scope, &str, ColumnType)] = &[
 ];
 
 /// The type of Tempo's column for attribute `name` of `scope`, if it keeps
-/// one ([`TYPED_COLUMNS`]).
+/// one (by default, as Tempo 3.0.3: the `k8s` names of a resource and the
+/// HTTP, URL and server ones of a span).
 pub fn column_type(scope: Scope, name: &str) -> Option<ColumnType> {
     TYPED_COLUMNS
         .iter()
