@@ -224,7 +224,8 @@ impl<'a> Merge<'a> {
     }
 
     /// About the bytes the merge holds: its inputs' sidecars read so far,
-    /// its open outputs' summaries and cells, its trace buffers.
+    /// its open outputs' summaries and cells and their runs' summed cells,
+    /// its trace buffers.
     pub fn held_bytes(&self) -> usize {
         let inputs: usize = self
             .sidecars
@@ -234,7 +235,11 @@ impl<'a> Merge<'a> {
                 _ => 0,
             })
             .sum();
-        let outputs: usize = self.open.values().map(|o| o.summary.held_bytes()).sum();
+        let outputs: usize = self
+            .open
+            .values()
+            .map(|o| o.summary.held_bytes() + o.run.bytes())
+            .sum();
         let traces = (self.trace.capacity() + self.kept.capacity()) * std::mem::size_of::<Span>();
         inputs + outputs + traces
     }

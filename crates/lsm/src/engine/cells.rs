@@ -29,7 +29,7 @@ pub struct CellsStats {
     pub files_with_cells: usize,
     /// Files counted from their spans (their sidecar had no cells).
     pub files_counted: usize,
-    /// Files of the window whose unnamed cells were read with their run's,
+    /// Files of the window whose unnamed or attribute cells were read with their run's,
     /// from another file.
     pub files_in_runs: usize,
     /// Spans of the buffers counted.
@@ -279,7 +279,7 @@ impl Engine {
     /// Where the cells of `family` for `files` (a window's files of
     /// `snapshot`) are read from: the files whose cells count them, each
     /// with the other files of the window it counts for (a run's, whose
-    /// unnamed cells one file holds), and the files to count from their
+    /// unnamed and attribute cells one file holds), and the files to count from their
     /// spans (cells missing or unreadable).
     ///
     /// A run's cells are read only when every file they list is live (not
@@ -298,6 +298,9 @@ impl Engine {
         let open = |file: &TableFile| match CellsFile::open(file.path())
             .and_then(|c| c.map(|c| c.cached_in(cache, file.id, turn)).transpose())
         {
+            // Attribute cells written before a run's were added up count
+            // their file's own spans.
+            Ok(Some(c)) if family == Family::Attr && c.attr_per_file() => Some((c, Counts::Own)),
             Ok(Some(c)) => match c.counts() {
                 Ok(counts) => Some((c, counts)),
                 Err(e) => {
@@ -317,8 +320,8 @@ impl Engine {
             files.iter().map(|&file| (file, open(file))).collect();
         let mut readable = Vec::new();
         let mut to_count = Vec::new();
-        if family != Family::Unnamed {
-            // Every file's named and attribute cells count its own spans.
+        if family == Family::Named {
+            // Every file's named cells count its own spans.
             for (file, cells) in opened {
                 match cells {
                     Some((c, _)) => readable.push((file, c, Vec::new())),
@@ -484,5 +487,120 @@ mod tests {
         }
         assert_eq!(runs[0], (vec![n, n], true));
         assert_eq!(runs[1], (vec![n, n], false));
+    }
+
+    /// A span of trace `trace` starting at `start` with the span attribute
+    /// `http.route` (counted by default) of `route`.
+    fn routed(
+        g: &std::sync::Arc<crate::span::ScopeGroup>,
+        trace: u128,
+        start: u64,
+        route: &str,
+    ) -> crate::span::Span {
+        let field = |out: &mut Vec<u8>, n: u8, b: &[u8]| {
+            out.push(n << 3 | 2);
+            out.push(b.len() as u8);
+            out.extend_from_slice(b);
+        };
+        let mut value = Vec::new();
+        field(&mut value, 1, route.as_bytes());
+        let mut kv = Vec::new();
+        field(&mut kv, 1, b"http.route");
+        field(&mut kv, 2, &value);
+        let mut payload = Vec::new();
+        field(&mut payload, 9, &kv);
+        crate::test_util::span_with(g, trace, 1, (start, start + 1_000), payload)
+    }
+
+    /// A run's attribute cells are read with its unnamed ones, from the
+    /// file holding them; cells written before a run's were summed (each
+    /// file's own, saying so) are read file by file; both count every span.
+    #[test]
+    fn a_runs_attribute_cells_are_read_as_written_summed_or_per_file() {
+        use crate::index::cells::{cells_len, decode, encode, CellsBuilder, Counts};
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_nanos() as u64;
+        let base = now - 600 * SEC;
+        let g = group("svc");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let options = || {
+            let mut opts = EngineOptions::new(dir.path());
+            opts.compaction_threads = 0;
+            opts.compaction.l0_trigger_files = 2;
+            opts.compaction.target_file_bytes = 16 << 10;
+            opts
+        };
+        let engine = Engine::open(options()).expect("open");
+        let n = 3000u64;
+        for part in 0..3 {
+            let spans: Vec<_> = (part * n / 3..(part + 1) * n / 3)
+                .map(|i| {
+                    routed(
+                        &g,
+                        u128::from(i % 997 + 1) << 64 | u128::from(i),
+                        base + i * SEC / 10,
+                        ["/a", "/b"][(i % 2) as usize],
+                    )
+                })
+                .collect();
+            engine.write_blocking(spans).expect("write");
+            engine.flush().expect("flush");
+        }
+        assert!(engine.compact().expect("compact") > 0);
+        let range = TimeRange::new(base - SEC, now);
+        let count = |engine: &Engine| {
+            let mut held = engine.memory_budget().acquire(0).expect("budget");
+            let mut spans = 0;
+            let stats = engine
+                .cells_in(range, Family::Attr, &mut held, |c| {
+                    for t in c
+                        .table(Family::Attr, 1, Reading::default(), None)?
+                        .expect("seconds")
+                    {
+                        spans += t.cells.iter().map(|c| c.spans).sum::<u64>();
+                    }
+                    Ok(0)
+                })
+                .unwrap_or_else(|_| panic!("cells of the window"));
+            (spans, stats)
+        };
+        let (spans, stats) = count(&engine);
+        assert_eq!(spans, n);
+        assert!(stats.files_in_runs > 0, "{stats:?}");
+        let files: Vec<_> = engine.snapshot().version.files().cloned().collect();
+        drop(engine);
+        // Each file of a run as written before: its own attribute cells,
+        // saying so.
+        for file in &files {
+            let path = crate::index::sidecar_path(file.path());
+            let bytes = std::fs::read(&path).expect("sidecar");
+            let at = bytes.len() - cells_len(&path, &bytes).expect("cells");
+            let mut cells = decode(&path, &bytes).expect("cells").expect("cells");
+            if cells.counts == Counts::Own {
+                continue;
+            }
+            let mut b = CellsBuilder::default();
+            for span in file.table().iter() {
+                b.add(&span.expect("span"));
+            }
+            let own = b.finish().expect("cells");
+            cells.tables.retain(|t| t.family != Family::Attr);
+            cells
+                .tables
+                .extend(own.tables.into_iter().filter(|t| t.family == Family::Attr));
+            cells.attr = own.attr;
+            cells.counted = own.counted;
+            cells.attr_per_file = true;
+            let mut rewritten = bytes[..at].to_vec();
+            rewritten.extend(encode(&cells));
+            std::fs::write(&path, rewritten).expect("write");
+        }
+        let engine = Engine::open(options()).expect("open");
+        let (spans, per_file) = count(&engine);
+        assert_eq!(spans, n);
+        assert_eq!(per_file.files_in_runs, 0, "{per_file:?}");
+        assert_eq!(per_file.files_with_cells, files.len(), "{per_file:?}");
     }
 }

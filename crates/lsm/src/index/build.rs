@@ -363,12 +363,17 @@ impl SidecarBuilder {
             + self.cells.held_bytes()
     }
 
+    /// The cells counted, as a file of its own keeps them
+    /// ([`CellsBuilder::finish`]).
     pub fn take_cells(&mut self) -> Option<FileCells> {
-        self.take_cells_counted(|_| ())
+        let mut cells = self.take_cells_counted(|_| ())?;
+        cells.thin();
+        Some(cells)
     }
 
-    /// [`SidecarBuilder::take_cells`], telling `needs` first the bytes the
-    /// cells take to finish beyond what they hold ([`CellsBuilder::finish_counted`]).
+    /// [`SidecarBuilder::take_cells`] before the attribute seconds are
+    /// thinned, telling `needs` first the bytes the cells take to finish
+    /// beyond what they hold ([`CellsBuilder::finish_counted`]).
     pub fn take_cells_counted(&mut self, needs: impl FnOnce(usize)) -> Option<FileCells> {
         let cells = std::mem::take(&mut self.cells);
         (!cells.is_empty())

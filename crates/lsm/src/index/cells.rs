@@ -25,14 +25,15 @@
 //! the keys it matches (docs/FORMAT.md, "Metrics cells"): a sidecar
 //! without them (written before them) is read as before, and its file's
 //! cells are counted from its spans when a query needs them. A merge keeps
-//! the unnamed cells of the files of a sorted run it writes added up, with
-//! one file ([`Counts`], [`RunCells`]).
+//! the unnamed and attribute cells of the files of a sorted run it writes
+//! added up, with one file ([`Counts`], [`RunCells`]).
 
 mod attrs;
 mod builder;
 mod cache;
 mod dict;
 mod format;
+mod packed;
 mod run;
 
 use super::{wire, HashMap};
@@ -43,13 +44,13 @@ pub use attrs::{
     RESOURCE_SCOPE, SPAN_SCOPE,
 };
 
-use builder::coarser;
 pub use builder::CellsBuilder;
 pub use cache::SectionCache;
 pub use dict::{Dict, KeyDict};
 #[cfg(test)]
 use format::encode_framed;
 pub use format::{cells_len, decode, encode, CellsFile, KeyList};
+pub use packed::Packed;
 pub use run::{RunCells, RUN_CELLS_BYTES};
 
 const NANOS: u64 = 1_000_000_000;
@@ -112,14 +113,15 @@ pub enum Family {
     Attr = 2,
 }
 
-/// Whose spans a file's unnamed cells count (its named cells always count
-/// its own).
+/// Whose spans a file's unnamed and attribute cells count (its named cells
+/// always count its own; so do attribute cells written before a run's were
+/// summed, [`FileCells::attr_per_file`]).
 ///
 /// The files one merge writes for one time partition form a sorted run:
 /// they split the trace IDs, so each covers the partition's every second,
-/// and cells per file would repeat each unnamed (second, key) in every file
-/// of the run. A merge adds them up across the run's files instead
-/// ([`RunCells`]) and writes them with one file.
+/// and cells per file would repeat each unnamed or attribute (second, key)
+/// in every file of the run. A merge adds them up across the run's files
+/// instead ([`RunCells`]) and writes them with one file.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Counts {
     /// The file's own spans.
@@ -128,8 +130,8 @@ pub enum Counts {
     /// The spans of the files `members` (IDs ascending, this file among
     /// them) of run `run` (the ID of its first file).
     Run { run: u64, members: Vec<u64> },
-    /// The file has no unnamed cells: its spans are counted by the file of
-    /// run `run` whose [`Counts::Run`] lists it.
+    /// The file has no unnamed or attribute cells: its spans are counted by
+    /// the file of run `run` whose [`Counts::Run`] lists it.
     InRun { run: u64 },
 }
 
@@ -215,7 +217,14 @@ pub struct FileCells {
     /// is known.
     pub counted: Vec<Box<[u8]>>,
     pub tables: Vec<CellTable>,
+    /// Tables kept packed until they are written (a run's summed seconds),
+    /// none of the same family and length as one of `tables`.
+    pub packed: Vec<Packed>,
     pub counts: Counts,
+    /// The attribute cells count this file's own spans although its
+    /// unnamed ones count a run's: they were written before a merge added
+    /// up the attribute cells of a run's files as it does the unnamed ones.
+    pub attr_per_file: bool,
 }
 
 impl FileCells {
@@ -235,12 +244,24 @@ impl FileCells {
             .find(|t| t.family == family && t.seconds == seconds)
     }
 
+    /// These cells with their packed tables unpacked into `tables`.
+    pub fn unpacked(mut self) -> FileCells {
+        for p in std::mem::take(&mut self.packed) {
+            self.tables.push(p.unpacked());
+        }
+        self
+    }
+
     /// Bytes these cells hold in memory.
     pub fn bytes(&self) -> usize {
-        self.tables
-            .iter()
-            .map(|t| t.cells.capacity() * std::mem::size_of::<Cell>() + t.durations.capacity() * 16)
-            .sum::<usize>()
+        self.packed.iter().map(Packed::bytes).sum::<usize>()
+            + self
+                .tables
+                .iter()
+                .map(|t| {
+                    t.cells.capacity() * std::mem::size_of::<Cell>() + t.durations.capacity() * 16
+                })
+                .sum::<usize>()
             + self
                 .named
                 .iter()
@@ -255,10 +276,34 @@ impl FileCells {
             + self.counted.iter().map(|c| c.len() + 16).sum::<usize>()
     }
 
+    /// The attribute seconds with their durations where dense (their
+    /// cells count four spans a cell or more on average), else with counts
+    /// only.
+    pub fn thin(&mut self) {
+        for t in &mut self.tables {
+            if t.family == Family::Attr && t.seconds == 1 && t.has_durations {
+                let spans = t.cells.iter().map(|c| c.spans).sum();
+                if !builder::timed(t.cells.len(), spans) {
+                    *t = builder::counts_only(std::mem::replace(t, empty_table()));
+                }
+            }
+        }
+    }
+
     /// Spans counted (in the finest table of the whole key).
     pub fn spans(&self) -> u64 {
         self.table(Family::Named, 1)
             .map_or(0, |t| t.cells.iter().map(|c| c.spans).sum())
+    }
+}
+
+fn empty_table() -> CellTable {
+    CellTable {
+        family: Family::Attr,
+        seconds: 1,
+        has_durations: false,
+        cells: Vec::new(),
+        durations: Vec::new(),
     }
 }
 

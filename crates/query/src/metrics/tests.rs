@@ -267,14 +267,22 @@ fn metrics_from_cells_answer_as_every_span_does() {
     std::fs::write(&flushed[1], &bytes).expect("write");
 
     let mut held = engine.memory_budget().acquire(0).expect("budget");
-    let stats = engine
-        .cells_in(
-            tracedb_lsm::TimeRange::new(base, base + 7300 * SEC),
-            tracedb_lsm::index::cells::Family::Unnamed,
-            &mut held,
-            |_| Ok(0),
-        )
-        .unwrap_or_else(|_| panic!("cells of the window"));
+    let stats_of = |family, held: &mut tracedb_lsm::Permit| {
+        engine
+            .cells_in(
+                tracedb_lsm::TimeRange::new(base, base + 7300 * SEC),
+                family,
+                held,
+                |_| Ok(0),
+            )
+            .unwrap_or_else(|_| panic!("cells of the window"))
+    };
+    let stats = stats_of(tracedb_lsm::index::cells::Family::Unnamed, &mut held);
+    // A run's attribute cells are read with its unnamed ones.
+    assert_eq!(
+        stats_of(tracedb_lsm::index::cells::Family::Attr, &mut held),
+        stats
+    );
     assert_eq!(stats.files_counted, 2 + files_of(broken), "{stats:?}");
     let in_runs = counts
         .iter()
@@ -307,9 +315,9 @@ fn metrics_from_cells_answer_as_every_span_does() {
         };
         // A query of an attribute no file counted is read from the spans.
         let uncounted = attr.is_some_and(|(_, counted)| !counted);
-        // So is one of durations by an attribute at a step of seconds:
-        // these files' attribute cells count a span or two each, and their
-        // seconds keep no durations.
+        // So may be one of durations by an attribute at a step of seconds:
+        // these files' attribute cells (and most runs' sums) count a span or
+        // two each, and their seconds keep no durations.
         let timed = text.contains("_over_time(duration");
         let Some(from_cells) = cells::run(&engine, &req, &Cancel::new()).expect("runs") else {
             assert!(

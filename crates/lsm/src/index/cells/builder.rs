@@ -264,12 +264,26 @@ pub(super) fn coarser(
     seconds: u64,
     key: impl Fn(u32) -> u32,
 ) -> CellTable {
-    let per = seconds / t.seconds;
+    coarser_of(std::iter::once(t), family, seconds, key)
+}
+
+/// [`coarser`] of the cells of several tables of one bucket length (the
+/// pieces of one table) together.
+pub(super) fn coarser_of<T: Borrow<CellTable>>(
+    tables: impl IntoIterator<Item = T>,
+    family: Family,
+    seconds: u64,
+    key: impl Fn(u32) -> u32,
+) -> CellTable {
     let mut sums: HashMap<(u64, u32), Acc> = HashMap::default();
-    for c in &t.cells {
-        sums.entry((c.bucket.div_ceil(per), key(c.key)))
-            .or_default()
-            .add(c.spans, t.durations_of(c));
+    for t in tables {
+        let t = t.borrow();
+        let per = seconds / t.seconds;
+        for c in &t.cells {
+            sums.entry((c.bucket.div_ceil(per), key(c.key)))
+                .or_default()
+                .add(c.spans, t.durations_of(c));
+        }
     }
     table_of(family, seconds, true, sums.into_iter().collect())
 }
@@ -321,10 +335,16 @@ fn seconds_table(family: Family, records: &[u64], (cells, exps): (usize, usize))
     seconds
 }
 
+/// Whether attribute seconds of `cells` cells counting `spans` spans keep
+/// their durations: where they count [`SPANS_PER_TIMED_CELL`] spans a cell.
+pub(super) fn timed(cells: usize, spans: u64) -> bool {
+    (cells as u64).saturating_mul(SPANS_PER_TIMED_CELL as u64) <= spans
+}
+
 /// `seconds`' durations dropped: the seconds of the whole key (and of the
 /// attribute keys where they count few spans each) keep counts only, as
 /// they are most of the cells, and their durations most of a cell's bytes.
-fn counts_only(mut seconds: CellTable) -> CellTable {
+pub(super) fn counts_only(mut seconds: CellTable) -> CellTable {
     seconds.has_durations = false;
     seconds.durations = Vec::new();
     for c in &mut seconds.cells {
@@ -566,9 +586,13 @@ impl CellsBuilder {
             + strings
     }
 
-    /// The cells counted; `None` past what cells hold (the file's spans are read instead).
+    /// The cells counted, as a file of its own keeps them (the attribute
+    /// seconds with durations only where dense: [`FileCells::thin`]);
+    /// `None` past what cells hold (the file's spans are read instead).
     pub fn finish(self) -> Option<FileCells> {
-        self.finish_counted(|_| ())
+        let mut cells = self.finish_counted(|_| ())?;
+        cells.thin();
+        Some(cells)
     }
 
     /// The attribute family's keys, their records (renumbered and sorted)
@@ -624,8 +648,10 @@ impl CellsBuilder {
         (keys, renumbered(records, &renumber), counted)
     }
 
-    /// [`CellsBuilder::finish`], telling `needs` first how many bytes it
-    /// will take beyond what the builder holds ([`CellsBuilder::held_bytes`]):
+    /// [`CellsBuilder::finish`], but with every duration of the attribute
+    /// seconds kept (a merge adds a run's up before it thins them), telling
+    /// `needs` first how many bytes it will take beyond what the builder
+    /// holds ([`CellsBuilder::held_bytes`]):
     /// about twice the seconds tables of the whole key and of the
     /// attribute keys, which it counts exactly before building them (the
     /// coarser tables are added up from them while they are held, and the
@@ -692,14 +718,13 @@ impl CellsBuilder {
         tables.insert(1, unnamed_seconds);
         if !counted.is_empty() {
             let seconds = seconds_table(Family::Attr, &attr_records, attr_size);
-            let dense = attr_size.0 * SPANS_PER_TIMED_CELL <= attr_records.len();
             drop(attr_records);
             let mut coarse: Vec<CellTable> = Vec::new();
             for &len in &BUCKET_SECONDS[1..] {
                 let next = coarser(coarse.last().unwrap_or(&seconds), Family::Attr, len, |k| k);
                 coarse.push(next);
             }
-            tables.push(if dense { seconds } else { counts_only(seconds) });
+            tables.push(seconds);
             tables.extend(coarse);
         }
         Some(FileCells {
@@ -708,7 +733,9 @@ impl CellsBuilder {
             attr,
             counted,
             tables,
+            packed: Vec::new(),
             counts: Counts::Own,
+            attr_per_file: false,
         })
     }
 }

@@ -9,7 +9,7 @@ use tracedb_proto::wire::put_varint;
 use super::{
     cache::{CacheRef, SectionCache},
     dict::{Dict, ListId},
-    Cell, CellKey, CellTable, Counts, Family, FileCells, Reading, BUCKET_SECONDS,
+    CellKey, CellTable, Counts, Family, FileCells, Reading, BUCKET_SECONDS,
 };
 use crate::{
     error::{Error, Result},
@@ -23,11 +23,11 @@ mod table;
 pub(super) use keys::decode_key;
 use keys::put_key;
 pub use keys::KeyList;
-use table::{key_ranges, parse_table, table_body};
+use table::{cut, empty_like, parse_table, put_frame};
 
 /// Cells of a table part, about: a table is written in parts, each holding
 /// the cells of a range of keys, so a query reads the parts holding the
-/// keys it matches ([`key_ranges`]).
+/// keys it matches ([`table::key_ranges`]).
 const PART_CELLS: usize = 16 * 1024;
 
 /// zstd level of the cells' frames. Parts are smaller frames than whole
@@ -70,8 +70,12 @@ enum What {
         holds: bool,
         run: u64,
     },
-    /// The attributes the attribute cells count.
-    Counted,
+    /// The attributes the attribute cells count; `per_file` when those
+    /// cells count the file's own spans even where its unnamed cells count
+    /// a run's ([`FileCells::attr_per_file`]).
+    Counted {
+        per_file: bool,
+    },
 }
 
 /// Where one section's zstd frame is, as the cells' index says.
@@ -236,43 +240,44 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
         );
     }
     for t in cells.tables.iter().filter(|t| families.contains(&t.family)) {
-        let what = What::Table(t.family, t.seconds, t.has_durations);
         let keys = cells.keys(t.family);
-        let frames = time_frames(t, frame_cells);
-        for in_frame in frames {
-            let in_frame = &t.cells[in_frame];
-            let Some(buckets) = in_frame.first().zip(in_frame.last()) else {
-                // A table of no cells, whole.
-                frame(
-                    &mut out,
-                    (what, None, None),
-                    0,
-                    table_body(t, in_frame.iter()),
-                );
-                continue;
-            };
-            let buckets = Some((buckets.0.bucket, buckets.1.bucket));
-            let ranges = key_ranges(in_frame, keys);
-            let mut part_of = vec![0usize; keys.len()];
-            for (i, &(first, last)) in ranges.iter().enumerate() {
-                part_of[first as usize..=last as usize].fill(i);
-            }
-            let mut parts: Vec<Vec<&Cell>> = vec![Vec::new(); ranges.len()];
-            for c in in_frame {
-                parts[part_of[c.key as usize]].push(c);
-            }
-            for (range, part) in ranges.into_iter().zip(parts) {
-                if !part.is_empty() {
-                    let body = table_body(t, part.iter().copied());
-                    frame(&mut out, (what, Some(range), buckets), part.len(), body);
+        for in_frame in time_frames(t, frame_cells) {
+            put_frame(&mut frame, &mut out, t, &t.cells[in_frame], keys);
+        }
+    }
+    // A packed table is unpacked a frame's chunks at a time.
+    for p in cells.packed.iter().filter(|p| families.contains(&p.family)) {
+        let keys = cells.keys(p.family);
+        let mut held = empty_like(p.family, p.seconds, p.has_durations);
+        let mut any = false;
+        for chunk in p.chunks() {
+            held.append(chunk);
+            if held.cells.len() >= frame_cells {
+                let mut frames = time_frames(&held, frame_cells);
+                let rest = frames.pop().expect("a frame");
+                for in_frame in frames {
+                    any = true;
+                    put_frame(&mut frame, &mut out, &held, &held.cells[in_frame], keys);
                 }
+                held = cut(&held, rest);
+            }
+        }
+        if !held.cells.is_empty() || !any {
+            for in_frame in time_frames(&held, frame_cells) {
+                put_frame(&mut frame, &mut out, &held, &held.cells[in_frame], keys);
             }
         }
     }
     if !cells.counted.is_empty() {
         frame(
             &mut out,
-            (What::Counted, None, None),
+            (
+                What::Counted {
+                    per_file: cells.attr_per_file,
+                },
+                None,
+                None,
+            ),
             cells.counted.len(),
             counted_body(&cells.counted),
         );
@@ -341,10 +346,10 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
                 put_varint(&mut index, run);
                 index.push(u8::from(holds));
             }
-            What::Counted => {
+            What::Counted { per_file } => {
                 index.extend_from_slice(&[5, Family::Attr as u8]);
                 put_varint(&mut index, 0);
-                index.push(0);
+                index.push(u8::from(!per_file));
             }
         }
         put_varint(&mut index, s.count);
@@ -446,7 +451,9 @@ fn read_index(
                 holds: durations,
                 run: seconds,
             },
-            5 => What::Counted,
+            5 => What::Counted {
+                per_file: !durations,
+            },
             _ if BUCKET_SECONDS.contains(&seconds) => What::Table(family, seconds, durations),
             _ => return Err(r.err("a cell table of another bucket length")),
         };
@@ -459,7 +466,9 @@ fn read_index(
             .checked_sub(u64::from(frame_len))
             .is_some_and(|_| back <= start);
         let again = sections.iter().any(|s: &Section| match (s.what, what) {
-            (What::Run { .. }, What::Run { .. }) => true,
+            (What::Run { .. }, What::Run { .. }) | (What::Counted { .. }, What::Counted { .. }) => {
+                true
+            }
             // Parts of one table, with one durations flag, of keys or
             // buckets apart.
             (What::Table(f, l, d), What::Table(f2, l2, d2)) if (f, l) == (f2, l2) => {
@@ -519,7 +528,10 @@ fn read_index(
         );
     }
     let has = |what| sections.iter().any(|s| s.what == what);
-    if has(What::Counted) != has(What::Keys(Family::Attr)) {
+    let counted = sections
+        .iter()
+        .any(|s| matches!(s.what, What::Counted { .. }));
+    if counted != has(What::Keys(Family::Attr)) {
         return Err(r.err("attribute cells without the attributes they count, or the reverse"));
     }
     Ok(Some((start, sections)))
@@ -691,10 +703,26 @@ impl CellsFile {
         counts_of(&self.path, run)
     }
 
+    /// The counted section's place in the index, as found there.
+    fn counted_section(&self) -> What {
+        self.sections
+            .iter()
+            .map(|s| s.what)
+            .find(|w| matches!(w, What::Counted { .. }))
+            .unwrap_or(What::Counted { per_file: false })
+    }
+
+    /// Whether the attribute cells count the file's own spans even where
+    /// its unnamed cells count a run's ([`FileCells::attr_per_file`]), from
+    /// the index alone.
+    pub fn attr_per_file(&self) -> bool {
+        self.counted_section() == (What::Counted { per_file: true })
+    }
+
     /// The attributes the attribute cells count, ascending (none in cells
     /// without attribute cells).
     pub fn counted(&self) -> Result<Vec<Box<[u8]>>> {
-        match self.section(What::Counted, true)? {
+        match self.section(self.counted_section(), true)? {
             Some((s, body)) => parse_counted(&self.path, &body, s.count),
             None => Ok(Vec::new()),
         }
@@ -848,10 +876,15 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
         None => None,
     };
     let counts = counts_of(path, run)?;
-    let counted = match sections.iter().find(|s| s.what == What::Counted) {
+    let counted_section = sections
+        .iter()
+        .find(|s| matches!(s.what, What::Counted { .. }));
+    let counted = match counted_section {
         Some(s) => parse_counted(path, &frame(s)?, s.count)?,
         None => Vec::new(),
     };
+    let attr_per_file = counts != Counts::Own
+        && counted_section.is_some_and(|s| s.what == What::Counted { per_file: true });
     let families: &[Family] = match (&counts, counted.is_empty()) {
         (Counts::InRun { .. }, true) => &[Family::Named],
         (Counts::InRun { .. }, false) => &[Family::Named, Family::Attr],
@@ -861,6 +894,7 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
     let mut cells = FileCells {
         counts,
         counted,
+        attr_per_file,
         ..FileCells::default()
     };
     let count_of = |family| {

@@ -5,14 +5,71 @@ use std::path::Path;
 
 use tracedb_proto::wire::put_varint;
 
-use super::{small, Section, What, PART_CELLS};
+use super::{small, Placed, Section, What, PART_CELLS};
 use crate::{
     error::Result,
     index::{
-        cells::{Cell, CellKey, CellTable, Reading},
+        cells::{Cell, CellKey, CellTable, Family, Reading},
         format::Reader,
     },
 };
+
+/// A table of no cells.
+pub(super) fn empty_like(family: Family, seconds: u64, has_durations: bool) -> CellTable {
+    CellTable {
+        family,
+        seconds,
+        has_durations,
+        cells: Vec::new(),
+        durations: Vec::new(),
+    }
+}
+
+/// The cells `range` of `t`, with their durations, as a table.
+pub(super) fn cut(t: &CellTable, range: std::ops::Range<usize>) -> CellTable {
+    let mut out = empty_like(t.family, t.seconds, t.has_durations);
+    for c in &t.cells[range] {
+        let from = out.durations.len() as u32;
+        out.durations.extend_from_slice(t.durations_of(c));
+        out.cells.push(Cell {
+            durations: (from, out.durations.len() as u32),
+            ..*c
+        });
+    }
+    out
+}
+
+/// Writes `in_frame`, cells of one time frame of `t`, in parts by ranges
+/// of `keys` (or a table of no cells, whole) with `frame`.
+pub(super) fn put_frame(
+    frame: &mut impl FnMut(&mut Vec<u8>, Placed, usize, Vec<u8>),
+    out: &mut Vec<u8>,
+    t: &CellTable,
+    in_frame: &[Cell],
+    keys: &[CellKey],
+) {
+    let what = What::Table(t.family, t.seconds, t.has_durations);
+    let Some(buckets) = in_frame.first().zip(in_frame.last()) else {
+        frame(out, (what, None, None), 0, table_body(t, in_frame.iter()));
+        return;
+    };
+    let buckets = Some((buckets.0.bucket, buckets.1.bucket));
+    let ranges = key_ranges(in_frame, keys);
+    let mut part_of = vec![0usize; keys.len()];
+    for (i, &(first, last)) in ranges.iter().enumerate() {
+        part_of[first as usize..=last as usize].fill(i);
+    }
+    let mut parts: Vec<Vec<&Cell>> = vec![Vec::new(); ranges.len()];
+    for c in in_frame {
+        parts[part_of[c.key as usize]].push(c);
+    }
+    for (range, part) in ranges.into_iter().zip(parts) {
+        if !part.is_empty() {
+            let body = table_body(t, part.iter().copied());
+            frame(out, (what, Some(range), buckets), part.len(), body);
+        }
+    }
+}
 
 /// Cells of `t` (some or all, in its order) in columns, which compress
 /// better than cells one after another: each cell's bucket (as the step

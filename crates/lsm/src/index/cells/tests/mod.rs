@@ -161,6 +161,7 @@ fn damaged(good: &[u8], seed: u64, rounds: usize) -> impl Iterator<Item = Vec<u8
 fn refusals(cells: &FileCells, seed: u64, rounds: usize) -> usize {
     let good = encode(cells);
     let path = Path::new("x.idx");
+    let cells = &cells.clone().unpacked();
     let mut refused = 0;
     for bad in damaged(&good, seed, rounds) {
         match decode(path, &bad) {

@@ -1,6 +1,6 @@
 //! A sorted run's cells added up across its files ([`RunCells`]).
 
-use std::path::Path;
+use std::{path::Path, sync::Arc};
 
 use super::*;
 
@@ -120,4 +120,236 @@ fn damaged_run_cells_are_refused_and_never_panic() {
     for cells in [member, holder] {
         refusals(&cells, 11, 5_000);
     }
+}
+
+/// A run's attribute cells are written with the file that ends its sums:
+/// the sums of its files' (whose own sidecars then hold none), of the
+/// attributes every file counted, their seconds with durations where the
+/// sums count several spans a cell though no file's own would; packed while
+/// summed, they read back as written, in several time frames.
+#[test]
+fn a_runs_attribute_cells_are_the_sums_of_what_every_file_counted() {
+    let list = Arc::new(CellAttributes::parse(["span.route", "span.code"]).expect("list"));
+    let route_only = Arc::new(CellAttributes::parse(["span.route"]).expect("list"));
+    // Four files, each with one span a second of each route; the third
+    // with a code too many, so that code is left out of the run's.
+    let file = |f: u64| -> Vec<Span> {
+        let mut spans: Vec<Span> = (1..=300u64)
+            .flat_map(|second| {
+                ["/a", "/b"].into_iter().map(move |route| {
+                    with_attributes(
+                        span(
+                            Some("a"),
+                            "GET",
+                            0,
+                            true,
+                            second * NANOS,
+                            1 << (second % 5 + 3),
+                        ),
+                        &[kv("route", &string(route)), kv("code", &int(200 + f))],
+                        &[],
+                    )
+                })
+            })
+            .collect();
+        if f == 2 {
+            spans.extend((0..=MAX_VALUES as u64).map(|i| {
+                with_attributes(
+                    span(Some("a"), "GET", 0, true, NANOS, 7),
+                    &[kv("route", &string("/a")), kv("code", &int(1000 + i))],
+                    &[],
+                )
+            }));
+        }
+        spans
+    };
+    let files: Vec<Vec<Span>> = (0..4).map(file).collect();
+    let unthinned = |spans: &[Span]| {
+        let mut b = CellsBuilder::new(list.clone());
+        b.add_all(spans);
+        b.finish_counted(|_| ()).expect("cells")
+    };
+    let mut run = RunCells::default();
+    let mut written = Vec::new();
+    for (i, spans) in files.iter().enumerate() {
+        let own = unthinned(spans);
+        let mut alone = own.clone();
+        alone.thin();
+        assert!(
+            !alone.table(Family::Attr, 1).expect("seconds").has_durations,
+            "a file alone counts a span a cell"
+        );
+        written.push(run.file(i as u64 + 1, Some(own), i == 3).expect("cells"));
+    }
+    for member in &written[..3] {
+        assert_eq!(member.counts, Counts::InRun { run: 1 });
+        assert!(member.attr.is_empty() && member.counted.is_empty());
+        assert!(member.table(Family::Attr, 60).is_none() && member.packed.is_empty());
+    }
+    let holder = &written[3];
+    assert_eq!(
+        holder.counted,
+        vec![[&[SPAN_SCOPE][..], b"route"].concat().into_boxed_slice()]
+    );
+    assert!(holder.attr.is_sorted());
+    // The sums are those of all the spans, counted with the route alone.
+    let all: Vec<Span> = files.concat();
+    let mut b = CellsBuilder::new(route_only);
+    b.add_all(&all);
+    let all = b.finish().expect("cells");
+    let unpacked = holder.clone().unpacked();
+    for len in BUCKET_SECONDS {
+        let (run, all) = (
+            resolved(&unpacked, Family::Attr, len),
+            resolved(&all, Family::Attr, len),
+        );
+        assert_eq!(run.len(), all.len(), "the run's attribute cells of {len} s");
+        for (a, b) in run.iter().zip(&all) {
+            assert_eq!(a, b, "the run's attribute cells of {len} s");
+        }
+    }
+    assert!(
+        unpacked
+            .table(Family::Attr, 1)
+            .expect("seconds")
+            .has_durations
+    );
+    let path = Path::new("x.idx");
+    assert_eq!(
+        decode(path, &encode(holder)).expect("decodes"),
+        Some(unpacked.clone())
+    );
+    let framed = encode_framed(holder, 100);
+    assert_eq!(decode(path, &framed).expect("decodes"), Some(unpacked));
+    for member in &written[..3] {
+        assert_eq!(
+            decode(path, &encode(member)).expect("decodes").as_ref(),
+            Some(member)
+        );
+    }
+    assert!(refusals(holder, 13, 2_000) > 1_800);
+
+    // Sums of a span a cell keep counts only in their seconds, and their
+    // minutes and hours keep the durations.
+    let sparse = |f: u64| -> Vec<Span> {
+        (0..200u64)
+            .map(|i| {
+                let second = 2 * i + f + 1;
+                with_attributes(
+                    span(Some("a"), "GET", 0, true, second * NANOS, 1 << (i % 7 + 3)),
+                    &[kv("route", &string("/a"))],
+                    &[],
+                )
+            })
+            .collect()
+    };
+    let mut run = RunCells::default();
+    run.file(1, Some(unthinned(&sparse(0))), false);
+    let holder = run
+        .file(2, Some(unthinned(&sparse(1))), true)
+        .expect("cells")
+        .unpacked();
+    let mut b = CellsBuilder::new(list.clone());
+    b.add_all(&[sparse(0), sparse(1)].concat());
+    let all = b.finish().expect("cells");
+    assert!(
+        !holder
+            .table(Family::Attr, 1)
+            .expect("seconds")
+            .has_durations
+    );
+    for len in BUCKET_SECONDS {
+        assert_eq!(
+            resolved(&holder, Family::Attr, len),
+            resolved(&all, Family::Attr, len),
+            "the sparse run's attribute cells of {len} s"
+        );
+    }
+}
+
+/// Attribute cells written before a run's were summed count their own
+/// file's spans, and say so: a file of a run that holds them reads back
+/// with them, and its sidecar tells a query to read them alone.
+#[test]
+fn attribute_cells_of_a_file_of_a_run_written_per_file_say_so() {
+    let list = Arc::new(CellAttributes::parse(["span.route"]).expect("list"));
+    let mut b = CellsBuilder::new(list);
+    b.add_all(&[with_attributes(
+        span(Some("a"), "GET", 0, true, NANOS, 9),
+        &[kv("route", &string("/a"))],
+        &[],
+    )]);
+    let own = b.finish().expect("cells");
+    let mut member = FileCells {
+        named: own.named.clone(),
+        attr: own.attr.clone(),
+        counted: own.counted.clone(),
+        tables: own
+            .tables
+            .iter()
+            .filter(|t| t.family != Family::Unnamed)
+            .cloned()
+            .collect(),
+        counts: Counts::InRun { run: 4 },
+        attr_per_file: true,
+        ..FileCells::default()
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table = dir.path().join("5.sst");
+    let path = crate::index::sidecar_path(&table);
+    for (per_file, counts) in [(true, Counts::InRun { run: 4 }), (false, Counts::Own)] {
+        member.attr_per_file = per_file;
+        member.counts = counts.clone();
+        if counts == Counts::Own {
+            member.unnamed = own.unnamed.clone();
+            member.tables = own.tables.clone();
+        }
+        let bytes = encode(&member);
+        assert_eq!(
+            decode(&path, &bytes).expect("decodes").as_ref(),
+            Some(&member)
+        );
+        std::fs::write(&path, &bytes).expect("write");
+        let file = CellsFile::open(&table).expect("opens").expect("cells");
+        assert_eq!(file.attr_per_file(), per_file);
+        assert_eq!(file.counts().expect("counts"), counts);
+    }
+}
+
+/// A packed table holds its cells in chunks of whole buckets, and gives
+/// them back as they were.
+#[test]
+fn a_packed_table_gives_its_cells_back_in_chunks_of_whole_buckets() {
+    let mut t = CellTable {
+        family: Family::Attr,
+        seconds: 1,
+        has_durations: true,
+        cells: Vec::new(),
+        durations: Vec::new(),
+    };
+    for i in 0..200_000u64 {
+        let from = t.durations.len() as u32;
+        t.durations.extend((0..i % 3).map(|e| (e as u8 + 1, i + e)));
+        t.cells.push(Cell {
+            bucket: 1_700_000_000 + i / 7,
+            key: (i % 7) as u32,
+            spans: i + 1,
+            durations: (from, t.durations.len() as u32),
+        });
+    }
+    let packed = Packed::of(&t);
+    assert_eq!(packed.cells(), t.cells.len());
+    assert_eq!(packed.unpacked(), t);
+    let chunks: Vec<CellTable> = packed.chunks().collect();
+    assert!(chunks.len() >= 3, "{} chunks", chunks.len());
+    for pair in chunks.windows(2) {
+        let (last, first) = (pair[0].cells.last().expect("cells"), pair[1].cells[0]);
+        assert!(last.bucket < first.bucket, "a bucket split between chunks");
+    }
+    // Unpacked, a cell takes 32 bytes, and each duration bucket 16.
+    assert!(
+        packed.bytes() < t.cells.len() * 16,
+        "{} bytes",
+        packed.bytes()
+    );
 }
