@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 
 use tracedb_lsm::{
-    index::cells::{cells_len, CellsFile, Counts, Family},
+    index::cells::{cells_len, CellsFile, Counts, Family, Reading},
     layout, manifest, SsTable,
 };
 
@@ -40,8 +40,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         sidecars += bytes.len() as u64;
         if let Some(c) = CellsFile::open(&table)? {
             if std::env::var_os("CELLS_FILES").is_some() {
+                let timed = c
+                    .table(Family::Attr, 1, Reading::default(), None)?
+                    .is_some_and(|t| t.iter().all(|t| t.has_durations));
                 println!(
-                    "file {} level {} partition {} {:?}: seconds cells unnamed {} attribute {}",
+                    "file {} level {} partition {} {:?}: seconds cells unnamed {} attribute {} (durations: {timed})",
                     entry.id,
                     entry.level,
                     entry.partition,
