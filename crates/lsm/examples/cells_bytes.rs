@@ -41,7 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if let Some(c) = CellsFile::open(&table)? {
             if std::env::var_os("CELLS_FILES").is_some() {
                 let timed = c
-                    .table(Family::Attr, 1, Reading::default(), None)?
+                    .table(Family::Attr, 1, Reading::whole(), None)?
                     .is_some_and(|t| t.iter().all(|t| t.has_durations));
                 println!(
                     "file {} level {} partition {} {:?}: seconds cells unnamed {} attribute {} (durations: {timed})",
