@@ -1,8 +1,9 @@
 //! A table of cells kept packed ([`Packed`]): the sums of a sorted run's
 //! seconds, which a merge holds from its run's first file to its last.
 //! Unpacked, the attribute seconds of an hour of 105 M spans summed over
-//! its run were 4.3 M cells and their durations, most of a gigabyte; packed,
-//! 21 MB. They are read and written a chunk at a time.
+//! its run are millions of cells and their durations, hundreds of
+//! megabytes; packed, a few bytes a cell. They are read and written a chunk
+//! at a time.
 
 use tracedb_proto::wire::put_varint;
 
@@ -145,9 +146,9 @@ fn varint(b: &[u8]) -> (u64, usize) {
 }
 
 /// Columns of a chunk: bucket steps, keys, spans, duration buckets per
-/// cell, their exponents, their spans. Packed column by column, the
-/// attribute sums of an hour's run (4.3 M cells with their durations) took
-/// 5.0 bytes a cell.
+/// cell, their exponents, their spans: column by column, as a sidecar's
+/// tables are, they compress to a few bytes a cell, where cell by cell the
+/// durations' bytes interleave with the keys'.
 const COLUMNS: usize = 6;
 
 /// Packs cells given in order of bucket then key.

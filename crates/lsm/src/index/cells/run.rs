@@ -5,8 +5,8 @@
 //! covers the partition's every second, and per-file cells of the unnamed
 //! family (a few hundred keys, each active every second) repeat each
 //! (second, key) once per file; so do the attribute family's (a few
-//! thousand keys: on an hour of 105 M spans, 61.6 M cells in 40 files
-//! where their sums are 4.3 M). They are added up across the run's files
+//! thousand keys: on an hour of 105 M spans, 61.6 M cells in 40 files,
+//! where the sums of such a run are 3.2 M). They are added up across the run's files
 //! as the merge finishes them, kept packed ([`Packed`]), and written once,
 //! with the file that ends the run (or earlier, when the sums pass a bound,
 //! so a merge's memory stays bounded). The named family stays per file:
