@@ -166,6 +166,17 @@ pub struct CellTable {
 }
 
 impl CellTable {
+    /// A table of no cells.
+    pub fn empty(family: Family, seconds: u64, has_durations: bool) -> CellTable {
+        CellTable {
+            family,
+            seconds,
+            has_durations,
+            cells: Vec::new(),
+            durations: Vec::new(),
+        }
+    }
+
     /// The duration buckets of `cell`.
     pub fn durations_of(&self, cell: &Cell) -> &[(u8, u64)] {
         &self.durations[cell.durations.0 as usize..cell.durations.1 as usize]
@@ -284,7 +295,10 @@ impl FileCells {
             if t.family == Family::Attr && t.seconds == 1 && t.has_durations {
                 let spans = t.cells.iter().map(|c| c.spans).sum();
                 if !builder::timed(t.cells.len(), spans) {
-                    *t = builder::counts_only(std::mem::replace(t, empty_table()));
+                    *t = builder::counts_only(std::mem::replace(
+                        t,
+                        CellTable::empty(Family::Attr, 1, false),
+                    ));
                 }
             }
         }
@@ -294,16 +308,6 @@ impl FileCells {
     pub fn spans(&self) -> u64 {
         self.table(Family::Named, 1)
             .map_or(0, |t| t.cells.iter().map(|c| c.spans).sum())
-    }
-}
-
-fn empty_table() -> CellTable {
-    CellTable {
-        family: Family::Attr,
-        seconds: 1,
-        has_durations: false,
-        cells: Vec::new(),
-        durations: Vec::new(),
     }
 }
 

@@ -23,7 +23,7 @@ mod table;
 pub(super) use keys::decode_key;
 use keys::put_key;
 pub use keys::KeyList;
-use table::{cut, empty_like, parse_table, put_frame};
+use table::{cut, parse_table, put_frame};
 
 /// Cells of a table part, about: a table is written in parts, each holding
 /// the cells of a range of keys, so a query reads the parts holding the
@@ -248,7 +248,7 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
     // A packed table is unpacked a frame's chunks at a time.
     for p in cells.packed.iter().filter(|p| families.contains(&p.family)) {
         let keys = cells.keys(p.family);
-        let mut held = empty_like(p.family, p.seconds, p.has_durations);
+        let mut held = CellTable::empty(p.family, p.seconds, p.has_durations);
         let mut any = false;
         for chunk in p.chunks() {
             held.append(chunk);

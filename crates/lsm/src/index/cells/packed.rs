@@ -69,21 +69,11 @@ impl Packed {
 
     /// The whole table, unpacked.
     pub fn unpacked(&self) -> CellTable {
-        let mut t = self.empty();
+        let mut t = CellTable::empty(self.family, self.seconds, self.has_durations);
         for chunk in self.chunks() {
             t.append(chunk);
         }
         t
-    }
-
-    fn empty(&self) -> CellTable {
-        CellTable {
-            family: self.family,
-            seconds: self.seconds,
-            has_durations: self.has_durations,
-            cells: Vec::new(),
-            durations: Vec::new(),
-        }
     }
 
     fn unpack(&self, c: &Chunk) -> CellTable {
@@ -107,7 +97,7 @@ impl Packed {
             v
         };
         let [mut buckets, mut keys, mut spans, mut counts, mut exps, mut exp_spans] = columns;
-        let mut t = self.empty();
+        let mut t = CellTable::empty(self.family, self.seconds, self.has_durations);
         t.cells.reserve_exact(c.cells);
         let mut bucket = 0;
         for _ in 0..c.cells {

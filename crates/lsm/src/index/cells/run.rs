@@ -16,7 +16,7 @@
 use super::{
     builder::{coarser, coarser_of, counts_only, timed},
     packed::{Packed, Packer},
-    wire, CellKey, CellTable, Counts, Family, FileCells, HashMap, BUCKET_SECONDS,
+    wire, CellKey, CellTable, Counts, Family, FileCells, HashMap,
 };
 
 /// Bytes of summed cells, packed, after which the file being finished
@@ -156,13 +156,9 @@ impl RunCells {
         };
         let all = vec![true; unnamed.keys.len()];
         let (keys, seconds) = unnamed.sorted(&all, true);
-        let seconds = seconds.map(|p| p.0.unpacked()).expect("unnamed seconds");
-        let coarse: Vec<CellTable> = BUCKET_SECONDS[1..]
-            .iter()
-            .map(|&len| coarser(&seconds, Family::Unnamed, len, |k| k))
-            .collect();
-        mine.tables.push(seconds);
-        mine.tables.extend(coarse);
+        let (seconds, minutes) = seconds.expect("unnamed seconds");
+        let hours = coarser(&minutes, Family::Unnamed, 3600, |k| k);
+        mine.tables.extend([seconds.unpacked(), minutes, hours]);
         mine.unnamed = keys;
         if counted.is_empty() {
             return Some(mine);
@@ -251,6 +247,7 @@ impl Sums {
         let Some(seconds) = self.seconds else {
             return (Vec::new(), None);
         };
+        let numbers = self.keys.len();
         let mut numbered: Vec<(CellKey, u32)> = self
             .keys
             .into_iter()
@@ -258,7 +255,7 @@ impl Sums {
             .filter(|(_, id)| keep[*id as usize])
             .collect();
         numbered.sort_unstable();
-        let mut renumber = vec![u32::MAX; numbered.len().max(self.key_ids.len())];
+        let mut renumber = vec![u32::MAX; numbers];
         for (new, (_, old)) in numbered.iter().enumerate() {
             renumber[*old as usize] = new as u32;
         }

@@ -9,25 +9,14 @@ use super::{small, Placed, Section, What, PART_CELLS};
 use crate::{
     error::Result,
     index::{
-        cells::{Cell, CellKey, CellTable, Family, Reading},
+        cells::{Cell, CellKey, CellTable, Reading},
         format::Reader,
     },
 };
 
-/// A table of no cells.
-pub(super) fn empty_like(family: Family, seconds: u64, has_durations: bool) -> CellTable {
-    CellTable {
-        family,
-        seconds,
-        has_durations,
-        cells: Vec::new(),
-        durations: Vec::new(),
-    }
-}
-
 /// The cells `range` of `t`, with their durations, as a table.
 pub(super) fn cut(t: &CellTable, range: std::ops::Range<usize>) -> CellTable {
-    let mut out = empty_like(t.family, t.seconds, t.has_durations);
+    let mut out = CellTable::empty(t.family, t.seconds, t.has_durations);
     for c in &t.cells[range] {
         let from = out.durations.len() as u32;
         out.durations.extend_from_slice(t.durations_of(c));
