@@ -179,6 +179,16 @@ pub fn run(
                 if let Some(answer) = cells::run(engine, req, cancel)? {
                     return Ok(answer);
                 }
+                if req.grid.end - req.grid.start > MAX_RANGE + 2 * req.grid.step {
+                    return Err(RunError::Invalid(format!(
+                        "metrics query time range exceeds the maximum allowed duration of {}: \
+                         the metrics cells of its window cannot answer it (a file left its \
+                         attribute out, or its durations at a step of seconds, which cells \
+                         counting few spans a second do not keep: a step of whole minutes \
+                         can), and a query that reads spans keeps that limit",
+                        go_duration(MAX_RANGE as i64)
+                    )));
+                }
             }
             // Past Tempo's range, only a query cells answer is taken
             // (`within_range`, which cannot know the attributes counted).

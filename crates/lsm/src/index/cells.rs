@@ -11,8 +11,9 @@
 //! mostly ask for and which has far fewer values) cells of 1 s, 1 min and
 //! 1 h. A query adds, for each interval of its grid, the coarsest buckets
 //! that lie whole inside it and finer ones at its edges; the 1 s cells of
-//! the whole key hold counts only (they are most of the bytes), so a query
-//! of durations by name needs a grid of whole minutes.
+//! the whole key hold counts only where they count few spans each (they
+//! are most of the bytes), so a query of durations by name over such a
+//! file needs a grid of whole minutes, or reads the spans.
 //!
 //! A key keeps its fields as the span has them on the wire (the service as
 //! the resource's encoded `service.name` attribute, the name as its bytes,

@@ -120,14 +120,10 @@ pub fn plan(req: &MetricsRequest) -> Option<Plan> {
         // No cell key has both.
         return None;
     }
-    // The whole key's seconds hold counts only. The attribute keys' hold
+    // The seconds of the whole key and of the attribute keys hold
     // durations where they count several spans each; a file whose do not
     // has the query read the spans (`Counter::add`).
-    let levels: &'static [u64] = if named && durations {
-        &BUCKET_SECONDS[1..]
-    } else {
-        &BUCKET_SECONDS[..]
-    };
+    let levels: &'static [u64] = &BUCKET_SECONDS[..];
     // The grid's edges are its start plus multiples of the step, and its
     // end: the buckets of a length dividing them never straddle an edge, so
     // no finer bucket is counted (its coarser parent lies whole inside an

@@ -315,13 +315,13 @@ fn metrics_from_cells_answer_as_every_span_does() {
         };
         // A query of an attribute no file counted is read from the spans.
         let uncounted = attr.is_some_and(|(_, counted)| !counted);
-        // So may be one of durations by an attribute at a step of seconds:
-        // these files' attribute cells (and most runs' sums) count a span or
+        // So may be one of durations at a step of seconds: these files'
+        // named and attribute cells (and most runs' sums) count a span or
         // two each, and their seconds keep no durations.
         let timed = text.contains("_over_time(duration");
         let Some(from_cells) = cells::run(&engine, &req, &Cancel::new()).expect("runs") else {
             assert!(
-                !cells::answerable(&req) || uncounted || (attr.is_some() && timed),
+                !cells::answerable(&req) || uncounted || timed,
                 "{text}: answerable, yet not answered"
             );
             continue;
@@ -364,10 +364,10 @@ fn queries_cells_cannot_answer_are_read_from_spans() {
         5 * SEC,
         t
     )));
-    // The whole key's seconds hold counts only: durations by name need
-    // whole minutes.
+    // The whole key's seconds hold durations where dense (else the files'
+    // cells send the query to the spans).
     let by_name = "{} | quantile_over_time(duration, .9) by(name)";
-    assert!(!cells::answerable(&q(by_name, 56 * SEC, t)));
+    assert!(cells::answerable(&q(by_name, 56 * SEC, t)));
     assert!(cells::answerable(&q(by_name, 120 * SEC, t)));
     assert!(cells::answerable(&q(
         "{ name = \"a\" } | rate()",
@@ -661,6 +661,87 @@ fn a_span_stored_twice_counts_twice_in_cells_until_compaction() {
     assert_eq!(cells_total(&engine), 2.0 * n);
     assert!(engine.compact().expect("compact") > 0);
     assert_eq!(cells_total(&engine), n);
+}
+
+/// Durations by name at a step of seconds: from the cells of files whose
+/// named seconds count four spans a cell or more, from the spans where a
+/// file of the window counts fewer (and then within Tempo's range only).
+#[test]
+fn durations_by_name_at_a_step_of_seconds_are_counted_where_cells_are_dense() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = test_engine(dir.path(), None);
+    let mut rng = Rng::new(7);
+    let base = hours_ago(1);
+    // About 13 k spans in three seconds: a few hundred keys, many spans each.
+    let dense = random_batches(&mut rng, 3000, 1, 0, |t| base + (10 + t % 3) * SEC);
+    engine.write_blocking(dense.concat()).expect("write");
+    engine.flush().expect("flush");
+    let req = |text: &str, from: u64, to: u64, step: u64| MetricsRequest {
+        query: Arc::new(Compiled::new(parse(text).expect("parses")).expect("compiles")),
+        grid: Grid::range(from, to, step),
+        max_series: 1000,
+        max_exemplars: 0,
+    };
+    let queries = [
+        "{} | quantile_over_time(duration, .5, .9) by(name)",
+        "{ resource.service.name = \"cart\" } | histogram_over_time(duration) by(name)",
+        "{ name = \"query\" && status != error } | quantile_over_time(duration, .99)",
+    ];
+    for text in queries {
+        // Intervals of 7 s: none holds a whole minute.
+        let r = req(text, base, base + 70 * SEC, 7 * SEC);
+        let from_cells = cells::run(&engine, &r, &Cancel::new())
+            .expect("runs")
+            .unwrap_or_else(|| panic!("{text}: not answered from cells"));
+        let from_spans = scan::scan(&engine, &r, &Cancel::new(), None).expect("runs");
+        let (a, b) = (finished(from_cells), finished(from_spans));
+        assert!(!b.is_empty(), "{text}");
+        assert_eq!(a, b, "{text}");
+    }
+    // A light file beside it: 200 traces over 2000 s.
+    let light = random_batches(&mut rng, 200, 1, 0, |t| base + (100 + 10 * t) * SEC);
+    engine.write_blocking(light.concat()).expect("write");
+    engine.flush().expect("flush");
+    for text in queries {
+        let r = req(text, base, base + 2310 * SEC, 7 * SEC);
+        assert!(cells::answerable(&r), "{text}");
+        assert!(
+            cells::run(&engine, &r, &Cancel::new())
+                .expect("runs")
+                .is_none(),
+            "{text}: answered from cells that keep no durations"
+        );
+        let answer = super::run(&engine, &r, &Cancel::new())
+            .unwrap_or_else(|_| panic!("{text}: not answered"));
+        let from_spans = scan::scan(&engine, &r, &Cancel::new(), None).expect("runs");
+        assert_eq!(finished(answer), finished(from_spans), "{text}");
+        // The dense file's window alone is still counted from its cells.
+        let r = req(text, base, base + 70 * SEC, 7 * SEC);
+        assert!(cells::run(&engine, &r, &Cancel::new())
+            .expect("runs")
+            .is_some());
+        // Past Tempo's 24 h, a query that would read spans is refused; at
+        // a step of whole minutes the cells answer it.
+        let r = req(
+            text,
+            base - 2 * 24 * 3600 * SEC,
+            base + 2310 * SEC,
+            61 * SEC,
+        );
+        match super::run(&engine, &r, &Cancel::new()) {
+            Err(crate::search::RunError::Invalid(why)) => {
+                assert!(why.contains("whole minutes"), "{why}")
+            }
+            _ => panic!("{text}: answered past 24 h from spans"),
+        }
+        let r = req(
+            text,
+            base - 2 * 24 * 3600 * SEC,
+            base + 2340 * SEC,
+            60 * SEC,
+        );
+        assert!(super::run(&engine, &r, &Cancel::new()).is_ok(), "{text}");
+    }
 }
 
 /// A metrics query whose caller has gone stops, from cells, by a scan of

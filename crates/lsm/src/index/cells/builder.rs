@@ -11,8 +11,8 @@ use super::{
 };
 use crate::{index::ValueKind, span::Span};
 
-/// Spans counted per cell, on average, from which the attribute family's
-/// seconds keep their durations: on 8.7 M spans of 20 s of max ingest the
+/// Spans counted per cell, on average, from which the seconds of the whole
+/// key and of the attribute keys keep their durations: on 8.7 M spans of 20 s of max ingest the
 /// attribute cells took 0.41 B a span with durations (0.11 without), and on
 /// 4.5 M spans at a week's 165 a second, where most cells count one span,
 /// 2.03 B (0.89 without). Where spans are that few, reading them answers
@@ -335,14 +335,14 @@ fn seconds_table(family: Family, records: &[u64], (cells, exps): (usize, usize))
     seconds
 }
 
-/// Whether attribute seconds of `cells` cells counting `spans` spans keep
-/// their durations: where they count [`SPANS_PER_TIMED_CELL`] spans a cell.
+/// Whether seconds of `cells` cells counting `spans` spans keep their
+/// durations: where they count [`SPANS_PER_TIMED_CELL`] spans a cell.
 pub(super) fn timed(cells: usize, spans: u64) -> bool {
     (cells as u64).saturating_mul(SPANS_PER_TIMED_CELL as u64) <= spans
 }
 
-/// `seconds`' durations dropped: the seconds of the whole key (and of the
-/// attribute keys where they count few spans each) keep counts only, as
+/// `seconds`' durations dropped: the seconds of the whole key and of the
+/// attribute keys keep counts only where they count few spans a cell, as
 /// they are most of the cells, and their durations most of a cell's bytes.
 pub(super) fn counts_only(mut seconds: CellTable) -> CellTable {
     seconds.has_durations = false;
@@ -693,6 +693,7 @@ impl CellsBuilder {
             .collect();
 
         let records = renumbered(self.records, &renumber);
+        let spans = records.len() as u64;
         let (size, attr_size) = (sizes(&records), sizes(&attr_records));
         needs(2 * (table_bytes(size) + table_bytes(attr_size)));
         // The whole key by second, with durations: what the others are
@@ -714,7 +715,14 @@ impl CellsBuilder {
             tables.push(named);
             tables.push(unnamed);
         }
-        tables.insert(0, counts_only(seconds));
+        // The whole key's seconds keep durations only where dense, as the
+        // attribute seconds do: a file's named keys are most of its cells.
+        let seconds = if timed(size.0, spans) {
+            seconds
+        } else {
+            counts_only(seconds)
+        };
+        tables.insert(0, seconds);
         tables.insert(1, unnamed_seconds);
         if !counted.is_empty() {
             let seconds = seconds_table(Family::Attr, &attr_records, attr_size);

@@ -137,6 +137,65 @@ fn spans_are_counted_per_key_and_bucket_and_round_trip() {
     assert_eq!(decode(path, b"blocks, no cells").expect("no cells"), None);
 }
 
+#[test]
+fn named_seconds_keep_durations_where_they_count_four_spans_a_cell() {
+    let s = NANOS;
+    let build = |spans_a_cell: u64| {
+        let mut b = CellsBuilder::new(Arc::new(CellAttributes::none()));
+        for second in 1..=3 {
+            for i in 0..spans_a_cell {
+                // 16 ns and 32 ns in turn: buckets 4 and 5.
+                let dur = 1 << (i % 2 + 4);
+                b.add(&span(Some("a"), "GET", 0, true, second * s, dur));
+                b.add(&span(Some("a"), "PUT", 2, false, second * s, 4 * dur));
+            }
+        }
+        b.finish().expect("cells")
+    };
+    // Three spans a cell: counts only, as where traffic is light.
+    let light = build(3);
+    let seconds = light.table(Family::Named, 1).expect("named seconds");
+    assert!(!seconds.has_durations);
+    assert_eq!(seconds.cells.len(), 6);
+    assert!(seconds.cells.iter().all(|c| c.spans == 3));
+    assert!(seconds.durations.is_empty());
+    // Four: each cell keeps how its durations fall.
+    let dense = build(4);
+    let seconds = dense.table(Family::Named, 1).expect("named seconds");
+    assert!(seconds.has_durations);
+    let cells_of = |t: &CellTable| {
+        let mut cells: Vec<(u64, bool, Vec<(u8, u64)>)> = t
+            .cells
+            .iter()
+            .map(|c| {
+                let name = dense.named[c.key as usize].name.as_deref();
+                (c.bucket, name == Some(b"GET"), t.durations_of(c).to_vec())
+            })
+            .collect();
+        cells.sort();
+        cells
+    };
+    let (get, put) = (vec![(4, 2), (5, 2)], vec![(6, 2), (7, 2)]);
+    let want: Vec<_> = (1..=3)
+        .flat_map(|second| [(second, false, put.clone()), (second, true, get.clone())])
+        .collect();
+    assert_eq!(cells_of(seconds), want);
+    // The minutes, added up from them, as ever.
+    let minutes = dense.table(Family::Named, 60).expect("named minutes");
+    assert_eq!(
+        cells_of(minutes),
+        vec![
+            (1, false, vec![(6, 6), (7, 6)]),
+            (1, true, vec![(4, 6), (5, 6)])
+        ]
+    );
+    let path = Path::new("x.idx");
+    assert_eq!(
+        decode(path, &encode(&dense)).expect("decodes"),
+        Some(dense.clone())
+    );
+}
+
 /// `good` damaged once per round, from `seed`: a bit flipped, the bytes cut
 /// short, or a byte inserted.
 fn damaged(good: &[u8], seed: u64, rounds: usize) -> impl Iterator<Item = Vec<u8>> + '_ {
