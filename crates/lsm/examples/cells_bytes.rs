@@ -40,17 +40,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         sidecars += bytes.len() as u64;
         if let Some(c) = CellsFile::open(&table)? {
             if std::env::var_os("CELLS_FILES").is_some() {
-                let timed = c
-                    .table(Family::Attr, 1, Reading::whole(), None)?
-                    .is_some_and(|t| t.iter().all(|t| t.has_durations));
+                let timed = |family| -> Result<bool, Box<dyn std::error::Error>> {
+                    Ok(c.table(family, 1, Reading::whole(), None)?
+                        .is_some_and(|t| t.iter().all(|t| t.has_durations)))
+                };
                 println!(
-                    "file {} level {} partition {} {:?}: seconds cells unnamed {} attribute {} (durations: {timed})",
+                    "file {} level {} partition {} {:?}: seconds cells named {} (durations: {}) unnamed {} attribute {} (durations: {})",
                     entry.id,
                     entry.level,
                     entry.partition,
                     c.counts()?,
+                    c.cell_count(Family::Named, 1),
+                    timed(Family::Named)?,
                     c.cell_count(Family::Unnamed, 1),
-                    c.cell_count(Family::Attr, 1)
+                    c.cell_count(Family::Attr, 1),
+                    timed(Family::Attr)?
                 );
             }
             for (i, f) in [Family::Named, Family::Unnamed, Family::Attr]

@@ -671,7 +671,7 @@ fn durations_by_name_at_a_step_of_seconds_are_counted_where_cells_are_dense() {
     let dir = tempfile::tempdir().expect("tempdir");
     let engine = test_engine(dir.path(), None);
     let mut rng = Rng::new(7);
-    let base = hours_ago(1);
+    let base = hours_ago(7);
     // About 13 k spans in three seconds: a few hundred keys, many spans each.
     let dense = random_batches(&mut rng, 3000, 1, 0, |t| base + (10 + t % 3) * SEC);
     engine.write_blocking(dense.concat()).expect("write");
@@ -698,12 +698,13 @@ fn durations_by_name_at_a_step_of_seconds_are_counted_where_cells_are_dense() {
         assert!(!b.is_empty(), "{text}");
         assert_eq!(a, b, "{text}");
     }
-    // A light file beside it: 200 traces over 2000 s.
-    let light = random_batches(&mut rng, 200, 1, 0, |t| base + (100 + 10 * t) * SEC);
+    // A light file beside it: 5000 traces over 20,000 s, a span or two a
+    // cell, and too many cells to keep their durations.
+    let light = random_batches(&mut rng, 5000, 1, 0, |t| base + (100 + 4 * t) * SEC);
     engine.write_blocking(light.concat()).expect("write");
     engine.flush().expect("flush");
     for text in queries {
-        let r = req(text, base, base + 2310 * SEC, 7 * SEC);
+        let r = req(text, base, base + 20110 * SEC, 7 * SEC);
         assert!(cells::answerable(&r), "{text}");
         assert!(
             cells::run(&engine, &r, &Cancel::new())

@@ -19,6 +19,15 @@ use crate::{index::ValueKind, span::Span};
 /// a query of durations at a step of seconds quickly enough.
 const SPANS_PER_TIMED_CELL: usize = 4;
 
+/// Named seconds of at most this many cells keep their durations however
+/// few spans they count: a few kilobytes a file. The last file of a
+/// merge's run holds what is left of its partition, often a few thousand
+/// spans a cell or two each; without it, a query of durations by name at
+/// a step of seconds read every span of the window for that one file. (A
+/// run's attribute seconds are summed, so its last file has none of its
+/// own.)
+const FEW_CELLS: usize = 4096;
+
 /// Most keys one file's cells of one family hold: a span's cell is packed
 /// into 64 bits with its key in 24 of them. A file with more named keys is
 /// written without cells; with more attribute keys, without attribute cells.
@@ -716,8 +725,9 @@ impl CellsBuilder {
             tables.push(unnamed);
         }
         // The whole key's seconds keep durations only where dense, as the
-        // attribute seconds do: a file's named keys are most of its cells.
-        let seconds = if timed(size.0, spans) {
+        // attribute seconds do (a file's named keys are most of its cells),
+        // or few.
+        let seconds = if size.0 <= FEW_CELLS || timed(size.0, spans) {
             seconds
         } else {
             counts_only(seconds)

@@ -86,7 +86,8 @@ fn spans_are_counted_per_key_and_bucket_and_round_trip() {
     assert_eq!(cells.spans(), 6);
     assert_eq!(cells.tables.len(), 6);
     let named = cells.table(Family::Named, 1).expect("named seconds");
-    assert!(!named.has_durations);
+    // A few cells keep their durations (else: below).
+    assert!(named.has_durations);
     let tenth = named.buckets(10, 10);
     assert_eq!(tenth.len(), 3, "{cells:?}");
     let root_a = tenth
@@ -97,7 +98,7 @@ fn spans_are_counted_per_key_and_bucket_and_round_trip() {
         })
         .expect("a's root cell");
     assert_eq!(root_a.spans, 2);
-    assert!(named.durations_of(root_a).is_empty(), "counts only");
+    assert_eq!(named.durations_of(root_a), [(2, 2)]);
 
     // Without names, GET and PUT of a's roots are one key.
     let unnamed = cells.table(Family::Unnamed, 1).expect("unnamed seconds");
@@ -140,9 +141,9 @@ fn spans_are_counted_per_key_and_bucket_and_round_trip() {
 #[test]
 fn named_seconds_keep_durations_where_they_count_four_spans_a_cell() {
     let s = NANOS;
-    let build = |spans_a_cell: u64| {
+    let build = |spans_a_cell: u64, seconds: u64| {
         let mut b = CellsBuilder::new(Arc::new(CellAttributes::none()));
-        for second in 1..=3 {
+        for second in 1..=seconds {
             for i in 0..spans_a_cell {
                 // 16 ns and 32 ns in turn: buckets 4 and 5.
                 let dur = 1 << (i % 2 + 4);
@@ -153,18 +154,25 @@ fn named_seconds_keep_durations_where_they_count_four_spans_a_cell() {
         b.finish().expect("cells")
     };
     // Three spans a cell: counts only, as where traffic is light.
-    let light = build(3);
+    let light = build(3, 2100);
     let seconds = light.table(Family::Named, 1).expect("named seconds");
     assert!(!seconds.has_durations);
-    assert_eq!(seconds.cells.len(), 6);
+    assert_eq!(seconds.cells.len(), 4200);
     assert!(seconds.cells.iter().all(|c| c.spans == 3));
     assert!(seconds.durations.is_empty());
+    // Unless they are few (a run's last file, a light flush).
+    let few = build(3, 2000);
+    let seconds = few.table(Family::Named, 1).expect("named seconds");
+    assert!(seconds.has_durations);
+    assert_eq!(seconds.durations_of(&seconds.cells[0]), [(4, 2), (5, 1)]);
     // Four: each cell keeps how its durations fall.
-    let dense = build(4);
+    let dense = build(4, 3);
     let seconds = dense.table(Family::Named, 1).expect("named seconds");
     assert!(seconds.has_durations);
+    // Per cell: its second, whether its name is GET, its durations.
+    type Timed = (u64, bool, Vec<(u8, u64)>);
     let cells_of = |t: &CellTable| {
-        let mut cells: Vec<(u64, bool, Vec<(u8, u64)>)> = t
+        let mut cells: Vec<Timed> = t
             .cells
             .iter()
             .map(|c| {
