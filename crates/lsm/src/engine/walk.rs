@@ -21,6 +21,7 @@ use crate::{
     error::{Error, Result},
     index::{
         blocks::{FileIndex, NeedTerms},
+        cells::SectionCache,
         BlockParts, OpNeed, ResolvedNeed, SearchQuery, SummarySet,
     },
     span::TraceId,
@@ -157,6 +158,9 @@ pub struct Candidates {
     stats: WalkStats,
     /// For a sidecar rebuilt on the way: its digest leaves the cache.
     inner: Arc<Inner>,
+    /// Where the blocks read are kept inflated, and the walk's turn there
+    /// ([`Engine::candidates_kept`]).
+    kept: Option<(Arc<SectionCache>, u64)>,
 }
 
 impl Engine {
@@ -222,10 +226,25 @@ impl Engine {
             held: 0,
             stats: WalkStats::default(),
             inner: self.inner.clone(),
+            kept: None,
         };
         for i in 0..walk.sources.len() {
             walk.push(i);
         }
+        Ok(walk)
+    }
+
+    /// [`Engine::candidates`], the blocks it inflates kept (and taken from)
+    /// the files' metrics cells cache: a metrics query answered from cells
+    /// walks the index for its exemplars, and a dashboard asks it again
+    /// every few seconds over the same window, whose blocks it then read
+    /// and inflated again (half the CPU of a query by name on 2 M spans,
+    /// docs/BENCHMARKS.md).
+    pub fn candidates_kept(&self, q: &SearchQuery) -> Result<Candidates> {
+        let mut walk = self.candidates(q)?;
+        let cache = self.inner.summary_cache.cells_files().clone();
+        let turn = cache.turn();
+        walk.kept = Some((cache, turn));
         Ok(walk)
     }
 }
@@ -287,10 +306,10 @@ impl Candidates {
         let walking = match &mut self.sources[i] {
             Source::Buffer(w) => w,
             Source::File {
+                file,
                 index,
                 next_block,
                 current,
-                ..
             } => {
                 if current.as_ref().is_some_and(|w| w.next_start().is_some()) {
                     current.as_mut().expect("checked")
@@ -311,7 +330,11 @@ impl Candidates {
                     }
                     self.stats.blocks_read += 1;
                     index.prefetch(b + 1);
-                    let w = match index.block_parts(b) {
+                    let parts = match &self.kept {
+                        Some((cache, turn)) => index.block_parts_kept(b, cache, file.id, *turn),
+                        None => index.block_parts(b),
+                    };
+                    let w = match parts {
                         Ok(block) => {
                             let mut w = Walking::block(block, need);
                             // Parts that start after the window (the

@@ -339,6 +339,9 @@ fn tag_terms(t: &TagNeed) -> Vec<u64> {
 pub struct FileIndex {
     pub(super) path: PathBuf,
     pub(super) file: File,
+    /// The sidecar's inode: a rebuilt sidecar is a new file, whose blocks
+    /// a cache does not take for the old one's.
+    pub(super) inode: u64,
     /// Strings in the sidecar's table (every string index is below it).
     pub(super) strings: usize,
     /// Newest first: each block's parts start no later than the previous
@@ -368,7 +371,33 @@ impl FileIndex {
     /// Block `i`'s parts, to be decoded one at a time.
     pub fn block_parts(&self, i: usize) -> Result<super::sidecar::BlockParts> {
         let (at, body) = self.body(i)?;
+        let body = std::sync::Arc::new(body);
         super::sidecar::BlockParts::new(&self.path, at, body, self.strings, self.blocks[i].parts)
+    }
+
+    /// [`FileIndex::block_parts`] of file `file`'s index, its body taken
+    /// from `cache` when kept there (checked by the digest's checksum and
+    /// length), else read and kept, for the query of turn `turn`.
+    pub fn block_parts_kept(
+        &self,
+        i: usize,
+        cache: &std::sync::Arc<super::cells::SectionCache>,
+        file: u64,
+        turn: u64,
+    ) -> Result<super::sidecar::BlockParts> {
+        let d = &self.blocks[i];
+        let at = self.base + d.offset;
+        let kept = super::cells::CacheRef::new(cache.clone(), file, self.inode, turn);
+        let body = match cache.get(&kept, at, d.crc, d.body_len) {
+            Some(body) => body,
+            None => {
+                let (_, body) = self.body(i)?;
+                let body = std::sync::Arc::new(body);
+                cache.put(&kept, at, d.crc, body.clone());
+                body
+            }
+        };
+        super::sidecar::BlockParts::new(&self.path, at, body, self.strings, d.parts)
     }
 
     /// Block `i`'s place in the sidecar and its body, read and inflated.

@@ -46,6 +46,7 @@ pub use attrs::{
 };
 
 pub use builder::CellsBuilder;
+pub(crate) use cache::CacheRef;
 pub use cache::SectionCache;
 pub use dict::{Dict, KeyDict};
 #[cfg(test)]

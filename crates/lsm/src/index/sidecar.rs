@@ -19,6 +19,7 @@ use std::{
     ops::Range,
     os::unix::fs::FileExt,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use super::{
@@ -66,7 +67,8 @@ pub(super) fn decode_block(
 #[derive(Debug)]
 pub struct BlockParts {
     path: PathBuf,
-    body: Vec<u8>,
+    /// Shared with the cache that keeps it inflated, if one does.
+    body: Arc<Vec<u8>>,
     /// Where each string of the block's table lies in `body`.
     strings: Vec<Range<usize>>,
     /// Where each part lies in `body`, in the block's order.
@@ -76,7 +78,13 @@ pub struct BlockParts {
 impl BlockParts {
     /// The parts of block `body`, found at `at` in the sidecar at `path`
     /// (`ns`: strings in its table; `parts`: the digest's count).
-    pub(super) fn new(path: &Path, at: u64, body: Vec<u8>, ns: usize, parts: u32) -> Result<Self> {
+    pub(super) fn new(
+        path: &Path,
+        at: u64,
+        body: Arc<Vec<u8>>,
+        ns: usize,
+        parts: u32,
+    ) -> Result<Self> {
         let block = split_block(path, at, &body, ns, parts)?;
         let base = body.as_ptr() as usize;
         let strings = block
@@ -158,7 +166,8 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<SummarySet> {
 pub fn open_index(table: &Path) -> Result<FileIndex> {
     let path = sidecar_path(table);
     let file = fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
-    let size = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+    let meta = file.metadata().map_err(|e| Error::io(&path, e))?;
+    let (size, inode) = (meta.len(), std::os::unix::fs::MetadataExt::ino(&meta));
     let mut head = [0u8; HEAD_BYTES];
     let n = (size as usize).min(HEAD_BYTES);
     file.read_exact_at(&mut head[..n], 0)
@@ -175,6 +184,7 @@ pub fn open_index(table: &Path) -> Result<FileIndex> {
     Ok(FileIndex {
         path,
         file,
+        inode,
         strings: digest.strings,
         blocks: digest.blocks,
         base,

@@ -654,7 +654,7 @@ fn exemplars_of(
     partial: &mut Vec<String>,
     cancel: &Cancel,
 ) -> Result<usize, RunError> {
-    let mut walk = engine.candidates(index_query)?;
+    let mut walk = engine.candidates_kept(index_query)?;
     let mut walk_bytes = 0;
     let mut read = 0;
     while let Some(candidate) =

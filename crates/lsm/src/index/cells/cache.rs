@@ -59,15 +59,29 @@ pub struct SectionCache {
     dict: KeyDict,
 }
 
-/// Where a [`crate::index::cells::CellsFile`] keeps what it inflates: the
-/// cache, the file's ID and the sidecar's inode, and the turn of the query
-/// reading it ([`SectionCache::turn`]).
+/// Where a [`crate::index::cells::CellsFile`] (or a walk of a file's
+/// search-index blocks, [`crate::index::FileIndex::block_parts_kept`])
+/// keeps what it inflates: the cache, the file's ID and the sidecar's
+/// inode, and the turn of the query reading it ([`SectionCache::turn`]).
 #[derive(Clone)]
 pub struct CacheRef {
     pub(super) cache: Arc<SectionCache>,
     pub(super) file: u64,
     pub(super) inode: u64,
     pub(super) turn: u64,
+}
+
+impl CacheRef {
+    /// Where file `file`, whose sidecar has inode `inode`, keeps what the
+    /// query of turn `turn` inflates.
+    pub(crate) fn new(cache: Arc<SectionCache>, file: u64, inode: u64, turn: u64) -> CacheRef {
+        CacheRef {
+            cache,
+            file,
+            inode,
+            turn,
+        }
+    }
 }
 
 impl SectionCache {
@@ -135,7 +149,7 @@ impl SectionCache {
 
     /// The body kept for the section at `offset` of `at`'s sidecar, if its
     /// checksum is `crc` and its length `len`.
-    pub(super) fn get(
+    pub(crate) fn get(
         &self,
         at: &CacheRef,
         offset: u64,
@@ -161,7 +175,7 @@ impl SectionCache {
     /// Keeps `body`, the section at `offset` of `at`'s sidecar, if it fits
     /// once the sections unused since `at`'s turn are pushed out (least
     /// recently used first) as needed.
-    pub(super) fn put(&self, at: &CacheRef, offset: u64, crc: u32, body: Arc<Vec<u8>>) {
+    pub(crate) fn put(&self, at: &CacheRef, offset: u64, crc: u32, body: Arc<Vec<u8>>) {
         let size = body.len() + ENTRY_BYTES;
         if size > self.bound {
             return;

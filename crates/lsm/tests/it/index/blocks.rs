@@ -215,6 +215,70 @@ fn a_damaged_block_is_walked_from_the_spans_and_its_sidecar_rebuilt_once() {
     assert_eq!(stats.blocks_read, 10, "{stats:?}");
 }
 
+/// A walk for a metrics query's exemplars keeps the blocks it inflates
+/// in the metrics cells cache, and the next takes them from there, never
+/// from another sidecar file than the one they were read from.
+#[test]
+fn a_kept_walk_inflates_its_blocks_once_and_only_for_the_same_sidecar() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = blocks_of_16(dir.path());
+    let spans: Vec<Span> = (1..=160u128)
+        .flat_map(|t| trace(t, T0 - 50 * SEC + t as u64 * 10_000_000))
+        .collect();
+    engine.write_blocking(spans).expect("write");
+    engine.flush().expect("flush");
+    let all = SearchQuery::default();
+    let kept = |engine: &Engine| {
+        let mut w = engine.candidates_kept(&all).expect("walk");
+        let mut out = Vec::new();
+        while let Some(c) = w.next_candidate().expect("step") {
+            out.push((u128::from_be_bytes(c.trace_id.0), c.start_unix_nano));
+        }
+        (out, w.stats())
+    };
+    let (before, _) = walk(&engine, &all, usize::MAX);
+    assert_eq!(before.len(), 160);
+    assert_eq!(engine.stats().cells_sections_bytes, 0);
+    let (found, stats) = kept(&engine);
+    assert_eq!(found, before);
+    assert_eq!(stats.blocks_read, 10, "{stats:?}");
+    assert!(engine.stats().cells_sections_bytes > 0);
+
+    // The oldest block's frame damaged in place: the same sidecar file.
+    let idx = std::fs::read_dir(dir.path().join("tables"))
+        .expect("tables")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_some_and(|e| e == "idx"))
+        .expect("a sidecar");
+    let bytes = std::fs::read(&idx).expect("read");
+    let cells = tracedb_lsm::index::cells::cells_len(&idx, &bytes).expect("cells");
+    let at = bytes.len() - cells - 20;
+    {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&idx)
+            .expect("open");
+        file.write_all_at(&[bytes[at] ^ 0x55], at as u64)
+            .expect("write");
+    }
+    use std::os::unix::fs::MetadataExt;
+    let inode = || std::fs::metadata(&idx).expect("sidecar").ino();
+    let damaged = inode();
+    // A kept walk reads what it kept, not the damaged frame.
+    let (found, _) = kept(&engine);
+    assert_eq!(found, before);
+    assert_eq!(inode(), damaged, "nothing read the damaged block");
+    // A walk that reads it walks the spans and rebuilds the sidecar; a kept
+    // walk then reads the new file's blocks.
+    let (found, _) = walk(&engine, &all, usize::MAX);
+    assert_eq!(found, before);
+    assert_ne!(inode(), damaged, "the sidecar was rebuilt");
+    let (found, stats) = kept(&engine);
+    assert_eq!(found, before);
+    assert_eq!(stats.blocks_read, 10, "{stats:?}");
+}
+
 #[test]
 fn warming_reads_each_digest_once_and_the_walk_then_reads_none_again() {
     let dir = tempfile::tempdir().expect("tempdir");
