@@ -176,10 +176,15 @@ pub fn run(
     if cells::answerable(req) {
         match cells::uncounted(req, engine.cell_attributes()) {
             None => {
-                if let Some(answer) = cells::run(engine, req, cancel)? {
-                    return Ok(answer);
-                }
-                if req.grid.end - req.grid.start > MAX_RANGE + 2 * req.grid.step {
+                let unanswered = match cells::answer(engine, req, cancel)? {
+                    Ok(answer) => return Ok(answer),
+                    Err(why) => why,
+                };
+                // A window past retention's cut, whose spans a read partly
+                // leaves out, is read from the spans as it always was.
+                if unanswered == cells::Unanswered::NotCounted
+                    && req.grid.end - req.grid.start > MAX_RANGE + 2 * req.grid.step
+                {
                     return Err(RunError::Invalid(format!(
                         "metrics query time range exceeds the maximum allowed duration of {}: \
                          the metrics cells of its window cannot answer it (a file left its \

@@ -106,9 +106,6 @@ impl Engine {
             }
             Ok::<(), CellsError>(())
         };
-        if range.start_unix_nano < self.inner.retention.expire_before() {
-            return Err(CellsError::NotNow);
-        }
         let memtable = &self.inner.write.memtable;
         let view = (0..VIEW_TRIES).find_map(|_| {
             let before = memtable.seals();
@@ -119,6 +116,20 @@ impl Engine {
         let Some((chunks, tails, snapshot)) = view else {
             return Err(CellsError::NotNow);
         };
+        // A read leaves out the spans that ended before retention's cut,
+        // which cells count while their file lives: a window reaching back
+        // past the cut is counted from cells only where no file (and no
+        // buffer, below) holds a span that started before it.
+        let cut = self.inner.retention.expire_before();
+        let past_cut = range.start_unix_nano < cut;
+        if past_cut
+            && snapshot
+                .version
+                .files()
+                .any(|f| f.table().meta().min_time_unix_nano < cut)
+        {
+            return Err(CellsError::NotNow);
+        }
         let mut stats = CellsStats::default();
         // The buffers' frozen chunks and sealed buffers do not change: each
         // is counted once and its cells kept while it lives (the entry of a
@@ -223,6 +234,9 @@ impl Engine {
         }
         held.shrink(to_count * span_bytes);
         drop((chunks, tails));
+        if past_cut && sources.iter().any(|c| c.starts_before(cut)) {
+            return Err(CellsError::NotNow);
+        }
         for c in &sources {
             f(&CellsView::Memory(c), c.bytes(), held)?;
         }

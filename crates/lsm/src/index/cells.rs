@@ -306,6 +306,14 @@ impl FileCells {
         }
     }
 
+    /// Whether a span counted may have started before `cut` (Unix ns): its
+    /// second (right-closed) begins before it.
+    pub fn starts_before(&self, cut: u64) -> bool {
+        self.table(Family::Named, 1)
+            .and_then(|t| t.cells.iter().map(|c| c.bucket).min())
+            .is_some_and(|b| b.saturating_sub(1).saturating_mul(NANOS) < cut)
+    }
+
     /// Spans counted (in the finest table of the whole key).
     pub fn spans(&self) -> u64 {
         self.table(Family::Named, 1)

@@ -527,19 +527,41 @@ impl Counter<'_> {
     }
 }
 
-/// [`super::run`] from the cells; `Ok(None)` when the store cannot give
-/// them now (the caller reads the spans).
+/// Why the cells did not answer a query [`plan`] says they can.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unanswered {
+    /// The store cannot give them now: its view moved under every try, or
+    /// the window reaches back past retention's cut where some file or
+    /// buffer holds spans a read would leave out.
+    NotNow,
+    /// A source of the window did not count what the query needs: the
+    /// attribute, or durations in its seconds.
+    NotCounted,
+}
+
+/// [`super::run`] from the cells; `Ok(None)` when they cannot answer (the
+/// caller reads the spans).
+#[cfg(test)]
 pub fn run(
     engine: &Engine,
     req: &MetricsRequest,
     cancel: &Cancel,
 ) -> Result<Option<Answer<MetricsEval>>, RunError> {
+    Ok(answer(engine, req, cancel)?.ok())
+}
+
+/// [`run`], saying why the cells did not answer.
+pub fn answer(
+    engine: &Engine,
+    req: &MetricsRequest,
+    cancel: &Cancel,
+) -> Result<Result<Answer<MetricsEval>, Unanswered>, RunError> {
     let budget = engine.memory_budget();
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
     let mut eval = MetricsEval::new(&req.query, req.grid, req.max_series, 0)
         .map_err(|e| RunError::Invalid(e.to_string()))?;
     let Some(plan) = plan(req) else {
-        return Ok(None);
+        return Ok(Err(Unanswered::NotCounted));
     };
     let family = plan.family;
     let levels = plan.levels.len();
@@ -570,12 +592,12 @@ pub fn run(
     }) {
         Ok(stats) => stats,
         Err(CellsError::Stopped) => return Err(RunError::Cancelled),
-        Err(CellsError::NotNow) => return Ok(None),
+        Err(CellsError::NotNow) => return Ok(Err(Unanswered::NotNow)),
         Err(CellsError::Overloaded(e)) => return Err(RunError::Overloaded(e)),
         Err(CellsError::Engine(e)) => return Err(e.into()),
     };
     if counter.failed {
-        return Ok(None);
+        return Ok(Err(Unanswered::NotCounted));
     }
     // The sums are held until they are counted into the series.
     held.grow(counter.bytes()).map_err(RunError::Overloaded)?;
@@ -589,7 +611,7 @@ pub fn run(
     if eval.series_capped() {
         partial.push(series_capped(req.max_series));
     }
-    Ok(Some(Answer {
+    Ok(Ok(Answer {
         value: eval,
         partial,
     }))

@@ -745,6 +745,71 @@ fn durations_by_name_at_a_step_of_seconds_are_counted_where_cells_are_dense() {
     }
 }
 
+/// A window reaching back past retention's cut is counted from cells when
+/// no file or buffer holds a span that started before the cut (a store
+/// younger than its retention); else from the spans, which a read leaves
+/// out once they ended before it, past Tempo's 24 h too.
+#[test]
+fn a_window_past_retention_is_counted_from_cells_where_no_span_is_older() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut opts = EngineOptions::new(dir.path());
+    opts.compaction_threads = 0;
+    opts.retention = Some(Duration::from_secs(3600));
+    let engine = Engine::open(opts).expect("open");
+    let mut rng = Rng::new(11);
+    let base = hours_ago(0) - 600 * SEC;
+    let recent = random_batches(&mut rng, 50, 1, 0, |t| base + t * SEC);
+    engine.write_blocking(recent.concat()).expect("write");
+    engine.flush().expect("flush");
+    let end = hours_ago(0) / (60 * SEC) * (60 * SEC) + 60 * SEC;
+    let req = |hours: u64| MetricsRequest {
+        query: Arc::new(
+            Compiled::new(parse("{} | count_over_time()").expect("parses")).expect("compiles"),
+        ),
+        grid: Grid::range(end - hours * 3600 * SEC, end, 60 * SEC),
+        max_series: 10,
+        max_exemplars: 0,
+    };
+    for hours in [3, 48] {
+        let r = req(hours);
+        let from_cells = cells::answer(&engine, &r, &Cancel::new())
+            .expect("runs")
+            .unwrap_or_else(|why| panic!("{hours} h: {why:?}"));
+        let from_spans = scan::scan(&engine, &r, &Cancel::new(), None).expect("runs");
+        assert_eq!(finished(from_cells), finished(from_spans));
+    }
+    // A span that started before the cut and ends after it: buffered,
+    // then flushed.
+    let id = TraceId(99u128.to_be_bytes());
+    let mut old = spans(
+        id,
+        arbitrary::trace(&mut rng, id.0, hours_ago(1) - 60 * SEC),
+    );
+    for s in &mut old {
+        s.end_unix_nano = hours_ago(0) - 1800 * SEC;
+    }
+    engine.write_blocking(old).expect("write");
+    for flushed in [false, true] {
+        if flushed {
+            engine.flush().expect("flush");
+        }
+        for hours in [3, 48] {
+            let r = req(hours);
+            assert_eq!(
+                cells::answer(&engine, &r, &Cancel::new())
+                    .expect("runs")
+                    .err(),
+                Some(cells::Unanswered::NotNow),
+                "{hours} h, flushed {flushed}"
+            );
+            let answer = super::run(&engine, &r, &Cancel::new())
+                .unwrap_or_else(|_| panic!("{hours} h: not answered"));
+            let from_spans = scan::scan(&engine, &r, &Cancel::new(), None).expect("runs");
+            assert_eq!(finished(answer), finished(from_spans));
+        }
+    }
+}
+
 /// A metrics query whose caller has gone stops, from cells, by a scan of
 /// the spans, or trace by trace, and gives back what it held.
 #[test]
