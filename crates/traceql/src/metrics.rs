@@ -424,7 +424,7 @@ impl MetricsEval {
                 .metrics
                 .by
                 .iter()
-                .map(|a| KeyPart::of(query.field_value(trace, i, a).map(|v| LabelValue::of(&v))))
+                .map(|a| KeyPart::of(query.by_value(trace, i, a).map(|v| LabelValue::of(&v))))
                 .collect();
             let value = match &self.metrics.function {
                 MetricsFn::Rate | MetricsFn::CountOverTime => 1.0,

@@ -332,50 +332,6 @@ fn compare_agrees(tempo: &Answer, ours: &Answer, top: usize) -> Result<usize, St
     Ok(checked)
 }
 
-/// `{} | rate() by(span.http.status_code)`: Tempo keeps the attribute in
-/// an int column and counts spans whose code is a string as nil; tracedb
-/// gives those their own series. Folded into nil, the answers agree.
-fn fold_string_codes(ours: &Answer) -> Option<Answer> {
-    let nil = "span.http.status_code=stringValue:nil".to_owned();
-    let is_string_code = |k: &str| k.starts_with("span.http.status_code=stringValue:") && k != nil;
-    match ours {
-        Answer::Instant(m) => {
-            let mut out = BTreeMap::new();
-            let mut folded = false;
-            for (k, v) in m {
-                let key = if is_string_code(k) {
-                    folded = true;
-                    nil.clone()
-                } else {
-                    k.clone()
-                };
-                *out.entry(key).or_insert(0.0) += v;
-            }
-            folded.then_some(Answer::Instant(out))
-        }
-        Answer::Range(m) => {
-            let mut out: BTreeMap<Labels, Vec<(i64, f64)>> = BTreeMap::new();
-            let mut folded = false;
-            for (k, s) in m {
-                let key = if is_string_code(k) {
-                    folded = true;
-                    nil.clone()
-                } else {
-                    k.clone()
-                };
-                let into = out
-                    .entry(key)
-                    .or_insert_with(|| s.iter().map(|p| (p.0, 0.0)).collect());
-                for (x, y) in into.iter_mut().zip(s) {
-                    x.1 += y.1;
-                }
-            }
-            folded.then_some(Answer::Range(out))
-        }
-        Answer::Refused(..) => None,
-    }
-}
-
 /// `{} | sum_over_time(span.http.status_code)` from the fixture itself:
 /// the int codes of the spans starting in each 5 s interval (right-closed),
 /// or in the minute. Tempo sums only values of the type of the first it
@@ -460,11 +416,6 @@ fn metrics_answers_as_tempo_does() {
             let ours = ask(&server, q, base, instant);
             let verdict = if q.contains("compare(") {
                 compare_agrees(&tempo, &ours, 10).map(|n| compared += n)
-            } else if q == "{} | rate() by(span.http.status_code)" {
-                match fold_string_codes(&ours) {
-                    Some(folded) if agree(&tempo, &folded) => Ok(()),
-                    _ => Err("string-typed codes folded into nil".to_owned()),
-                }
             } else if q == "{} | sum_over_time(span.http.status_code)" {
                 if agree(&status_code_sums(instant), &ours) {
                     Ok(())

@@ -3,7 +3,7 @@
 
 use super::{Compiled, Eval, Val};
 use crate::{
-    ast::{Attribute, Kind, Status},
+    ast::{Attribute, Kind, Scope, Status},
     trace::Trace,
 };
 
@@ -44,6 +44,35 @@ impl Compiled {
             })
         }
         of(v)
+    }
+}
+
+impl Compiled {
+    /// [`Compiled::field_value`] as `by()` groups it: an attribute Tempo
+    /// keeps in a typed column ([`crate::analysis::column_type`]) is nil on a
+    /// span whose value is of another type, as `!= nil` says of it (unless
+    /// the query was compiled with any-type presence,
+    /// [`Compiled::with_presence_of_any_type`]): Tempo keeps that value in
+    /// its generic attributes, which the column's name does not reach.
+    pub fn by_value(&self, trace: &Trace, i: usize, field: &Attribute) -> Option<FieldValue> {
+        if let Attribute::Attr {
+            scope: scope @ (Scope::Span | Scope::Resource),
+            name,
+        } = field
+        {
+            let column = crate::analysis::column_type(*scope, name).filter(|_| self.typed_presence);
+            if let Some(column) = column {
+                let span = &trace.spans[i];
+                let list = match scope {
+                    Scope::Resource => &span.origin.resource,
+                    _ => &span.attributes,
+                };
+                if !crate::trace::find(list, name).is_some_and(|v| column.holds(v)) {
+                    return None;
+                }
+            }
+        }
+        self.field_value(trace, i, field)
     }
 }
 

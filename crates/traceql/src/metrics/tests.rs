@@ -280,6 +280,74 @@ fn nil_by_values_are_left_out_of_the_labels() {
 }
 
 #[test]
+fn by_a_typed_column_groups_a_value_of_another_type_as_nil() {
+    let grid = Grid::instant(T0, T0 + 60 * SEC);
+    let mut t = traces();
+    let code = |v: Value| ("http.status_code".to_owned(), v);
+    t[0].spans[0].attributes.push(code(Value::Int(500)));
+    t[0].spans[1]
+        .attributes
+        .push(code(Value::Str("500".into())));
+    t[1].spans[0]
+        .attributes
+        .push(code(Value::Array(vec![Value::Int(404)])));
+    let labelled = |got: Vec<Series>| -> Vec<(String, f64)> {
+        got.iter()
+            .map(|s| {
+                let l: Vec<String> = s.labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+                (l.join(","), s.samples[0].1)
+            })
+            .collect()
+    };
+    // Tempo keeps the code in an int column: the string is nil there, as
+    // is a span without a code; an array of ints is its first.
+    let q = "{ } | count_over_time() by(span.http.status_code)";
+    let nil = format!("span.http.status_code={:?}", s("nil"));
+    assert_eq!(
+        labelled(run(q, grid, &t)),
+        vec![
+            (
+                format!("span.http.status_code={:?}", LabelValue::Int(404)),
+                1.0
+            ),
+            (
+                format!("span.http.status_code={:?}", LabelValue::Int(500)),
+                1.0
+            ),
+            (nil.clone(), 2.0),
+        ]
+    );
+    // An attribute without a column of its own is grouped by every value.
+    for sp in t.iter_mut().flat_map(|t| t.spans.iter_mut()) {
+        for a in &mut sp.attributes {
+            a.0 = "code".into();
+        }
+    }
+    let got = labelled(run("{ } | count_over_time() by(span.code)", grid, &t));
+    assert_eq!(got.len(), 4, "{got:?}");
+    // With any-type presence (a Jaeger query), the string is its own value.
+    let mut t = traces();
+    t[0].spans[1]
+        .attributes
+        .push(code(Value::Str("500".into())));
+    let compiled = Compiled::new(parse(q).expect("parses"))
+        .expect("compiles")
+        .with_presence_of_any_type();
+    let mut eval = MetricsEval::new(&compiled, grid, 100, 0).expect("a metrics query");
+    for tr in &t {
+        let sets = compiled.eval(tr);
+        eval.observe(&compiled, tr, &sets);
+    }
+    assert_eq!(
+        labelled(eval.finish()),
+        vec![
+            (format!("span.http.status_code={:?}", s("500")), 1.0),
+            (nil, 3.0),
+        ]
+    );
+}
+
+#[test]
 fn topk_bottomk_and_comparisons_apply_to_the_final_series() {
     let grid = Grid::range(T0, T0 + 30 * SEC, 10 * SEC);
     let t = traces();
