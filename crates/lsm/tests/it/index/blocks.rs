@@ -163,30 +163,43 @@ fn an_error_is_matched_to_the_operation_whose_span_has_it() {
     assert_eq!(ids, (1..=32).map(|i| i * 2).collect::<Vec<u128>>());
 }
 
-#[test]
-fn a_damaged_block_is_walked_from_the_spans_and_its_sidecar_rebuilt_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let engine = blocks_of_16(dir.path());
+/// An engine of [`blocks_of_16`] holding 160 one-span traces, 10 ms
+/// apart, in one flushed file: ten blocks.
+fn one_file_of_160_traces(dir: &Path) -> Engine {
+    let engine = blocks_of_16(dir);
     let spans: Vec<Span> = (1..=160u128)
         .flat_map(|t| trace(t, T0 - 50 * SEC + t as u64 * 10_000_000))
         .collect();
     engine.write_blocking(spans).expect("write");
     engine.flush().expect("flush");
-    let all = SearchQuery::default();
-    let (before, _) = walk(&engine, &all, usize::MAX);
-    assert_eq!(before.len(), 160);
+    engine
+}
 
-    // Flip a byte in the last block's frame (the oldest traces), before
-    // the metrics cells.
-    let idx = std::fs::read_dir(dir.path().join("tables"))
+/// The sidecar of the only file under `dir`, and a byte of its last
+/// block's frame (the oldest traces), just before the metrics cells.
+fn oldest_block_byte(dir: &Path) -> (std::path::PathBuf, usize) {
+    let idx = std::fs::read_dir(dir.join("tables"))
         .expect("tables")
         .map(|e| e.expect("entry").path())
         .find(|p| p.extension().is_some_and(|e| e == "idx"))
         .expect("a sidecar");
-    let mut bytes = std::fs::read(&idx).expect("read");
+    let bytes = std::fs::read(&idx).expect("read");
     let cells = tracedb_lsm::index::cells::cells_len(&idx, &bytes).expect("cells");
     assert!(cells > 0, "the flush wrote cells");
-    let at = bytes.len() - cells - 20;
+    (idx, bytes.len() - cells - 20)
+}
+
+#[test]
+fn a_damaged_block_is_walked_from_the_spans_and_its_sidecar_rebuilt_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let engine = one_file_of_160_traces(dir.path());
+    let all = SearchQuery::default();
+    let (before, _) = walk(&engine, &all, usize::MAX);
+    assert_eq!(before.len(), 160);
+
+    // Flip a byte in the last block's frame (the oldest traces).
+    let (idx, at) = oldest_block_byte(dir.path());
+    let mut bytes = std::fs::read(&idx).expect("read");
     bytes[at] ^= 0x55;
     std::fs::write(&idx, &bytes).expect("write");
 
@@ -221,12 +234,7 @@ fn a_damaged_block_is_walked_from_the_spans_and_its_sidecar_rebuilt_once() {
 #[test]
 fn a_kept_walk_inflates_its_blocks_once_and_only_for_the_same_sidecar() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let engine = blocks_of_16(dir.path());
-    let spans: Vec<Span> = (1..=160u128)
-        .flat_map(|t| trace(t, T0 - 50 * SEC + t as u64 * 10_000_000))
-        .collect();
-    engine.write_blocking(spans).expect("write");
-    engine.flush().expect("flush");
+    let engine = one_file_of_160_traces(dir.path());
     let all = SearchQuery::default();
     let kept = |engine: &Engine| {
         let mut w = engine.candidates_kept(&all).expect("walk");
@@ -245,14 +253,8 @@ fn a_kept_walk_inflates_its_blocks_once_and_only_for_the_same_sidecar() {
     assert!(engine.stats().cells_sections_bytes > 0);
 
     // The oldest block's frame damaged in place: the same sidecar file.
-    let idx = std::fs::read_dir(dir.path().join("tables"))
-        .expect("tables")
-        .map(|e| e.expect("entry").path())
-        .find(|p| p.extension().is_some_and(|e| e == "idx"))
-        .expect("a sidecar");
+    let (idx, at) = oldest_block_byte(dir.path());
     let bytes = std::fs::read(&idx).expect("read");
-    let cells = tracedb_lsm::index::cells::cells_len(&idx, &bytes).expect("cells");
-    let at = bytes.len() - cells - 20;
     {
         use std::os::unix::fs::FileExt;
         let file = std::fs::OpenOptions::new()
