@@ -181,7 +181,18 @@ pub fn run(
                     Err(why) => why,
                 };
                 // A window past retention's cut, whose spans a read partly
-                // leaves out, is read from the spans as it always was.
+                // leaves out: the spans up to the first edge of the grid
+                // after the cut, and the cells from there on.
+                if unanswered == cells::Unanswered::NotNow
+                    && crate::search::per_span_only(&req.query.query)
+                {
+                    if let Some(split) = retention_split(engine.expire_before(), req.grid) {
+                        if let Ok(later) = cells::answer_after(engine, req, cancel, split)? {
+                            let earlier = scan::scan_until(engine, req, cancel, None, split)?;
+                            return Ok(joined(later, earlier, req.max_series));
+                        }
+                    }
+                }
                 if unanswered == cells::Unanswered::NotCounted
                     && req.grid.end - req.grid.start > MAX_RANGE + 2 * req.grid.step
                 {
@@ -215,6 +226,35 @@ pub fn run(
         };
     }
     whole_traces(engine, req, cancel)
+}
+
+/// The first edge of `grid` after retention's `cut`, if the grid starts
+/// before the cut and ends after that edge: from there on, every span
+/// counted starts after the cut, so a read keeps it.
+fn retention_split(cut: u64, grid: tracedb_traceql::metrics::Grid) -> Option<u64> {
+    if grid.instant || cut <= grid.start {
+        return None;
+    }
+    let split = grid.start + (cut - grid.start).div_ceil(grid.step) * grid.step;
+    (split < grid.end).then_some(split)
+}
+
+/// `later`'s series and `earlier`'s added up: the cells' and the spans'
+/// parts of one window.
+fn joined(
+    later: Answer<MetricsEval>,
+    earlier: Answer<MetricsEval>,
+    max_series: usize,
+) -> Answer<MetricsEval> {
+    let mut sum = later;
+    sum.value.merge(earlier.value);
+    sum.partial.extend(earlier.partial);
+    if sum.value.series_capped() {
+        sum.partial.push(series_capped(max_series));
+    }
+    let mut seen = std::collections::HashSet::new();
+    sum.partial.retain(|p| seen.insert(p.clone()));
+    sum
 }
 
 /// Spans of the window's files per candidate trace under which a per-span

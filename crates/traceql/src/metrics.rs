@@ -316,6 +316,9 @@ pub struct MetricsEval {
     spans: u64,
     /// No span can match ([`Compiled::is_noop`]).
     noop: bool,
+    /// Spans starting after this (Unix ns) are not counted
+    /// ([`MetricsEval::count_until`]).
+    until: u64,
 }
 
 /// Why series of nested-set numbers are refused: the numbers are positions
@@ -374,7 +377,15 @@ impl MetricsEval {
             exemplars_taken: 0,
             spans: 0,
             noop: query.is_noop(),
+            until: u64::MAX,
         })
+    }
+
+    /// Counts only the spans that start at or before `t` (Unix ns): the
+    /// part of a window that another evaluator, to be merged with this one,
+    /// counts from its end.
+    pub fn count_until(&mut self, t: u64) {
+        self.until = t;
     }
 
     /// True once a series was left out for [`MetricsEval::new`]'s cap.
@@ -410,6 +421,9 @@ impl MetricsEval {
         };
         for i in spans {
             let span = &trace.spans[i];
+            if span.start_unix_nano > self.until {
+                continue;
+            }
             let Some(interval) = self.grid.interval(span.start_unix_nano) else {
                 continue;
             };

@@ -266,6 +266,9 @@ type Sum = (u64, Vec<(u8, u64)>);
 struct Counter<'a> {
     query: &'a Compiled,
     grid: Grid,
+    /// Only spans starting after this (Unix ns, an edge of the grid) are
+    /// counted: the grid's start, or retention's split ([`answer_after`]).
+    after: u64,
     plan: Plan,
     /// The numbering of the sources' keys ([`Engine::cells_dict`]).
     dict: Arc<Dict>,
@@ -302,7 +305,7 @@ impl Counter<'_> {
     /// The interval holding every second of `(lo, hi]` (seconds), if one does.
     fn whole(&self, lo: u64, hi: u64) -> Option<usize> {
         let g = self.grid;
-        if lo * SEC < g.start || hi * SEC > g.end {
+        if lo * SEC < g.start.max(self.after) || hi * SEC > g.end {
             return None;
         }
         let i = g.interval(hi * SEC)?;
@@ -348,7 +351,7 @@ impl Counter<'_> {
     fn buckets_of(&self, l: usize) -> (u64, u64) {
         let len = self.plan.levels[l];
         (
-            self.grid.start / SEC / len + 1,
+            self.grid.start.max(self.after) / SEC / len + 1,
             (self.grid.end / SEC).div_ceil(len),
         )
     }
@@ -556,6 +559,18 @@ pub fn answer(
     req: &MetricsRequest,
     cancel: &Cancel,
 ) -> Result<Result<Answer<MetricsEval>, Unanswered>, RunError> {
+    answer_after(engine, req, cancel, req.grid.start)
+}
+
+/// [`answer`], counting only the spans that start after `after` (Unix ns,
+/// an edge of the grid at or after its start): the rest of the window is
+/// counted from spans ([`super::run`], at retention's cut).
+pub fn answer_after(
+    engine: &Engine,
+    req: &MetricsRequest,
+    cancel: &Cancel,
+    after: u64,
+) -> Result<Result<Answer<MetricsEval>, Unanswered>, RunError> {
     let budget = engine.memory_budget();
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
     let mut eval = MetricsEval::new(&req.query, req.grid, req.max_series, 0)
@@ -568,6 +583,7 @@ pub fn answer(
     let mut counter = Counter {
         query: &req.query,
         grid: req.grid,
+        after,
         plan,
         dict: engine.cells_dict(),
         local: Vec::new(),
@@ -582,7 +598,7 @@ pub fn answer(
         failed: false,
     };
     let row_bytes = req.grid.len() * CELL_BYTES + 256;
-    let range = TimeRange::new(req.grid.start, req.grid.end);
+    let range = TimeRange::new(req.grid.start.max(after), req.grid.end);
     let stats = match engine.cells_in(range, family, &mut held, |cells| {
         if cancel.is_cancelled() {
             return Err(CellsError::Stopped);

@@ -35,6 +35,19 @@ pub(super) fn scan(
     cancel: &Cancel,
     wanted: Option<Arc<[TraceId]>>,
 ) -> Result<Answer<MetricsEval>, RunError> {
+    scan_until(engine, req, cancel, wanted, u64::MAX)
+}
+
+/// [`scan`], counting only the spans that start at or before `until`
+/// (Unix ns): the part of the window before retention's split, whose rest
+/// the cells count ([`super::run`]).
+pub(super) fn scan_until(
+    engine: &Engine,
+    req: &MetricsRequest,
+    cancel: &Cancel,
+    wanted: Option<Arc<[TraceId]>>,
+    until: u64,
+) -> Result<Answer<MetricsEval>, RunError> {
     let budget = engine.memory_budget();
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
     // A query the evaluator refuses is refused before any thread starts.
@@ -42,7 +55,8 @@ pub(super) fn scan(
     let projection = Projection::of(&req.query.query);
     // Files are chosen by the spans' times; a span counts by its start, so
     // the window is the grid's.
-    let range = TimeRange::new(req.grid.start, req.grid.end);
+    let last = req.grid.end.min(until);
+    let range = TimeRange::new(req.grid.start, last);
     // The copy of the buffers' spans is admitted before the scan reads,
     // twice while it is split among the threads (the parts are a copy).
     let buffers = engine.scan_buffers_of(range, wanted.as_deref());
@@ -57,6 +71,7 @@ pub(super) fn scan(
         move || {
             let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
             let mut eval = req.evaluator()?;
+            eval.count_until(until);
             let row_bytes = req.grid.len() * CELL_BYTES + 256;
             let mut series_bytes = 0;
             let mut partial: Vec<String> = Vec::new();
@@ -67,9 +82,10 @@ pub(super) fn scan(
                     return false;
                 }
                 // Only spans that start in the window can count.
-                if !spans.iter().any(|s| {
-                    s.start_unix_nano > req.grid.start && s.start_unix_nano <= req.grid.end
-                }) {
+                if !spans
+                    .iter()
+                    .any(|s| s.start_unix_nano > req.grid.start && s.start_unix_nano <= last)
+                {
                     return true;
                 }
                 match decode_for(trace_id, spans, projection) {

@@ -164,6 +164,7 @@ impl MetricsEval {
             exemplars_taken: 0,
             spans: 0,
             noop: self.noop,
+            until: u64::MAX,
         };
         for series in checked {
             let key: Vec<KeyPart> = series.key.into_iter().map(KeyPart::of).collect();
