@@ -176,34 +176,8 @@ pub fn run(
     if cells::answerable(req) {
         match cells::uncounted(req, engine.cell_attributes()) {
             None => {
-                let unanswered = match cells::answer(engine, req, cancel)? {
-                    Ok(answer) => return Ok(answer),
-                    Err(why) => why,
-                };
-                // A window past retention's cut, whose spans a read partly
-                // leaves out: the spans up to the first edge of the grid
-                // after the cut, and the cells from there on.
-                if unanswered == cells::Unanswered::NotNow
-                    && crate::search::per_span_only(&req.query.query)
-                {
-                    if let Some(split) = retention_split(engine.expire_before(), req.grid) {
-                        if let Ok(later) = cells::answer_after(engine, req, cancel, split)? {
-                            let earlier = scan::scan_until(engine, req, cancel, None, split)?;
-                            return Ok(joined(later, earlier, req.max_series));
-                        }
-                    }
-                }
-                if unanswered == cells::Unanswered::NotCounted
-                    && req.grid.end - req.grid.start > MAX_RANGE + 2 * req.grid.step
-                {
-                    return Err(RunError::Invalid(format!(
-                        "metrics query time range exceeds the maximum allowed duration of {}: \
-                         the metrics cells of its window cannot answer it (a file left its \
-                         attribute out, or its durations at a step of seconds, which cells \
-                         counting few spans a second do not keep: a step of whole minutes \
-                         can), and a query that reads spans keeps that limit",
-                        go_duration(MAX_RANGE as i64)
-                    )));
+                if let Some(answer) = from_cells(engine, req, cancel)? {
+                    return Ok(answer);
                 }
             }
             // Past Tempo's range, only a query cells answer is taken
@@ -226,6 +200,43 @@ pub fn run(
         };
     }
     whole_traces(engine, req, cancel)
+}
+
+/// [`run`] from the metrics cells of a query they can count and whose
+/// attribute (if any) this node counts; `None` when the spans must be read.
+fn from_cells(
+    engine: &Engine,
+    req: &MetricsRequest,
+    cancel: &Cancel,
+) -> Result<Option<Answer<MetricsEval>>, RunError> {
+    let unanswered = match cells::answer(engine, req, cancel)? {
+        Ok(answer) => return Ok(Some(answer)),
+        Err(why) => why,
+    };
+    // A window past retention's cut, whose spans a read partly leaves out:
+    // the spans up to the first edge of the grid after the cut, and the
+    // cells from there on.
+    if unanswered == cells::Unanswered::NotNow && crate::search::per_span_only(&req.query.query) {
+        if let Some(split) = retention_split(engine.expire_before(), req.grid) {
+            if let Ok(later) = cells::answer_after(engine, req, cancel, split)? {
+                let earlier = scan::scan_until(engine, req, cancel, None, split)?;
+                return Ok(Some(joined(later, earlier, req.max_series)));
+            }
+        }
+    }
+    if unanswered == cells::Unanswered::NotCounted
+        && req.grid.end - req.grid.start > MAX_RANGE + 2 * req.grid.step
+    {
+        return Err(RunError::Invalid(format!(
+            "metrics query time range exceeds the maximum allowed duration of {}: \
+             the metrics cells of its window cannot answer it (a file left its \
+             attribute out, or its durations at a step of seconds, which cells \
+             counting few spans a second do not keep: a step of whole minutes \
+             can), and a query that reads spans keeps that limit",
+            go_duration(MAX_RANGE as i64)
+        )));
+    }
+    Ok(None)
 }
 
 /// The first edge of `grid` after retention's `cut`, if the grid starts
