@@ -220,7 +220,7 @@ fn from_cells(
         if let Some(split) = retention_split(engine.expire_before(), req.grid) {
             if let Ok(later) = cells::answer_after(engine, req, cancel, split)? {
                 let earlier = scan::scan_until(engine, req, cancel, None, split)?;
-                return Ok(Some(joined(later, earlier, req.max_series)));
+                return Ok(Some(summed(vec![later, earlier], req.max_series)));
             }
         }
     }
@@ -250,16 +250,16 @@ fn retention_split(cut: u64, grid: tracedb_traceql::metrics::Grid) -> Option<u64
     (split < grid.end).then_some(split)
 }
 
-/// `later`'s series and `earlier`'s added up: the cells' and the spans'
-/// parts of one window.
-fn joined(
-    later: Answer<MetricsEval>,
-    earlier: Answer<MetricsEval>,
-    max_series: usize,
-) -> Answer<MetricsEval> {
-    let mut sum = later;
-    sum.value.merge(earlier.value);
-    sum.partial.extend(earlier.partial);
+/// `answers` added up in their order ([`MetricsEval::merge`]): each reason
+/// for a partial answer said once, the series cap's among them if the sum
+/// is capped. `answers` holds one at least.
+fn summed(answers: Vec<Answer<MetricsEval>>, max_series: usize) -> Answer<MetricsEval> {
+    let mut answers = answers.into_iter();
+    let mut sum = answers.next().expect("one answer at least");
+    for answer in answers {
+        sum.value.merge(answer.value);
+        sum.partial.extend(answer.partial);
+    }
     if sum.value.series_capped() {
         sum.partial.push(series_capped(max_series));
     }
@@ -354,34 +354,20 @@ impl MetricsRequest {
 type Part = (Answer<MetricsEval>, tracedb_lsm::Permit);
 
 /// The threads' answers added up in their order, as a query tier adds its
-/// nodes' ([`MetricsEval::merge`]), so the same store gives the same series
-/// every time: each reason for a partial answer said once, the series cap's
-/// among them if the sum is capped. The threads' permits are held until the
-/// sum is made.
+/// nodes' ([`summed`]), so the same store gives the same series every time.
+/// The threads' permits are held until the sum is made.
 fn add_up(
     parts: Vec<Result<Part, RunError>>,
     max_series: usize,
 ) -> Result<Answer<MetricsEval>, RunError> {
     let mut permits = Vec::with_capacity(parts.len());
-    let mut sum: Option<Answer<MetricsEval>> = None;
+    let mut answers = Vec::with_capacity(parts.len());
     for part in parts {
         let (answer, held) = part?;
         permits.push(held);
-        match &mut sum {
-            None => sum = Some(answer),
-            Some(s) => {
-                s.value.merge(answer.value);
-                s.partial.extend(answer.partial);
-            }
-        }
+        answers.push(answer);
     }
-    let mut sum = sum.expect("one part at least");
-    if sum.value.series_capped() {
-        sum.partial.push(series_capped(max_series));
-    }
-    let mut seen = std::collections::HashSet::new();
-    sum.partial.retain(|p| seen.insert(p.clone()));
-    Ok(sum)
+    Ok(summed(answers, max_series))
 }
 
 /// Runs each of `work` on a thread of its own and gives back what each

@@ -331,6 +331,26 @@ struct Eval<'t> {
     typed_presence: bool,
 }
 
+/// Whether `span` holds, for attribute `name` of `scope`, a value Tempo
+/// keeps in its typed column for it ([`crate::analysis::column_type`]): a
+/// value of the column's type, or an array of them. Any other value Tempo
+/// keeps in its generic attributes, where the column's name does not find
+/// it. `None` for an attribute without such a column, or when `typed` (the
+/// query's typed presence) is off.
+pub(crate) fn in_typed_column(
+    span: &SpanData,
+    scope: Scope,
+    name: &str,
+    typed: bool,
+) -> Option<bool> {
+    let column = crate::analysis::column_type(scope, name).filter(|_| typed)?;
+    let list = match scope {
+        Scope::Resource => &span.origin.resource,
+        _ => &span.attributes,
+    };
+    Some(find(list, name).is_some_and(|v| column.holds(v)))
+}
+
 impl<'t> Eval<'t> {
     fn pipeline(&self, p: &Pipeline, mut sets: Vec<Spanset>) -> Vec<Spanset> {
         for stage in &p.stages {
@@ -639,17 +659,7 @@ impl<'t> Eval<'t> {
     /// event or link) that holds attributes lacks the name, or has it.
     fn nil_check(&self, scope: Scope, name: &str, i: usize, missing: bool) -> bool {
         let span = &self.trace.spans[i];
-        if let Some(column) =
-            crate::analysis::column_type(scope, name).filter(|_| self.typed_presence)
-        {
-            // Tempo keeps a value of the column's type (or an array of
-            // them) in the column and any other in its generic attributes,
-            // where the column's name does not find it.
-            let list = match scope {
-                Scope::Resource => &span.origin.resource,
-                _ => &span.attributes,
-            };
-            let typed = find(list, name).is_some_and(|v| column.holds(v));
+        if let Some(typed) = in_typed_column(span, scope, name, self.typed_presence) {
             return typed != missing;
         }
         let lists: Vec<&Attributes> = match scope {

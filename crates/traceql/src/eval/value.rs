@@ -3,7 +3,7 @@
 
 use super::{Compiled, Eval, Val};
 use crate::{
-    ast::{Attribute, Kind, Scope, Status},
+    ast::{Attribute, Kind, Status},
     trace::Trace,
 };
 
@@ -55,21 +55,10 @@ impl Compiled {
     /// [`Compiled::with_presence_of_any_type`]): Tempo keeps that value in
     /// its generic attributes, which the column's name does not reach.
     pub fn by_value(&self, trace: &Trace, i: usize, field: &Attribute) -> Option<FieldValue> {
-        if let Attribute::Attr {
-            scope: scope @ (Scope::Span | Scope::Resource),
-            name,
-        } = field
-        {
-            let column = crate::analysis::column_type(*scope, name).filter(|_| self.typed_presence);
-            if let Some(column) = column {
-                let span = &trace.spans[i];
-                let list = match scope {
-                    Scope::Resource => &span.origin.resource,
-                    _ => &span.attributes,
-                };
-                if !crate::trace::find(list, name).is_some_and(|v| column.holds(v)) {
-                    return None;
-                }
+        if let Attribute::Attr { scope, name } = field {
+            let span = &trace.spans[i];
+            if super::in_typed_column(span, *scope, name, self.typed_presence) == Some(false) {
+                return None;
             }
         }
         self.field_value(trace, i, field)

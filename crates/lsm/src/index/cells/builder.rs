@@ -12,10 +12,10 @@ use super::{
 use crate::{index::ValueKind, span::Span};
 
 /// Spans counted per cell, on average, from which the seconds of the whole
-/// key and of the attribute keys keep their durations: on 8.7 M spans of 20 s of max ingest the
-/// attribute cells took 0.41 B a span with durations (0.11 without), and on
-/// 4.5 M spans at a week's 165 a second, where most cells count one span,
-/// 2.03 B (0.89 without). Where spans are that few, reading them answers
+/// key and of the attribute keys keep their durations: on 8.7 M spans of
+/// 20 s of max ingest the attribute cells took 0.41 B a span with
+/// durations (0.11 without), and on 4.5 M spans at a week's 165 a second,
+/// where most cells count one span, 2.03 B (0.89 without). Where spans are that few, reading them answers
 /// a query of durations at a step of seconds quickly enough.
 const SPANS_PER_TIMED_CELL: usize = 4;
 
