@@ -462,15 +462,16 @@ pub fn decode_for(
     spans: &[Span],
     projection: &Projection,
 ) -> Result<Trace, tracedb_traceql::trace::DecodeError> {
-    Trace::decode_for(
-        trace_id.0,
-        spans.iter().map(|s| EncodedSpan {
-            payload: &s.payload,
-            resource: s.group.resource.as_deref(),
-            scope: s.group.scope.as_deref(),
-        }),
-        projection,
-    )
+    Trace::decode_for(trace_id.0, encoded(spans), projection)
+}
+
+/// Stored spans as the evaluator reads their bytes.
+pub fn encoded(spans: &[Span]) -> impl Iterator<Item = EncodedSpan<'_>> + Clone {
+    spans.iter().map(|s| EncodedSpan {
+        payload: &s.payload,
+        resource: s.group.resource.as_deref(),
+        scope: s.group.scope.as_deref(),
+    })
 }
 
 /// `search`'s query evaluated on one trace's spans: the match, if any.
