@@ -70,5 +70,5 @@ pub use lexer::parse_go_duration;
 pub use parser::{
     parse, ParseError, MAX_DEPTH, MAX_OPERATORS, MAX_QUANTILES, MAX_QUERY_BYTES, MAX_TOP,
 };
-pub use prune::{needs, AttrNeed, LiteralKind, SpanNeed};
+pub use prune::{needs, AttrNeed, LiteralKind, RawNeeds, SpanNeed};
 pub use trace::{EncodedSpan, Projection, Trace};

@@ -12,6 +12,9 @@
 //! of the literal's own type equals; a float literal of zero, which equals
 //! `-0.0` too, is left out).
 
+mod raw;
+pub use raw::RawNeeds;
+
 use crate::ast::{
     Attribute, BinaryOp, CmpOp, FieldExpr, Intrinsic, Kind, Pipeline, Query, Scope, SpansetExpr,
     SpansetOp, Stage, Static, Status, Structure,

@@ -19,13 +19,13 @@
 use std::sync::Arc;
 
 use tracedb_lsm::{Engine, TimeRange, TraceId, TraceIdRange};
-use tracedb_traceql::{metrics::MetricsEval, Projection};
+use tracedb_traceql::{metrics::MetricsEval, Projection, RawNeeds};
 
 use super::{MetricsRequest, CELL_BYTES};
 use crate::{
     cancel::Cancel,
     read::Answer,
-    search::{decode_for, RunError},
+    search::{decode_for, encoded, RunError},
 };
 
 /// [`super::run`] over the window's files in one pass.
@@ -53,6 +53,7 @@ pub(super) fn scan_until(
     // A query the evaluator refuses is refused before any thread starts.
     req.evaluator()?;
     let projection = Projection::of(&req.query.query);
+    let raw_needs = RawNeeds::of(&req.query.query);
     // Files are chosen by the spans' times; a span counts by its start, so
     // the window is the grid's.
     let last = req.grid.end.min(until);
@@ -67,6 +68,7 @@ pub(super) fn scan_until(
     held.shrink(copy_bytes);
     let parts = super::each_on_a_thread(ranges.iter().zip(parts).map(|(&ids, buffers)| {
         let projection = &projection;
+        let raw_needs = raw_needs.as_ref();
         let wanted = wanted.clone();
         move || {
             let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
@@ -86,6 +88,11 @@ pub(super) fn scan_until(
                     .iter()
                     .any(|s| s.start_unix_nano > req.grid.start && s.start_unix_nano <= last)
                 {
+                    return true;
+                }
+                // Nor can a trace whose stored bytes lack what the
+                // query's conditions name.
+                if raw_needs.is_some_and(|needs| !needs.may_match(encoded(spans))) {
                     return true;
                 }
                 match decode_for(trace_id, spans, projection) {
