@@ -40,9 +40,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         sidecars += bytes.len() as u64;
         if let Some(c) = CellsFile::open(&table)? {
             if std::env::var_os("CELLS_FILES").is_some() {
-                let timed = |family| -> Result<bool, Box<dyn std::error::Error>> {
-                    Ok(c.table(family, 1, Reading::whole(), None)?
-                        .is_some_and(|t| t.iter().all(|t| t.has_durations)))
+                // Every part's durations, some parts' (of roots), or none.
+                let timed = |family| -> Result<&str, Box<dyn std::error::Error>> {
+                    let parts = c
+                        .table(family, 1, Reading::whole(), None)?
+                        .unwrap_or_default();
+                    let timed = parts.iter().filter(|t| t.has_durations).count();
+                    Ok(match timed {
+                        0 => "none",
+                        n if n == parts.len() => "all",
+                        _ => "some",
+                    })
                 };
                 println!(
                     "file {} level {} partition {} {:?}: seconds cells named {} (durations: {}) unnamed {} attribute {} (durations: {})",

@@ -93,6 +93,11 @@ pub struct CellKey {
 }
 
 impl CellKey {
+    /// Whether its spans are roots: no parent ID, or one of zeros.
+    pub fn is_root(&self) -> bool {
+        self.parent != Parent::Some
+    }
+
     fn without_name(&self) -> CellKey {
         CellKey {
             name: None,
@@ -159,6 +164,12 @@ pub struct CellTable {
     pub seconds: u64,
     /// Whether the cells hold their spans' duration buckets.
     pub has_durations: bool,
+    /// With `has_durations`: only the cells of root keys (`parent` none or
+    /// zero) hold them, the others counts only (a named table of seconds
+    /// too light for all its durations: [`builder::roots_timed`]). On disk
+    /// each part of such a table says which it is, parts being cut where
+    /// the keys' parent changes.
+    pub roots_only: bool,
     /// In ascending order of bucket, then key.
     pub cells: Vec<Cell>,
     /// (exponent, spans): spans whose duration `d` (ns, at least 2) has
@@ -174,6 +185,7 @@ impl CellTable {
             family,
             seconds,
             has_durations,
+            roots_only: false,
             cells: Vec::new(),
             durations: Vec::new(),
         }
@@ -419,7 +431,10 @@ impl CellsView<'_> {
     /// order of bucket then key: at least those holding the keys `want`
     /// marks (numbered as [`CellsView::keys`] gives them), or all. At least
     /// the cells `reading` asks for; their durations may be left out
-    /// unless it asks for them.
+    /// unless it asks for them. A piece says it has durations only where
+    /// every key it is asked for has them: a buffer's table whose roots
+    /// alone keep durations, asked durations of another key, is one piece
+    /// of no cells without them.
     pub fn table(
         &self,
         family: Family,
@@ -429,7 +444,17 @@ impl CellsView<'_> {
     ) -> Result<Option<Vec<std::borrow::Cow<'_, CellTable>>>> {
         use std::borrow::Cow;
         match self {
-            CellsView::Memory(c) => Ok(c.table(family, seconds).map(|t| vec![Cow::Borrowed(t)])),
+            CellsView::Memory(c) => Ok(c.table(family, seconds).map(|t| {
+                let keys = c.keys(family);
+                let untimed = |k: usize| {
+                    !keys[k].is_root() && want.is_none_or(|w| w.get(k).copied().unwrap_or(true))
+                };
+                if t.roots_only && reading.durations && (0..keys.len()).any(untimed) {
+                    vec![Cow::Owned(CellTable::empty(family, seconds, false))]
+                } else {
+                    vec![Cow::Borrowed(t)]
+                }
+            })),
             CellsView::File(f) => Ok(f
                 .table(family, seconds, reading, want)?
                 .map(|pieces| pieces.into_iter().map(Cow::Owned).collect())),

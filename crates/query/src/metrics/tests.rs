@@ -743,6 +743,28 @@ fn durations_by_name_at_a_step_of_seconds_are_counted_where_cells_are_dense() {
         );
         assert!(super::run(&engine, &r, &Cancel::new()).is_ok(), "{text}");
     }
+    // Root spans' durations by name (Traces Drilldown's breakdown by name)
+    // are kept in the light file too: counted from cells, past 24 h too.
+    for text in [
+        "{nestedSetParent<0 && true && name != nil} | quantile_over_time(duration, 0.9) by(name)",
+        "{nestedSetParent<0 && true} | histogram_over_time(duration) by(name)",
+    ] {
+        let r = req(text, base, base + 20110 * SEC, 7 * SEC);
+        let from_cells = cells::run(&engine, &r, &Cancel::new())
+            .expect("runs")
+            .unwrap_or_else(|| panic!("{text}: not answered from cells"));
+        let from_spans = scan::scan(&engine, &r, &Cancel::new(), None).expect("runs");
+        let (a, b) = (finished(from_cells), finished(from_spans));
+        assert!(b.len() > 1, "{text}");
+        assert_eq!(a, b, "{text}");
+        let r = req(
+            text,
+            base - 2 * 24 * 3600 * SEC,
+            base + 20130 * SEC,
+            61 * SEC,
+        );
+        assert!(super::run(&engine, &r, &Cancel::new()).is_ok(), "{text}");
+    }
 }
 
 /// A window reaching back past retention's cut is counted from cells when

@@ -247,6 +247,7 @@ fn table_of(
         family,
         seconds,
         has_durations,
+        roots_only: false,
         cells: Vec::with_capacity(cells.len()),
         durations: Vec::new(),
     };
@@ -323,6 +324,7 @@ fn seconds_table(family: Family, records: &[u64], (cells, exps): (usize, usize))
         family,
         seconds: 1,
         has_durations: true,
+        roots_only: false,
         cells: Vec::with_capacity(cells),
         durations: Vec::with_capacity(exps),
     };
@@ -360,6 +362,38 @@ pub(super) fn counts_only(mut seconds: CellTable) -> CellTable {
         c.durations = (0, 0);
     }
     seconds
+}
+
+/// `seconds` (a named table) with the durations of root keys' cells only
+/// (`keys` its family's): Traces Drilldown asks durations by name of root
+/// spans, a tenth of the spans or fewer, so keeping theirs costs little
+/// where keeping every cell's would double the bytes.
+pub(super) fn roots_timed(seconds: CellTable, keys: &[CellKey]) -> CellTable {
+    let root = |c: &Cell| keys[c.key as usize].is_root();
+    // Of only roots, or none, the table is all timed, or not at all.
+    if seconds.cells.iter().all(root) {
+        return seconds;
+    }
+    if !seconds.cells.iter().any(root) {
+        return counts_only(seconds);
+    }
+    let mut out = CellTable {
+        roots_only: true,
+        cells: Vec::with_capacity(seconds.cells.len()),
+        durations: Vec::new(),
+        ..CellTable::empty(seconds.family, seconds.seconds, true)
+    };
+    for c in &seconds.cells {
+        let from = out.durations.len() as u32;
+        if root(c) {
+            out.durations.extend_from_slice(seconds.durations_of(c));
+        }
+        out.cells.push(Cell {
+            durations: (from, out.durations.len() as u32),
+            ..*c
+        });
+    }
+    out
 }
 
 /// `keys` (each with its number, below `numbers`) sorted, and per number,
@@ -726,11 +760,11 @@ impl CellsBuilder {
         }
         // The whole key's seconds keep durations only where dense, as the
         // attribute seconds do (a file's named keys are most of its cells),
-        // or few.
+        // or few; elsewhere only root spans' durations.
         let seconds = if size.0 <= FEW_CELLS || timed(size.0, spans) {
             seconds
         } else {
-            counts_only(seconds)
+            roots_timed(seconds, &named)
         };
         tables.insert(0, seconds);
         tables.insert(1, unnamed_seconds);

@@ -469,15 +469,16 @@ fn read_index(
             (What::Run { .. }, What::Run { .. }) | (What::Counted { .. }, What::Counted { .. }) => {
                 true
             }
-            // Parts of one table, with one durations flag, of keys or
-            // buckets apart.
-            (What::Table(f, l, d), What::Table(f2, l2, d2)) if (f, l) == (f2, l2) => {
+            // Parts of one table, of keys or buckets apart (each with its
+            // own durations flag: a table whose roots alone keep durations
+            // has parts with and without).
+            (What::Table(f, l, _), What::Table(f2, l2, _)) if (f, l) == (f2, l2) => {
                 let overlap = |a: Option<(u64, u64)>, b: Option<(u64, u64)>| match (a, b) {
                     (Some(a), Some(b)) => a.0 <= b.1 && b.0 <= a.1,
                     _ => true,
                 };
                 let keys_of = |k: Option<(u32, u32)>| k.map(|(a, b)| (u64::from(a), u64::from(b)));
-                d != d2 || (overlap(keys_of(s.keys), keys_of(keys)) && overlap(s.buckets, buckets))
+                overlap(keys_of(s.keys), keys_of(keys)) && overlap(s.buckets, buckets)
             }
             _ => s.what == what,
         });
@@ -916,18 +917,43 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
             Family::Attr => cells.attr = keys,
         }
     }
+    // Per (family, length), its pieces, each with where its frame is.
+    type Pieces = Vec<(u64, CellTable)>;
+    let mut pieces: Vec<((Family, u64), Pieces)> = Vec::new();
     for s in &sections {
         if let What::Table(f, l, _) = s.what {
             let piece = parse_table(path, &frame(s)?, s, count_of(f)?, Reading::whole())?;
-            match cells
-                .tables
-                .iter_mut()
-                .find(|t| (t.family, t.seconds) == (f, l))
-            {
-                Some(t) => t.append(piece),
-                None => cells.tables.push(piece),
+            let at = index_start - s.back;
+            match pieces.iter_mut().find(|(fl, _)| *fl == (f, l)) {
+                Some((_, of)) => of.push((at, piece)),
+                None => pieces.push(((f, l), vec![(at, piece)])),
             }
         }
+    }
+    for ((family, seconds), of) in pieces {
+        // Parts with durations beside parts without are of a table whose
+        // roots alone keep theirs: those without hold no root key.
+        let timed = of.iter().filter(|(_, p)| p.has_durations).count();
+        let roots_only = timed > 0 && timed < of.len();
+        let keys = cells.keys(family);
+        let mut t = CellTable {
+            roots_only,
+            ..CellTable::empty(family, seconds, timed > 0)
+        };
+        for (at, piece) in of {
+            if roots_only
+                && !piece.has_durations
+                && piece.cells.iter().any(|c| keys[c.key as usize].is_root())
+            {
+                return Err(corrupt(
+                    path,
+                    at,
+                    "a table part without durations holds a root key beside parts with them",
+                ));
+            }
+            t.append(piece);
+        }
+        cells.tables.push(t);
     }
     for t in &mut cells.tables {
         t.sort();

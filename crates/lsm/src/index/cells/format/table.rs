@@ -16,7 +16,10 @@ use crate::{
 
 /// The cells `range` of `t`, with their durations, as a table.
 pub(super) fn cut(t: &CellTable, range: std::ops::Range<usize>) -> CellTable {
-    let mut out = CellTable::empty(t.family, t.seconds, t.has_durations);
+    let mut out = CellTable {
+        roots_only: t.roots_only,
+        ..CellTable::empty(t.family, t.seconds, t.has_durations)
+    };
     for c in &t.cells[range] {
         let from = out.durations.len() as u32;
         out.durations.extend_from_slice(t.durations_of(c));
@@ -29,7 +32,9 @@ pub(super) fn cut(t: &CellTable, range: std::ops::Range<usize>) -> CellTable {
 }
 
 /// Writes `in_frame`, cells of one time frame of `t`, in parts by ranges
-/// of `keys` (or a table of no cells, whole) with `frame`.
+/// of `keys` (or a table of no cells, whole) with `frame`. A part of a
+/// table whose roots alone keep durations ([`CellTable::roots_only`])
+/// holds them if its keys are roots (a part's keys share their parent).
 pub(super) fn put_frame(
     frame: &mut impl FnMut(&mut Vec<u8>, Placed, usize, Vec<u8>),
     out: &mut Vec<u8>,
@@ -37,9 +42,10 @@ pub(super) fn put_frame(
     in_frame: &[Cell],
     keys: &[CellKey],
 ) {
-    let what = What::Table(t.family, t.seconds, t.has_durations);
     let Some(buckets) = in_frame.first().zip(in_frame.last()) else {
-        frame(out, (what, None, None), 0, table_body(t, in_frame.iter()));
+        let what = What::Table(t.family, t.seconds, t.has_durations);
+        let body = table_body(t, in_frame.iter(), t.has_durations);
+        frame(out, (what, None, None), 0, body);
         return;
     };
     let buckets = Some((buckets.0.bucket, buckets.1.bucket));
@@ -54,7 +60,9 @@ pub(super) fn put_frame(
     }
     for (range, part) in ranges.into_iter().zip(parts) {
         if !part.is_empty() {
-            let body = table_body(t, part.iter().copied());
+            let timed = t.has_durations && (!t.roots_only || keys[range.0 as usize].is_root());
+            let what = What::Table(t.family, t.seconds, timed);
+            let body = table_body(t, part.iter().copied(), timed);
             frame(out, (what, Some(range), buckets), part.len(), body);
         }
     }
@@ -63,11 +71,12 @@ pub(super) fn put_frame(
 /// Cells of `t` (some or all, in its order) in columns, which compress
 /// better than cells one after another: each cell's bucket (as the step
 /// from the previous cell's), its key (as the step from the previous
-/// cell's in the same bucket, else whole), its spans, then (in a table with
-/// durations) its duration buckets.
+/// cell's in the same bucket, else whole), its spans, then (`timed`: of a
+/// table with durations) its duration buckets.
 pub(super) fn table_body<'a>(
     t: &CellTable,
     cells: impl Iterator<Item = &'a Cell> + Clone,
+    timed: bool,
 ) -> Vec<u8> {
     let mut body = Vec::new();
     let mut last = 0u64;
@@ -87,7 +96,7 @@ pub(super) fn table_body<'a>(
     for c in cells.clone() {
         put_varint(&mut body, c.spans);
     }
-    if t.has_durations {
+    if timed {
         for c in cells {
             let durations = t.durations_of(c);
             put_varint(&mut body, durations.len() as u64);
@@ -194,6 +203,7 @@ pub(super) fn parse_table(
         family,
         seconds,
         has_durations: read_durations,
+        roots_only: false,
         cells: Vec::with_capacity(n),
         durations: Vec::new(),
     };

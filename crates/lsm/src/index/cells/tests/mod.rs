@@ -141,25 +141,68 @@ fn spans_are_counted_per_key_and_bucket_and_round_trip() {
 #[test]
 fn named_seconds_keep_durations_where_they_count_four_spans_a_cell() {
     let s = NANOS;
-    let build = |spans_a_cell: u64, seconds: u64| {
+    // GET spans are roots, PUT spans children.
+    let build_of = |spans_a_cell: u64, seconds: u64, roots: bool| {
         let mut b = CellsBuilder::new(Arc::new(CellAttributes::none()));
         for second in 1..=seconds {
             for i in 0..spans_a_cell {
                 // 16 ns and 32 ns in turn: buckets 4 and 5.
                 let dur = 1 << (i % 2 + 4);
-                b.add(&span(Some("a"), "GET", 0, true, second * s, dur));
+                if roots {
+                    b.add(&span(Some("a"), "GET", 0, true, second * s, dur));
+                }
                 b.add(&span(Some("a"), "PUT", 2, false, second * s, 4 * dur));
             }
         }
         b.finish().expect("cells")
     };
-    // Three spans a cell: counts only, as where traffic is light.
+    let build = |spans_a_cell, seconds| build_of(spans_a_cell, seconds, true);
+    let path = Path::new("x.idx");
+    // Three spans a cell, as where traffic is light: counts only, but for
+    // the roots', whose durations Traces Drilldown asks by name.
     let light = build(3, 2100);
     let seconds = light.table(Family::Named, 1).expect("named seconds");
-    assert!(!seconds.has_durations);
+    assert!(seconds.has_durations && seconds.roots_only);
     assert_eq!(seconds.cells.len(), 4200);
     assert!(seconds.cells.iter().all(|c| c.spans == 3));
+    for c in &seconds.cells {
+        let get = light.named[c.key as usize].name.as_deref() == Some(b"GET".as_slice());
+        let want: &[(u8, u64)] = if get { &[(4, 2), (5, 1)] } else { &[] };
+        assert_eq!(seconds.durations_of(c), want, "GET: {get}");
+    }
+    assert_eq!(
+        decode(path, &encode(&light)).expect("decodes"),
+        Some(light.clone())
+    );
+    // On disk the roots' parts hold durations and the others' do not; a
+    // buffer's table says it has durations only where asked for roots'.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table = dir.path().join("1.sst");
+    std::fs::write(crate::index::sidecar_path(&table), encode(&light)).expect("write");
+    let file = CellsFile::open(&table).expect("open").expect("cells");
+    let roots: Vec<bool> = light.named.iter().map(CellKey::is_root).collect();
+    let everything = vec![true; roots.len()];
+    for view in [CellsView::File(&file), CellsView::Memory(&light)] {
+        let timed = |want: &[bool]| -> Vec<bool> {
+            view.table(Family::Named, 1, Reading::whole(), Some(want))
+                .expect("reads")
+                .expect("seconds")
+                .iter()
+                .map(|t| t.has_durations)
+                .collect()
+        };
+        assert!(timed(&roots).iter().all(|&t| t), "roots");
+        assert!(timed(&everything).contains(&false), "every key");
+    }
+    // Of children only, or roots only, all or nothing is timed.
+    let children = build_of(3, 4200, false);
+    let seconds = children.table(Family::Named, 1).expect("named seconds");
+    assert!(!seconds.has_durations && !seconds.roots_only);
     assert!(seconds.durations.is_empty());
+    assert_eq!(
+        decode(path, &encode(&children)).expect("decodes"),
+        Some(children.clone())
+    );
     // Unless they are few (a run's last file, a light flush).
     let few = build(3, 2000);
     let seconds = few.table(Family::Named, 1).expect("named seconds");
@@ -197,7 +240,6 @@ fn named_seconds_keep_durations_where_they_count_four_spans_a_cell() {
             (1, true, vec![(4, 6), (5, 6)])
         ]
     );
-    let path = Path::new("x.idx");
     assert_eq!(
         decode(path, &encode(&dense)).expect("decodes"),
         Some(dense.clone())

@@ -324,6 +324,7 @@ fn a_packed_table_gives_its_cells_back_in_chunks_of_whole_buckets() {
         family: Family::Attr,
         seconds: 1,
         has_durations: true,
+        roots_only: false,
         cells: Vec::new(),
         durations: Vec::new(),
     };
