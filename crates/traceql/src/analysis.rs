@@ -387,13 +387,27 @@ pub fn requires_present(query: &Query, attr: &Attribute) -> bool {
 /// (and `= -1`), "the span is a root", is the exception: a span is a root
 /// by its own parent ID, on any node.
 fn trace_level(e: &FieldExpr) -> bool {
+    match e {
+        e if is_root_test(e) => false,
+        FieldExpr::Attribute(Attribute::Intrinsic(
+            Intrinsic::RootName
+            | Intrinsic::RootServiceName
+            | Intrinsic::TraceDuration
+            | Intrinsic::ChildCount
+            | Intrinsic::NestedSetLeft
+            | Intrinsic::NestedSetRight
+            | Intrinsic::NestedSetParent,
+        )) => true,
+        FieldExpr::Unary(_, inner) => trace_level(inner),
+        FieldExpr::Binary { lhs, rhs, .. } => trace_level(lhs) || trace_level(rhs),
+        FieldExpr::Attribute(_) | FieldExpr::Static(_) => false,
+    }
+}
+
+/// Whether `e` is `nestedSetParent < 0` or `nestedSetParent = -1`: "the
+/// span is a root".
+fn is_root_test(e: &FieldExpr) -> bool {
     use crate::ast::{BinaryOp::Cmp, CmpOp, UnaryOp};
-    let parent = |e: &FieldExpr| {
-        matches!(
-            e,
-            FieldExpr::Attribute(Attribute::Intrinsic(Intrinsic::NestedSetParent))
-        )
-    };
     let int = |e: &FieldExpr| match e {
         FieldExpr::Static(Static::Int(i)) => Some(*i),
         FieldExpr::Unary(UnaryOp::Neg, inner) => match inner.as_ref() {
@@ -407,23 +421,13 @@ fn trace_level(e: &FieldExpr) -> bool {
             op: Cmp(op),
             lhs,
             rhs,
-        } if parent(lhs)
-            && matches!((op, int(rhs)), (CmpOp::Lt, Some(0)) | (CmpOp::Eq, Some(-1))) =>
-        {
-            false
+        } => {
+            matches!(
+                lhs.as_ref(),
+                FieldExpr::Attribute(Attribute::Intrinsic(Intrinsic::NestedSetParent))
+            ) && matches!((op, int(rhs)), (CmpOp::Lt, Some(0)) | (CmpOp::Eq, Some(-1)))
         }
-        FieldExpr::Attribute(Attribute::Intrinsic(
-            Intrinsic::RootName
-            | Intrinsic::RootServiceName
-            | Intrinsic::TraceDuration
-            | Intrinsic::ChildCount
-            | Intrinsic::NestedSetLeft
-            | Intrinsic::NestedSetRight
-            | Intrinsic::NestedSetParent,
-        )) => true,
-        FieldExpr::Unary(_, inner) => trace_level(inner),
-        FieldExpr::Binary { lhs, rhs, .. } => trace_level(lhs) || trace_level(rhs),
-        FieldExpr::Attribute(_) | FieldExpr::Static(_) => false,
+        _ => false,
     }
 }
 
