@@ -404,6 +404,42 @@ fn trace_level(e: &FieldExpr) -> bool {
     }
 }
 
+/// Whether only root spans pass the filters of [`per_span_only`] `query`'s
+/// first stage: each requires `nestedSetParent < 0` (or `= -1`) under `&&`
+/// on one side at least and under `||` on both, as the queries Traces
+/// Drilldown asks of root spans do. `false` for any other query, and
+/// whenever it cannot tell.
+pub fn requires_root(query: &Query) -> bool {
+    fn expr(e: &FieldExpr) -> bool {
+        match e {
+            FieldExpr::Binary {
+                op: BinaryOp::And,
+                lhs,
+                rhs,
+            } => expr(lhs) || expr(rhs),
+            FieldExpr::Binary {
+                op: BinaryOp::Or,
+                lhs,
+                rhs,
+            } => expr(lhs) && expr(rhs),
+            e => is_root_test(e),
+        }
+    }
+    fn spansets(s: &SpansetExpr) -> bool {
+        match s {
+            SpansetExpr::Filter(e) => expr(e),
+            SpansetExpr::Binary {
+                op: SpansetOp::Or,
+                lhs,
+                rhs,
+            } => spansets(lhs) && spansets(rhs),
+            _ => false,
+        }
+    }
+    per_span_only(query)
+        && matches!(query.pipeline.stages.first(), Some(Stage::Spansets(s)) if spansets(s))
+}
+
 /// Whether `e` is `nestedSetParent < 0` or `nestedSetParent = -1`: "the
 /// span is a root".
 fn is_root_test(e: &FieldExpr) -> bool {
@@ -582,6 +618,37 @@ mod tests {
         ] {
             let query = crate::parse(q).expect("valid");
             assert_eq!(requires_present(&query, &route), required, "{q}");
+        }
+    }
+
+    #[test]
+    fn a_query_of_root_spans_only_is_told_from_its_first_stage() {
+        for (q, roots) in [
+            ("{ nestedSetParent < 0 }", true),
+            ("{ nestedSetParent = -1 }", true),
+            (
+                "{nestedSetParent<0 && true && name != nil} | rate() by(name)",
+                true,
+            ),
+            (
+                "{ kind = server && nestedSetParent < 0 } | count_over_time()",
+                true,
+            ),
+            ("{ nestedSetParent < 0 || kind = server }", false),
+            (
+                "{ nestedSetParent < 0 && name = \"a\" || nestedSetParent = -1 }",
+                true,
+            ),
+            ("{ nestedSetParent < 0 } || { nestedSetParent = -1 }", true),
+            ("{ nestedSetParent < 0 } || { kind = server }", false),
+            ("{ nestedSetParent < 1 }", false),
+            ("{ nestedSetParent != -1 }", false),
+            ("{ !(nestedSetParent < 0) }", false),
+            ("{ nestedSetParent < 0 } >> { }", false),
+            ("{ }", false),
+        ] {
+            let query = crate::parse(q).expect("valid");
+            assert_eq!(requires_root(&query), roots, "{q}");
         }
     }
 

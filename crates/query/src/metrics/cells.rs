@@ -30,7 +30,7 @@ use tracedb_lsm::{
 };
 use tracedb_proto::wire::put_varint;
 use tracedb_traceql::{
-    analysis::{requires_present, span_fields},
+    analysis::{requires_present, requires_root, span_fields},
     ast::{Attribute, Intrinsic, MetricsFn, Scope},
     metrics::{Grid, MetricsEval},
     trace::{EncodedSpan, Trace},
@@ -64,6 +64,10 @@ pub struct Plan {
     /// Whether the query's conditions read the span name (else a named
     /// key has the verdict of the key without its name).
     judges_names: bool,
+    /// Whether only root spans pass its conditions
+    /// ([`requires_root`]): a key of other spans is left out
+    /// unjudged.
+    roots: bool,
     /// In the attribute family, the attribute the query reads, as files'
     /// cells name the attributes they count (a scope byte, then the key).
     attr: Option<Box<[u8]>>,
@@ -145,6 +149,7 @@ pub fn plan(req: &MetricsRequest) -> Option<Plan> {
         levels,
         durations,
         judges_names,
+        roots: requires_root(&req.query.query),
         attr,
     })
 }
@@ -370,7 +375,9 @@ impl Counter<'_> {
         // keys of a query of one service), the others are judged whole.
         let id = self.matched.len() as u32;
         let nameless_judges = self.plan.family == Family::Named && !self.plan.judges_names;
-        if nameless_judges && !self.could_match(global) {
+        if (self.plan.roots && !self.dict.is_root(global))
+            || (nameless_judges && !self.could_match(global))
+        {
             self.unbuilt.push(false);
             self.matched.push(None);
         } else {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{format::decode_key, CellKey, Family, KeyList};
+use super::{format::decode_key, CellKey, Family, KeyList, Parent};
 use crate::index::HashMap;
 
 /// Bytes a key or a file's numbers cost besides their own.
@@ -156,6 +156,17 @@ impl Dict {
         let n = self.numbers.lock();
         let (family, bytes) = &n.keys[id as usize];
         decode_key(bytes, *family)
+    }
+
+    /// Whether the key numbered `id` counts root spans (its `parent`, a
+    /// key's last byte as its list holds it, is none or zero), without
+    /// decoding it.
+    ///
+    /// # Panics
+    /// If no key has that number in this dictionary.
+    pub fn is_root(&self, id: u32) -> bool {
+        let n = self.numbers.lock();
+        n.keys[id as usize].1.last() != Some(&(Parent::Some as u8))
     }
 
     /// Keys numbered.
