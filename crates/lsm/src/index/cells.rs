@@ -166,7 +166,7 @@ pub struct CellTable {
     pub has_durations: bool,
     /// With `has_durations`: only the cells of root keys (`parent` none or
     /// zero) hold them, the others counts only (a named table of seconds
-    /// too light for all its durations: [`builder::roots_timed`]). On disk
+    /// too light for all its durations: `builder::roots_timed`). On disk
     /// each part of such a table says which it is, parts being cut where
     /// the keys' parent changes.
     pub roots_only: bool,
