@@ -165,7 +165,7 @@ pub struct CellTable {
     /// Whether the cells hold their spans' duration buckets.
     pub has_durations: bool,
     /// With `has_durations`: only the cells of root keys (`parent` none or
-    /// zero) hold them, the others counts only (a named table of seconds
+    /// zero) hold them, the others counts only (a named or attribute table of seconds
     /// too light for all its durations: `builder::roots_timed`). On disk
     /// each part of such a table says which it is, parts being cut where
     /// the keys' parent changes.
@@ -302,17 +302,18 @@ impl FileCells {
     }
 
     /// The attribute seconds with their durations where dense (their
-    /// cells count four spans a cell or more on average), else with counts
-    /// only.
+    /// cells count four spans a cell or more on average), else with the
+    /// root keys' only (Traces Drilldown's breakdowns of durations by an
+    /// attribute ask them of root spans).
     pub fn thin(&mut self) {
         for t in &mut self.tables {
             if t.family == Family::Attr && t.seconds == 1 && t.has_durations {
                 let spans = t.cells.iter().map(|c| c.spans).sum();
                 if !builder::timed(t.cells.len(), spans) {
-                    *t = builder::counts_only(std::mem::replace(
-                        t,
-                        CellTable::empty(Family::Attr, 1, false),
-                    ));
+                    *t = builder::roots_timed(
+                        std::mem::replace(t, CellTable::empty(Family::Attr, 1, false)),
+                        &self.attr,
+                    );
                 }
             }
         }

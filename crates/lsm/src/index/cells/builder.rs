@@ -364,10 +364,11 @@ pub(super) fn counts_only(mut seconds: CellTable) -> CellTable {
     seconds
 }
 
-/// `seconds` (a named table) with the durations of root keys' cells only
-/// (`keys` its family's): Traces Drilldown asks durations by name of root
-/// spans, a tenth of the spans or fewer, so keeping theirs costs little
-/// where keeping every cell's would double the bytes.
+/// `seconds` (a named or attribute table) with the durations of root
+/// keys' cells only (`keys` its family's): Traces Drilldown asks durations
+/// by name or by an attribute of root spans, a tenth of the spans or fewer,
+/// so keeping theirs costs little where keeping every cell's would double
+/// the bytes.
 pub(super) fn roots_timed(seconds: CellTable, keys: &[CellKey]) -> CellTable {
     let root = |c: &Cell| keys[c.key as usize].is_root();
     // Of only roots, or none, the table is all timed, or not at all.

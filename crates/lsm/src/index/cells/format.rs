@@ -248,7 +248,7 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
     // A packed table is unpacked a frame's chunks at a time.
     for p in cells.packed.iter().filter(|p| families.contains(&p.family)) {
         let keys = cells.keys(p.family);
-        let mut held = CellTable::empty(p.family, p.seconds, p.has_durations);
+        let mut held = p.empty();
         let mut any = false;
         for chunk in p.chunks() {
             held.append(chunk);

@@ -24,6 +24,9 @@ pub struct Packed {
     /// Seconds, one of [`super::BUCKET_SECONDS`].
     pub seconds: u64,
     pub has_durations: bool,
+    /// With `has_durations`: only root keys' cells hold them
+    /// ([`CellTable::roots_only`]).
+    pub roots_only: bool,
     chunks: Vec<Chunk>,
     cells: usize,
     spans: u64,
@@ -41,6 +44,7 @@ impl Packed {
     /// `t` (in order), packed.
     pub fn of(t: &CellTable) -> Packed {
         let mut p = Packer::new(t.family, t.seconds, t.has_durations);
+        p.out.roots_only = t.roots_only;
         for c in &t.cells {
             p.push(c.bucket, c.key, c.spans, t.durations_of(c));
         }
@@ -69,11 +73,19 @@ impl Packed {
 
     /// The whole table, unpacked.
     pub fn unpacked(&self) -> CellTable {
-        let mut t = CellTable::empty(self.family, self.seconds, self.has_durations);
+        let mut t = self.empty();
         for chunk in self.chunks() {
             t.append(chunk);
         }
         t
+    }
+
+    /// A table of no cells, of its family, length and durations.
+    pub fn empty(&self) -> CellTable {
+        CellTable {
+            roots_only: self.roots_only,
+            ..CellTable::empty(self.family, self.seconds, self.has_durations)
+        }
     }
 
     fn unpack(&self, c: &Chunk) -> CellTable {
@@ -97,7 +109,7 @@ impl Packed {
             v
         };
         let [mut buckets, mut keys, mut spans, mut counts, mut exps, mut exp_spans] = columns;
-        let mut t = CellTable::empty(self.family, self.seconds, self.has_durations);
+        let mut t = self.empty();
         t.cells.reserve_exact(c.cells);
         let mut bucket = 0;
         for _ in 0..c.cells {
@@ -157,6 +169,7 @@ impl Packer {
                 family,
                 seconds,
                 has_durations,
+                roots_only: false,
                 chunks: Vec::new(),
                 cells: 0,
                 spans: 0,
@@ -215,6 +228,13 @@ impl Packer {
         }
         self.in_raw = 0;
         self.last = 0;
+    }
+
+    /// Only root keys' cells keep the durations pushed with them
+    /// ([`CellTable::roots_only`]): the others are pushed with none.
+    pub fn roots_only(mut self) -> Packer {
+        self.out.roots_only = self.out.has_durations;
+        self
     }
 
     pub fn finish(mut self) -> Packed {

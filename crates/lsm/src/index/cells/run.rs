@@ -14,7 +14,7 @@
 //! little.
 
 use super::{
-    builder::{coarser, coarser_of, counts_only, timed},
+    builder::{coarser, coarser_of, counts_only, roots_timed, timed},
     packed::{Packed, Packer},
     wire, CellKey, CellTable, Counts, Family, FileCells, HashMap,
 };
@@ -260,7 +260,21 @@ impl Sums {
             renumber[*old as usize] = new as u32;
         }
         let family = seconds.family;
-        let mut out = Packer::new(family, seconds.seconds, seconds.has_durations && durations);
+        // Seconds too light for all their durations keep the roots' (as a
+        // file's own do, `FileCells::thin`): all of them if every key is a
+        // root's, none if none is.
+        let roots: Vec<CellKey> = numbered.iter().map(|k| k.0.clone()).collect();
+        let all_roots = roots.iter().all(CellKey::is_root);
+        let durations = durations || all_roots;
+        let roots_only = !durations && roots.iter().any(CellKey::is_root);
+        let mut out = Packer::new(
+            family,
+            seconds.seconds,
+            seconds.has_durations && (durations || roots_only),
+        );
+        if roots_only || seconds.roots_only {
+            out = out.roots_only();
+        }
         // Each chunk's minutes, with their durations whether or not the
         // seconds keep them.
         let mut minutes = Vec::new();
@@ -272,7 +286,13 @@ impl Sums {
             });
             chunk.sort();
             minutes.push(coarser(&chunk, family, 60, |k| k));
-            let chunk = if durations { chunk } else { counts_only(chunk) };
+            let chunk = if durations {
+                chunk
+            } else if roots_only {
+                roots_timed(chunk, &roots)
+            } else {
+                counts_only(chunk)
+            };
             for c in &chunk.cells {
                 out.push(c.bucket, c.key, c.spans, chunk.durations_of(c));
             }
@@ -298,6 +318,9 @@ fn first<T: Ord>(x: Option<T>, y: Option<T>) -> (bool, bool) {
 /// `a`, a chunk of them at a time.
 fn sum(a: &Packed, b: &CellTable) -> Packed {
     let mut out = Packer::new(a.family, a.seconds, a.has_durations && b.has_durations);
+    if a.roots_only || b.roots_only {
+        out = out.roots_only();
+    }
     let mut durations = Vec::new();
     let mut j = 0;
     let push_b = |out: &mut Packer, j: &mut usize| {

@@ -860,8 +860,14 @@ fn attribute_cells_count_the_first_plain_value_of_each_counted_attribute() {
     assert_eq!((route_a.0, route_a.2), (10, 2));
     let hours = cells.table(Family::Attr, 3600).expect("attribute hours");
     assert!(hours.has_durations);
-    // A cell or two per span: the seconds keep counts only.
-    assert!(!cells.table(Family::Attr, 1).expect("seconds").has_durations);
+    // A cell or two per span: the seconds keep the root spans' durations
+    // only (the span with an array is a child, counted by its resource).
+    let seconds_table = cells.table(Family::Attr, 1).expect("seconds");
+    assert!(seconds_table.has_durations && seconds_table.roots_only);
+    for c in &seconds_table.cells {
+        let root = cells.attr[c.key as usize].is_root();
+        assert_eq!(seconds_table.durations_of(c).is_empty(), !root);
+    }
     assert_eq!(hours.cells.iter().map(|c| c.spans).sum::<u64>(), 7);
 
     let path = Path::new("x.idx");

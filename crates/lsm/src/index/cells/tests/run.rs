@@ -131,8 +131,9 @@ fn damaged_run_cells_are_refused_and_never_panic() {
 fn a_runs_attribute_cells_are_the_sums_of_what_every_file_counted() {
     let list = Arc::new(CellAttributes::parse(["span.route", "span.code"]).expect("list"));
     let route_only = Arc::new(CellAttributes::parse(["span.route"]).expect("list"));
-    // Four files, each with one span a second of each route; the third
-    // with a code too many, so that code is left out of the run's.
+    // Four files, each with one span a second of each route (no root, whose
+    // durations a light table would keep); the third with a code too
+    // many, so that code is left out of the run's.
     let file = |f: u64| -> Vec<Span> {
         let mut spans: Vec<Span> = (1..=300u64)
             .flat_map(|second| {
@@ -142,7 +143,7 @@ fn a_runs_attribute_cells_are_the_sums_of_what_every_file_counted() {
                             Some("a"),
                             "GET",
                             0,
-                            true,
+                            false,
                             second * NANOS,
                             1 << (second % 5 + 3),
                         ),
@@ -155,7 +156,7 @@ fn a_runs_attribute_cells_are_the_sums_of_what_every_file_counted() {
         if f == 2 {
             spans.extend((0..=MAX_VALUES as u64).map(|i| {
                 with_attributes(
-                    span(Some("a"), "GET", 0, true, NANOS, 7),
+                    span(Some("a"), "GET", 0, false, NANOS, 7),
                     &[kv("route", &string("/a")), kv("code", &int(1000 + i))],
                     &[],
                 )
@@ -236,7 +237,14 @@ fn a_runs_attribute_cells_are_the_sums_of_what_every_file_counted() {
             .map(|i| {
                 let second = 2 * i + f + 1;
                 with_attributes(
-                    span(Some("a"), "GET", 0, true, second * NANOS, 1 << (i % 7 + 3)),
+                    span(
+                        Some("a"),
+                        "GET",
+                        0,
+                        i % 2 == 0,
+                        second * NANOS,
+                        1 << (i % 7 + 3),
+                    ),
                     &[kv("route", &string("/a"))],
                     &[],
                 )
@@ -252,12 +260,13 @@ fn a_runs_attribute_cells_are_the_sums_of_what_every_file_counted() {
     let mut b = CellsBuilder::new(list.clone());
     b.add_all(&[sparse(0), sparse(1)].concat());
     let all = b.finish().expect("cells");
-    assert!(
-        !holder
-            .table(Family::Attr, 1)
-            .expect("seconds")
-            .has_durations
-    );
+    // Light sums keep their root spans' durations only, as a file's own.
+    let seconds = holder.table(Family::Attr, 1).expect("seconds");
+    assert!(seconds.has_durations && seconds.roots_only);
+    for c in &seconds.cells {
+        let root = holder.attr[c.key as usize].is_root();
+        assert_eq!(seconds.durations_of(c).is_empty(), !root);
+    }
     for len in BUCKET_SECONDS {
         assert_eq!(
             resolved(&holder, Family::Attr, len),
