@@ -263,10 +263,9 @@ impl Sums {
         // Seconds too light for all their durations keep the roots' (as a
         // file's own do, `FileCells::thin`): all of them if every key is a
         // root's, none if none is.
-        let roots: Vec<CellKey> = numbered.iter().map(|k| k.0.clone()).collect();
-        let all_roots = roots.iter().all(CellKey::is_root);
-        let durations = durations || all_roots;
-        let roots_only = !durations && roots.iter().any(CellKey::is_root);
+        let keys: Vec<CellKey> = numbered.into_iter().map(|k| k.0).collect();
+        let durations = durations || keys.iter().all(CellKey::is_root);
+        let roots_only = !durations && keys.iter().any(CellKey::is_root);
         let mut out = Packer::new(
             family,
             seconds.seconds,
@@ -289,7 +288,7 @@ impl Sums {
             let chunk = if durations {
                 chunk
             } else if roots_only {
-                roots_timed(chunk, &roots)
+                roots_timed(chunk, &keys)
             } else {
                 counts_only(chunk)
             };
@@ -298,7 +297,6 @@ impl Sums {
             }
         }
         let out = out.finish();
-        let keys = numbered.into_iter().map(|k| k.0).collect();
         // A minute may lie in two chunks: added up.
         let minutes = coarser_of(&minutes, family, 60, |k| k);
         (keys, (out.cells() > 0).then_some((out, minutes)))
