@@ -134,31 +134,77 @@ pub fn scan_with<'a>(payload: &'a [u8], attribute: impl FnMut(&'a [u8])) -> Span
 }
 
 fn scan<'a>(payload: &'a [u8], mut attribute: impl FnMut(&'a [u8])) -> SpanFields<'a> {
+    // One loop over the span's top-level fields, each field's number and
+    // wire type matched at once: the scan runs for every span at every
+    // flush and merge, and [`Fields`] built a value of each field first,
+    // the fields read here included.
     let mut out = SpanFields::default();
-    for (number, field) in fields(payload) {
-        match (number, field) {
-            (2, Field::Bytes(b)) => out.span_id = b,
-            (4, Field::Bytes(b)) => out.parent_span_id = b,
-            (5, Field::Bytes(b)) => out.name = b,
-            (6, Field::Varint(v)) => {
+    let mut buf = payload;
+    while !buf.is_empty() {
+        let Some(key) = varint(&mut buf) else { break };
+        match key {
+            // Length-delimited: span_id, parent_span_id, name, attributes, status.
+            0x12 | 0x22 | 0x2a | 0x4a | 0x7a => {
+                let Some(len) = varint(&mut buf).and_then(|l| usize::try_from(l).ok()) else {
+                    break;
+                };
+                let Some((b, rest)) = buf.split_at_checked(len) else {
+                    break;
+                };
+                buf = rest;
+                match key {
+                    0x12 => out.span_id = b,
+                    0x22 => out.parent_span_id = b,
+                    0x2a => out.name = b,
+                    0x4a => attribute(b),
+                    _ => {
+                        out.status = 0;
+                        for f in fields(b) {
+                            if let (3, Field::Varint(code)) = f {
+                                out.status = u32::try_from(code).unwrap_or(u32::MAX);
+                            }
+                        }
+                        out.error = out.status == 2;
+                    }
+                }
+            }
+            // kind
+            0x30 => {
+                let Some(v) = varint(&mut buf) else { break };
                 out.kind = u8::try_from(v).unwrap_or(0);
                 out.kind_value = u32::try_from(v).unwrap_or(u32::MAX);
             }
-            (7, Field::Fixed64(v)) => out.start_unix_nano = v,
-            (8, Field::Fixed64(v)) => out.end_unix_nano = v,
-            (9, Field::Bytes(b)) => {
-                attribute(b);
-            }
-            (15, Field::Bytes(b)) => {
-                out.status = 0;
-                for f in fields(b) {
-                    if let (3, Field::Varint(code)) = f {
-                        out.status = u32::try_from(code).unwrap_or(u32::MAX);
-                    }
+            // start_time_unix_nano, end_time_unix_nano
+            0x39 | 0x41 => {
+                let Some((head, rest)) = buf.split_first_chunk::<8>() else {
+                    break;
+                };
+                buf = rest;
+                let v = u64::from_le_bytes(*head);
+                if key == 0x39 {
+                    out.start_unix_nano = v;
+                } else {
+                    out.end_unix_nano = v;
                 }
-                out.error = out.status == 2;
             }
-            _ => {}
+            // Any other field, skipped by its wire type (a field number
+            // past `u32` is malformed, as [`Fields`] takes it).
+            _ if key >> 3 > u64::from(u32::MAX) => break,
+            _ => {
+                let skipped = match key & 7 {
+                    0 => varint(&mut buf).map(|_| ()),
+                    1 => buf.get(8..).map(|rest| buf = rest),
+                    2 => varint(&mut buf)
+                        .and_then(|l| usize::try_from(l).ok())
+                        .and_then(|len| buf.get(len..))
+                        .map(|rest| buf = rest),
+                    5 => buf.get(4..).map(|rest| buf = rest),
+                    _ => None,
+                };
+                if skipped.is_none() {
+                    break;
+                }
+            }
         }
     }
     out
@@ -311,6 +357,99 @@ mod tests {
         let cut = scan_span(&span[..span.len() - 3], &mut attributes);
         assert_eq!(cut.name, b"GET /cart");
         assert!(!cut.error);
+    }
+
+    /// The fields as [`Fields`] reads them one by one: what the scan must
+    /// give on any bytes.
+    fn scan_by_fields<'a>(payload: &'a [u8], attributes: &mut Vec<&'a [u8]>) -> SpanFields<'a> {
+        attributes.clear();
+        let mut out = SpanFields::default();
+        for (number, field) in fields(payload) {
+            match (number, field) {
+                (2, Field::Bytes(b)) => out.span_id = b,
+                (4, Field::Bytes(b)) => out.parent_span_id = b,
+                (5, Field::Bytes(b)) => out.name = b,
+                (6, Field::Varint(v)) => {
+                    out.kind = u8::try_from(v).unwrap_or(0);
+                    out.kind_value = u32::try_from(v).unwrap_or(u32::MAX);
+                }
+                (7, Field::Fixed64(v)) => out.start_unix_nano = v,
+                (8, Field::Fixed64(v)) => out.end_unix_nano = v,
+                (9, Field::Bytes(b)) => attributes.push(b),
+                (15, Field::Bytes(b)) => {
+                    out.status = 0;
+                    for f in fields(b) {
+                        if let (3, Field::Varint(code)) = f {
+                            out.status = u32::try_from(code).unwrap_or(u32::MAX);
+                        }
+                    }
+                    out.error = out.status == 2;
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Spans of every field the scan reads or skips (each wire type, a
+    /// field number of two bytes, a kind past 255, fields sent twice), cut
+    /// short and with bytes changed at random: the scan reads what the
+    /// fields one by one give.
+    #[test]
+    fn the_scan_reads_what_the_fields_one_by_one_give() {
+        use rand::{rngs::SmallRng, Rng, SeedableRng};
+        let mut rng = SmallRng::seed_from_u64(43);
+        let mut checked = 0;
+        for _ in 0..2_000 {
+            let mut span = Vec::new();
+            for _ in 0..rng.random_range(0..14) {
+                let number: u64 = match rng.random_range(0..4) {
+                    0 => rng.random_range(1..=20),
+                    1 => [2, 4, 5, 6, 7, 8, 9, 15][rng.random_range(0..8)],
+                    2 => rng.random_range(16..300),
+                    _ => rng.random_range(1..16),
+                };
+                match rng.random_range(0..5) {
+                    0 => {
+                        put_varint(&mut span, number << 3);
+                        put_varint(&mut span, rng.random_range(0..1_000));
+                    }
+                    1 => {
+                        put_varint(&mut span, number << 3 | 1);
+                        span.extend_from_slice(&rng.random::<u64>().to_le_bytes());
+                    }
+                    2 => {
+                        let mut b = vec![0u8; rng.random_range(0..12)];
+                        rng.fill(&mut b[..]);
+                        if number == 15 && rng.random_bool(0.5) {
+                            b = vec![3 << 3, rng.random_range(0..4)];
+                        }
+                        bytes_field(&mut span, number, &b);
+                    }
+                    3 => {
+                        put_varint(&mut span, number << 3 | 5);
+                        span.extend_from_slice(&[7; 4]);
+                    }
+                    _ => put_varint(&mut span, number << 3 | rng.random_range(3..5)),
+                }
+            }
+            let mut variants = vec![span.clone()];
+            if !span.is_empty() {
+                variants.push(span[..rng.random_range(0..span.len())].to_vec());
+                let mut changed = span.clone();
+                let at = rng.random_range(0..changed.len());
+                changed[at] = rng.random();
+                variants.push(changed);
+            }
+            for bytes in &variants {
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                let (got, want) = (scan_span(bytes, &mut a), scan_by_fields(bytes, &mut b));
+                assert_eq!(format!("{got:?}"), format!("{want:?}"), "{bytes:?}");
+                assert_eq!(a, b, "{bytes:?}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 5_000);
     }
 
     /// A `KeyValue`'s key as a decoder takes it, written as encoders write
