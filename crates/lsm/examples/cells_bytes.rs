@@ -7,13 +7,13 @@
 //!
 //! Reads the manifest, each live local file's metadata and the end of its
 //! sidecar; run it on a stopped server's directory, or a copy. Prints the
-//! total, then the bytes of each family's keys and tables and how the files
-//! hold them (alone, or a run's summed with one file).
+//! total, then the bytes of each family's keys and tables (and of each
+//! length's table) and how the files hold them (alone, or a run's summed with one file).
 
 use std::path::PathBuf;
 
 use tracedb_lsm::{
-    index::cells::{cells_len, CellsFile, Counts, Family, Reading},
+    index::cells::{cells_len, CellsFile, Counts, Family, Reading, BUCKET_SECONDS},
     layout, manifest, SsTable,
 };
 
@@ -27,6 +27,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tables = layout::tables_dir(&dir);
     let (mut files, mut without, mut spans, mut cells, mut sidecars) = (0, 0, 0u64, 0u64, 0u64);
     let mut family_bytes = [0u64; 3];
+    // Per family, the bytes of each length's table.
+    let mut table_bytes = [[0u64; BUCKET_SECONDS.len()]; 3];
     let (mut own, mut holders, mut members, mut in_runs) = (0, 0, 0, 0);
     for entry in state.files.values() {
         let table = layout::table_path(&tables, entry.id);
@@ -70,6 +72,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .enumerate()
             {
                 family_bytes[i] += c.stored_bytes(f);
+                for (j, &seconds) in BUCKET_SECONDS.iter().enumerate() {
+                    table_bytes[i][j] += c.table_bytes(f, seconds);
+                }
             }
             match c.counts()? {
                 Counts::Own => own += 1,
@@ -94,6 +99,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         per_span(family_bytes[1]),
         per_span(family_bytes[2])
     );
+    for (i, family) in ["named", "unnamed", "attribute"].into_iter().enumerate() {
+        let tables: Vec<String> = BUCKET_SECONDS
+            .iter()
+            .zip(table_bytes[i])
+            .map(|(seconds, b)| format!("{seconds} s {:.2}", per_span(b)))
+            .collect();
+        println!("  {family} tables: {} B per span", tables.join(", "));
+    }
     println!(
         "{own} files count their own spans; {holders} hold the sums of {members} files of runs; \
          {in_runs} are counted by another"

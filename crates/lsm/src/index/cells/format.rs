@@ -739,6 +739,16 @@ impl CellsFile {
             .sum()
     }
 
+    /// The bytes of `family`'s table with buckets of `seconds` as stored
+    /// (its parts' zstd frames), from the index alone.
+    pub fn table_bytes(&self, family: Family, seconds: u64) -> u64 {
+        self.sections
+            .iter()
+            .filter(|s| matches!(s.what, What::Table(f, l, _) if f == family && l == seconds))
+            .map(|s| u64::from(s.frame_len))
+            .sum()
+    }
+
     /// How many cells `family`'s table with buckets of `seconds` holds (0
     /// when the cells do not have it), from the index alone.
     pub fn cell_count(&self, family: Family, seconds: u64) -> u64 {
