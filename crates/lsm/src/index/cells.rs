@@ -71,10 +71,12 @@ pub enum Parent {
 }
 
 /// The fields of the spans a cell counts. Keys sort by parent first, then
-/// service: a file's tables are cut into parts by ranges of keys in that
-/// order, so a query of root spans, or of one service, reads the parts
-/// holding them.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// whether their status is an error, then service (then name, attribute,
+/// kind and status): a file's tables are cut into parts by ranges of keys
+/// in that order, so a query of root spans, of error spans, or of one
+/// service, reads the parts holding them, and a table too light for all
+/// its durations keeps those of whole parts ([`CellKey::timed_when_light`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CellKey {
     pub parent: Parent,
     /// The encoded `KeyValue` of the resource's first `service.name`
@@ -92,10 +94,50 @@ pub struct CellKey {
     pub status: u32,
 }
 
+/// `Status.code` of an error (`STATUS_CODE_ERROR`).
+pub const STATUS_ERROR: u32 = 2;
+
+impl Ord for CellKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        fn fields(k: &CellKey) -> impl Ord + '_ {
+            (
+                k.parent,
+                k.is_error(),
+                &k.service,
+                &k.name,
+                &k.attr,
+                k.kind,
+                k.status,
+            )
+        }
+        fields(self).cmp(&fields(other))
+    }
+}
+
+impl PartialOrd for CellKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 impl CellKey {
     /// Whether its spans are roots: no parent ID, or one of zeros.
     pub fn is_root(&self) -> bool {
         self.parent != Parent::Some
+    }
+
+    /// Whether its spans' status is an error.
+    pub fn is_error(&self) -> bool {
+        self.status == STATUS_ERROR
+    }
+
+    /// Whether its cells keep their durations in a table too light to keep
+    /// every cell's (`builder::roots_timed`): root spans' (Traces
+    /// Drilldown asks durations by name or attribute of roots) and error
+    /// spans' (what an incident asks of one service), each a small share of
+    /// the spans.
+    pub fn timed_when_light(&self) -> bool {
+        self.is_root() || self.is_error()
     }
 
     fn without_name(&self) -> CellKey {
@@ -164,11 +206,12 @@ pub struct CellTable {
     pub seconds: u64,
     /// Whether the cells hold their spans' duration buckets.
     pub has_durations: bool,
-    /// With `has_durations`: only the cells of root keys (`parent` none or
-    /// zero) hold them, the others counts only (a named or attribute table of seconds
-    /// too light for all its durations: `builder::roots_timed`). On disk
-    /// each part of such a table says which it is, parts being cut where
-    /// the keys' parent changes.
+    /// With `has_durations`: only the cells of root and error keys
+    /// ([`CellKey::timed_when_light`]) hold them, the others counts only (a
+    /// named or attribute table of seconds too light for all its
+    /// durations: `builder::roots_timed`). On disk each part of such a
+    /// table says which it is, parts being cut where the keys' parent, or
+    /// whether they are errors, changes.
     pub roots_only: bool,
     /// In ascending order of bucket, then key.
     pub cells: Vec<Cell>,
@@ -448,7 +491,8 @@ impl CellsView<'_> {
             CellsView::Memory(c) => Ok(c.table(family, seconds).map(|t| {
                 let keys = c.keys(family);
                 let untimed = |k: usize| {
-                    !keys[k].is_root() && want.is_none_or(|w| w.get(k).copied().unwrap_or(true))
+                    !keys[k].timed_when_light()
+                        && want.is_none_or(|w| w.get(k).copied().unwrap_or(true))
                 };
                 if t.roots_only && reading.durations && (0..keys.len()).any(untimed) {
                     vec![Cow::Owned(CellTable::empty(family, seconds, false))]

@@ -746,13 +746,16 @@ fn durations_by_name_at_a_step_of_seconds_are_counted_where_cells_are_dense() {
         assert!(super::run(&engine, &r, &Cancel::new()).is_ok(), "{text}");
     }
     // Root spans' durations by name or by a counted attribute (Traces
-    // Drilldown's breakdowns) are kept in the light file too: counted from
-    // cells, past 24 h too.
+    // Drilldown's breakdowns), and error spans', are kept in the light file
+    // too: counted from cells, past 24 h too.
     for text in [
         "{nestedSetParent<0 && true && name != nil} | quantile_over_time(duration, 0.9) by(name)",
         "{nestedSetParent<0 && true} | histogram_over_time(duration) by(name)",
         "{nestedSetParent<0 && true && span.b != nil} | quantile_over_time(duration, 0.9) by(span.b)",
         "{nestedSetParent<0 && span.a >= 2} | histogram_over_time(duration)",
+        "{ status = error } | quantile_over_time(duration, .5, .99) by(name)",
+        "{ resource.service.name = \"cart\" && status = error } | histogram_over_time(duration) by(name)",
+        "{ status = error && span.b != nil } | quantile_over_time(duration, 0.9) by(span.b)",
     ] {
         let r = req(text, base, base + 20110 * SEC, 7 * SEC);
         let from_cells = cells::run(&engine, &r, &Cancel::new())

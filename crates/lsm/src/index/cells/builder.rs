@@ -364,13 +364,14 @@ pub(super) fn counts_only(mut seconds: CellTable) -> CellTable {
     seconds
 }
 
-/// `seconds` (a named or attribute table) with the durations of root
-/// keys' cells only (`keys` its family's): Traces Drilldown asks durations
-/// by name or by an attribute of root spans, a tenth of the spans or fewer,
-/// so keeping theirs costs little where keeping every cell's would double
-/// the bytes.
+/// `seconds` (a named or attribute table) with the durations of root and
+/// error keys' cells only ([`CellKey::timed_when_light`]; `keys` its
+/// family's): Traces Drilldown asks durations by name or by an attribute of
+/// root spans, an incident of one service's errors, each a tenth of the
+/// spans or fewer, so keeping theirs costs little where keeping every
+/// cell's would double the bytes.
 pub(super) fn roots_timed(seconds: CellTable, keys: &[CellKey]) -> CellTable {
-    let root = |c: &Cell| keys[c.key as usize].is_root();
+    let root = |c: &Cell| keys[c.key as usize].timed_when_light();
     // Of only roots, or none, the table is all timed, or not at all.
     if seconds.cells.iter().all(root) {
         return seconds;

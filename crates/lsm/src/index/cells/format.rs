@@ -942,7 +942,7 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
     }
     for ((family, seconds), of) in pieces {
         // Parts with durations beside parts without are of a table whose
-        // roots alone keep theirs: those without hold no root key.
+        // roots and errors alone keep theirs: those without hold neither.
         let timed = of.iter().filter(|(_, p)| p.has_durations).count();
         let roots_only = timed > 0 && timed < of.len();
         let keys = cells.keys(family);
@@ -959,6 +959,21 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
                     path,
                     at,
                     "a table part without durations holds a root key beside parts with them",
+                ));
+            }
+            // Sidecars written before error keys kept their durations in
+            // such a table: readable part by part (a query of error spans'
+            // durations reads that file's spans), but this table cannot say
+            // which of its cells lack them, so it is not decoded whole.
+            if roots_only
+                && !piece.has_durations
+                && piece.cells.iter().any(|c| keys[c.key as usize].is_error())
+            {
+                return Err(corrupt(
+                    path,
+                    at,
+                    "a table part without durations holds an error key beside parts with \
+                     them: written by an earlier version, its parts are read one by one",
                 ));
             }
             t.append(piece);

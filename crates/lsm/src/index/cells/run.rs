@@ -260,12 +260,12 @@ impl Sums {
             renumber[*old as usize] = new as u32;
         }
         let family = seconds.family;
-        // Seconds too light for all their durations keep the roots' (as a
-        // file's own do, `FileCells::thin`): all of them if every key is a
-        // root's, none if none is.
+        // Seconds too light for all their durations keep the roots' and
+        // errors' (as a file's own do, `FileCells::thin`): all of them if
+        // every key is one of those, none if none is.
         let keys: Vec<CellKey> = numbered.into_iter().map(|k| k.0).collect();
-        let durations = durations || keys.iter().all(CellKey::is_root);
-        let roots_only = !durations && keys.iter().any(CellKey::is_root);
+        let durations = durations || keys.iter().all(CellKey::timed_when_light);
+        let roots_only = !durations && keys.iter().any(CellKey::timed_when_light);
         let mut out = Packer::new(
             family,
             seconds.seconds,

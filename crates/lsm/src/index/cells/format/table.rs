@@ -33,8 +33,9 @@ pub(super) fn cut(t: &CellTable, range: std::ops::Range<usize>) -> CellTable {
 
 /// Writes `in_frame`, cells of one time frame of `t`, in parts by ranges
 /// of `keys` (or a table of no cells, whole) with `frame`. A part of a
-/// table whose roots alone keep durations ([`CellTable::roots_only`])
-/// holds them if its keys are roots (a part's keys share their parent).
+/// table whose roots and errors alone keep durations
+/// ([`CellTable::roots_only`]) holds them if its keys are roots or errors
+/// (a part's keys share their parent and whether they are errors).
 pub(super) fn put_frame(
     frame: &mut impl FnMut(&mut Vec<u8>, Placed, usize, Vec<u8>),
     out: &mut Vec<u8>,
@@ -60,7 +61,8 @@ pub(super) fn put_frame(
     }
     for (range, part) in ranges.into_iter().zip(parts) {
         if !part.is_empty() {
-            let timed = t.has_durations && (!t.roots_only || keys[range.0 as usize].is_root());
+            let timed =
+                t.has_durations && (!t.roots_only || keys[range.0 as usize].timed_when_light());
             let what = What::Table(t.family, t.seconds, timed);
             let body = table_body(t, part.iter().copied(), timed);
             frame(out, (what, Some(range), buckets), part.len(), body);
@@ -111,9 +113,10 @@ pub(super) fn table_body<'a>(
 
 /// The ranges of keys (first and last, inclusive) the parts of `cells`
 /// (a table's, or a time frame's of it) hold. A
-/// part ends where the keys' parent changes, and once past [`PART_CELLS`]
-/// cells where their service does (or at any key past four times that), so
-/// the keys a query of roots, or of one service, matches are in few parts.
+/// part ends where the keys' parent changes or whether their status is an
+/// error does, and once past [`PART_CELLS`] cells where their service does
+/// (or at any key past four times that), so the keys a query of roots, of
+/// errors, or of one service, matches are in few parts.
 pub(super) fn key_ranges(cells: &[Cell], keys: &[CellKey]) -> Vec<(u32, u32)> {
     let n = keys.len() as u32;
     if n < 2 {
@@ -128,7 +131,7 @@ pub(super) fn key_ranges(cells: &[Cell], keys: &[CellKey]) -> Vec<(u32, u32)> {
     for k in 1..n {
         cells += per_key[k as usize - 1];
         let (a, b) = (&keys[k as usize - 1], &keys[k as usize]);
-        if a.parent != b.parent
+        if (a.parent, a.is_error()) != (b.parent, b.is_error())
             || (cells >= PART_CELLS && a.service != b.service)
             || cells >= 4 * PART_CELLS
         {

@@ -141,8 +141,9 @@ fn spans_are_counted_per_key_and_bucket_and_round_trip() {
 #[test]
 fn named_seconds_keep_durations_where_they_count_four_spans_a_cell() {
     let s = NANOS;
-    // GET spans are roots, PUT spans children.
-    let build_of = |spans_a_cell: u64, seconds: u64, roots: bool| {
+    // GET spans are roots, PUT spans children, POST spans children in
+    // error.
+    let build_of = |spans_a_cell: u64, seconds: u64, roots: bool, errors: bool| {
         let mut b = CellsBuilder::new(Arc::new(CellAttributes::none()));
         for second in 1..=seconds {
             for i in 0..spans_a_cell {
@@ -151,36 +152,49 @@ fn named_seconds_keep_durations_where_they_count_four_spans_a_cell() {
                 if roots {
                     b.add(&span(Some("a"), "GET", 0, true, second * s, dur));
                 }
-                b.add(&span(Some("a"), "PUT", 2, false, second * s, 4 * dur));
+                b.add(&span(Some("a"), "PUT", 1, false, second * s, 4 * dur));
+                if errors {
+                    b.add(&span(Some("a"), "POST", 2, false, second * s, 16 * dur));
+                }
             }
         }
         b.finish().expect("cells")
     };
-    let build = |spans_a_cell, seconds| build_of(spans_a_cell, seconds, true);
+    let build = |spans_a_cell, seconds| build_of(spans_a_cell, seconds, true, false);
     let path = Path::new("x.idx");
     // Three spans a cell, as where traffic is light: counts only, but for
-    // the roots', whose durations Traces Drilldown asks by name.
-    let light = build(3, 2100);
+    // the roots', whose durations Traces Drilldown asks by name, and the
+    // errors'.
+    let light = build_of(3, 1400, true, true);
     let seconds = light.table(Family::Named, 1).expect("named seconds");
     assert!(seconds.has_durations && seconds.roots_only);
     assert_eq!(seconds.cells.len(), 4200);
     assert!(seconds.cells.iter().all(|c| c.spans == 3));
     for c in &seconds.cells {
-        let get = light.named[c.key as usize].name.as_deref() == Some(b"GET".as_slice());
-        let want: &[(u8, u64)] = if get { &[(4, 2), (5, 1)] } else { &[] };
-        assert_eq!(seconds.durations_of(c), want, "GET: {get}");
+        let name = light.named[c.key as usize]
+            .name
+            .as_deref()
+            .unwrap_or_default();
+        let want: &[(u8, u64)] = match name {
+            b"GET" => &[(4, 2), (5, 1)],
+            b"POST" => &[(8, 2), (9, 1)],
+            _ => &[],
+        };
+        assert_eq!(seconds.durations_of(c), want, "{name:?}");
     }
     assert_eq!(
         decode(path, &encode(&light)).expect("decodes"),
         Some(light.clone())
     );
-    // On disk the roots' parts hold durations and the others' do not; a
-    // buffer's table says it has durations only where asked for roots'.
+    // On disk the parts of roots and of errors hold durations and the
+    // others' do not; a buffer's table says it has durations only where
+    // asked for those keys'.
     let dir = tempfile::tempdir().expect("tempdir");
     let table = dir.path().join("1.sst");
     std::fs::write(crate::index::sidecar_path(&table), encode(&light)).expect("write");
     let file = CellsFile::open(&table).expect("open").expect("cells");
-    let roots: Vec<bool> = light.named.iter().map(CellKey::is_root).collect();
+    let mask = |f: fn(&CellKey) -> bool| -> Vec<bool> { light.named.iter().map(f).collect() };
+    let (roots, errors) = (mask(CellKey::is_root), mask(CellKey::is_error));
     let everything = vec![true; roots.len()];
     for view in [CellsView::File(&file), CellsView::Memory(&light)] {
         let timed = |want: &[bool]| -> Vec<bool> {
@@ -192,10 +206,12 @@ fn named_seconds_keep_durations_where_they_count_four_spans_a_cell() {
                 .collect()
         };
         assert!(timed(&roots).iter().all(|&t| t), "roots");
+        assert!(timed(&errors).iter().all(|&t| t), "errors");
         assert!(timed(&everything).contains(&false), "every key");
     }
-    // Of children only, or roots only, all or nothing is timed.
-    let children = build_of(3, 4200, false);
+    // Of children only, none in error, or of roots only, all or nothing
+    // is timed.
+    let children = build_of(3, 4200, false, false);
     let seconds = children.table(Family::Named, 1).expect("named seconds");
     assert!(!seconds.has_durations && !seconds.roots_only);
     assert!(seconds.durations.is_empty());

@@ -240,7 +240,8 @@ fn a_runs_attribute_cells_are_the_sums_of_what_every_file_counted() {
                     span(
                         Some("a"),
                         "GET",
-                        0,
+                        // A child in four is in error.
+                        if i % 4 == 1 { 2 } else { 0 },
                         i % 2 == 0,
                         second * NANOS,
                         1 << (i % 7 + 3),
@@ -260,13 +261,20 @@ fn a_runs_attribute_cells_are_the_sums_of_what_every_file_counted() {
     let mut b = CellsBuilder::new(list.clone());
     b.add_all(&[sparse(0), sparse(1)].concat());
     let all = b.finish().expect("cells");
-    // Light sums keep their root spans' durations only, as a file's own.
+    // Light sums keep their root and error spans' durations only, as a
+    // file's own.
     let seconds = holder.table(Family::Attr, 1).expect("seconds");
     assert!(seconds.has_durations && seconds.roots_only);
+    let (mut roots, mut errors) = (0, 0);
     for c in &seconds.cells {
-        let root = holder.attr[c.key as usize].is_root();
-        assert_eq!(seconds.durations_of(c).is_empty(), !root);
+        let key = &holder.attr[c.key as usize];
+        (roots, errors) = (
+            roots + usize::from(key.is_root()),
+            errors + usize::from(key.is_error()),
+        );
+        assert_eq!(seconds.durations_of(c).is_empty(), !key.timed_when_light());
     }
+    assert!(roots > 0 && errors > 0 && roots + errors < seconds.cells.len());
     for len in BUCKET_SECONDS {
         assert_eq!(
             resolved(&holder, Family::Attr, len),
@@ -274,6 +282,30 @@ fn a_runs_attribute_cells_are_the_sums_of_what_every_file_counted() {
             "the sparse run's attribute cells of {len} s"
         );
     }
+    // A light run of error spans only, none a root, keeps every duration.
+    let errors_only = |f: u64| -> Vec<Span> {
+        sparse(f)
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let start = s.start_unix_nano;
+                let at = span(Some("a"), "GET", 2, false, start, 1 << (i % 7 + 3));
+                with_attributes(at, &[kv("route", &string("/a"))], &[])
+            })
+            .collect()
+    };
+    let mut run = RunCells::default();
+    run.file(1, Some(unthinned(&errors_only(0))), false);
+    let holder = run
+        .file(2, Some(unthinned(&errors_only(1))), true)
+        .expect("cells")
+        .unpacked();
+    let seconds = holder.table(Family::Attr, 1).expect("seconds");
+    assert!(seconds.has_durations && !seconds.roots_only);
+    assert!(seconds
+        .cells
+        .iter()
+        .all(|c| !seconds.durations_of(c).is_empty()));
 }
 
 /// Attribute cells written before a run's were summed count their own
