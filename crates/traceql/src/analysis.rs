@@ -410,34 +410,41 @@ fn trace_level(e: &FieldExpr) -> bool {
 /// Drilldown asks of root spans do. `false` for any other query, and
 /// whenever it cannot tell.
 pub fn requires_root(query: &Query) -> bool {
-    fn expr(e: &FieldExpr) -> bool {
+    first_stage_requires(query, is_root_test)
+}
+
+/// Whether each filter of [`per_span_only`] `query`'s first stage requires
+/// a comparison `test` holds of (under `&&` on one side at least, under
+/// `||` on both): only spans that pass `test` pass the stage.
+fn first_stage_requires(query: &Query, test: fn(&FieldExpr) -> bool) -> bool {
+    fn expr(e: &FieldExpr, test: fn(&FieldExpr) -> bool) -> bool {
         match e {
             FieldExpr::Binary {
                 op: BinaryOp::And,
                 lhs,
                 rhs,
-            } => expr(lhs) || expr(rhs),
+            } => expr(lhs, test) || expr(rhs, test),
             FieldExpr::Binary {
                 op: BinaryOp::Or,
                 lhs,
                 rhs,
-            } => expr(lhs) && expr(rhs),
-            e => is_root_test(e),
+            } => expr(lhs, test) && expr(rhs, test),
+            e => test(e),
         }
     }
-    fn spansets(s: &SpansetExpr) -> bool {
+    fn spansets(s: &SpansetExpr, test: fn(&FieldExpr) -> bool) -> bool {
         match s {
-            SpansetExpr::Filter(e) => expr(e),
+            SpansetExpr::Filter(e) => expr(e, test),
             SpansetExpr::Binary {
                 op: SpansetOp::Or,
                 lhs,
                 rhs,
-            } => spansets(lhs) && spansets(rhs),
+            } => spansets(lhs, test) && spansets(rhs, test),
             _ => false,
         }
     }
     per_span_only(query)
-        && matches!(query.pipeline.stages.first(), Some(Stage::Spansets(s)) if spansets(s))
+        && matches!(query.pipeline.stages.first(), Some(Stage::Spansets(s)) if spansets(s, test))
 }
 
 /// Whether `e` is `nestedSetParent < 0` or `nestedSetParent = -1`: "the
