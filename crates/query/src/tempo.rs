@@ -190,7 +190,12 @@ fn protobuf(body: Bytes) -> Response {
 }
 
 fn json_response(v: Value) -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+    json_body(v.to_string())
+}
+
+/// A JSON answer written already.
+fn json_body(body: String) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 #[tracing::instrument(skip_all)]

@@ -21,14 +21,9 @@ use std::{
 };
 
 use axum::{extract::Query, response::Response};
-use serde_json::{json, Value};
-use tracedb_traceql::{
-    ast::Static,
-    metrics::{Exemplar, LabelValue, Series},
-    Compiled,
-};
+use tracedb_traceql::{ast::Static, Compiled};
 
-use super::{bad, json_response, marked, noted, Scoped};
+use super::{bad, json_body, marked, noted, Scoped};
 use crate::{
     error::Result,
     metrics::{instant_grid, range_grid, within_range, MetricsRequest, MAX_SERIES},
@@ -45,13 +40,8 @@ pub(super) async fn query_range(
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response> {
     let request = range_request(&params, now())?;
-    let (eval, mut partial) = noted(reads.metrics(request).await?, "metrics");
-    let series = eval.finish();
-    let body = json!({
-        "series": series.iter().map(series_json).collect::<Vec<Value>>(),
-        "metrics": { "completedJobs": 1, "totalJobs": 1 },
-    });
-    Ok(answer(body, &mut partial))
+    let (eval, partial) = noted(reads.metrics(request).await?, "metrics");
+    Ok(answer(json::range(&eval.finish(), &partial), &partial))
 }
 
 /// `GET /api/metrics/query`: one value per series over the whole range.
@@ -61,34 +51,14 @@ pub(super) async fn query_instant(
     Query(params): Query<HashMap<String, String>>,
 ) -> Result<Response> {
     let request = instant_request(&params, now())?;
-    let (eval, mut partial) = noted(reads.metrics(request).await?, "metrics");
-    let series: Vec<Value> = eval
-        .finish()
-        .iter()
-        .filter_map(|s| {
-            let &(_, v) = s.samples.first()?;
-            let mut out = json!({ "labels": labels_json(&s.labels) });
-            if v != 0.0 {
-                out["value"] = number(v);
-            }
-            Some(out)
-        })
-        .collect();
-    let mut body = json!({ "metrics": { "completedJobs": 1, "totalJobs": 1 } });
-    if !series.is_empty() {
-        body["series"] = Value::Array(series);
-    }
-    Ok(answer(body, &mut partial))
+    let (eval, partial) = noted(reads.metrics(request).await?, "metrics");
+    Ok(answer(json::instant(&eval.finish(), &partial), &partial))
 }
 
-/// The JSON answer, with Tempo's `status`/`message` and tracedb's partial
-/// headers when some of it is missing.
-fn answer(mut body: Value, partial: &mut [String]) -> Response {
-    if !partial.is_empty() {
-        body["status"] = json!("PARTIAL");
-        body["message"] = json!(partial.join("; "));
-    }
-    marked(json_response(body), partial)
+/// The JSON answer (with Tempo's `status`/`message` when some of it is
+/// missing), with tracedb's partial headers.
+fn answer(body: String, partial: &[String]) -> Response {
+    marked(json_body(body), partial)
 }
 
 fn now() -> u64 {
@@ -298,62 +268,6 @@ fn prometheus_duration(v: &str) -> std::result::Result<u64, String> {
     Ok(total)
 }
 
-/// A number as Tempo's JSON writes it: whole numbers without a fraction,
-/// NaN and the infinities as strings.
-fn number(v: f64) -> Value {
-    if v.is_nan() {
-        json!("NaN")
-    } else if v.is_infinite() {
-        json!(if v > 0.0 { "Infinity" } else { "-Infinity" })
-    } else if v.fract() == 0.0 && v.abs() < 9.0e15 {
-        json!(v as i64)
-    } else {
-        json!(v)
-    }
-}
-
-fn labels_json(labels: &[(String, LabelValue)]) -> Vec<Value> {
-    labels
-        .iter()
-        .map(|(key, v)| {
-            let value = match v {
-                LabelValue::Str(s) => json!({ "stringValue": s }),
-                LabelValue::Int(i) => json!({ "intValue": i.to_string() }),
-                LabelValue::Float(f) => json!({ "doubleValue": number(*f) }),
-                LabelValue::Bool(b) => json!({ "boolValue": b }),
-            };
-            json!({ "key": key, "value": value })
-        })
-        .collect()
-}
-
-fn series_json(s: &Series) -> Value {
-    let samples: Vec<Value> = s
-        .samples
-        .iter()
-        .map(|&(t, v)| {
-            let mut sample = json!({ "timestampMs": t.to_string() });
-            if v != 0.0 {
-                sample["value"] = number(v);
-            }
-            sample
-        })
-        .collect();
-    let mut out = json!({ "labels": labels_json(&s.labels), "samples": samples });
-    if !s.exemplars.is_empty() {
-        out["exemplars"] = Value::Array(s.exemplars.iter().map(exemplar_json).collect());
-    }
-    out
-}
-
-fn exemplar_json(e: &Exemplar) -> Value {
-    let mut out = json!({ "labels": labels_json(&e.labels) });
-    if e.value != 0.0 {
-        out["value"] = number(e.value);
-    }
-    out["timestampMs"] = json!(e.timestamp_ms.to_string());
-    out
-}
-
+mod json;
 #[cfg(test)]
 mod tests;
