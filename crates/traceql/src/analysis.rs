@@ -410,41 +410,34 @@ fn trace_level(e: &FieldExpr) -> bool {
 /// Drilldown asks of root spans do. `false` for any other query, and
 /// whenever it cannot tell.
 pub fn requires_root(query: &Query) -> bool {
-    first_stage_requires(query, is_root_test)
-}
-
-/// Whether each filter of [`per_span_only`] `query`'s first stage requires
-/// a comparison `test` holds of (under `&&` on one side at least, under
-/// `||` on both): only spans that pass `test` pass the stage.
-fn first_stage_requires(query: &Query, test: fn(&FieldExpr) -> bool) -> bool {
-    fn expr(e: &FieldExpr, test: fn(&FieldExpr) -> bool) -> bool {
+    fn expr(e: &FieldExpr) -> bool {
         match e {
             FieldExpr::Binary {
                 op: BinaryOp::And,
                 lhs,
                 rhs,
-            } => expr(lhs, test) || expr(rhs, test),
+            } => expr(lhs) || expr(rhs),
             FieldExpr::Binary {
                 op: BinaryOp::Or,
                 lhs,
                 rhs,
-            } => expr(lhs, test) && expr(rhs, test),
-            e => test(e),
+            } => expr(lhs) && expr(rhs),
+            e => is_root_test(e),
         }
     }
-    fn spansets(s: &SpansetExpr, test: fn(&FieldExpr) -> bool) -> bool {
+    fn spansets(s: &SpansetExpr) -> bool {
         match s {
-            SpansetExpr::Filter(e) => expr(e, test),
+            SpansetExpr::Filter(e) => expr(e),
             SpansetExpr::Binary {
                 op: SpansetOp::Or,
                 lhs,
                 rhs,
-            } => spansets(lhs, test) && spansets(rhs, test),
+            } => spansets(lhs) && spansets(rhs),
             _ => false,
         }
     }
     per_span_only(query)
-        && matches!(query.pipeline.stages.first(), Some(Stage::Spansets(s)) if spansets(s, test))
+        && matches!(query.pipeline.stages.first(), Some(Stage::Spansets(s)) if spansets(s))
 }
 
 /// Whether `e` is `nestedSetParent < 0` or `nestedSetParent = -1`: "the
