@@ -24,6 +24,7 @@ use tracedb_lsm::{
 use tracedb_proto::query::v1 as proto;
 use tracedb_traceql::{
     metrics::{go_duration, Cells, Grid, LabelValue, MetricsEval, Picked, RawSeries, Series},
+    trace::{Origins, ORIGINS_HELD_BYTES},
     Compiled, Projection,
 };
 
@@ -31,7 +32,7 @@ use crate::{
     cancel::Cancel,
     error::Error,
     read::Answer,
-    search::{decode_for, op_needs, RunError},
+    search::{decode_with, op_needs, RunError},
 };
 
 mod cells;
@@ -436,7 +437,10 @@ fn by_traces(
     mut next: impl FnMut(&mut tracedb_lsm::Permit) -> Result<Option<Candidate>, RunError>,
 ) -> Result<Part, RunError> {
     let budget = engine.memory_budget();
-    let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
+    let mut held = budget
+        .acquire(ORIGINS_HELD_BYTES)
+        .map_err(RunError::Overloaded)?;
+    let mut origins = Origins::new();
     let mut eval = req.evaluator()?;
     let projection = Projection::of(&req.query.query);
     let mut series_bytes = 0;
@@ -457,7 +461,7 @@ fn by_traces(
         cancel.check()?;
         let (lookup, trace_bytes) =
             crate::search::read_candidate(engine, &candidate, &mut held, &mut partial)?;
-        match decode_for(candidate.trace_id, &lookup.spans, &projection) {
+        match decode_with(candidate.trace_id, &lookup.spans, &projection, &mut origins) {
             Ok(trace) => {
                 let sets = req.query.eval(&trace);
                 if !sets.is_empty() {

@@ -465,6 +465,17 @@ pub fn decode_for(
     Trace::decode_for(trace_id.0, encoded(spans), projection)
 }
 
+/// [`decode_for`], with the resources and scopes `origins` decoded
+/// already (a caller decoding many traces keeps one for them all).
+pub fn decode_with(
+    trace_id: TraceId,
+    spans: &[Span],
+    projection: &Projection,
+    origins: &mut tracedb_traceql::trace::Origins,
+) -> Result<Trace, tracedb_traceql::trace::DecodeError> {
+    Trace::decode_with(trace_id.0, encoded(spans), projection, origins)
+}
+
 /// Stored spans as the evaluator reads their bytes.
 pub fn encoded(spans: &[Span]) -> impl Iterator<Item = EncodedSpan<'_>> + Clone {
     spans.iter().map(|s| EncodedSpan {

@@ -18,7 +18,9 @@ use tracedb_proto::{
 
 use crate::ast::{Kind, Status};
 
+mod origins;
 mod project;
+pub use origins::{Origins, MAX_HELD_BYTES as ORIGINS_HELD_BYTES};
 pub use project::Projection;
 
 /// An attribute value.
@@ -159,7 +161,18 @@ impl Trace {
         spans: impl IntoIterator<Item = EncodedSpan<'a>>,
         projection: &Projection,
     ) -> Result<Trace, DecodeError> {
-        let mut origins: HashMap<OriginBytes<'_>, Arc<Origin>> = HashMap::new();
+        Trace::decode_with(trace_id, spans, projection, &mut Origins::new())
+    }
+
+    /// [`Trace::decode_for`], the resources and scopes taken from
+    /// `origins`, or decoded into it: a caller decoding many traces keeps
+    /// one for them all.
+    pub fn decode_with<'a>(
+        trace_id: [u8; 16],
+        spans: impl IntoIterator<Item = EncodedSpan<'a>>,
+        projection: &Projection,
+        origins: &mut Origins,
+    ) -> Result<Trace, DecodeError> {
         // Spans of one resource and scope most often follow one another,
         // sharing their stored bytes: the last origin is checked by address
         // (then contents) before any hash of the bytes.
@@ -174,14 +187,7 @@ impl Trace {
             let origin = match &last {
                 Some(((r, s), o)) if same(r, key.0) && same(s, key.1) => o.clone(),
                 _ => {
-                    let o = match origins.get(&key) {
-                        Some(o) => o.clone(),
-                        None => {
-                            let o = Arc::new(decode_origin(encoded.resource, encoded.scope)?);
-                            origins.insert(key, o.clone());
-                            o
-                        }
-                    };
+                    let o = origins.get(key.0, key.1)?;
                     last = Some((key, o.clone()));
                     o
                 }

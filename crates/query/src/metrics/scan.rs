@@ -19,13 +19,17 @@
 use std::sync::Arc;
 
 use tracedb_lsm::{Engine, TimeRange, TraceId, TraceIdRange};
-use tracedb_traceql::{metrics::MetricsEval, Projection, RawNeeds};
+use tracedb_traceql::{
+    metrics::MetricsEval,
+    trace::{Origins, ORIGINS_HELD_BYTES},
+    Projection, RawNeeds,
+};
 
 use super::{MetricsRequest, CELL_BYTES};
 use crate::{
     cancel::Cancel,
     read::Answer,
-    search::{decode_for, encoded, RunError},
+    search::{decode_with, encoded, RunError},
 };
 
 /// [`super::run`] over the window's files in one pass.
@@ -72,6 +76,10 @@ pub(super) fn scan_until(
         let wanted = wanted.clone();
         move || {
             let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
+            // The resources and scopes decoded, kept from trace to trace.
+            held.grow(ORIGINS_HELD_BYTES)
+                .map_err(RunError::Overloaded)?;
+            let mut origins = Origins::new();
             let mut eval = req.evaluator()?;
             eval.count_until(until);
             let row_bytes = req.grid.len() * CELL_BYTES + 256;
@@ -95,7 +103,7 @@ pub(super) fn scan_until(
                 if raw_needs.is_some_and(|needs| !needs.may_match(encoded(spans))) {
                     return true;
                 }
-                match decode_for(trace_id, spans, projection) {
+                match decode_with(trace_id, spans, projection, &mut origins) {
                     Ok(trace) => {
                         let sets = req.query.eval(&trace);
                         if !sets.is_empty() {
