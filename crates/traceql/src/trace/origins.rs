@@ -9,13 +9,17 @@ use std::{
 
 use super::{decode_origin, DecodeError, Origin};
 
-/// Most stored bytes of resources and scopes a cache keeps; past it, it
-/// starts over.
-const MAX_BYTES: usize = 256 << 10;
+/// Most bytes a cache holds, its keys and the origins decoded as
+/// `held_bytes` counts them; past it, it starts over. A caller that
+/// admits memory counts this much for it.
+pub const MAX_HELD_BYTES: usize = 1 << 20;
 
-/// What [`Origins`] may hold, the decoded origins with their keys: a
-/// caller that admits memory counts this much for it.
-pub const MAX_HELD_BYTES: usize = 4 * MAX_BYTES;
+/// About the bytes one origin kept holds: its resource's and scope's bytes
+/// twice (the key, and the strings decoded from them), and each decoded
+/// attribute's key, value and place in its list.
+fn held_bytes(resource: &[u8], scope: &[u8], o: &Origin) -> usize {
+    2 * (resource.len() + scope.len()) + 128 + 96 * (o.resource.len() + o.scope.len())
+}
 
 /// An origin kept, with its resource's and scope's bytes.
 type Kept = (Box<[u8]>, Box<[u8]>, Arc<Origin>);
@@ -29,6 +33,7 @@ type Kept = (Box<[u8]>, Box<[u8]>, Arc<Origin>);
 pub struct Origins {
     /// By the hash of (resource, scope): each origin with those bytes.
     by_hash: HashMap<u64, Vec<Kept>, foldhash::fast::FixedState>,
+    /// What they hold ([`held_bytes`]).
     bytes: usize,
 }
 
@@ -60,8 +65,8 @@ impl Origins {
             (!resource.is_empty()).then_some(resource),
             (!scope.is_empty()).then_some(scope),
         )?);
-        let bytes = resource.len() + scope.len();
-        if self.bytes + bytes > MAX_BYTES {
+        let bytes = held_bytes(resource, scope, &o);
+        if self.bytes + bytes > MAX_HELD_BYTES {
             self.by_hash.clear();
             self.bytes = 0;
         }
@@ -120,9 +125,9 @@ mod tests {
         let mut cache = Origins::new();
         let mut shared_origins: Vec<Arc<crate::trace::Origin>> = Vec::new();
         for t in 0..400u32 {
-            // Every other trace has a resource of its own, 2 KiB: 200 of
-            // them pass the cache's bytes.
-            let own = resource(&format!("own-{t}"), 2048);
+            // Every other trace has a resource of its own, 8 KiB: 200 of
+            // them pass the cache's bytes three times.
+            let own = resource(&format!("own-{t}"), 8192);
             let payloads: Vec<Vec<u8>> = (0..3u8)
                 .map(|i| {
                     Span {
@@ -157,7 +162,7 @@ mod tests {
                 shared_origins.push(cached.spans[0].origin.clone());
             }
         }
-        assert!(cache.bytes <= MAX_BYTES);
+        assert!(cache.bytes <= MAX_HELD_BYTES);
         // The same resource and scope, met in another trace, is one origin
         // (unless the cache started over between them).
         let shared_pairs = shared_origins
