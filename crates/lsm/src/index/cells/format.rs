@@ -951,30 +951,30 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
             ..CellTable::empty(family, seconds, timed > 0)
         };
         for (at, piece) in of {
-            if roots_only
-                && !piece.has_durations
-                && piece.cells.iter().any(|c| keys[c.key as usize].is_root())
+            // A part without durations beside parts with them holds no root
+            // key; one holding an error key was written before error keys
+            // kept their durations: readable part by part (a query of error
+            // spans' durations reads that file's spans), but this table
+            // cannot say which of its cells lack them, so it is not decoded
+            // whole.
+            let timed_key = || {
+                piece
+                    .cells
+                    .iter()
+                    .map(|c| &keys[c.key as usize])
+                    .find(|k| k.timed_when_light())
+            };
+            if let Some(k) = (roots_only && !piece.has_durations)
+                .then(timed_key)
+                .flatten()
             {
-                return Err(corrupt(
-                    path,
-                    at,
-                    "a table part without durations holds a root key beside parts with them",
-                ));
-            }
-            // Sidecars written before error keys kept their durations in
-            // such a table: readable part by part (a query of error spans'
-            // durations reads that file's spans), but this table cannot say
-            // which of its cells lack them, so it is not decoded whole.
-            if roots_only
-                && !piece.has_durations
-                && piece.cells.iter().any(|c| keys[c.key as usize].is_error())
-            {
-                return Err(corrupt(
-                    path,
-                    at,
+                let why = if k.is_root() {
+                    "a table part without durations holds a root key beside parts with them"
+                } else {
                     "a table part without durations holds an error key beside parts with \
-                     them: written by an earlier version, its parts are read one by one",
-                ));
+                     them: written by an earlier version, its parts are read one by one"
+                };
+                return Err(corrupt(path, at, why));
             }
             t.append(piece);
         }
