@@ -10,10 +10,11 @@
 //! may read one span or resource attribute besides, if its filters pass
 //! only spans carrying it: it adds the attribute cells of the attribute's
 //! values, in the files that counted it (a file that did not has the query
-//! read the spans). Each
-//! cell key is judged once by the TraceQL evaluator itself, on a span built
-//! with exactly the key's fields: the verdict and the labels are those of
-//! every span the cell counts. Spans are read only for exemplars: a few
+//! read the spans). The
+//! keys that agree on the fields the query reads are judged once, by the
+//! TraceQL evaluator itself, on a span built with exactly those fields:
+//! the verdict and the labels are those of every span their cells count,
+//! and their sums are added up as one. Spans are read only for exemplars: a few
 //! traces from each tenth of the window.
 
 use std::sync::Arc;
@@ -71,6 +72,57 @@ pub struct Plan {
     /// In the attribute family, the attribute the query reads, as files'
     /// cells name the attributes they count (a scope byte, then the key).
     attr: Option<Box<[u8]>>,
+    /// The key fields its filters and `by()` read: keys that agree on
+    /// them have one verdict and one series.
+    reads: KeyReads,
+}
+
+/// Which fields of a cell key a query's filters and `by()` read (the
+/// attribute, when the plan has one, is always read).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct KeyReads {
+    parent: bool,
+    service: bool,
+    name: bool,
+    kind: bool,
+    status: bool,
+}
+
+impl KeyReads {
+    fn of<'a>(fields: impl IntoIterator<Item = &'a Attribute>) -> KeyReads {
+        let mut reads = KeyReads::default();
+        for a in fields {
+            match a {
+                Attribute::Intrinsic(Intrinsic::NestedSetParent) => reads.parent = true,
+                Attribute::Intrinsic(Intrinsic::Name) => reads.name = true,
+                Attribute::Intrinsic(Intrinsic::Kind) => reads.kind = true,
+                Attribute::Intrinsic(Intrinsic::Status) => reads.status = true,
+                Attribute::Attr {
+                    scope: Scope::Resource,
+                    name,
+                } if name == "service.name" => reads.service = true,
+                _ => {}
+            }
+        }
+        reads
+    }
+
+    /// `key` with the fields not read left empty: what the query's
+    /// verdict and labels of `key` depend on.
+    fn project(self, key: CellKey) -> CellKey {
+        CellKey {
+            parent: if self.parent {
+                key.parent
+            } else {
+                Parent::None
+            },
+            service: key.service.filter(|_| self.service),
+            name: key.name.filter(|_| self.name),
+            attr: key.attr,
+            kind: if self.kind { key.kind } else { 0 },
+            status: if self.status { key.status } else { 0 },
+        }
+    }
 }
 
 /// How `req` can be answered from cells, if it can: every field its filters
@@ -97,6 +149,7 @@ pub fn plan(req: &MetricsRequest) -> Option<Plan> {
         .iter()
         .all(|a| !matches!(a, Attribute::Intrinsic(Intrinsic::NestedSetParent)));
     let fields = span_fields(&req.query.query)?;
+    let reads = KeyReads::of(fields.iter().copied().chain(&metrics.by));
     // One attribute at most besides the key's fields, which every span the
     // filters pass carries.
     let mut others = fields
@@ -151,7 +204,15 @@ pub fn plan(req: &MetricsRequest) -> Option<Plan> {
         judges_names,
         roots: requires_root(&req.query.query),
         attr,
+        reads,
     })
+}
+
+/// The class of `key` for `req`, if cells can answer it: the key with only
+/// the fields `req` reads ([`Counter::class`]).
+#[cfg(test)]
+pub fn class_of(req: &MetricsRequest, key: CellKey) -> Option<CellKey> {
+    Some(plan(req)?.reads.project(key))
 }
 
 /// The name attribute cells give `a`, if it is a span or resource
@@ -277,18 +338,20 @@ struct Counter<'a> {
     plan: Plan,
     /// The numbering of the sources' keys ([`Engine::cells_dict`]).
     dict: Arc<Dict>,
-    /// Per number the dictionary gave a key, the number this query gave
-    /// it when it first met it (`u32::MAX`: not met).
+    /// Per number the dictionary gave a key, the number of its class
+    /// ([`Counter::class`]) once met (`u32::MAX`: not met).
     local: Vec<u32>,
     /// Per dictionary number of a key without its name, whether keys with
     /// its fields could match ([`Counter::could_match`]), once judged.
     nameless: Vec<Option<bool>>,
-    /// Per key number, its one-span trace if the query matches it.
+    /// The number of each class of keys met ([`Counter::class`]).
+    classes: Map<Option<CellKey>, u32>,
+    /// Per class number, its one-span trace if the query matches it.
     matched: Vec<Option<Trace>>,
-    /// Per key number, whether its span could not be rebuilt (a cell of
+    /// Per class number, whether its span could not be rebuilt (a cell of
     /// it in the grid fails the answer).
     unbuilt: Vec<bool>,
-    /// Per matched key number, its row of sums in `dense` (one per
+    /// Per matched class number, its row of sums in `dense` (one per
     /// interval), while rows × intervals stay within [`DENSE_SUMS`];
     /// the sums of later keys are in `sums`, by (key number, interval).
     rows: Vec<Option<u32>>,
@@ -361,8 +424,8 @@ impl Counter<'_> {
         )
     }
 
-    /// This query's number for the key the dictionary numbers `global`,
-    /// judged when first met.
+    /// This query's number for the key the dictionary numbers `global`:
+    /// that of its class ([`Counter::class`]), found when first met.
     fn id(&mut self, global: u32) -> u32 {
         let at = global as usize;
         if at >= self.local.len() {
@@ -372,22 +435,45 @@ impl Counter<'_> {
             return self.local[at];
         }
         // A key its nameless key's verdict leaves out is not built (most
-        // keys of a query of one service), the others are judged whole.
-        let id = self.matched.len() as u32;
+        // keys of a query of one service), the others are projected on the
+        // fields the query reads.
         let nameless_judges = self.plan.family == Family::Named && !self.plan.judges_names;
-        if (self.plan.roots && !self.dict.is_root(global))
+        let id = if (self.plan.roots && !self.dict.is_root(global))
             || (nameless_judges && !self.could_match(global))
         {
-            self.unbuilt.push(false);
-            self.matched.push(None);
+            self.class(None)
         } else {
-            let trace = key_trace(&self.dict.key(global));
-            self.unbuilt.push(trace.is_none());
-            let verdict = trace.filter(|t| self.query.eval(t).iter().any(|s| s.spans.contains(&0)));
-            self.matched.push(verdict);
+            let key = self.plan.reads.project(self.dict.key(global));
+            self.class(Some(key))
+        };
+        self.local[at] = id;
+        id
+    }
+
+    /// The number of the keys whose fields the query reads are those of
+    /// `key` (`None`: the keys left out unjudged), judged when first met:
+    /// every key of a class has the verdict and the labels of its one-span
+    /// trace, and its sums are added up in one row.
+    fn class(&mut self, key: Option<CellKey>) -> u32 {
+        if let Some(&id) = self.classes.get(&key) {
+            return id;
+        }
+        let id = self.matched.len() as u32;
+        match &key {
+            None => {
+                self.unbuilt.push(false);
+                self.matched.push(None);
+            }
+            Some(k) => {
+                let trace = key_trace(k);
+                self.unbuilt.push(trace.is_none());
+                let verdict =
+                    trace.filter(|t| self.query.eval(t).iter().any(|s| s.spans.contains(&0)));
+                self.matched.push(verdict);
+            }
         }
         self.rows.push(None);
-        self.local[at] = id;
+        self.classes.insert(key, id);
         id
     }
 
@@ -502,6 +588,7 @@ impl Counter<'_> {
     fn bytes(&self) -> usize {
         (self.sums.len() + self.dense.len()) * 64
             + self.matched.len() * 128
+            + self.classes.len() * 96
             + self.local.len() * 4
             + self.nameless.len() * 2
             + self
@@ -595,6 +682,7 @@ pub fn answer_after(
         dict: engine.cells_dict(),
         local: Vec::new(),
         nameless: Vec::new(),
+        classes: Map::default(),
         matched: Vec::new(),
         unbuilt: Vec::new(),
         rows: Vec::new(),

@@ -352,6 +352,57 @@ fn metrics_from_cells_answer_as_every_span_does() {
 }
 
 #[test]
+fn keys_that_agree_on_what_a_query_reads_are_one_class() {
+    use tracedb_lsm::index::cells::{CellKey, Parent};
+    let q = |text: &str| MetricsRequest {
+        query: Arc::new(Compiled::new(parse(text).expect("parses")).expect("compiles")),
+        grid: Grid::range(1_700_000_000 * SEC, 1_700_000_600 * SEC, 60 * SEC),
+        max_series: 10,
+        max_exemplars: 0,
+    };
+    let key = |service: &str, name: &str, kind: u32, status: u32, parent: Parent| CellKey {
+        parent,
+        service: Some(service.as_bytes().into()),
+        name: Some(name.as_bytes().into()),
+        attr: None,
+        kind,
+        status,
+    };
+    let class = |text: &str, k: CellKey| cells::class_of(&q(text), k).expect("from cells");
+    let errors = "{ status = error } | quantile_over_time(duration, .9) by(name)";
+    let a = key("a", "GET", 2, 2, Parent::Some);
+    assert_eq!(
+        class(errors, a.clone()),
+        class(errors, key("b", "GET", 3, 2, Parent::None))
+    );
+    assert_ne!(
+        class(errors, a.clone()),
+        class(errors, key("a", "PUT", 2, 2, Parent::Some))
+    );
+    assert_ne!(
+        class(errors, a.clone()),
+        class(errors, key("a", "GET", 2, 1, Parent::Some))
+    );
+    let by_service = "{ nestedSetParent < 0 } | rate() by(resource.service.name, kind)";
+    assert_eq!(
+        class(by_service, a.clone()),
+        class(by_service, key("a", "PUT", 2, 1, Parent::Some))
+    );
+    assert_ne!(
+        class(by_service, a.clone()),
+        class(by_service, key("b", "GET", 2, 2, Parent::Some))
+    );
+    assert_ne!(
+        class(by_service, a.clone()),
+        class(by_service, key("a", "GET", 3, 2, Parent::Some))
+    );
+    assert_ne!(
+        class(by_service, a),
+        class(by_service, key("a", "GET", 2, 2, Parent::None))
+    );
+}
+
+#[test]
 fn queries_cells_cannot_answer_are_read_from_spans() {
     let q = |text: &str, step: u64, start: u64| MetricsRequest {
         query: Arc::new(Compiled::new(parse(text).expect("parses")).expect("compiles")),
