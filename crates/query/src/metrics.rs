@@ -32,7 +32,7 @@ use crate::{
     cancel::Cancel,
     error::Error,
     read::Answer,
-    search::{decode_with, op_needs, RunError},
+    search::{decode_matching, op_needs, RunError},
 };
 
 mod cells;
@@ -443,6 +443,7 @@ fn by_traces(
     let mut origins = Origins::new();
     let mut eval = req.evaluator()?;
     let projection = Projection::of(&req.query.query);
+    let each_span = tracedb_traceql::RawNeeds::of_each_span(&req.query.query);
     let mut series_bytes = 0;
     let mut partial: Vec<String> = Vec::new();
     let row_bytes = req.grid.len() * CELL_BYTES + 256;
@@ -461,7 +462,13 @@ fn by_traces(
         cancel.check()?;
         let (lookup, trace_bytes) =
             crate::search::read_candidate(engine, &candidate, &mut held, &mut partial)?;
-        match decode_with(candidate.trace_id, &lookup.spans, &projection, &mut origins) {
+        match decode_matching(
+            candidate.trace_id,
+            &lookup.spans,
+            each_span.as_ref(),
+            &projection,
+            &mut origins,
+        ) {
             Ok(trace) => {
                 let sets = req.query.eval(&trace);
                 if !sets.is_empty() {

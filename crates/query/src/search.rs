@@ -476,6 +476,27 @@ pub fn decode_with(
     Trace::decode_with(trace_id.0, encoded(spans), projection, origins)
 }
 
+/// [`decode_with`] without the spans whose bytes `each` rules out
+/// ([`tracedb_traceql::RawNeeds::of_each_span`]: they match nothing, and
+/// the others are judged the same without them); every span when `None`.
+pub fn decode_matching(
+    trace_id: TraceId,
+    spans: &[Span],
+    each: Option<&tracedb_traceql::RawNeeds>,
+    projection: &Projection,
+    origins: &mut tracedb_traceql::trace::Origins,
+) -> Result<Trace, tracedb_traceql::trace::DecodeError> {
+    match each {
+        Some(needs) => Trace::decode_with(
+            trace_id.0,
+            encoded(spans).filter(|s| needs.span_may_match(s)),
+            projection,
+            origins,
+        ),
+        None => decode_with(trace_id, spans, projection, origins),
+    }
+}
+
 /// Stored spans as the evaluator reads their bytes.
 pub fn encoded(spans: &[Span]) -> impl Iterator<Item = EncodedSpan<'_>> + Clone {
     spans.iter().map(|s| EncodedSpan {

@@ -29,7 +29,7 @@ use super::{MetricsRequest, CELL_BYTES};
 use crate::{
     cancel::Cancel,
     read::Answer,
-    search::{decode_with, encoded, RunError},
+    search::{decode_matching, encoded, RunError},
 };
 
 /// [`super::run`] over the window's files in one pass.
@@ -58,6 +58,9 @@ pub(super) fn scan_until(
     req.evaluator()?;
     let projection = Projection::of(&req.query.query);
     let raw_needs = RawNeeds::of(&req.query.query);
+    // Spans whose bytes cannot match are not decoded either, where the
+    // others are judged the same without them.
+    let each_span = RawNeeds::of_each_span(&req.query.query);
     // Files are chosen by the spans' times; a span counts by its start, so
     // the window is the grid's.
     let last = req.grid.end.min(until);
@@ -73,6 +76,7 @@ pub(super) fn scan_until(
     let parts = super::each_on_a_thread(ranges.iter().zip(parts).map(|(&ids, buffers)| {
         let projection = &projection;
         let raw_needs = raw_needs.as_ref();
+        let each_span = each_span.as_ref();
         let wanted = wanted.clone();
         move || {
             let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
@@ -103,7 +107,7 @@ pub(super) fn scan_until(
                 if raw_needs.is_some_and(|needs| !needs.may_match(encoded(spans))) {
                     return true;
                 }
-                match decode_with(trace_id, spans, projection, &mut origins) {
+                match decode_matching(trace_id, spans, each_span, projection, &mut origins) {
                     Ok(trace) => {
                         let sets = req.query.eval(&trace);
                         if !sets.is_empty() {

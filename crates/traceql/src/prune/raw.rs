@@ -17,7 +17,8 @@ use memchr::memmem::Finder;
 
 use super::{needs, AttrNeed, LiteralKind, SpanNeed};
 use crate::{
-    ast::{Query, Scope},
+    analysis::{per_span_only, span_fields},
+    ast::{Attribute, Intrinsic, Query, Scope, SpansetExpr, Stage},
     trace::EncodedSpan,
 };
 
@@ -58,6 +59,43 @@ impl RawNeeds {
             .filter(|c| !c.is_empty())
             .collect();
         (!needs.is_empty()).then_some(RawNeeds { needs })
+    }
+
+    /// [`RawNeeds::of`] a query whose every match holds them on its own
+    /// bytes: whether a span matches depends on that span alone
+    /// ([`per_span_only`]: a query tier relies on the same) and on nothing
+    /// of its place in its trace's tree (no `nestedSet` field is read), and
+    /// its spans pass one spanset filter. A span whose bytes fail them
+    /// ([`RawNeeds::span_may_match`]) then matches nothing, and the trace's
+    /// other spans are judged the same without it: a trace may be decoded
+    /// without such spans. `None` for any other query.
+    pub fn of_each_span(query: &Query) -> Option<RawNeeds> {
+        let one_filter = matches!(
+            query.pipeline.stages.first(),
+            Some(Stage::Spansets(SpansetExpr::Filter(_)))
+        );
+        let tree = |a: &&Attribute| {
+            matches!(
+                a,
+                Attribute::Intrinsic(
+                    Intrinsic::NestedSetParent
+                        | Intrinsic::NestedSetLeft
+                        | Intrinsic::NestedSetRight
+                )
+            )
+        };
+        if !one_filter || !per_span_only(query) || span_fields(query)?.iter().any(tree) {
+            return None;
+        }
+        RawNeeds::of(query)
+    }
+
+    /// Whether this stored span may be one a query of
+    /// [`RawNeeds::of_each_span`] matches: it holds the bytes of every need.
+    pub fn span_may_match(&self, span: &EncodedSpan<'_>) -> bool {
+        self.needs
+            .iter()
+            .all(|need| need.iter().all(|check| check.holds(span)))
     }
 
     /// Whether the trace these stored spans make up may match: for each

@@ -154,3 +154,103 @@ fn a_trace_passed_over_matches_no_query_on_random_traces_and_queries() {
     assert!(checked > 100, "{checked} queries had needs in bytes");
     assert!(passed_over > 1_000, "{passed_over} traces passed over");
 }
+
+/// The spans a query matches, by their IDs.
+fn matched_ids(compiled: &Compiled, trace: &Trace) -> Vec<[u8; 8]> {
+    let mut ids: Vec<[u8; 8]> = compiled
+        .eval(trace)
+        .iter()
+        .flat_map(|set| set.spans.iter().map(|&i| trace.spans[i].span_id))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// On random traces and queries: where a query's matches each hold its
+/// bytes, the trace decoded without the spans that do not hold them has
+/// the same matches as the whole trace, and some spans are left out.
+#[test]
+fn spans_left_out_by_their_bytes_change_no_match_on_random_traces_and_queries() {
+    let mut rng = Rng::new(44);
+    let traces: Vec<_> = (0..60u8)
+        .map(|t| {
+            let id = [t; 16];
+            (id, arbitrary::trace(&mut rng, id, 1_000_000_000))
+        })
+        .collect();
+    let (mut checked, mut left_out) = (0, 0);
+    for _ in 0..4000 {
+        let query = arbitrary::query(&mut rng);
+        let Some(needs) = RawNeeds::of_each_span(&query) else {
+            continue;
+        };
+        checked += 1;
+        let compiled = Compiled::new(query.clone()).expect("regexes compile");
+        for (id, parts) in &traces {
+            let spans = || {
+                parts.iter().map(|(r, s, p)| EncodedSpan {
+                    payload: p,
+                    resource: Some(r),
+                    scope: Some(s),
+                })
+            };
+            let whole = Trace::decode(*id, spans()).expect("generated spans decode");
+            let some =
+                Trace::decode(*id, spans().filter(|s| needs.span_may_match(s))).expect("decodes");
+            left_out += whole.spans.len() - some.spans.len();
+            assert_eq!(
+                matched_ids(&compiled, &whole),
+                matched_ids(&compiled, &some),
+                "{query} on {id:?}"
+            );
+        }
+    }
+    assert!(checked > 50, "{checked} queries had needs of each span");
+    assert!(left_out > 1_000, "{left_out} spans left out");
+}
+
+#[test]
+fn spans_are_left_out_only_where_no_other_span_decides_a_match() {
+    let each = |q: &str| RawNeeds::of_each_span(&crate::parse(q).expect("parses")).is_some();
+    assert!(each(
+        r#"{ span.tenant = "acme" } | rate() by(resource.service.name)"#
+    ));
+    assert!(each(r#"{ span.tenant = "acme" && kind = server }"#));
+    // Other spans decide: a structure, two spansets, a place in the tree.
+    assert!(!each(r#"{ span.tenant = "acme" } >> { status = error }"#));
+    assert!(!each(r#"{ span.tenant = "acme" } && { name = "x" }"#));
+    assert!(!each(r#"{ span.tenant = "acme" } || { name = "x" }"#));
+    assert!(!each(r#"{ span.tenant = "acme" && nestedSetParent < 0 }"#));
+    assert!(!each(r#"{ span.tenant = "acme" && trace:rootName = "x" }"#));
+    assert!(!each(r#"{ span.tenant = "acme" } | count() > 1"#));
+    // No bytes to check.
+    assert!(!each(r#"{ span.tenant != "acme" }"#));
+    // A span is kept only where it holds every check of the need.
+    let (payload, resource) = stored(
+        "GET /cart",
+        &[("tenant", "acme")],
+        &[("service.name", "front")],
+    );
+    let span = EncodedSpan {
+        payload: &payload,
+        resource: Some(&resource),
+        scope: None,
+    };
+    let kept = |q: &str| {
+        RawNeeds::of_each_span(&crate::parse(q).expect("parses"))
+            .expect("checks each span")
+            .span_may_match(&span)
+    };
+    assert!(kept(r#"{ span.tenant = "acme" && name = "GET /cart" }"#));
+    assert!(kept(
+        r#"{ span.tenant = "acme" && resource.service.name = "front" }"#
+    ));
+    assert!(!kept(r#"{ span.tenant = "acme" && name = "SELECT" }"#));
+    assert!(!kept(
+        r#"{ span.tenant = "umbrella" && name = "GET /cart" }"#
+    ));
+    assert!(!kept(
+        r#"{ span.tenant = "acme" && resource.service.name = "cart" }"#
+    ));
+}
