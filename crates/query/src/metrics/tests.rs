@@ -370,36 +370,21 @@ fn keys_that_agree_on_what_a_query_reads_are_one_class() {
     };
     let class = |text: &str, k: CellKey| cells::class_of(&q(text), k).expect("from cells");
     let errors = "{ status = error } | quantile_over_time(duration, .9) by(name)";
-    let a = key("a", "GET", 2, 2, Parent::Some);
-    assert_eq!(
-        class(errors, a.clone()),
-        class(errors, key("b", "GET", 3, 2, Parent::None))
-    );
-    assert_ne!(
-        class(errors, a.clone()),
-        class(errors, key("a", "PUT", 2, 2, Parent::Some))
-    );
-    assert_ne!(
-        class(errors, a.clone()),
-        class(errors, key("a", "GET", 2, 1, Parent::Some))
-    );
     let by_service = "{ nestedSetParent < 0 } | rate() by(resource.service.name, kind)";
-    assert_eq!(
-        class(by_service, a.clone()),
-        class(by_service, key("a", "PUT", 2, 1, Parent::Some))
-    );
-    assert_ne!(
-        class(by_service, a.clone()),
-        class(by_service, key("b", "GET", 2, 2, Parent::Some))
-    );
-    assert_ne!(
-        class(by_service, a.clone()),
-        class(by_service, key("a", "GET", 3, 2, Parent::Some))
-    );
-    assert_ne!(
-        class(by_service, a),
-        class(by_service, key("a", "GET", 2, 2, Parent::None))
-    );
+    let a = || key("a", "GET", 2, 2, Parent::Some);
+    // (query, another key, whether it is in `a`'s class)
+    for (query, other, same) in [
+        (errors, key("b", "GET", 3, 2, Parent::None), true),
+        (errors, key("a", "PUT", 2, 2, Parent::Some), false),
+        (errors, key("a", "GET", 2, 1, Parent::Some), false),
+        (by_service, key("a", "PUT", 2, 1, Parent::Some), true),
+        (by_service, key("b", "GET", 2, 2, Parent::Some), false),
+        (by_service, key("a", "GET", 3, 2, Parent::Some), false),
+        (by_service, key("a", "GET", 2, 2, Parent::None), false),
+    ] {
+        let said = format!("{query}: {other:?}");
+        assert_eq!(class(query, a()) == class(query, other), same, "{said}");
+    }
 }
 
 #[test]

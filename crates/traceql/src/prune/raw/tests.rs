@@ -106,24 +106,36 @@ fn a_trace_is_passed_over_only_where_no_span_holds_a_needs_bytes() {
     }
 }
 
+/// Sixty random traces: their IDs and stored spans.
+fn random_traces(rng: &mut Rng) -> Vec<([u8; 16], Vec<arbitrary::EncodedParts>)> {
+    (0..60u8)
+        .map(|t| {
+            let id = [t; 16];
+            (id, arbitrary::trace(rng, id, 1_000_000_000))
+        })
+        .collect()
+}
+
+/// Generated spans as the evaluator reads their stored bytes.
+fn stored_spans(
+    parts: &[arbitrary::EncodedParts],
+) -> impl Iterator<Item = EncodedSpan<'_>> + Clone {
+    parts.iter().map(|(r, s, p)| EncodedSpan {
+        payload: p,
+        resource: Some(r),
+        scope: Some(s),
+    })
+}
+
 /// On random traces and queries: a trace the bytes pass over matches
 /// nothing, and they pass over some.
 #[test]
 fn a_trace_passed_over_matches_no_query_on_random_traces_and_queries() {
     let mut rng = Rng::new(43);
-    let traces: Vec<_> = (0..60u8)
-        .map(|t| {
-            let id = [t; 16];
-            let parts = arbitrary::trace(&mut rng, id, 1_000_000_000);
-            let trace = Trace::decode(
-                id,
-                parts.iter().map(|(r, s, p)| EncodedSpan {
-                    payload: p,
-                    resource: Some(r),
-                    scope: Some(s),
-                }),
-            )
-            .expect("generated spans decode");
+    let traces: Vec<_> = random_traces(&mut rng)
+        .into_iter()
+        .map(|(id, parts)| {
+            let trace = Trace::decode(id, stored_spans(&parts)).expect("generated spans decode");
             (parts, trace)
         })
         .collect();
@@ -136,12 +148,7 @@ fn a_trace_passed_over_matches_no_query_on_random_traces_and_queries() {
         checked += 1;
         let compiled = Compiled::new(query.clone()).expect("regexes compile");
         for (parts, trace) in &traces {
-            let spans = parts.iter().map(|(r, s, p)| EncodedSpan {
-                payload: p,
-                resource: Some(r),
-                scope: Some(s),
-            });
-            if !needs.may_match(spans) {
+            if !needs.may_match(stored_spans(parts)) {
                 passed_over += 1;
                 assert!(
                     compiled.eval(trace).is_empty(),
@@ -173,12 +180,7 @@ fn matched_ids(compiled: &Compiled, trace: &Trace) -> Vec<[u8; 8]> {
 #[test]
 fn spans_left_out_by_their_bytes_change_no_match_on_random_traces_and_queries() {
     let mut rng = Rng::new(44);
-    let traces: Vec<_> = (0..60u8)
-        .map(|t| {
-            let id = [t; 16];
-            (id, arbitrary::trace(&mut rng, id, 1_000_000_000))
-        })
-        .collect();
+    let traces = random_traces(&mut rng);
     let (mut checked, mut left_out) = (0, 0);
     for _ in 0..4000 {
         let query = arbitrary::query(&mut rng);
@@ -188,16 +190,9 @@ fn spans_left_out_by_their_bytes_change_no_match_on_random_traces_and_queries() 
         checked += 1;
         let compiled = Compiled::new(query.clone()).expect("regexes compile");
         for (id, parts) in &traces {
-            let spans = || {
-                parts.iter().map(|(r, s, p)| EncodedSpan {
-                    payload: p,
-                    resource: Some(r),
-                    scope: Some(s),
-                })
-            };
-            let whole = Trace::decode(*id, spans()).expect("generated spans decode");
-            let some =
-                Trace::decode(*id, spans().filter(|s| needs.span_may_match(s))).expect("decodes");
+            let whole = Trace::decode(*id, stored_spans(parts)).expect("generated spans decode");
+            let some = Trace::decode(*id, stored_spans(parts).filter(|s| needs.span_may_match(s)))
+                .expect("decodes");
             left_out += whole.spans.len() - some.spans.len();
             assert_eq!(
                 matched_ids(&compiled, &whole),
