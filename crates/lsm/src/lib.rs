@@ -105,6 +105,6 @@ pub use stores::{
     delete_tenant, delete_tenant_objects, delete_tenant_with, list_tenants, tenant_usage,
     DeletedTenant, Retentions, Stores,
 };
-pub use table::{SsTable, SsTableBuilder, SsTableIterator, TableMeta, TableOptions};
+pub use table::{KeepSpan, SsTable, SsTableBuilder, SsTableIterator, TableMeta, TableOptions};
 pub use version::{LevelStats, SuperVersion, TableFile, TimeRange, Version};
 pub use wal::{ReplayStats, Wal, WalOptions, WalStats, WalTicket};

@@ -55,7 +55,7 @@ use crate::{
     span::{Span, TraceId, TraceIdRange},
 };
 
-use block::decode_block;
+use block::decode_block_where;
 use block_index::{blocks_for, decode_block_index, BlockHandle};
 use bloom::Bloom;
 use footer::{check_header, u32_at, Footer, FOOTER_LEN, HEADER_LEN};
@@ -256,6 +256,17 @@ impl SsTable {
         ids: TraceIdRange,
         wanted: Option<Arc<[TraceId]>>,
     ) -> SsTableIterator<'_> {
+        self.iter_where(ids, wanted, None)
+    }
+
+    /// [`SsTable::iter_wanted`] of only the spans `keep` accepts, if given:
+    /// the others' payloads are not put back together.
+    pub fn iter_where(
+        &self,
+        ids: TraceIdRange,
+        wanted: Option<Arc<[TraceId]>>,
+        keep: Option<Arc<KeepSpan>>,
+    ) -> SsTableIterator<'_> {
         let first = self.blocks.partition_point(|b| b.last_trace_id < ids.start);
         let end = ids.end.map_or(self.blocks.len(), |end| {
             self.blocks.partition_point(|b| b.first_trace_id < end)
@@ -270,6 +281,7 @@ impl SsTable {
             fetched: None,
             wanted,
             next_wanted: 0,
+            keep: keep.map(Keeping),
         }
     }
 
@@ -328,28 +340,35 @@ impl SsTable {
 
     /// Reads, checks and decodes block `i`, and checks it against its index entry.
     fn read_block(&self, i: usize) -> Result<Vec<Span>> {
+        self.read_block_where(i, None)
+    }
+
+    /// [`SsTable::read_block`] of the spans `keep` accepts.
+    fn read_block_where(&self, i: usize, keep: Option<&KeepSpan>) -> Result<Vec<Span>> {
         self.blocks_read.fetch_add(1, Ordering::Relaxed);
         let h = &self.blocks[i];
         match &self.data {
             // The index was checked at open to tile the data region of the file.
-            Data::Local(map) => {
-                self.decode_checked(i, &map.as_bytes()[h.offset as usize..h.end() as usize])
-            }
-            Data::Remote(r) => r.read_block(h.offset..h.end(), |b| self.decode_checked(i, b)),
+            Data::Local(map) => self.decode_checked(
+                i,
+                &map.as_bytes()[h.offset as usize..h.end() as usize],
+                keep,
+            ),
+            Data::Remote(r) => r.read_block(h.offset..h.end(), |b| self.decode_checked(i, b, keep)),
         }
     }
 
-    /// Decodes block `i` from its `bytes` and checks it against its index
-    /// entry.
-    fn decode_checked(&self, i: usize, bytes: &[u8]) -> Result<Vec<Span>> {
+    /// Decodes the spans `keep` accepts of block `i` from its `bytes`, and
+    /// checks the whole block against its index entry.
+    fn decode_checked(&self, i: usize, bytes: &[u8], keep: Option<&KeepSpan>) -> Result<Vec<Span>> {
         let h = &self.blocks[i];
-        let spans = decode_block(&self.path, h.offset, bytes)?;
-        let sorted = spans.windows(2).all(|w| w[0].trace_id <= w[1].trace_id);
-        let agrees = spans.len() == h.span_count as usize
-            && spans.first().map(|s| s.trace_id) == Some(h.first_trace_id)
-            && spans.last().map(|s| s.trace_id) == Some(h.last_trace_id)
-            && spans.iter().map(|s| s.start_unix_nano).min() == Some(h.min_start_unix_nano)
-            && spans.iter().map(|s| s.start_unix_nano).max() == Some(h.max_start_unix_nano);
+        let (spans, facts) = decode_block_where(&self.path, h.offset, bytes, keep)?;
+        let sorted = facts.sorted;
+        let agrees = facts.spans == h.span_count as usize
+            && facts.first_trace_id == Some(h.first_trace_id)
+            && facts.last_trace_id == Some(h.last_trace_id)
+            && facts.min_start == Some(h.min_start_unix_nano)
+            && facts.max_start == Some(h.max_start_unix_nano);
         if !sorted || !agrees {
             return Err(corrupt(
                 &self.path,
@@ -368,6 +387,7 @@ impl SsTable {
         i: usize,
         remote: &RemoteFile,
         fetched: &mut Option<(u64, bytes::Bytes)>,
+        keep: Option<&KeepSpan>,
     ) -> Result<Vec<Span>> {
         let h = &self.blocks[i];
         let held = fetched
@@ -386,7 +406,7 @@ impl SsTable {
         self.blocks_read.fetch_add(1, Ordering::Relaxed);
         let (at, bytes) = fetched.as_ref().expect("fetched above");
         let from = (h.offset - at) as usize;
-        self.decode_checked(i, &bytes[from..from + (h.end() - h.offset) as usize])
+        self.decode_checked(i, &bytes[from..from + (h.end() - h.offset) as usize], keep)
     }
 }
 
@@ -492,6 +512,51 @@ pub struct SsTableIterator<'a> {
     /// Only these traces (sorted), and the first of them not yet passed.
     wanted: Option<Arc<[TraceId]>>,
     next_wanted: usize,
+    /// Only the spans this accepts.
+    keep: Option<Keeping>,
+}
+
+/// A [`KeepSpan`] as an iterator holds it.
+struct Keeping(Arc<KeepSpan>);
+
+impl std::fmt::Debug for Keeping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeepSpan")
+    }
+}
+
+/// Which spans a read of blocks decodes ([`SsTable::iter_where`]), given
+/// a span's trace ID, its payload as its block stores it (without the IDs
+/// and times a columnar block keeps in columns: its name and attributes as
+/// sent) and its resource's bytes: a span turned down is not handed on, and
+/// its payload is not put back together.
+pub type KeepSpan = dyn Fn(&TraceId, &[u8], Option<&[u8]>) -> bool + Send + Sync;
+
+/// What a block holds whole, whatever a read keeps of its spans: it is
+/// checked against the block's index entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BlockFacts {
+    pub spans: usize,
+    pub first_trace_id: Option<TraceId>,
+    pub last_trace_id: Option<TraceId>,
+    pub min_start: Option<u64>,
+    pub max_start: Option<u64>,
+    /// Its spans are in trace-ID order.
+    pub sorted: bool,
+}
+
+impl BlockFacts {
+    /// The facts of a block holding `spans`, in its order.
+    pub(crate) fn of(spans: &[Span]) -> BlockFacts {
+        BlockFacts {
+            spans: spans.len(),
+            first_trace_id: spans.first().map(|s| s.trace_id),
+            last_trace_id: spans.last().map(|s| s.trace_id),
+            min_start: spans.iter().map(|s| s.start_unix_nano).min(),
+            max_start: spans.iter().map(|s| s.start_unix_nano).max(),
+            sorted: spans.windows(2).all(|w| w[0].trace_id <= w[1].trace_id),
+        }
+    }
 }
 
 /// Bytes of decoded blocks a scan lets pile up before it releases their pages
@@ -534,8 +599,15 @@ impl Iterator for SsTableIterator<'_> {
             let i = self.next_block;
             self.next_block += 1;
             let read = match &self.table.data {
-                Data::Local(_) => self.table.read_block(i),
-                Data::Remote(r) => self.table.read_block_ahead(i, r, &mut self.fetched),
+                Data::Local(_) => self
+                    .table
+                    .read_block_where(i, self.keep.as_ref().map(|k| &*k.0)),
+                Data::Remote(r) => self.table.read_block_ahead(
+                    i,
+                    r,
+                    &mut self.fetched,
+                    self.keep.as_ref().map(|k| &*k.0),
+                ),
             };
             match read {
                 Ok(mut spans) => {

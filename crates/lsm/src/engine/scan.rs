@@ -18,6 +18,7 @@ use crate::{
     compaction::MergeIterator,
     error::Result,
     span::{drop_repeats, Span, TraceId, TraceIdRange},
+    table::KeepSpan,
     version::{SuperVersion, TableFile, TimeRange},
 };
 
@@ -81,6 +82,7 @@ struct FileTraces<'a> {
     engine: &'a Engine,
     ids: TraceIdRange,
     wanted: Option<Arc<[TraceId]>>,
+    keep: Option<Arc<KeepSpan>>,
     files: Vec<&'a Arc<TableFile>>,
     merge: MergeIterator<'a>,
     /// The last trace handed on, and after a file was dropped, the trace
@@ -95,11 +97,12 @@ impl<'a> FileTraces<'a> {
         engine: &'a Engine,
         ids: TraceIdRange,
         wanted: Option<Arc<[TraceId]>>,
+        keep: Option<Arc<KeepSpan>>,
         mut files: Vec<&'a Arc<TableFile>>,
     ) -> Result<Self> {
         let mut skipped = Vec::new();
         let merge = loop {
-            match Self::merge_of(&files, ids, &wanted) {
+            match Self::merge_of(&files, ids, &wanted, &keep) {
                 Ok(merge) => break merge,
                 Err(e) => skipped.push(Self::drop_damaged(engine, &mut files, e)?),
             }
@@ -108,6 +111,7 @@ impl<'a> FileTraces<'a> {
             engine,
             ids,
             wanted,
+            keep,
             files,
             merge,
             last: None,
@@ -120,11 +124,12 @@ impl<'a> FileTraces<'a> {
         files: &[&'a Arc<TableFile>],
         ids: TraceIdRange,
         wanted: &Option<Arc<[TraceId]>>,
+        keep: &Option<Arc<KeepSpan>>,
     ) -> Result<MergeIterator<'a>> {
         let merge = MergeIterator::new(
             files
                 .iter()
-                .map(|f| f.table().iter_wanted(ids, wanted.clone()))
+                .map(|f| f.table().iter_where(ids, wanted.clone(), keep.clone()))
                 .collect(),
         )?;
         // Files of the levels below 0 were merged once already.
@@ -184,7 +189,7 @@ impl<'a> FileTraces<'a> {
             // The traces handed on so far were whole: each came out of the
             // merge before the damaged block was read.
             self.merge = loop {
-                match Self::merge_of(&self.files, self.ids, &self.wanted) {
+                match Self::merge_of(&self.files, self.ids, &self.wanted, &self.keep) {
                     Ok(merge) => break merge,
                     Err(e) => {
                         let skipped = Self::drop_damaged(self.engine, &mut self.files, e)?;
@@ -301,19 +306,38 @@ impl Engine {
         ids: TraceIdRange,
         wanted: Option<Arc<[TraceId]>>,
         buffers: ScanBuffers,
+        f: impl FnMut(TraceId, &[Span]) -> bool,
+    ) -> Result<ScanStats> {
+        self.scan_where(range, ids, wanted, None, buffers, f)
+    }
+
+    /// [`Engine::scan_wanted`] of only the spans `keep` accepts, if given
+    /// ([`KeepSpan`]; a buffer's spans are given to it whole): a trace none
+    /// of whose spans it accepts is not handed on, and in files the other
+    /// spans' payloads are not put back together.
+    pub fn scan_where(
+        &self,
+        range: TimeRange,
+        ids: TraceIdRange,
+        wanted: Option<Arc<[TraceId]>>,
+        keep: Option<Arc<KeepSpan>>,
+        buffers: ScanBuffers,
         mut f: impl FnMut(TraceId, &[Span]) -> bool,
     ) -> Result<ScanStats> {
         let ScanBuffers {
-            spans: buffered,
+            spans: mut buffered,
             snapshot,
         } = buffers;
+        if let Some(keep) = &keep {
+            buffered.retain(|s| keep(&s.trace_id, &s.payload, s.group.resource.as_deref()));
+        }
         let files = self.files_in(&snapshot, range);
         let mut stats = ScanStats {
             files: files.len(),
             ..ScanStats::default()
         };
         stats.skipped = self.quarantined_in(range);
-        let mut from_files = FileTraces::new(self, ids, wanted, files)?;
+        let mut from_files = FileTraces::new(self, ids, wanted, keep, files)?;
         let expire_before = self.inner.retention.expire_before();
         let mut buffered = buffered.into_iter().peekable();
         let mut spans: Vec<Span> = Vec::new();

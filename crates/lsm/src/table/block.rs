@@ -30,9 +30,10 @@ use crate::{
 };
 
 use super::{
-    columns::{decode_columns, encode_columns},
+    columns::{decode_columns_where, encode_columns},
     corrupt,
     footer::u32_at,
+    BlockFacts, KeepSpan,
 };
 
 /// Bytes of a block trailer.
@@ -150,6 +151,17 @@ fn write_block(
 
 /// Checks, decompresses and decodes the block `block`, found at `offset` in `path`.
 pub fn decode_block(path: &Path, offset: u64, block: &[u8]) -> Result<Vec<Span>> {
+    decode_block_where(path, offset, block, None).map(|(spans, _)| spans)
+}
+
+/// [`decode_block`] of only the spans `keep` accepts (all when `None`; see
+/// [`KeepSpan`]), with what the block holds whole.
+pub(crate) fn decode_block_where(
+    path: &Path,
+    offset: u64,
+    block: &[u8],
+    keep: Option<&KeepSpan>,
+) -> Result<(Vec<Span>, BlockFacts)> {
     if block.len() < TRAILER_LEN {
         return Err(corrupt(
             path,
@@ -229,9 +241,15 @@ pub fn decode_block(path: &Path, offset: u64, block: &[u8]) -> Result<Vec<Span>>
     };
     let raw = Bytes::from(raw);
     let decoded = if kind >= Kind::ColumnsRaw as u8 {
-        decode_columns(&raw)
+        decode_columns_where(&raw, keep)
     } else {
-        decode_batch(&raw)
+        decode_batch(&raw).map(|mut spans| {
+            let facts = BlockFacts::of(&spans);
+            if let Some(keep) = keep {
+                spans.retain(|s| keep(&s.trace_id, &s.payload, s.group.resource.as_deref()));
+            }
+            (spans, facts)
+        })
     };
     decoded.map_err(|source| Error::CorruptBlock {
         file: path.to_path_buf(),

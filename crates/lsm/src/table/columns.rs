@@ -15,6 +15,7 @@
 
 use bytes::Bytes;
 
+use super::{BlockFacts, KeepSpan};
 use crate::{
     batch::{decode_groups, encode_groups, put_varint, BatchError, Reader},
     span::{Span, SpanId, TraceId},
@@ -204,7 +205,19 @@ const SPAN_MIN: usize = 8 + 5;
 
 /// Decodes a whole columnar batch; every byte of `buf` must belong to it.
 /// The payloads are rebuilt into one new buffer the spans share.
+#[cfg(test)]
 pub(crate) fn decode_columns(buf: &Bytes) -> Result<Vec<Span>, BatchError> {
+    decode_columns_where(buf, None).map(|(spans, _)| spans)
+}
+
+/// [`decode_columns`] of only the spans `keep` accepts (all when `None`),
+/// given each span's payload as stored (without the IDs and times the
+/// columns hold) and its resource: the others' payloads are not put back
+/// together. With what the batch holds whole, from its columns.
+pub(crate) fn decode_columns_where(
+    buf: &Bytes,
+    keep: Option<&KeepSpan>,
+) -> Result<(Vec<Span>, BlockFacts), BatchError> {
     let mut r = Reader::new(buf);
     let groups = decode_groups(&mut r)?;
     let n = r.count(SPAN_MIN)?;
@@ -297,11 +310,25 @@ pub(crate) fn decode_columns(buf: &Bytes) -> Result<Vec<Span>, BatchError> {
         std::cmp::Ordering::Equal => {}
     }
 
-    let mut payloads = Vec::with_capacity(rebuilt_total);
-    let mut bounds = Vec::with_capacity(n);
+    let facts = BlockFacts {
+        spans: n,
+        first_trace_id: (n > 0).then(|| trace_id_at(&trace_ids, 0)),
+        last_trace_id: (n > 0).then(|| trace_id_at(&trace_ids, n_traces - 1)),
+        min_start: starts.iter().copied().min(),
+        max_start: starts.iter().copied().max(),
+        sorted: trace_ids.chunks_exact(16).is_sorted(),
+    };
+    let mut payloads = Vec::with_capacity(if keep.is_none() { rebuilt_total } else { 0 });
+    // Per span kept, its place in the columns and its payload's bounds.
+    let mut bounds = Vec::with_capacity(if keep.is_none() { n } else { 0 });
     for i in 0..n {
         let stored = r.take(lens[i])?;
         let trace_id = trace_id_at(&trace_ids, trace_of[i]);
+        if keep
+            .is_some_and(|keep| !keep(&trace_id, stored, groups[group_of[i]].resource.as_deref()))
+        {
+            continue;
+        }
         let span_id = SpanId(span_ids[8 * i..8 * i + 8].try_into().expect("8 bytes"));
         let from = payloads.len();
         match forms[i] {
@@ -318,19 +345,21 @@ pub(crate) fn decode_columns(buf: &Bytes) -> Result<Vec<Span>, BatchError> {
                 payloads.extend_from_slice(&stored[at..]);
             }
         }
-        bounds.push((from, payloads.len()));
+        bounds.push((i, from, payloads.len()));
     }
     let payloads = Bytes::from(payloads);
-    Ok((0..n)
-        .map(|i| Span {
+    let spans = bounds
+        .into_iter()
+        .map(|(i, from, to)| Span {
             trace_id: trace_id_at(&trace_ids, trace_of[i]),
             span_id: SpanId(span_ids[8 * i..8 * i + 8].try_into().expect("8 bytes")),
             start_unix_nano: starts[i],
             end_unix_nano: ends[i],
             group: groups[group_of[i]].clone(),
-            payload: payloads.slice(bounds[i].0..bounds[i].1),
+            payload: payloads.slice(from..to),
         })
-        .collect())
+        .collect();
+    Ok((spans, facts))
 }
 
 fn trace_id_at(ids: &[u8], t: usize) -> TraceId {
@@ -457,6 +486,78 @@ mod tests {
             columns.len(),
             rows.len()
         );
+    }
+
+    /// A read that keeps some spans: it is given each span's payload as
+    /// stored and its resource, hands on exactly the spans it keeps as a
+    /// whole decode gives them, and tells what the batch holds whole.
+    #[test]
+    fn a_read_keeps_the_spans_it_is_told_to_as_a_whole_decode_gives_them() {
+        let (ga, gb) = (group("svc-a"), group("svc-b"));
+        let mut spans = Vec::new();
+        for i in 0..120u64 {
+            let (trace, g) = (1 + u128::from(i / 7), if i % 3 == 0 { &gb } else { &ga });
+            let (start, end) = (
+                1_700_000_000_000_000_000 + i * 977,
+                1_700_000_000_000_001_000 + i,
+            );
+            let name = if i % 4 == 0 { "keep-me" } else { "other" };
+            let payload = if i % 5 == 0 {
+                format!("verbatim {name}").into_bytes()
+            } else {
+                otlp_payload(
+                    TraceId(trace.to_be_bytes()),
+                    SpanId(i.to_be_bytes()),
+                    start,
+                    end,
+                    name,
+                )
+            };
+            spans.push(span_with(g, trace, i, start, end, payload));
+        }
+        let buf = Bytes::from(encode(&spans));
+        fn holds(bytes: &[u8], what: &[u8]) -> bool {
+            bytes.windows(what.len()).any(|w| w == what)
+        }
+        fn wanted(payload: &[u8], resource: Option<&[u8]>) -> bool {
+            holds(payload, b"keep-me") && resource.is_some_and(|r| holds(r, b"svc-a"))
+        }
+        let seen = Arc::new(std::sync::Mutex::new(0usize));
+        let counter = seen.clone();
+        let keep = move |_: &TraceId, payload: &[u8], resource: Option<&[u8]>| {
+            *counter.lock().expect("lock") += payload.len();
+            wanted(payload, resource)
+        };
+        let (kept, facts) = decode_columns_where(&buf, Some(&keep)).expect("decodes");
+        let want: Vec<&Span> = spans
+            .iter()
+            .filter(|s| wanted(&s.payload, s.group.resource.as_deref()))
+            .collect();
+        assert!(!want.is_empty() && want.len() < spans.len());
+        assert_eq!(kept.len(), want.len());
+        for (a, b) in kept.iter().zip(&want) {
+            assert_eq!((a.trace_id, a.span_id), (b.trace_id, b.span_id));
+            assert_eq!(
+                (a.start_unix_nano, a.end_unix_nano),
+                (b.start_unix_nano, b.end_unix_nano)
+            );
+            assert_eq!(a.payload, b.payload, "payload put back together");
+            assert_eq!(*a.group, *b.group);
+        }
+        assert_eq!(facts, BlockFacts::of(&spans));
+        // The payloads as stored: without the IDs and times of the SDK's.
+        let stored: usize = spans
+            .iter()
+            .map(|s| {
+                s.payload.len()
+                    - if s.payload.starts_with(b"verbatim") {
+                        0
+                    } else {
+                        IDS_LEN + TIMES_LEN
+                    }
+            })
+            .sum();
+        assert_eq!(*seen.lock().expect("lock"), stored);
     }
 
     #[test]

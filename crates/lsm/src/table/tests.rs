@@ -712,3 +712,34 @@ fn wanted_traces_read_their_spans_and_their_blocks_only() {
         }
     }
 }
+
+/// A file read keeping only some spans, for every trace or a list of
+/// them: exactly those spans, in file order, each block still checked
+/// whole against its index entry.
+#[test]
+fn a_read_that_keeps_some_spans_hands_on_exactly_those() {
+    use crate::{span::TraceIdRange, table::KeepSpan};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t.sst");
+    let mut rng = SmallRng::seed_from_u64(23);
+    let spans = random_spans(&mut rng, 1_500);
+    write(&path, opts(8 << 10), &spans);
+    let table = SsTable::open(&path).expect("open");
+    let pays = |payload: &[u8]| payload.windows(8).any(|w| w == b"/api/pay");
+    let keep: Arc<KeepSpan> = Arc::new(move |_, payload, _| pays(payload));
+    let present: Vec<TraceId> = by_trace(&spans).into_keys().collect();
+    let some: Arc<[TraceId]> = present.iter().step_by(3).copied().collect();
+    for wanted in [None, Some(some)] {
+        let got: Vec<Span> = table
+            .iter_where(TraceIdRange::ALL, wanted.clone(), Some(keep.clone()))
+            .collect::<Result<_, _>>()
+            .expect("read");
+        let want: Vec<&Span> = spans
+            .iter()
+            .filter(|s| pays(&s.payload) && wanted.as_ref().is_none_or(|w| w.contains(&s.trace_id)))
+            .collect();
+        assert!(!want.is_empty() && want.len() < spans.len() / 2);
+        assert_eq!(got.len(), want.len());
+        assert!(got.iter().zip(&want).all(|(a, b)| same_span(a, b)));
+    }
+}
