@@ -21,7 +21,7 @@ use std::sync::Arc;
 use tracedb_lsm::{Engine, TimeRange, TraceId, TraceIdRange};
 use tracedb_traceql::{
     metrics::MetricsEval,
-    trace::{Origins, ORIGINS_HELD_BYTES},
+    trace::{EncodedSpan, Origins, ORIGINS_HELD_BYTES},
     Projection, RawNeeds,
 };
 
@@ -60,7 +60,24 @@ pub(super) fn scan_until(
     let raw_needs = RawNeeds::of(&req.query.query);
     // Spans whose bytes cannot match are not decoded either, where the
     // others are judged the same without them.
-    let each_span = RawNeeds::of_each_span(&req.query.query);
+    let each_span = RawNeeds::of_each_span(&req.query.query).map(Arc::new);
+    // In the files, their payloads are not even put back together. Once
+    // the query is cancelled every span is kept, so that the next trace
+    // reaches the check below and stops the scan (a scan that keeps no
+    // span would otherwise read to its end).
+    let keep: Option<Arc<tracedb_lsm::KeepSpan>> = each_span.clone().map(|needs| {
+        let cancel = cancel.clone();
+        Arc::new(
+            move |_: &TraceId, payload: &[u8], resource: Option<&[u8]>| {
+                cancel.is_cancelled()
+                    || needs.span_may_match(&EncodedSpan {
+                        payload,
+                        resource,
+                        scope: None,
+                    })
+            },
+        ) as Arc<tracedb_lsm::KeepSpan>
+    });
     // Files are chosen by the spans' times; a span counts by its start, so
     // the window is the grid's.
     let last = req.grid.end.min(until);
@@ -76,7 +93,8 @@ pub(super) fn scan_until(
     let parts = super::each_on_a_thread(ranges.iter().zip(parts).map(|(&ids, buffers)| {
         let projection = &projection;
         let raw_needs = raw_needs.as_ref();
-        let each_span = each_span.as_ref();
+        let each_span = each_span.as_deref();
+        let keep = keep.clone();
         let wanted = wanted.clone();
         move || {
             let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
@@ -90,42 +108,43 @@ pub(super) fn scan_until(
             let mut series_bytes = 0;
             let mut partial: Vec<String> = Vec::new();
             let mut over: Option<RunError> = None;
-            let stats = engine.scan_wanted(range, ids, wanted, buffers, |trace_id, spans| {
-                if let Err(e) = cancel.check() {
-                    over = Some(e);
-                    return false;
-                }
-                // Only spans that start in the window can count.
-                if !spans
-                    .iter()
-                    .any(|s| s.start_unix_nano > req.grid.start && s.start_unix_nano <= last)
-                {
-                    return true;
-                }
-                // Nor can a trace whose stored bytes lack what the
-                // query's conditions name.
-                if raw_needs.is_some_and(|needs| !needs.may_match(encoded(spans))) {
-                    return true;
-                }
-                match decode_matching(trace_id, spans, each_span, projection, &mut origins) {
-                    Ok(trace) => {
-                        let sets = req.query.eval(&trace);
-                        if !sets.is_empty() {
-                            eval.observe(&req.query, &trace, &sets);
-                        }
-                    }
-                    Err(e) => partial.push(format!("trace {trace_id} not evaluated: {e}")),
-                }
-                let now = eval.series_count() * row_bytes;
-                if now > series_bytes {
-                    if let Err(e) = held.grow(now - series_bytes) {
-                        over = Some(RunError::Overloaded(e));
+            let stats =
+                engine.scan_where(range, ids, wanted, keep, buffers, |trace_id, spans| {
+                    if let Err(e) = cancel.check() {
+                        over = Some(e);
                         return false;
                     }
-                    series_bytes = now;
-                }
-                true
-            })?;
+                    // Only spans that start in the window can count.
+                    if !spans
+                        .iter()
+                        .any(|s| s.start_unix_nano > req.grid.start && s.start_unix_nano <= last)
+                    {
+                        return true;
+                    }
+                    // Nor can a trace whose stored bytes lack what the
+                    // query's conditions name.
+                    if raw_needs.is_some_and(|needs| !needs.may_match(encoded(spans))) {
+                        return true;
+                    }
+                    match decode_matching(trace_id, spans, each_span, projection, &mut origins) {
+                        Ok(trace) => {
+                            let sets = req.query.eval(&trace);
+                            if !sets.is_empty() {
+                                eval.observe(&req.query, &trace, &sets);
+                            }
+                        }
+                        Err(e) => partial.push(format!("trace {trace_id} not evaluated: {e}")),
+                    }
+                    let now = eval.series_count() * row_bytes;
+                    if now > series_bytes {
+                        if let Err(e) = held.grow(now - series_bytes) {
+                            over = Some(RunError::Overloaded(e));
+                            return false;
+                        }
+                        series_bytes = now;
+                    }
+                    true
+                })?;
             if let Some(e) = over {
                 return Err(e);
             }
