@@ -214,10 +214,13 @@ impl SsTable {
         }
         let mut out = Vec::new();
         let mut blocks = 0;
+        // Only the trace's spans are put back together: a block holds a
+        // few hundred, most of other traces.
+        let id = *trace_id;
+        let keep = move |t: &TraceId, _: &[u8], _: Option<&[u8]>| *t == id;
         for i in blocks_for(&self.blocks, trace_id) {
-            let spans = self.read_block(i)?;
+            out.extend(self.read_block_where(i, Some(&keep))?);
             blocks += 1;
-            out.extend(spans.into_iter().filter(|s| s.trace_id == *trace_id));
         }
         Ok((out, blocks))
     }
