@@ -29,7 +29,7 @@ use super::{MetricsRequest, CELL_BYTES};
 use crate::{
     cancel::Cancel,
     read::Answer,
-    search::{decode_matching, encoded, RunError},
+    search::{decode_with, encoded, RunError},
 };
 
 /// [`super::run`] over the window's files in one pass.
@@ -57,15 +57,19 @@ pub(super) fn scan_until(
     // A query the evaluator refuses is refused before any thread starts.
     req.evaluator()?;
     let projection = Projection::of(&req.query.query);
-    let raw_needs = RawNeeds::of(&req.query.query);
-    // Spans whose bytes cannot match are not decoded either, where the
-    // others are judged the same without them.
-    let each_span = RawNeeds::of_each_span(&req.query.query).map(Arc::new);
-    // In the files, their payloads are not even put back together. Once
-    // the query is cancelled every span is kept, so that the next trace
-    // reaches the check below and stops the scan (a scan that keeps no
-    // span would otherwise read to its end).
-    let keep: Option<Arc<tracedb_lsm::KeepSpan>> = each_span.clone().map(|needs| {
+    // Where the others are judged the same without them, the spans whose
+    // bytes cannot match are left out by the reads (in the files, their
+    // payloads are not even put back together), and every trace handed on
+    // may match. Once the query is cancelled every span is kept, so that
+    // the next trace reaches the check below and stops the scan (a scan
+    // that keeps no span would otherwise read to its end).
+    let each_span = RawNeeds::of_each_span(&req.query.query);
+    // Else a trace whose stored bytes cannot match is passed over whole.
+    let raw_needs = match each_span {
+        Some(_) => None,
+        None => RawNeeds::of(&req.query.query),
+    };
+    let keep: Option<Arc<tracedb_lsm::KeepSpan>> = each_span.map(|needs| {
         let cancel = cancel.clone();
         Arc::new(
             move |_: &TraceId, payload: &[u8], resource: Option<&[u8]>| {
@@ -93,7 +97,6 @@ pub(super) fn scan_until(
     let parts = super::each_on_a_thread(ranges.iter().zip(parts).map(|(&ids, buffers)| {
         let projection = &projection;
         let raw_needs = raw_needs.as_ref();
-        let each_span = each_span.as_deref();
         let keep = keep.clone();
         let wanted = wanted.clone();
         move || {
@@ -126,7 +129,7 @@ pub(super) fn scan_until(
                     if raw_needs.is_some_and(|needs| !needs.may_match(encoded(spans))) {
                         return true;
                     }
-                    match decode_matching(trace_id, spans, each_span, projection, &mut origins) {
+                    match decode_with(trace_id, spans, projection, &mut origins) {
                         Ok(trace) => {
                             let sets = req.query.eval(&trace);
                             if !sets.is_empty() {
