@@ -631,6 +631,7 @@ impl Engine {
             flush_bytes_written: get(&c.flush_bytes_written),
             compaction_duplicates: get(&c.compaction_duplicates),
             compaction_index_parts_reused: get(&c.compaction_index_parts_reused),
+            compaction_cells_summed: get(&c.compaction_cells_summed),
             retention_files_dropped: get(&c.retention_files_dropped),
             retention_bytes_dropped: get(&c.retention_bytes_dropped),
             expired_spans_dropped: get(&c.expired_spans_dropped),

@@ -200,6 +200,24 @@ pub fn drop_repeats(spans: &mut Vec<Span>) -> usize {
     before - spans.len()
 }
 
+/// [`drop_repeats`], each span dropped given to `dropped` (a merge that
+/// adds its outputs' metrics cells up from its inputs' takes them back out).
+pub fn drop_repeats_into(spans: &mut Vec<Span>, dropped: &mut Vec<Span>) -> usize {
+    spans.sort_by(Span::read_order);
+    let mut kept = 0;
+    for at in 0..spans.len() {
+        if kept > 0 && spans[at].is_repeat_of(&spans[kept - 1]) {
+            dropped.push(spans[at].clone());
+        } else {
+            spans.swap(kept, at);
+            kept += 1;
+        }
+    }
+    let n = spans.len() - kept;
+    spans.truncate(kept);
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -84,7 +84,7 @@ fn write_lsm(out: &mut DescriptorEncoder<'_>, engines: &[Sampled]) -> fmt::Resul
         "Bytes of sorted span files per level.",
         per_level(engines, |stats| stats.bytes),
     )?;
-    let counters: [Family; 16] = [
+    let counters: [Family; 17] = [
         (
             "tracedb_compactions_total",
             "Compactions that merged files.",
@@ -134,6 +134,11 @@ fn write_lsm(out: &mut DescriptorEncoder<'_>, engines: &[Sampled]) -> fmt::Resul
             "tracedb_compaction_index_parts_reused_total",
             "Traces whose search-index summary compaction copied from an input file's sidecar instead of scanning their spans.",
             |e| e.stats.compaction_index_parts_reused,
+        ),
+        (
+            "tracedb_compaction_cells_summed_total",
+            "Merges whose metrics cells were added up from their inputs' cells instead of counted from their spans.",
+            |e| e.stats.compaction_cells_summed,
         ),
         (
             "tracedb_retention_dropped_files_total",

@@ -38,6 +38,9 @@ pub struct MergeIterator<'a> {
     trace: Vec<Span>,
     /// Whether every input was written by a merge; see the module docs.
     merged_inputs: bool,
+    /// The spans dropped as duplicates since [`MergeIterator::take_repeats`],
+    /// when kept ([`MergeIterator::keep_repeats`]).
+    repeats: Option<Vec<Span>>,
 }
 
 impl<'a> MergeIterator<'a> {
@@ -51,6 +54,7 @@ impl<'a> MergeIterator<'a> {
             sources: Vec::new(),
             trace: Vec::new(),
             merged_inputs: false,
+            repeats: None,
         };
         for i in 0..n {
             it.advance(i)?;
@@ -64,6 +68,21 @@ impl<'a> MergeIterator<'a> {
     pub fn merged_inputs(mut self) -> Self {
         self.merged_inputs = true;
         self
+    }
+
+    /// Keeps the spans dropped as duplicates for
+    /// [`MergeIterator::take_repeats`].
+    pub fn keep_repeats(mut self) -> Self {
+        self.repeats = Some(Vec::new());
+        self
+    }
+
+    /// The spans dropped as duplicates since the last call, if kept.
+    pub fn take_repeats(&mut self) -> Vec<Span> {
+        self.repeats
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     fn advance(&mut self, i: usize) -> Result<()> {
@@ -124,7 +143,11 @@ impl<'a> MergeIterator<'a> {
         if !ordered {
             // Exact repeats (a retried export) collapse; spans that only
             // share a span ID are all kept.
-            self.duplicates += crate::span::drop_repeats(spans) as u64;
+            let dropped = match &mut self.repeats {
+                Some(kept) => crate::span::drop_repeats_into(spans, kept),
+                None => crate::span::drop_repeats(spans),
+            };
+            self.duplicates += dropped as u64;
         }
         Ok(Some(spans))
     }

@@ -21,7 +21,7 @@ use crate::{
     budget::Work,
     error::Result,
     index::{
-        cells::{CellsFile, Family, RunCells},
+        cells::{CellsFile, Counts, Family, FileCells, InputSums, RunCells},
         remove_sidecar, SidecarBuilder, SidecarParts,
     },
     layout::{sidecar_path, table_path},
@@ -76,21 +76,33 @@ pub struct MergeOutput {
     /// Traces whose search-index part was carried over from an input's
     /// sidecar instead of summarized from their spans.
     pub parts_reused: u64,
+    /// Whether the outputs' metrics cells were added up from the inputs'
+    /// cells ([`InputSums`]) instead of counted from their spans.
+    pub cells_summed: bool,
     /// What the merge was expected to hold at most when it started, and the
     /// most it held, as counted ([`Merge::count_in`]); 0 when not counted.
     pub memory_expected: usize,
     pub memory_held_at_most: usize,
 }
 
-/// One open output per partition, and the unnamed metrics cells of the
-/// partition's run so far.
+/// One open output per partition, and the partition's run so far.
 struct Open {
     id: u64,
     path: PathBuf,
     builder: SsTableBuilder,
     /// The search-index sidecar of the same spans, written beside the file.
     summary: SidecarBuilder,
-    run: RunCells,
+    run: RunSoFar,
+}
+
+/// The files of a partition's run written so far: their unnamed and
+/// attribute cells' sums where the merge counts its spans, their IDs and
+/// the spans they hold where it adds up its inputs' cells.
+#[derive(Default)]
+struct RunSoFar {
+    cells: RunCells,
+    members: Vec<u64>,
+    spans: u64,
 }
 
 /// A merge under way: [`read_trace`](Merge::read_trace) and
@@ -117,6 +129,9 @@ pub struct Merge<'a> {
     finished: bool,
     /// Where what the merge holds is counted, if anywhere.
     work: Option<Work>,
+    /// The outputs' metrics cells, added up from the inputs' where they
+    /// can be; `None`: counted from the spans written.
+    sums: Option<InputSums>,
     /// Traces written since the last count.
     since_count: u32,
 }
@@ -128,11 +143,26 @@ impl<'a> Merge<'a> {
         if task.input_level > 0 {
             merger = merger.merged_inputs();
         }
+        let fixed_partition = (task.input_level > 0).then(|| task.inputs[0].partition);
+        let inputs: Vec<_> = task
+            .inputs
+            .iter()
+            .map(|f| (f.id, f.path(), f.table().meta().span_count))
+            .collect();
+        let sums = InputSums::of(
+            &inputs,
+            fixed_partition,
+            ctx.opts.partition_nanos(),
+            ctx.table_opts.cell_attributes.clone(),
+        );
+        if sums.is_some() {
+            merger = merger.keep_repeats();
+        }
         Ok(Merge {
             task,
             ctx,
             merger,
-            fixed_partition: (task.input_level > 0).then(|| task.inputs[0].partition),
+            fixed_partition,
             open: BTreeMap::new(),
             sidecars: task.inputs.iter().map(|_| Sidecar::Unread).collect(),
             trace: Vec::new(),
@@ -141,11 +171,13 @@ impl<'a> Merge<'a> {
             first: true,
             out: MergeOutput {
                 bytes_read: task.input_bytes(),
+                cells_summed: sums.is_some(),
                 ..MergeOutput::default()
             },
             finished: false,
             work: None,
             since_count: 0,
+            sums,
         })
     }
 
@@ -238,10 +270,10 @@ impl<'a> Merge<'a> {
         let outputs: usize = self
             .open
             .values()
-            .map(|o| o.summary.held_bytes() + o.run.bytes())
+            .map(|o| o.summary.held_bytes() + o.run.cells.bytes())
             .sum();
         let traces = (self.trace.capacity() + self.kept.capacity()) * std::mem::size_of::<Span>();
-        inputs + outputs + traces
+        inputs + outputs + traces + self.sums.as_ref().map_or(0, InputSums::bytes)
     }
 
     fn count(&mut self) {
@@ -276,10 +308,21 @@ impl<'a> Merge<'a> {
         out.spans_in += trace_len as u64;
         self.kept.clear();
         self.partitions.clear();
+        if let Some(sums) = &mut self.sums {
+            for repeat in self.merger.take_repeats() {
+                sums.dropped(&repeat);
+            }
+        }
         for span in self.trace.drain(..) {
             if span.end_unix_nano < ctx.expire_before {
                 out.expired += 1;
+                if let Some(sums) = &mut self.sums {
+                    sums.dropped(&span);
+                }
                 continue;
+            }
+            if let Some(sums) = &mut self.sums {
+                sums.written(&span);
             }
             self.partitions.push(
                 self.fixed_partition
@@ -305,7 +348,7 @@ impl<'a> Merge<'a> {
                     reused,
                     (task, ctx),
                     out,
-                    &mut self.work,
+                    (&mut self.work, &mut self.sums),
                 )?;
             }
         } else {
@@ -323,7 +366,7 @@ impl<'a> Merge<'a> {
                     None,
                     (task, ctx),
                     out,
-                    &mut self.work,
+                    (&mut self.work, &mut self.sums),
                 )?;
             }
         }
@@ -356,7 +399,8 @@ impl<'a> Merge<'a> {
         self.count();
         for (p, slot) in std::mem::take(&mut self.open) {
             if slot.builder.span_count() > 0 {
-                finish(slot, self.task, p, &mut self.out, true, &mut self.work)?;
+                let held = (&mut self.work, &mut self.sums);
+                finish(slot, self.task, p, &mut self.out, true, held)?;
             }
         }
         self.finished = true;
@@ -385,15 +429,16 @@ fn write_part(
     reused: Option<(usize, &SidecarParts, crate::index::TraceSummary)>,
     (task, ctx): (&CompactionTask, &MergeContext<'_>),
     out: &mut MergeOutput,
-    work: &mut Option<Work>,
+    (work, sums): (&mut Option<Work>, &mut Option<InputSums>),
 ) -> Result<()> {
+    let counting = sums.is_none();
     let slot = match open.entry(p) {
         Entry::Occupied(e) => e.into_mut(),
-        Entry::Vacant(e) => e.insert(Open::create(ctx)?),
+        Entry::Vacant(e) => e.insert(Open::create(ctx, counting)?),
     };
     if slot.builder.estimated_bytes() >= ctx.opts.target_file_bytes {
-        let full = std::mem::replace(slot, Open::create(ctx)?);
-        slot.run = finish(full, task, p, out, false, work)?;
+        let full = std::mem::replace(slot, Open::create(ctx, counting)?);
+        slot.run = finish(full, task, p, out, false, (work, sums))?;
     }
     let before = slot.builder.estimated_bytes();
     match reused {
@@ -468,15 +513,20 @@ impl Sidecar {
 }
 
 impl Open {
-    /// A new output file under a fresh ID, written as it fills.
-    fn create(ctx: &MergeContext<'_>) -> Result<Open> {
+    /// A new output file under a fresh ID, written as it fills, its spans
+    /// counted into its metrics cells if `counting`.
+    fn create(ctx: &MergeContext<'_>, counting: bool) -> Result<Open> {
         let id = ctx.next_file_id.fetch_add(1, Ordering::Relaxed);
         let path = table_path(ctx.tables_dir, id);
+        let summary = SidecarBuilder::new(ctx.index_block_parts);
         Ok(Open {
             builder: SsTableBuilder::create(&path, ctx.table_opts.clone())?,
-            summary: SidecarBuilder::new(ctx.index_block_parts)
-                .counting(ctx.table_opts.cell_attributes.clone()),
-            run: RunCells::default(),
+            summary: if counting {
+                summary.counting(ctx.table_opts.cell_attributes.clone())
+            } else {
+                summary.without_cells()
+            },
+            run: RunSoFar::default(),
             id,
             path,
         })
@@ -484,18 +534,21 @@ impl Open {
 }
 
 /// Finishes `slot`'s file, `last` of its partition's run (the merge is over)
-/// or not (the file is full): its sidecar holds its search index, its named
-/// metrics cells and, when it ends the run's sums, the run's unnamed ones.
-/// Returns the run's sums, for the partition's next file. What finishing
-/// the cells takes is counted in `work` first, on top of what it last held.
+/// or not (the file is full): its sidecar holds its search index and its
+/// metrics cells. Counted from its spans, those are its named cells and,
+/// when it ends the run's sums, the run's unnamed ones; added up from the
+/// inputs' (`sums`), the last file holds the run's cells of every family
+/// and the others none. Returns the run so far, for the partition's next
+/// file. What finishing the cells takes is counted in `work` first, on top
+/// of what it last held.
 fn finish(
     slot: Open,
     task: &CompactionTask,
     partition: u64,
     out: &mut MergeOutput,
     last: bool,
-    work: &mut Option<Work>,
-) -> Result<RunCells> {
+    (work, sums): (&mut Option<Work>, &mut Option<InputSums>),
+) -> Result<RunSoFar> {
     let Open {
         id,
         path,
@@ -517,13 +570,27 @@ fn finish(
     ));
     // What the merge held before, this output's builder included.
     let (before, builder_bytes) = (work.as_ref().map_or(0, Work::held), summary.held_bytes());
-    let own = summary.take_cells_counted(|extra| {
-        if let Some(work) = work {
-            work.holds(before + extra);
-            out.memory_held_at_most = out.memory_held_at_most.max(before + extra);
+    run.members.push(id);
+    run.spans += meta.span_count;
+    let cells = match sums {
+        Some(sums) if last => sums.take(partition, std::mem::take(&mut run.members), run.spans),
+        Some(_) => Some(FileCells {
+            counts: Counts::InRun {
+                run: run.members[0],
+            },
+            named_in_run: true,
+            ..FileCells::default()
+        }),
+        None => {
+            let own = summary.take_cells_counted(|extra| {
+                if let Some(work) = work {
+                    work.holds(before + extra);
+                    out.memory_held_at_most = out.memory_held_at_most.max(before + extra);
+                }
+            });
+            run.cells.file(id, own, last)
         }
-    });
-    let cells = run.file(id, own, last);
+    };
     summary.write_with(&path, cells.as_ref())?;
     out.bytes_written += meta.file_size;
     // The output is written and its builder gone: the next output to finish
@@ -699,7 +766,7 @@ mod tests {
         };
         let budget = MemoryBudget::with_process_limit(1 << 30, 1 << 31, 1 << 20);
         let mut work = Some(budget.work(0));
-        let mut slot = Open::create(&ctx).expect("create");
+        let mut slot = Open::create(&ctx, true).expect("create");
         let g = group("svc");
         for t in 1..=500u128 {
             let spans = vec![span(&g, t, 1, 1_000 + t as u64 * 1_000_000_000)];
@@ -713,7 +780,7 @@ mod tests {
         let before = builder + (1 << 20);
         work.as_mut().expect("work").holds(before);
         let mut out = MergeOutput::default();
-        finish(slot, &task, 0, &mut out, true, &mut work).expect("finished");
+        finish(slot, &task, 0, &mut out, true, (&mut work, &mut None)).expect("finished");
         assert!(
             out.memory_held_at_most > before,
             "the cells' finishing counted on top"

@@ -293,8 +293,9 @@ impl Engine {
     /// Where the cells of `family` for `files` (a window's files of
     /// `snapshot`) are read from: the files whose cells count them, each
     /// with the other files of the window it counts for (a run's, whose
-    /// unnamed and attribute cells one file holds), and the files to count from their
-    /// spans (cells missing or unreadable).
+    /// unnamed and attribute cells one file holds, and its named ones where
+    /// a merge added them up too), and the files to count from their spans
+    /// (cells missing or unreadable).
     ///
     /// A run's cells are read only when every file they list is live (not
     /// quarantined, not dropped) and listed by no other run's cells; then
@@ -315,6 +316,9 @@ impl Engine {
             // Attribute cells written before a run's were added up count
             // their file's own spans.
             Ok(Some(c)) if family == Family::Attr && c.attr_per_file() => Some((c, Counts::Own)),
+            // Named cells count their own file's spans, unless a merge
+            // added them up over its run.
+            Ok(Some(c)) if family == Family::Named && !c.named_in_run() => Some((c, Counts::Own)),
             Ok(Some(c)) => match c.counts() {
                 Ok(counts) => Some((c, counts)),
                 Err(e) => {
@@ -334,16 +338,6 @@ impl Engine {
             files.iter().map(|&file| (file, open(file))).collect();
         let mut readable = Vec::new();
         let mut to_count = Vec::new();
-        if family == Family::Named {
-            // Every file's named cells count its own spans.
-            for (file, cells) in opened {
-                match cells {
-                    Some((c, _)) => readable.push((file, c, Vec::new())),
-                    None => to_count.push(file),
-                }
-            }
-            return (readable, to_count);
-        }
         // The live files by ID, and the window's.
         let live: HashMap<u64, &'a Arc<TableFile>> =
             snapshot.version.files().map(|f| (f.id, f)).collect();
@@ -600,13 +594,18 @@ mod tests {
                 b.add(&span.expect("span"));
             }
             let own = b.finish().expect("cells");
-            cells.tables.retain(|t| t.family != Family::Attr);
+            // Named cells per file, as merges wrote them before they added
+            // up their inputs' cells.
+            let per_file = |f: Family| f == Family::Attr || f == Family::Named;
+            cells.tables.retain(|t| !per_file(t.family));
             cells
                 .tables
-                .extend(own.tables.into_iter().filter(|t| t.family == Family::Attr));
+                .extend(own.tables.into_iter().filter(|t| per_file(t.family)));
+            cells.named = own.named;
             cells.attr = own.attr;
             cells.counted = own.counted;
             cells.attr_per_file = true;
+            cells.named_in_run = false;
             let mut rewritten = bytes[..at].to_vec();
             rewritten.extend(encode(&cells));
             std::fs::write(&path, rewritten).expect("write");

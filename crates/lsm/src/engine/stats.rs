@@ -50,6 +50,9 @@ pub struct EngineStats {
     /// Traces whose search-index part compaction carried over from an
     /// input's sidecar instead of summarizing their spans again.
     pub compaction_index_parts_reused: u64,
+    /// Merges whose outputs' metrics cells were added up from their
+    /// inputs' cells instead of counted from their spans.
+    pub compaction_cells_summed: u64,
     /// Files retention deleted whole, their bytes, and spans compaction
     /// dropped for being past retention.
     pub retention_files_dropped: u64,
@@ -82,6 +85,7 @@ pub(super) struct Counters {
     pub(super) compaction_bytes_written: AtomicU64,
     pub(super) compaction_duplicates: AtomicU64,
     pub(super) compaction_index_parts_reused: AtomicU64,
+    pub(super) compaction_cells_summed: AtomicU64,
     pub(super) retention_files_dropped: AtomicU64,
     pub(super) retention_bytes_dropped: AtomicU64,
     pub(super) expired_spans_dropped: AtomicU64,

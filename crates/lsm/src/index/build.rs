@@ -275,6 +275,9 @@ pub struct SidecarBuilder {
     scratch: TraceAcc,
     /// The metrics cells of every span the file holds ([`SidecarBuilder::count`]).
     cells: CellsBuilder,
+    /// Whether spans are counted into `cells`: not where a merge adds its
+    /// outputs' cells up from its inputs'.
+    counts_cells: bool,
 }
 
 impl SidecarBuilder {
@@ -290,7 +293,15 @@ impl SidecarBuilder {
             remaps: Vec::new(),
             scratch: TraceAcc::default(),
             cells: CellsBuilder::default(),
+            counts_cells: true,
         }
+    }
+
+    /// The builder, counting no metrics cells: the file's are given at
+    /// [`SidecarBuilder::write_with`].
+    pub fn without_cells(mut self) -> SidecarBuilder {
+        self.counts_cells = false;
+        self
     }
 
     /// The builder, counting `attributes` into the file's attribute cells
@@ -304,7 +315,9 @@ impl SidecarBuilder {
     /// whose part was carried over ([`SidecarBuilder::add_part`]);
     /// [`SidecarBuilder::add_trace`] counts the spans it summarizes.
     pub fn count<S: Borrow<Span>>(&mut self, spans: &[S]) {
-        self.cells.add_all(spans);
+        if self.counts_cells {
+            self.cells.add_all(spans);
+        }
     }
 
     /// Adds every span of one trace; see [`SummaryBuilder::add_trace`].
@@ -319,7 +332,7 @@ impl SidecarBuilder {
             &mut self.groups,
             &mut self.scratch,
             spans,
-            Some(&mut self.cells),
+            self.counts_cells.then_some(&mut self.cells),
         );
         self.push(&part);
     }

@@ -34,6 +34,7 @@ mod builder;
 mod cache;
 mod dict;
 mod format;
+mod inputs;
 mod packed;
 mod run;
 
@@ -52,6 +53,7 @@ pub use dict::{Dict, KeyDict};
 #[cfg(test)]
 use format::encode_framed;
 pub use format::{cells_len, decode, encode, CellsFile, KeyList};
+pub use inputs::{Input, InputSums, MAX_SUMMED_CELLS};
 pub use packed::Packed;
 pub use run::{RunCells, RUN_CELLS_BYTES};
 
@@ -293,6 +295,11 @@ pub struct FileCells {
     /// unnamed ones count a run's: they were written before a merge added
     /// up the attribute cells of a run's files as it does the unnamed ones.
     pub attr_per_file: bool,
+    /// The named cells are a run's too, as its unnamed ones are: the file
+    /// holding the run's cells counts every member's spans in every
+    /// family, and the run's other files hold no cells at all (a merge
+    /// that added up its inputs' cells: [`InputSums`]).
+    pub named_in_run: bool,
 }
 
 impl FileCells {

@@ -4,6 +4,7 @@
 //! bounded lookups and the compaction picker.
 
 mod backpressure;
+mod cells;
 mod cold;
 mod concurrency;
 mod corruption;

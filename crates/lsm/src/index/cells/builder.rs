@@ -26,7 +26,7 @@ const SPANS_PER_TIMED_CELL: usize = 4;
 /// a step of seconds read every span of the window for that one file. (A
 /// run's attribute seconds are summed, so its last file has none of its
 /// own.)
-const FEW_CELLS: usize = 4096;
+pub(super) const FEW_CELLS: usize = 4096;
 
 /// Most keys one file's cells of one family hold: a span's cell is packed
 /// into 64 bits with its key in 24 of them. A file with more named keys is
@@ -790,6 +790,7 @@ impl CellsBuilder {
             packed: Vec::new(),
             counts: Counts::Own,
             attr_per_file: false,
+            named_in_run: false,
         })
     }
 }

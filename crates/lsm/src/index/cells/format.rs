@@ -67,10 +67,12 @@ enum What {
     Table(Family, u64, bool),
     /// The run the cells belong to (its first file's ID): `holds` when
     /// they count the run's spans (the frame lists its files), else the
-    /// file holds no cells ([`Counts`]).
+    /// file holds no cells ([`Counts`]); `named` when the run's named
+    /// cells are summed with the others ([`FileCells::named_in_run`]).
     Run {
         holds: bool,
         run: u64,
+        named: bool,
     },
     /// The attributes the attribute cells count; `per_file` when those
     /// cells count the file's own spans even where its unnamed cells count
@@ -224,9 +226,11 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
             });
             out.extend_from_slice(&f);
         };
-    // A file whose run holds its unnamed cells has only named ones.
+    // A file whose run holds its unnamed cells has only named ones, or
+    // none where the run holds its named ones too.
     let in_run = matches!(cells.counts, Counts::InRun { .. });
     let families: &[Family] = match (in_run, cells.counted.is_empty()) {
+        (true, _) if cells.named_in_run => &[],
         (true, true) => &[Family::Named],
         (true, false) => &[Family::Named, Family::Attr],
         (false, true) => &[Family::Named, Family::Unnamed],
@@ -270,7 +274,7 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
             }
         }
     }
-    if !cells.counted.is_empty() {
+    if !cells.counted.is_empty() && families.contains(&Family::Attr) {
         frame(
             &mut out,
             (
@@ -292,6 +296,7 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
                 What::Run {
                     holds: true,
                     run: *run,
+                    named: cells.named_in_run,
                 },
                 None,
                 None,
@@ -305,6 +310,7 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
                 What::Run {
                     holds: false,
                     run: *run,
+                    named: cells.named_in_run,
                 },
                 None,
                 None,
@@ -343,10 +349,10 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
                     put_varint(&mut index, last - first);
                 }
             }
-            What::Run { holds, run } => {
+            What::Run { holds, run, named } => {
                 index.extend_from_slice(&[2, 0]);
                 put_varint(&mut index, run);
-                index.push(u8::from(holds));
+                index.push(u8::from(holds) | u8::from(named) << 1);
             }
             What::Counted { per_file } => {
                 index.extend_from_slice(&[5, Family::Attr as u8]);
@@ -422,9 +428,12 @@ fn read_index(
             _ => return Err(r.err("a cells section of no known kind or family")),
         };
         let seconds = r.varint()?;
-        let durations = match r.bytes(1)?[0] {
-            0 => false,
-            1 => true,
+        // The run section's flag says also whether the run holds the named
+        // cells (2); the others' is 0 or 1.
+        let flag = r.bytes(1)?[0];
+        let durations = match (kind, flag) {
+            (_, 0) => false,
+            (_, 1) | (2, 2 | 3) => true,
             _ => return Err(r.err("a cells section's durations flag is not 0 or 1")),
         };
         let keys = match kind {
@@ -450,8 +459,9 @@ fn read_index(
         let what = match kind {
             0 => What::Keys(family),
             2 => What::Run {
-                holds: durations,
+                holds: flag & 1 == 1,
                 run: seconds,
+                named: flag & 2 == 2,
             },
             5 => What::Counted {
                 per_file: !durations,
@@ -521,7 +531,17 @@ fn read_index(
         )
     });
     let run_ok = sections.iter().all(|s| match s.what {
-        What::Run { holds: false, .. } => !unnamed && s.count == 0,
+        What::Run {
+            holds: false,
+            named: false,
+            ..
+        } => !unnamed && s.count == 0,
+        // The run holds every cell of the file.
+        What::Run {
+            holds: false,
+            named: true,
+            ..
+        } => s.count == 0 && sections.iter().all(|o| matches!(o.what, What::Run { .. })),
         What::Run { holds: true, .. } => s.count > 0,
         _ => true,
     });
@@ -576,7 +596,9 @@ fn counts_of(path: &Path, run: Option<(Section, Vec<u8>)>) -> Result<Counts> {
     Ok(match run {
         None => Counts::Own,
         Some((s, body)) => match s.what {
-            What::Run { holds: true, run } => Counts::Run {
+            What::Run {
+                holds: true, run, ..
+            } => Counts::Run {
                 run,
                 members: parse_members(path, &body, s.count)?,
             },
@@ -704,6 +726,14 @@ impl CellsFile {
             None => None,
         };
         counts_of(&self.path, run)
+    }
+
+    /// Whether the file's named cells are summed over its run as its
+    /// unnamed ones are ([`FileCells::named_in_run`]), from the index alone.
+    pub fn named_in_run(&self) -> bool {
+        self.sections
+            .iter()
+            .any(|s| matches!(s.what, What::Run { named: true, .. }))
     }
 
     /// The counted section's place in the index, as found there.

@@ -201,7 +201,7 @@ impl RunCells {
 
 /// The attribute an attribute key's value is of: its scope byte, then its
 /// key, as [`super::CellAttributes::names`] names it.
-fn attribute_of(attr: &[u8]) -> Option<Vec<u8>> {
+pub(super) fn attribute_of(attr: &[u8]) -> Option<Vec<u8>> {
     let (&scope, kv) = attr.split_first()?;
     let key = wire::key_of(kv)?;
     let mut name = Vec::with_capacity(1 + key.len());
@@ -314,7 +314,7 @@ fn first<T: Ord>(x: Option<T>, y: Option<T>) -> (bool, bool) {
 
 /// `b`, a table of seconds in order of (bucket, key), added to the sums
 /// `a`, a chunk of them at a time.
-fn sum(a: &Packed, b: &CellTable) -> Packed {
+pub(super) fn sum(a: &Packed, b: &CellTable) -> Packed {
     let mut out = Packer::new(a.family, a.seconds, a.has_durations && b.has_durations);
     if a.roots_only || b.roots_only {
         out = out.roots_only();

@@ -45,7 +45,9 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
     };
     let attr_per_file = counts != Counts::Own
         && counted_section.is_some_and(|s| s.what == What::Counted { per_file: true });
+    let named_in_run = run_named(&sections);
     let families: &[Family] = match (&counts, counted.is_empty()) {
+        (Counts::InRun { .. }, _) if named_in_run => &[],
         (Counts::InRun { .. }, true) => &[Family::Named],
         (Counts::InRun { .. }, false) => &[Family::Named, Family::Attr],
         (_, true) => &[Family::Named, Family::Unnamed],
@@ -55,6 +57,7 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
         counts,
         counted,
         attr_per_file,
+        named_in_run,
         ..FileCells::default()
     };
     let count_of = |family| {
@@ -133,4 +136,11 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
         t.sort();
     }
     Ok(Some(cells))
+}
+
+/// Whether the run section, if any, says the run holds the named cells.
+fn run_named(sections: &[Section]) -> bool {
+    sections
+        .iter()
+        .any(|s| matches!(s.what, What::Run { named: true, .. }))
 }

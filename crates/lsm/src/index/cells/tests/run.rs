@@ -122,6 +122,43 @@ fn damaged_run_cells_are_refused_and_never_panic() {
     }
 }
 
+/// A run whose named cells are summed with the others (a merge that added
+/// up its inputs' cells): the file holding them reads back as written and
+/// says so; its other files hold a run section alone; both are refused,
+/// or read as written, when damaged.
+#[test]
+fn a_run_holding_its_named_cells_reads_back_and_its_other_files_hold_none() {
+    let spans = varied_spans(300);
+    let holder = FileCells {
+        counts: Counts::Run {
+            run: 3,
+            members: vec![3, 9],
+        },
+        named_in_run: true,
+        ..counted(&spans)
+    };
+    let member = FileCells {
+        counts: Counts::InRun { run: 3 },
+        named_in_run: true,
+        ..FileCells::default()
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table = dir.path().join("5.sst");
+    let path = crate::index::sidecar_path(&table);
+    for cells in [&holder, &member] {
+        let bytes = encode(cells);
+        assert_eq!(
+            decode(&path, &bytes).expect("decodes").as_ref(),
+            Some(cells)
+        );
+        std::fs::write(&path, &bytes).expect("write");
+        let file = CellsFile::open(&table).expect("opens").expect("cells");
+        assert!(file.named_in_run());
+        assert_eq!(file.counts().expect("counts"), cells.counts);
+        refusals(cells, 13, 2_000);
+    }
+}
+
 /// A run's attribute cells are written with the file that ends its sums:
 /// the sums of its files' (whose own sidecars then hold none), of the
 /// attributes every file counted, their seconds with durations where the
