@@ -27,7 +27,7 @@ use super::{
     builder::{roots_timed, timed, FEW_CELLS},
     decode,
     packed::{Packed, Packer},
-    run::{attribute_of, sum},
+    run::{attribute_of, merge_durations, sum},
     Cell, CellAttributes, CellKey, CellTable, CellsBuilder, CellsFile, Counts, Family, FileCells,
     HashMap, BUCKET_SECONDS, NANOS,
 };
@@ -57,6 +57,11 @@ pub struct InputSums {
     parts: BTreeMap<u64, PartSums>,
 }
 
+/// Cells of tables added to the sums, unpacked, past which they are added
+/// up and packed into the sums: packing the sums again for each input's
+/// table took most of a merge's time in the cells.
+const PENDING_CELLS: usize = 256 * 1024;
+
 /// One family's sums in one partition.
 #[derive(Default)]
 struct FamilySums {
@@ -64,6 +69,9 @@ struct FamilySums {
     ids: HashMap<CellKey, u32>,
     /// Per length of [`BUCKET_SECONDS`].
     tables: [Option<Packed>; 3],
+    /// Per length, tables to add to `tables`, and their cells.
+    pending: [Vec<CellTable>; 3],
+    pending_cells: [usize; 3],
 }
 
 /// One partition's sums, and the spans to add to them and take out.
@@ -252,8 +260,17 @@ impl InputSums {
                 roots_only: t.roots_only || vacuous,
                 ..CellTable::empty(t.family, t.seconds, t.has_durations || vacuous)
             };
+            // Each key numbered once (hashing it took as long as adding).
+            let mut ids = vec![u32::MAX; keys.len()];
             for c in t.cells[at..end].iter().filter(|c| keep[c.key as usize]) {
-                let key = sums.id(&keys[c.key as usize]);
+                let key = match ids[c.key as usize] {
+                    u32::MAX => {
+                        let id = sums.id(&keys[c.key as usize]);
+                        ids[c.key as usize] = id;
+                        id
+                    }
+                    id => id,
+                };
                 let from = piece.durations.len() as u32;
                 piece.durations.extend_from_slice(t.durations_of(c));
                 piece.cells.push(Cell {
@@ -263,7 +280,7 @@ impl InputSums {
                 });
             }
             piece.sort();
-            sums.add(len, &piece);
+            sums.add(len, piece);
             at = end;
         }
     }
@@ -391,7 +408,9 @@ impl PartSums {
         self.families
             .iter()
             .map(|f| {
-                f.tables.iter().flatten().map(Packed::bytes).sum::<usize>() + f.keys.len() * 96
+                f.tables.iter().flatten().map(Packed::bytes).sum::<usize>()
+                    + f.keys.len() * 96
+                    + f.pending_cells.iter().sum::<usize>() * 48
             })
             .sum::<usize>()
             + self.plus.cells.held_bytes()
@@ -431,10 +450,24 @@ impl FamilySums {
 
     /// `t` (in order, numbered as the sums are) added to the sums of
     /// length `len`.
-    fn add(&mut self, len: usize, t: &CellTable) {
+    fn add(&mut self, len: usize, t: CellTable) {
+        self.pending_cells[len] += t.cells.len();
+        self.pending[len].push(t);
+        if self.pending_cells[len] >= PENDING_CELLS {
+            self.fold(len);
+        }
+    }
+
+    /// The tables pending at length `len` added to its sums.
+    fn fold(&mut self, len: usize) {
+        let pending = std::mem::take(&mut self.pending[len]);
+        self.pending_cells[len] = 0;
+        let Some(t) = combined(pending) else {
+            return;
+        };
         self.tables[len] = Some(match self.tables[len].take() {
-            None => Packed::of(t),
-            Some(sums) => sum(&sums, t),
+            None => Packed::of(&t),
+            Some(sums) => sum(&sums, &t),
         });
     }
 
@@ -453,8 +486,10 @@ impl FamilySums {
             });
         }
         own.sort();
+        self.fold(len);
         if add {
-            self.add(len, &own);
+            self.add(len, own);
+            self.fold(len);
         } else {
             let sums = self.tables[len].take()?;
             self.tables[len] = Some(difference(&sums, &own, &self.keys)?);
@@ -464,7 +499,10 @@ impl FamilySums {
 
     /// The keys `keep` accepts that have cells, in order, and the tables
     /// numbered by them.
-    fn finish(self, keep: impl Fn(&CellKey) -> bool) -> (Vec<CellKey>, Vec<CellTable>) {
+    fn finish(mut self, keep: impl Fn(&CellKey) -> bool) -> (Vec<CellKey>, Vec<CellTable>) {
+        for len in 0..BUCKET_SECONDS.len() {
+            self.fold(len);
+        }
         let mut tables: Vec<CellTable> = self
             .tables
             .into_iter()
@@ -495,6 +533,54 @@ impl FamilySums {
         }
         (order.into_iter().map(|(k, _)| k).collect(), tables)
     }
+}
+
+/// Tables of one family and length, each in order, added up into one in
+/// order (`None` for none): with durations if all have them, of roots only
+/// if any is.
+fn combined(tables: Vec<CellTable>) -> Option<CellTable> {
+    let first = tables.first()?;
+    let mut all = CellTable {
+        roots_only: tables.iter().any(|t| t.roots_only),
+        ..CellTable::empty(
+            first.family,
+            first.seconds,
+            tables.iter().all(|t| t.has_durations),
+        )
+    };
+    for t in tables {
+        all.append(t);
+    }
+    all.sort();
+    let mut out = CellTable {
+        cells: Vec::with_capacity(all.cells.len()),
+        durations: Vec::with_capacity(all.durations.len()),
+        ..CellTable::empty(all.family, all.seconds, all.has_durations)
+    };
+    out.roots_only = all.roots_only;
+    let mut durations = Vec::new();
+    let mut at = 0;
+    while at < all.cells.len() {
+        let c = all.cells[at];
+        let end = at + all.cells[at..].partition_point(|d| (d.bucket, d.key) == (c.bucket, c.key));
+        let spans = all.cells[at..end].iter().map(|d| d.spans).sum();
+        durations.clear();
+        if out.has_durations {
+            for d in &all.cells[at..end] {
+                let before = std::mem::take(&mut durations);
+                merge_durations(&mut durations, &before, all.durations_of(d));
+            }
+        }
+        let from = out.durations.len() as u32;
+        out.durations.extend_from_slice(&durations);
+        out.cells.push(Cell {
+            spans,
+            durations: (from, out.durations.len() as u32),
+            ..c
+        });
+        at = end;
+    }
+    Some(out)
 }
 
 /// `b`'s cells (in order, every one of them in `a`) taken out of `a`, whose

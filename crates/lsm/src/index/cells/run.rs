@@ -353,7 +353,7 @@ pub(super) fn sum(a: &Packed, b: &CellTable) -> Packed {
 }
 
 /// Two lists of (exponent, spans) in ascending exponent, added up.
-fn merge_durations(out: &mut Vec<(u8, u64)>, a: &[(u8, u64)], b: &[(u8, u64)]) {
+pub(super) fn merge_durations(out: &mut Vec<(u8, u64)>, a: &[(u8, u64)], b: &[(u8, u64)]) {
     let (mut i, mut j) = (0, 0);
     loop {
         let (x, y) = (a.get(i), b.get(j));
