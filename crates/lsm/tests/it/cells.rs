@@ -60,6 +60,20 @@ fn span(trace: u128, id: u64, start: u64) -> Span {
     )
 }
 
+/// [`span`] with `http.request.method` (counted by default) of `method`.
+fn with_method(trace: u128, id: u64, start: u64, method: &str) -> Span {
+    let mut s = span(trace, id, start);
+    let mut value = Vec::new();
+    field(&mut value, 1, method.as_bytes());
+    let mut kv = Vec::new();
+    field(&mut kv, 1, b"http.request.method");
+    field(&mut kv, 2, &value);
+    let mut payload = s.payload.to_vec();
+    field(&mut payload, 9, &kv);
+    s.payload = payload.into();
+    s
+}
+
 /// Where two files' cells differ, told briefly: their keys, their tables'
 /// flags and spans, and each table's first cell apart.
 fn differences(a: &FileCells, b: &FileCells) -> Vec<String> {
@@ -132,6 +146,25 @@ fn a_merge_adds_up_its_inputs_cells_to_those_of_the_spans_it_wrote() {
     let engine = Engine::open(opts).expect("open");
     // The first nanosecond of the hour after T0.
     let edge = (T0 / HOUR + 1) * HOUR;
+    // An attribute with more values than a file counts, in the hour before
+    // the edge: its file leaves it out, and so do the sums (of both hours:
+    // the next hour's holds no value of it). A few of its spans sent again
+    // count it in their file; as repeats they are taken out of the cells
+    // of the other attributes.
+    let methods: Vec<Span> = (0..1100u64)
+        .map(|i| {
+            with_method(
+                u128::from(i) << 64 | 9,
+                1_000_000 + i,
+                edge - 1200 * SEC + i * SEC,
+                &format!("M{i}"),
+            )
+        })
+        .collect();
+    for sent in [&methods[..], &methods[..50]] {
+        engine.write_blocking(sent.to_vec()).expect("write");
+        engine.flush().expect("flush");
+    }
     let mut id = 0;
     for round in 0..4u64 {
         let mut batch = Vec::new();
@@ -184,7 +217,7 @@ fn a_merge_adds_up_its_inputs_cells_to_those_of_the_spans_it_wrote() {
         let bytes = std::fs::read(&path).expect("sidecar");
         cells_of.insert(f.id, decode(&path, &bytes).expect("cells").expect("cells"));
     }
-    let (mut summed_runs, mut edges) = (0, 0);
+    let (mut summed_runs, mut edges, mut left_out) = (0, 0, 0);
     for (holder, cells) in &cells_of {
         let members = match &cells.counts {
             Counts::Own => vec![*holder],
@@ -207,6 +240,24 @@ fn a_merge_adds_up_its_inputs_cells_to_those_of_the_spans_it_wrote() {
             }
         }
         let mut counted = counted.finish().expect("cells");
+        // An attribute some input left out is left out of the sums; where
+        // the run's spans carry none of it, counting them counts it.
+        let missing: Vec<Box<[u8]>> = counted
+            .counted
+            .iter()
+            .filter(|a| !cells.counted.contains(a))
+            .cloned()
+            .collect();
+        let name = |attr: &[u8]| [&attr[..1], &attr[3..3 + attr[2] as usize]].concat();
+        assert!(
+            counted
+                .attr
+                .iter()
+                .all(|k| !missing.contains(&name(k.attr.as_deref().expect("attr")).into())),
+            "the sums left out an attribute the run's spans carry"
+        );
+        counted.counted.retain(|a| cells.counted.contains(a));
+        left_out += missing.len();
         let mut cells = cells.clone();
         for c in [&mut counted, &mut cells] {
             c.tables.sort_by_key(|t| (t.family as u8, t.seconds));
@@ -224,4 +275,5 @@ fn a_merge_adds_up_its_inputs_cells_to_those_of_the_spans_it_wrote() {
         "{summed_runs} runs with all their cells summed"
     );
     assert!(edges > 0, "no span on the hour's edge");
+    assert!(left_out > 0, "no attribute left out of the sums");
 }

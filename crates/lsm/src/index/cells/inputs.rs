@@ -332,8 +332,11 @@ impl InputSums {
             let Some(delta) = delta else { continue };
             for (family, sums) in families.iter_mut().enumerate() {
                 let keys = delta.keys(FAMILIES[family]);
+                // Cells of an attribute the inputs' sums left out are not
+                // in them to take out.
+                let keep: Vec<bool> = keys.iter().map(|k| self.counts_key(k)).collect();
                 for t in delta.tables.iter().filter(|t| t.family == FAMILIES[family]) {
-                    sums.apply(keys, t, add)?;
+                    sums.apply(keys, &keep, t, add)?;
                 }
             }
         }
@@ -471,15 +474,16 @@ impl FamilySums {
         });
     }
 
-    /// `t`, a table of `keys`, added to the sums (`add`) or taken out of
-    /// them; `None` when a cell taken out is not in them.
-    fn apply(&mut self, keys: &[CellKey], t: &CellTable, add: bool) -> Option<()> {
+    /// `t`, a table of `keys` (the cells of those `keep` marks), added to
+    /// the sums (`add`) or taken out of them; `None` when a cell taken out
+    /// is not in them.
+    fn apply(&mut self, keys: &[CellKey], keep: &[bool], t: &CellTable, add: bool) -> Option<()> {
         let len = BUCKET_SECONDS.iter().position(|&l| l == t.seconds)?;
         let mut own = CellTable {
             cells: Vec::with_capacity(t.cells.len()),
             ..t.clone()
         };
-        for c in &t.cells {
+        for c in t.cells.iter().filter(|c| keep[c.key as usize]) {
             own.cells.push(Cell {
                 key: self.id(&keys[c.key as usize]),
                 ..*c
