@@ -205,7 +205,12 @@ fn a_merge_adds_up_its_inputs_cells_to_those_of_the_spans_it_wrote() {
         engine.compact().expect("compact");
     }
     let stats = engine.stats();
-    assert!(stats.compaction_cells_summed >= 3, "{stats:?}");
+    // Every merge, of level 0 and of runs, added up its inputs' cells.
+    assert_eq!(
+        stats.compaction_cells_summed, stats.compactions,
+        "{stats:?}"
+    );
+    assert!(stats.compactions >= 4, "{stats:?}");
     assert!(stats.compaction_duplicates > 0, "{stats:?}");
     assert!(stats.expired_spans_dropped > 0, "{stats:?}");
 
@@ -217,7 +222,7 @@ fn a_merge_adds_up_its_inputs_cells_to_those_of_the_spans_it_wrote() {
         let bytes = std::fs::read(&path).expect("sidecar");
         cells_of.insert(f.id, decode(&path, &bytes).expect("cells").expect("cells"));
     }
-    let (mut summed_runs, mut edges, mut left_out) = (0, 0, 0);
+    let (mut summed_runs, mut edges, mut left_out, mut deep) = (0, 0, 0, 0);
     for (holder, cells) in &cells_of {
         let members = match &cells.counts {
             Counts::Own => vec![*holder],
@@ -230,6 +235,8 @@ fn a_merge_adds_up_its_inputs_cells_to_those_of_the_spans_it_wrote() {
             cells.counts
         );
         summed_runs += usize::from(cells.named_in_run);
+        let level = files.iter().find(|f| f.id == *holder).expect("live").level;
+        deep += usize::from(level >= 2);
         let mut counted = CellsBuilder::default();
         for m in &members {
             let f = files.iter().find(|f| f.id == *m).expect("a live member");
@@ -276,4 +283,5 @@ fn a_merge_adds_up_its_inputs_cells_to_those_of_the_spans_it_wrote() {
     );
     assert!(edges > 0, "no span on the hour's edge");
     assert!(left_out > 0, "no attribute left out of the sums");
+    assert!(deep > 0, "no run merged from runs");
 }
