@@ -341,8 +341,8 @@ impl InputSums {
             }
         }
         let [named, unnamed, attr] = families;
-        let (named, mut tables) = named.finish(|_| true);
-        let (unnamed, more) = unnamed.finish(|_| true);
+        let (named, mut tables) = named.finish(Family::Named, |_| true);
+        let (unnamed, more) = unnamed.finish(Family::Unnamed, |_| true);
         tables.extend(more);
         let keeps = |k: &CellKey| {
             k.attr
@@ -350,7 +350,7 @@ impl InputSums {
                 .and_then(attribute_of)
                 .is_some_and(|a| counted.iter().any(|c| **c == *a))
         };
-        let (attr, more) = attr.finish(keeps);
+        let (attr, more) = attr.finish(Family::Attr, keeps);
         if !counted.is_empty() {
             tables.extend(more);
         }
@@ -503,9 +503,21 @@ impl FamilySums {
 
     /// The keys `keep` accepts that have cells, in order, and the tables
     /// numbered by them.
-    fn finish(mut self, keep: impl Fn(&CellKey) -> bool) -> (Vec<CellKey>, Vec<CellTable>) {
+    fn finish(
+        mut self,
+        family: Family,
+        keep: impl Fn(&CellKey) -> bool,
+    ) -> (Vec<CellKey>, Vec<CellTable>) {
         for len in 0..BUCKET_SECONDS.len() {
             self.fold(len);
+        }
+        // A length of no cells has a table of none, as a builder's has (a
+        // query takes a missing table for cells it cannot read).
+        for (len, t) in self.tables.iter_mut().enumerate() {
+            if t.is_none() {
+                let empty = CellTable::empty(family, BUCKET_SECONDS[len], true);
+                *t = Some(Packed::of(&empty));
+            }
         }
         let mut tables: Vec<CellTable> = self
             .tables
