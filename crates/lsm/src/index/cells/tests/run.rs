@@ -159,6 +159,36 @@ fn a_run_holding_its_named_cells_reads_back_and_its_other_files_hold_none() {
     }
 }
 
+/// A merge's sums of inputs whose spans carry no attribute counted have
+/// the attribute tables a builder writes for them, of no cells: a query
+/// reads them as cells, not as tables it cannot read.
+#[test]
+fn sums_of_inputs_without_attribute_cells_have_empty_attribute_tables() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let spans = varied_spans(200);
+    let mut inputs = Vec::new();
+    for (id, half) in [(1u64, &spans[..100]), (2, &spans[100..])] {
+        let table = dir.path().join(format!("{id}.sst"));
+        std::fs::write(crate::index::sidecar_path(&table), encode(&counted(half))).expect("write");
+        inputs.push((id, table, half.len() as u64));
+    }
+    let inputs: Vec<Input<'_>> = inputs
+        .iter()
+        .map(|(id, t, n)| (*id, t.as_path(), *n))
+        .collect();
+    let mut sums = InputSums::of(&inputs, Some(7), 3600 * NANOS, Arc::default()).expect("sums");
+    let cells = sums.take(7, vec![1, 2], 200).expect("cells");
+    let whole = counted(&spans);
+    assert!(!whole.counted.is_empty() && whole.attr.is_empty());
+    assert_eq!(cells.counted, whole.counted);
+    for seconds in BUCKET_SECONDS {
+        let t = cells
+            .table(Family::Attr, seconds)
+            .expect("an attribute table");
+        assert!(t.cells.is_empty(), "{seconds} s");
+    }
+}
+
 /// A run's attribute cells are written with the file that ends its sums:
 /// the sums of its files' (whose own sidecars then hold none), of the
 /// attributes every file counted, their seconds with durations where the
