@@ -137,7 +137,14 @@ pub struct Merge<'a> {
 }
 
 impl<'a> Merge<'a> {
-    pub fn start(task: &'a CompactionTask, ctx: &'a MergeContext<'a>) -> Result<Merge<'a>> {
+    /// A merge of `task`'s inputs, counting what it holds in `work` (if
+    /// given) from its start: it adds up its inputs' cells here, reading
+    /// each input's.
+    pub fn start(
+        task: &'a CompactionTask,
+        ctx: &'a MergeContext<'a>,
+        mut work: Option<Work>,
+    ) -> Result<Merge<'a>> {
         let mut merger =
             MergeIterator::new(task.inputs.iter().map(|f| f.table().iter()).collect())?;
         if task.input_level > 0 {
@@ -149,16 +156,23 @@ impl<'a> Merge<'a> {
             .iter()
             .map(|f| (f.id, f.path(), f.table().meta().span_count))
             .collect();
+        let mut held_at_most = 0;
         let sums = InputSums::of(
             &inputs,
             fixed_partition,
             ctx.opts.partition_nanos(),
             ctx.table_opts.cell_attributes.clone(),
+            &mut |bytes| {
+                held_at_most = held_at_most.max(bytes);
+                if let Some(work) = &mut work {
+                    work.holds(bytes);
+                }
+            },
         );
         if sums.is_some() {
             merger = merger.keep_repeats();
         }
-        Ok(Merge {
+        let mut merge = Merge {
             task,
             ctx,
             merger,
@@ -172,13 +186,18 @@ impl<'a> Merge<'a> {
             out: MergeOutput {
                 bytes_read: task.input_bytes(),
                 cells_summed: sums.is_some(),
+                memory_held_at_most: held_at_most,
                 ..MergeOutput::default()
             },
             finished: false,
             work: None,
             since_count: 0,
             sums,
-        })
+        };
+        if let Some(work) = work {
+            merge.count_in(work);
+        }
+        Ok(merge)
     }
 
     /// About the most a merge of `task` holds, from its inputs alone: the
@@ -249,7 +268,7 @@ impl<'a> Merge<'a> {
     /// Counts what the merge holds in `work` from now on: every
     /// `COUNT_EVERY` traces, and before each output's metrics cells are
     /// finished.
-    pub fn count_in(&mut self, work: Work) {
+    fn count_in(&mut self, work: Work) {
         self.out.memory_expected = work.expected();
         self.work = Some(work);
         self.count();
@@ -681,8 +700,7 @@ mod tests {
             expected >= 6000 * RECORD_BYTES_PER_SPAN as usize,
             "{expected}: one output, its cells"
         );
-        let mut merge = Merge::start(&task, &ctx).expect("start");
-        merge.count_in(budget.work(expected));
+        let mut merge = Merge::start(&task, &ctx, Some(budget.work(expected))).expect("start");
         assert_eq!(
             budget.work_room(),
             expected,
@@ -714,6 +732,57 @@ mod tests {
         );
     }
 
+    /// Adding up its inputs' cells, a merge counts each input's sidecar and
+    /// its cells, decoded, while it holds them: before its first trace.
+    #[test]
+    fn a_merge_counts_its_inputs_cells_while_it_adds_them_up() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let g = group("svc");
+        // A span a second: a cell of each length for each.
+        let spread = |id: u64, traces: &[u128]| {
+            let file = table_file(dir.path(), id, 1, 0, traces);
+            let mut sidecar = SidecarBuilder::new(64);
+            for (i, &t) in traces.iter().enumerate() {
+                sidecar.add_trace(&[span(&g, t, 1, (id * 5000 + i as u64) * 1_000_000_000)]);
+            }
+            sidecar.write(file.path()).expect("sidecar");
+            file
+        };
+        let (first, second): (Vec<u128>, Vec<u128>) =
+            ((1..=4000).collect(), (4001..=8000).collect());
+        let task = CompactionTask {
+            kind: TaskKind::Merge,
+            input_level: 1,
+            output_level: 2,
+            inputs: vec![spread(1, &first), spread(2, &second)],
+        };
+        // The last input's cells, decoded, beside the sums of both.
+        let last = {
+            let path = crate::layout::sidecar_path(task.inputs[1].path());
+            let bytes = std::fs::read(&path).expect("sidecar");
+            let cells = crate::index::cells::decode(&path, &bytes)
+                .expect("decodes")
+                .expect("cells");
+            cells.bytes()
+        };
+        let env = Env::new();
+        let ctx = env.context(dir.path());
+        let budget = MemoryBudget::with_process_limit(1 << 30, 1 << 31, 1 << 20);
+        let merge = Merge::start(&task, &ctx, Some(budget.work(0))).expect("start");
+        assert!(merge.out.cells_summed, "the inputs' cells are added up");
+        let peak = merge.held_bytes() + last;
+        assert!(
+            merge.out.memory_held_at_most >= peak,
+            "{} held at most, {peak} with the last input's cells",
+            merge.out.memory_held_at_most
+        );
+        assert!(
+            budget.work_room() >= peak,
+            "the budget saw it: {}",
+            budget.work_room()
+        );
+    }
+
     #[test]
     fn a_deeper_merge_drops_an_input_sidecar_once_it_has_read_the_input() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -730,7 +799,7 @@ mod tests {
         };
         let env = Env::new();
         let ctx = env.context(dir.path());
-        let mut merge = Merge::start(&task, &ctx).expect("start");
+        let mut merge = Merge::start(&task, &ctx, None).expect("start");
         let mut written = 0;
         while merge.read_trace().expect("read") {
             merge.write_trace().expect("write");

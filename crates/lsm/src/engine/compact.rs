@@ -135,13 +135,12 @@ impl Inner {
     ) -> Result<Option<MergeOutput>> {
         let deeper = task.input_level > 0;
         let mut next_check = Duration::ZERO;
-        let mut merge = Merge::start(task, ctx)?;
         let work = self
             .write
             .budget
             .work(Merge::expected_bytes(task, ctx.opts));
         self.wait_for_memory();
-        merge.count_in(work);
+        let mut merge = Merge::start(task, ctx, Some(work))?;
         while merge.read_trace()? {
             if deeper {
                 if let Some(hook) = self.opts.between_deeper_traces() {

@@ -93,11 +93,15 @@ impl InputSums {
     /// their spans start in; `None` when they cannot be added up (an input
     /// without readable cells, cells that count no input or one twice, more
     /// than [`MAX_SUMMED_CELLS`], partitions the buckets do not divide).
+    /// `held` is told the bytes it holds as it reads each input's cells
+    /// (the input's sidecar and its cells decoded, beside the sums so far)
+    /// and once it is done.
     pub fn of(
         inputs: &[Input<'_>],
         fixed: Option<u64>,
         partition_nanos: u64,
         attributes: Arc<CellAttributes>,
+        held: &mut dyn FnMut(usize),
     ) -> Option<InputSums> {
         let split = match fixed {
             Some(_) => None,
@@ -171,6 +175,7 @@ impl InputSums {
             let path = sidecar_path(table);
             let bytes = std::fs::read(&path).ok()?;
             let file = decode(&path, &bytes).ok()??;
+            held(sums.bytes() + bytes.capacity() + file.bytes());
             drop(bytes);
             for (family, of) in covers.iter().enumerate() {
                 if of.is_empty() {
@@ -192,7 +197,10 @@ impl InputSums {
                     sums.add(family, keys, &keep, t);
                 }
             }
+            // Its tables added, until the input's are dropped.
+            held(sums.bytes() + file.bytes());
         }
+        held(sums.bytes());
         Some(sums)
     }
 

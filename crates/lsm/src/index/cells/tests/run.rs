@@ -176,7 +176,8 @@ fn sums_of_inputs_without_attribute_cells_have_empty_attribute_tables() {
         .iter()
         .map(|(id, t, n)| (*id, t.as_path(), *n))
         .collect();
-    let mut sums = InputSums::of(&inputs, Some(7), 3600 * NANOS, Arc::default()).expect("sums");
+    let mut sums =
+        InputSums::of(&inputs, Some(7), 3600 * NANOS, Arc::default(), &mut |_| ()).expect("sums");
     let cells = sums.take(7, vec![1, 2], 200).expect("cells");
     let whole = counted(&spans);
     assert!(!whole.counted.is_empty() && whole.attr.is_empty());
