@@ -9,6 +9,7 @@ use crate::{
     span::{ScopeGroup, Span, SpanId, TraceId},
 };
 
+mod attr_model;
 mod run;
 
 fn field(out: &mut Vec<u8>, n: u64, b: &[u8]) {
