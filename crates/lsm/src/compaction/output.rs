@@ -80,7 +80,8 @@ pub struct MergeOutput {
     /// cells ([`InputSums`]) instead of counted from their spans.
     pub cells_summed: bool,
     /// What the merge was expected to hold at most when it started, and the
-    /// most it held, as counted ([`Merge::count_in`]); 0 when not counted.
+    /// most it held, as counted (in the work [`Merge::start`] was given); 0
+    /// when not counted.
     pub memory_expected: usize,
     pub memory_held_at_most: usize,
 }

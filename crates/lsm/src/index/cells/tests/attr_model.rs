@@ -7,6 +7,12 @@ use rand::{rngs::SmallRng, Rng, SeedableRng};
 
 use super::*;
 
+/// A cell of the attribute seconds: second, service, status, root, and
+/// the attribute's scope and `KeyValue`.
+type AttrCell = (u64, String, u32, bool, Vec<u8>);
+/// Its spans, and its spans per duration exponent.
+type Counted = (u64, BTreeMap<u8, u64>);
+
 /// Spans carrying random subsets of eight counted attributes, in random
 /// order, some twice (the first counts), some all eight, under two
 /// resources: the attribute seconds count, for each span and counted
@@ -20,10 +26,7 @@ fn attribute_seconds_count_each_spans_first_value_of_each_counted_attribute() {
     let list = Arc::new(CellAttributes::parse(list_names).expect("attributes"));
     let mut rng = SmallRng::seed_from_u64(7);
     let mut spans = Vec::new();
-    // Per (second, service, status, root, attribute value): spans, and
-    // spans per duration exponent.
-    let mut want: BTreeMap<(u64, String, u32, bool, Vec<u8>), (u64, BTreeMap<u8, u64>)> =
-        BTreeMap::new();
+    let mut want: BTreeMap<AttrCell, Counted> = BTreeMap::new();
     for i in 0..4100u64 {
         let service = ["a", "b"][rng.random_range(0..2)];
         let status = [0, 2][rng.random_range(0..2)];
