@@ -21,7 +21,7 @@ use crate::{
     budget::Work,
     error::Result,
     index::{
-        cells::{CellsFile, Counts, Family, FileCells, InputSums, RunCells},
+        cells::{CellsFile, Counts, Family, FileCells, InputSums, NotSummed, RunCells},
         remove_sidecar, SidecarBuilder, SidecarParts,
     },
     layout::{sidecar_path, table_path},
@@ -77,8 +77,10 @@ pub struct MergeOutput {
     /// sidecar instead of summarized from their spans.
     pub parts_reused: u64,
     /// Whether the outputs' metrics cells were added up from the inputs'
-    /// cells ([`InputSums`]) instead of counted from their spans.
+    /// cells ([`InputSums`]) instead of counted from their spans; and if
+    /// not, why.
     pub cells_summed: bool,
+    pub cells_not_summed: Option<NotSummed>,
     /// What the merge was expected to hold at most when it started, and the
     /// most it held, as counted (in the work [`Merge::start`] was given); 0
     /// when not counted.
@@ -170,7 +172,7 @@ impl<'a> Merge<'a> {
                 }
             },
         );
-        if sums.is_some() {
+        if sums.is_ok() {
             merger = merger.keep_repeats();
         }
         let mut merge = Merge {
@@ -186,14 +188,15 @@ impl<'a> Merge<'a> {
             first: true,
             out: MergeOutput {
                 bytes_read: task.input_bytes(),
-                cells_summed: sums.is_some(),
+                cells_summed: sums.is_ok(),
+                cells_not_summed: sums.as_ref().err().copied(),
                 memory_held_at_most: held_at_most,
                 ..MergeOutput::default()
             },
             finished: false,
             work: None,
             since_count: 0,
-            sums,
+            sums: sums.ok(),
         };
         if let Some(work) = work {
             merge.count_in(work);
@@ -771,6 +774,7 @@ mod tests {
         let budget = MemoryBudget::with_process_limit(1 << 30, 1 << 31, 1 << 20);
         let merge = Merge::start(&task, &ctx, Some(budget.work(0))).expect("start");
         assert!(merge.out.cells_summed, "the inputs' cells are added up");
+        assert_eq!(merge.out.cells_not_summed, None);
         let peak = merge.held_bytes() + last;
         assert!(
             merge.out.memory_held_at_most >= peak,
@@ -782,6 +786,40 @@ mod tests {
             "the budget saw it: {}",
             budget.work_room()
         );
+    }
+
+    /// A merge that cannot add up its inputs' cells says why: an input
+    /// without cells; at level 0, partitions the buckets do not divide.
+    #[test]
+    fn a_merge_that_counts_its_spans_says_why() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env = Env::new();
+        let ctx = env.context(dir.path());
+        let level0 = |inputs| CompactionTask {
+            kind: TaskKind::Merge,
+            input_level: 0,
+            output_level: 1,
+            inputs,
+        };
+        let bare = level0(vec![
+            indexed_file(dir.path(), 1, 0, &[1, 3]),
+            table_file(dir.path(), 2, 0, 0, &[2, 4]),
+        ]);
+        let merge = Merge::start(&bare, &ctx, None).expect("start");
+        assert!(!merge.out.cells_summed);
+        assert_eq!(merge.out.cells_not_summed, Some(NotSummed::Unreadable));
+
+        let indexed = level0(vec![
+            indexed_file(dir.path(), 3, 0, &[1, 3]),
+            indexed_file(dir.path(), 4, 0, &[2, 4]),
+        ]);
+        let merge = Merge::start(&indexed, &ctx, None).expect("start");
+        assert_eq!(merge.out.cells_not_summed, None, "both inputs have cells");
+        let mut odd = Env::new();
+        odd.opts.partition = std::time::Duration::from_secs(90 * 60);
+        let ctx = odd.context(dir.path());
+        let merge = Merge::start(&indexed, &ctx, None).expect("start");
+        assert_eq!(merge.out.cells_not_summed, Some(NotSummed::Partitions));
     }
 
     #[test]

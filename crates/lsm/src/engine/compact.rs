@@ -281,6 +281,7 @@ impl Inner {
             expired = out.expired,
             index_parts_reused = out.parts_reused,
             cells_summed = out.cells_summed,
+            cells_not_summed = %out.cells_not_summed.map_or("-", |why| why.as_str()),
             memory_expected = out.memory_expected,
             memory_held_at_most = out.memory_held_at_most,
             elapsed_ms = started.elapsed().as_millis() as u64,

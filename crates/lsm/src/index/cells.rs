@@ -53,7 +53,7 @@ pub use dict::{Dict, KeyDict};
 #[cfg(test)]
 use format::encode_framed;
 pub use format::{cells_len, decode, encode, CellsFile, KeyList};
-pub use inputs::{Input, InputSums, MAX_SUMMED_CELLS};
+pub use inputs::{Input, InputSums, NotSummed, MAX_SUMMED_CELLS};
 pub use packed::Packed;
 pub use run::{RunCells, RUN_CELLS_BYTES};
 

@@ -87,12 +87,39 @@ struct Delta {
     spans: u64,
 }
 
+/// Why a merge's inputs' cells cannot be added up: the merge counts the
+/// spans it writes instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotSummed {
+    /// Partitions that are not whole multiples of the buckets.
+    Partitions,
+    /// An input without cells, or whose cells cannot be read.
+    Unreadable,
+    /// More than [`MAX_SUMMED_CELLS`] cells in the inputs.
+    TooManyCells,
+    /// Cells that count an input's spans twice, or not at all.
+    NotOnce,
+    /// An input whose seconds do not count its spans.
+    Uneven,
+}
+
+impl NotSummed {
+    /// The reason as the "compaction done" log line gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotSummed::Partitions => "partitions",
+            NotSummed::Unreadable => "unreadable",
+            NotSummed::TooManyCells => "too_many_cells",
+            NotSummed::NotOnce => "not_once",
+            NotSummed::Uneven => "uneven",
+        }
+    }
+}
+
 impl InputSums {
     /// The sums of `inputs`' cells for a merge writing its outputs in
     /// partition `fixed`, or (`None`) in the partitions of `partition_nanos`
-    /// their spans start in; `None` when they cannot be added up (an input
-    /// without readable cells, cells that count no input or one twice, more
-    /// than [`MAX_SUMMED_CELLS`], partitions the buckets do not divide).
+    /// their spans start in; or why they cannot be added up.
     /// `held` is told the bytes it holds as it reads each input's cells
     /// (the input's sidecar and its cells decoded, beside the sums so far)
     /// and once it is done.
@@ -102,7 +129,7 @@ impl InputSums {
         partition_nanos: u64,
         attributes: Arc<CellAttributes>,
         held: &mut dyn FnMut(usize),
-    ) -> Option<InputSums> {
+    ) -> Result<InputSums, NotSummed> {
         let split = match fixed {
             Some(_) => None,
             None => {
@@ -110,7 +137,7 @@ impl InputSums {
                 let whole = partition_nanos.is_multiple_of(NANOS)
                     && secs > 0
                     && BUCKET_SECONDS.iter().all(|l| secs.is_multiple_of(*l));
-                Some(whole.then_some(secs)?)
+                Some(whole.then_some(secs).ok_or(NotSummed::Partitions)?)
             }
         };
         // Which family of which input counts which inputs' spans, from the
@@ -121,16 +148,19 @@ impl InputSums {
         let mut counted: Option<Vec<Box<[u8]>>> = None;
         let mut cells = 0u64;
         for &(id, table, _) in inputs {
-            let file = CellsFile::open(table).ok()??;
+            let file = CellsFile::open(table)
+                .ok()
+                .flatten()
+                .ok_or(NotSummed::Unreadable)?;
             cells += FAMILIES
                 .iter()
                 .flat_map(|&f| BUCKET_SECONDS.iter().map(move |&l| (f, l)))
                 .map(|(f, l)| file.cell_count(f, l))
                 .sum::<u64>();
             if cells > MAX_SUMMED_CELLS {
-                return None;
+                return Err(NotSummed::TooManyCells);
             }
-            let counts = file.counts().ok()?;
+            let counts = file.counts().map_err(|_| NotSummed::Unreadable)?;
             let covers: [Vec<u64>; 3] = FAMILIES.map(|family| match (family, &counts) {
                 (Family::Named, _) if !file.named_in_run() => vec![id],
                 (Family::Attr, _) if file.attr_per_file() => vec![id],
@@ -144,7 +174,7 @@ impl InputSums {
                 }
             }
             if !covers[2].is_empty() {
-                let theirs = file.counted().ok()?;
+                let theirs = file.counted().map_err(|_| NotSummed::Unreadable)?;
                 counted = Some(match counted {
                     None => theirs,
                     Some(c) => c.into_iter().filter(|a| theirs.contains(a)).collect(),
@@ -157,7 +187,7 @@ impl InputSums {
             c.len() == spans_of.len() && c.iter().all(|(m, &n)| n == 1 && spans_of.contains_key(m))
         });
         if !once {
-            return None;
+            return Err(NotSummed::NotOnce);
         }
         let mut counted = counted.unwrap_or_default();
         counted.retain(|a| attributes.names().contains(a));
@@ -173,8 +203,11 @@ impl InputSums {
                 continue;
             }
             let path = sidecar_path(table);
-            let bytes = std::fs::read(&path).ok()?;
-            let file = decode(&path, &bytes).ok()??;
+            let bytes = std::fs::read(&path).map_err(|_| NotSummed::Unreadable)?;
+            let file = decode(&path, &bytes)
+                .ok()
+                .flatten()
+                .ok_or(NotSummed::Unreadable)?;
             held(sums.bytes() + bytes.capacity() + file.bytes());
             drop(bytes);
             for (family, of) in covers.iter().enumerate() {
@@ -190,7 +223,7 @@ impl InputSums {
                     .table(f, 1)
                     .map_or(0, |t| t.cells.iter().map(|c| c.spans).sum());
                 if f != Family::Attr && seconds != spans {
-                    return None;
+                    return Err(NotSummed::Uneven);
                 }
                 let keep: Vec<bool> = keys.iter().map(|k| sums.counts_key(k)).collect();
                 for t in file.tables.iter().filter(|t| t.family == f) {
@@ -201,7 +234,7 @@ impl InputSums {
             held(sums.bytes() + file.bytes());
         }
         held(sums.bytes());
-        Some(sums)
+        Ok(sums)
     }
 
     /// Whether the sums keep a key's cells: every named and unnamed key,
