@@ -34,9 +34,12 @@ use super::{
 use crate::{layout::sidecar_path, span::Span};
 
 /// Cells the inputs' tables may hold in all (every family and length) for
-/// a merge to add them up; past it the merge counts its spans, so what it
-/// holds of the sums stays a few tens of megabytes.
-pub const MAX_SUMMED_CELLS: u64 = 2 << 20;
+/// a merge to add them up; past it the merge counts its spans. At 16 Mi a
+/// merge of an hour's level-1 runs at max ingest (84 M spans, 57 files,
+/// attribute cells included) adds them up, holding less than counting its
+/// spans held (338 against 441 MB, docs/BENCHMARKS.md, "Cells added up at
+/// merges"); what it holds is counted in its work budget as it reads them.
+pub const MAX_SUMMED_CELLS: u64 = 16 << 20;
 
 const FAMILIES: [Family; 3] = [Family::Named, Family::Unnamed, Family::Attr];
 
