@@ -298,25 +298,15 @@ pub(super) fn coarser_of<T: Borrow<CellTable>>(
     table_of(family, seconds, true, sums.into_iter().collect())
 }
 
-/// Sorted `records` as runs of one record: each record, and how many
-/// spans it stands for.
-fn runs(records: &[u64]) -> impl Iterator<Item = (u64, u64)> + '_ {
-    records
-        .chunk_by(|a, b| a == b)
-        .map(|same| (same[0], same.len() as u64))
-}
-
-/// The cells and duration buckets `runs` make (records ascending, each
-/// once, with the spans it stands for).
-fn sizes(runs: impl Iterator<Item = (u64, u64)>) -> (usize, usize) {
+/// The cells and duration buckets sorted `records` make.
+fn sizes(records: &[u64]) -> (usize, usize) {
     let (mut cells, mut exps) = (0, 0);
-    let mut last = None;
-    for (record, _) in runs {
-        if last != Some(record >> 8) {
-            last = Some(record >> 8);
-            cells += 1;
-        }
-        exps += usize::from(record & 0xff != 0);
+    for same_cell in records.chunk_by(|a, b| a >> 8 == b >> 8) {
+        cells += 1;
+        exps += same_cell
+            .chunk_by(|a, b| a == b)
+            .filter(|same_exp| same_exp[0] & 0xff != 0)
+            .count();
     }
     (cells, exps)
 }
@@ -326,15 +316,10 @@ fn table_bytes((cells, exps): (usize, usize)) -> usize {
     cells * std::mem::size_of::<Cell>() + exps * std::mem::size_of::<(u8, u64)>()
 }
 
-/// The table of buckets of one second, with durations, `runs` make (as
-/// [`sizes`] takes them), sized by [`sizes`] (grown by doubling, it was a
-/// third of a merge's memory at its peak, 51 of 159 MiB, up to half of it
-/// spare).
-fn seconds_table(
-    family: Family,
-    runs: impl Iterator<Item = (u64, u64)>,
-    (cells, exps): (usize, usize),
-) -> CellTable {
+/// The table of buckets of one second, with durations, sorted `records`
+/// make, sized by [`sizes`] (grown by doubling, it was a third of a merge's
+/// memory at its peak, 51 of 159 MiB, up to half of it spare).
+fn seconds_table(family: Family, records: &[u64], (cells, exps): (usize, usize)) -> CellTable {
     let mut seconds = CellTable {
         family,
         seconds: 1,
@@ -343,25 +328,20 @@ fn seconds_table(
         cells: Vec::with_capacity(cells),
         durations: Vec::with_capacity(exps),
     };
-    let mut last = None;
-    for (record, spans) in runs {
-        if last != Some(record >> 8) {
-            last = Some(record >> 8);
-            let at = seconds.durations.len() as u32;
-            seconds.cells.push(Cell {
-                bucket: record >> 32,
-                key: (record >> 8 & 0xff_ffff) as u32,
-                spans: 0,
-                durations: (at, at),
-            });
+    for same_cell in records.chunk_by(|a, b| a >> 8 == b >> 8) {
+        let from = seconds.durations.len() as u32;
+        for same_exp in same_cell.chunk_by(|a, b| a == b) {
+            let exp = (same_exp[0] & 0xff) as u8;
+            if exp != 0 {
+                seconds.durations.push((exp, same_exp.len() as u64));
+            }
         }
-        let cell = seconds.cells.last_mut().expect("a cell was pushed");
-        cell.spans += spans;
-        let exp = (record & 0xff) as u8;
-        if exp != 0 {
-            seconds.durations.push((exp, spans));
-            cell.durations.1 = seconds.durations.len() as u32;
-        }
+        seconds.cells.push(Cell {
+            bucket: same_cell[0] >> 32,
+            key: (same_cell[0] >> 8 & 0xff_ffff) as u32,
+            spans: same_cell.len() as u64,
+            durations: (from, seconds.durations.len() as u32),
+        });
     }
     seconds
 }
@@ -759,11 +739,11 @@ impl CellsBuilder {
 
         let records = renumbered(self.records, &renumber);
         let spans = records.len() as u64;
-        let (size, attr_size) = (sizes(runs(&records)), sizes(runs(&attr_records)));
+        let (size, attr_size) = (sizes(&records), sizes(&attr_records));
         needs(2 * (table_bytes(size) + table_bytes(attr_size)));
         // The whole key by second, with durations: what the others are
         // added up from.
-        let seconds = seconds_table(Family::Named, runs(&records), size);
+        let seconds = seconds_table(Family::Named, &records, size);
         drop(records);
         let unnamed_seconds = coarser(&seconds, Family::Unnamed, 1, |k| unnamed_of[k as usize]);
         // Each length's tables are added up from the previous length's, read
@@ -791,7 +771,7 @@ impl CellsBuilder {
         tables.insert(0, seconds);
         tables.insert(1, unnamed_seconds);
         if !counted.is_empty() {
-            let seconds = seconds_table(Family::Attr, runs(&attr_records), attr_size);
+            let seconds = seconds_table(Family::Attr, &attr_records, attr_size);
             drop(attr_records);
             let mut coarse: Vec<CellTable> = Vec::new();
             for &len in &BUCKET_SECONDS[1..] {
