@@ -76,16 +76,22 @@ pub struct MergeOutput {
     /// Traces whose search-index part was carried over from an input's
     /// sidecar instead of summarized from their spans.
     pub parts_reused: u64,
-    /// Whether the outputs' metrics cells were added up from the inputs'
-    /// cells ([`InputSums`]) instead of counted from their spans; and if
-    /// not, why.
-    pub cells_summed: bool,
+    /// Why the outputs' metrics cells were counted from their spans; `None`
+    /// when they were added up from the inputs' cells ([`InputSums`]).
     pub cells_not_summed: Option<NotSummed>,
     /// What the merge was expected to hold at most when it started, and the
     /// most it held, as counted (in the work [`Merge::start`] was given); 0
     /// when not counted.
     pub memory_expected: usize,
     pub memory_held_at_most: usize,
+}
+
+impl MergeOutput {
+    /// Whether the outputs' metrics cells were added up from the inputs'
+    /// cells instead of counted from their spans.
+    pub fn cells_summed(&self) -> bool {
+        self.cells_not_summed.is_none()
+    }
 }
 
 /// One open output per partition, and the partition's run so far.
@@ -188,7 +194,6 @@ impl<'a> Merge<'a> {
             first: true,
             out: MergeOutput {
                 bytes_read: task.input_bytes(),
-                cells_summed: sums.is_ok(),
                 cells_not_summed: sums.as_ref().err().copied(),
                 memory_held_at_most: held_at_most,
                 ..MergeOutput::default()
@@ -773,7 +778,7 @@ mod tests {
         let ctx = env.context(dir.path());
         let budget = MemoryBudget::with_process_limit(1 << 30, 1 << 31, 1 << 20);
         let merge = Merge::start(&task, &ctx, Some(budget.work(0))).expect("start");
-        assert!(merge.out.cells_summed, "the inputs' cells are added up");
+        assert!(merge.out.cells_summed(), "the inputs' cells are added up");
         assert_eq!(merge.out.cells_not_summed, None);
         let peak = merge.held_bytes() + last;
         assert!(
@@ -806,7 +811,7 @@ mod tests {
             table_file(dir.path(), 2, 0, 0, &[2, 4]),
         ]);
         let merge = Merge::start(&bare, &ctx, None).expect("start");
-        assert!(!merge.out.cells_summed);
+        assert!(!merge.out.cells_summed());
         assert_eq!(merge.out.cells_not_summed, Some(NotSummed::Unreadable));
 
         let indexed = level0(vec![

@@ -267,7 +267,7 @@ impl Inner {
         add(&c.compaction_bytes_written, out.bytes_written);
         add(&c.compaction_duplicates, out.duplicates);
         add(&c.compaction_index_parts_reused, out.parts_reused);
-        add(&c.compaction_cells_summed, u64::from(out.cells_summed));
+        add(&c.compaction_cells_summed, u64::from(out.cells_summed()));
         add(&c.expired_spans_dropped, out.expired);
         tracing::info!(
             from_level = task.input_level,
@@ -280,7 +280,7 @@ impl Inner {
             duplicates = out.duplicates,
             expired = out.expired,
             index_parts_reused = out.parts_reused,
-            cells_summed = out.cells_summed,
+            cells_summed = out.cells_summed(),
             cells_not_summed = %out.cells_not_summed.map_or("-", |why| why.as_str()),
             memory_expected = out.memory_expected,
             memory_held_at_most = out.memory_held_at_most,
