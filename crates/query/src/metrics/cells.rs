@@ -27,7 +27,7 @@ use tracedb_lsm::{
         },
         SearchQuery,
     },
-    CellsError, Engine, TimeRange, TraceId,
+    CellsError, CellsStats, Engine, TimeRange, TraceId,
 };
 use tracedb_proto::wire::put_varint;
 use tracedb_traceql::{
@@ -672,6 +672,40 @@ pub fn answer_after(
     let Some(plan) = plan(req) else {
         return Ok(Err(Unanswered::NotCounted));
     };
+    let (counter, stats) = match count(engine, req, plan, after, &mut held, cancel)? {
+        Err(unanswered) => return Ok(Err(unanswered)),
+        Ok((c, _)) if c.failed => return Ok(Err(Unanswered::NotCounted)),
+        Ok(done) => done,
+    };
+    let row_bytes = req.grid.len() * CELL_BYTES + 256;
+    // The sums are held until they are counted into the series.
+    held.grow(counter.bytes()).map_err(RunError::Overloaded)?;
+    counter.into_eval(&mut eval);
+    held.grow(eval.series_count() * row_bytes)
+        .map_err(RunError::Overloaded)?;
+    let mut partial: Vec<String> = stats.skipped.iter().map(crate::read::file_reason).collect();
+    if req.max_exemplars > 0 {
+        eval.adopt_exemplars(exemplars(engine, req, &mut held, &mut partial, cancel)?);
+    }
+    if eval.series_capped() {
+        partial.push(series_capped(req.max_series));
+    }
+    Ok(Ok(Answer {
+        value: eval,
+        partial,
+    }))
+}
+
+/// The cells of the window `req` asks for, after `after`, counted as
+/// `plan` says, and what was read.
+fn count<'q>(
+    engine: &Engine,
+    req: &'q MetricsRequest,
+    plan: Plan,
+    after: u64,
+    held: &mut tracedb_lsm::Permit,
+    cancel: &Cancel,
+) -> Result<Result<(Counter<'q>, CellsStats), Unanswered>, RunError> {
     let family = plan.family;
     let levels = plan.levels.len();
     let mut counter = Counter {
@@ -692,9 +726,8 @@ pub fn answer_after(
         counted: vec![None; levels],
         failed: false,
     };
-    let row_bytes = req.grid.len() * CELL_BYTES + 256;
     let range = TimeRange::new(req.grid.start.max(after), req.grid.end);
-    let stats = match engine.cells_in(range, family, &mut held, |cells| {
+    let stats = match engine.cells_in(range, family, held, |cells| {
         if cancel.is_cancelled() {
             return Err(CellsError::Stopped);
         }
@@ -707,25 +740,7 @@ pub fn answer_after(
         Err(CellsError::Overloaded(e)) => return Err(RunError::Overloaded(e)),
         Err(CellsError::Engine(e)) => return Err(e.into()),
     };
-    if counter.failed {
-        return Ok(Err(Unanswered::NotCounted));
-    }
-    // The sums are held until they are counted into the series.
-    held.grow(counter.bytes()).map_err(RunError::Overloaded)?;
-    counter.into_eval(&mut eval);
-    held.grow(eval.series_count() * row_bytes)
-        .map_err(RunError::Overloaded)?;
-    let mut partial: Vec<String> = stats.skipped.iter().map(crate::read::file_reason).collect();
-    if req.max_exemplars > 0 {
-        eval.adopt_exemplars(exemplars(engine, req, &mut held, &mut partial, cancel)?);
-    }
-    if eval.series_capped() {
-        partial.push(series_capped(req.max_series));
-    }
-    Ok(Ok(Answer {
-        value: eval,
-        partial,
-    }))
+    Ok(Ok((counter, stats)))
 }
 
 /// Exemplars for an answer counted from cells: in each tenth of the
