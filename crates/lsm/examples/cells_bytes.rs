@@ -17,6 +17,13 @@ use tracedb_lsm::{
     layout, manifest, SsTable,
 };
 
+const FAMILIES: [Family; 4] = [
+    Family::Named,
+    Family::Unnamed,
+    Family::Attr,
+    Family::AnyService,
+];
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = PathBuf::from(
         std::env::args()
@@ -26,9 +33,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (state, _) = manifest::read(&layout::manifest_path(&dir))?.ok_or("no manifest")?;
     let tables = layout::tables_dir(&dir);
     let (mut files, mut without, mut spans, mut cells, mut sidecars) = (0, 0, 0u64, 0u64, 0u64);
-    let mut family_bytes = [0u64; 3];
+    let mut family_bytes = [0u64; 4];
     // Per family, the bytes of each length's table.
-    let mut table_bytes = [[0u64; BUCKET_SECONDS.len()]; 3];
+    let mut table_bytes = [[0u64; BUCKET_SECONDS.len()]; 4];
     let (mut own, mut holders, mut members, mut in_runs) = (0, 0, 0, 0);
     for entry in state.files.values() {
         let table = layout::table_path(&tables, entry.id);
@@ -55,7 +62,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     })
                 };
                 println!(
-                    "file {} level {} partition {} {:?}: seconds cells named {} (durations: {}) unnamed {} attribute {} (durations: {})",
+                    "file {} level {} partition {} {:?}: seconds cells named {} (durations: {}) unnamed {} attribute {} (durations: {}) any-service {} (durations: {})",
                     entry.id,
                     entry.level,
                     entry.partition,
@@ -64,13 +71,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     timed(Family::Named)?,
                     c.cell_count(Family::Unnamed, 1),
                     c.cell_count(Family::Attr, 1),
-                    timed(Family::Attr)?
+                    timed(Family::Attr)?,
+                    c.cell_count(Family::AnyService, 1),
+                    timed(Family::AnyService)?
                 );
             }
-            for (i, f) in [Family::Named, Family::Unnamed, Family::Attr]
-                .into_iter()
-                .enumerate()
-            {
+            for (i, f) in FAMILIES.into_iter().enumerate() {
                 family_bytes[i] += c.stored_bytes(f);
                 for (j, &seconds) in BUCKET_SECONDS.iter().enumerate() {
                     table_bytes[i][j] += c.table_bytes(f, seconds);
@@ -94,12 +100,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         per_span(sidecars)
     );
     println!(
-        "named {:.2}, unnamed {:.2}, attribute {:.2} B per span",
+        "named {:.2}, unnamed {:.2}, attribute {:.2}, any-service {:.2} B per span",
         per_span(family_bytes[0]),
         per_span(family_bytes[1]),
-        per_span(family_bytes[2])
+        per_span(family_bytes[2]),
+        per_span(family_bytes[3])
     );
-    for (i, family) in ["named", "unnamed", "attribute"].into_iter().enumerate() {
+    for (i, family) in ["named", "unnamed", "attribute", "any-service"]
+        .into_iter()
+        .enumerate()
+    {
         let tables: Vec<String> = BUCKET_SECONDS
             .iter()
             .zip(table_bytes[i])

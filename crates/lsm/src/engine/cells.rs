@@ -293,8 +293,9 @@ impl Engine {
     /// Where the cells of `family` for `files` (a window's files of
     /// `snapshot`) are read from: the files whose cells count them, each
     /// with the other files of the window it counts for (a run's, whose
-    /// unnamed and attribute cells one file holds, and its named ones where
-    /// a merge added them up too), and the files to count from their spans
+    /// unnamed, any-service and attribute cells one file holds, and its
+    /// named ones where a merge added them up too), and the files to count
+    /// from their spans
     /// (cells missing or unreadable).
     ///
     /// A run's cells are read only when every file they list is live (not

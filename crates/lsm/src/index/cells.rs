@@ -6,10 +6,11 @@
 //! grid of whole seconds, is answered by adding cells instead of reading
 //! spans (the query crate decides; docs/ARCHITECTURE.md, "Metrics").
 //!
-//! A file keeps several [`CellTable`]s: for each of two *families* (the
-//! whole key, and the key without the span name, which dashboards' panels
-//! mostly ask for and which has far fewer values) cells of 1 s, 1 min and
-//! 1 h. A query adds, for each interval of its grid, the coarsest buckets
+//! A file keeps several [`CellTable`]s: for each *family* (the whole key;
+//! the key without the span name, which dashboards' panels mostly ask for
+//! and which has far fewer values; the key without the service, for a
+//! span name asked of every service; and the attribute keys) cells of 1 s,
+//! 1 min and 1 h. A query adds, for each interval of its grid, the coarsest buckets
 //! that lie whole inside it and finer ones at its edges; the 1 s cells of
 //! the whole key hold counts only where they count few spans each (they
 //! are most of the bytes), so a query of durations by name over such a
@@ -26,8 +27,8 @@
 //! the keys it matches (docs/FORMAT.md, "Metrics cells"): a sidecar
 //! without them (written before them) is read as before, and its file's
 //! cells are counted from its spans when a query needs them. A merge keeps
-//! the unnamed and attribute cells of the files of a sorted run it writes
-//! added up, with one file ([`Counts`], [`RunCells`]).
+//! the unnamed, any-service and attribute cells of the files of a sorted
+//! run it writes added up, with one file ([`Counts`], [`RunCells`]).
 
 mod attrs;
 mod builder;
@@ -149,6 +150,13 @@ impl CellKey {
             ..self.clone()
         }
     }
+
+    fn without_service(&self) -> CellKey {
+        CellKey {
+            service: None,
+            ..self.clone()
+        }
+    }
 }
 
 /// Which keys a table's cells have.
@@ -162,11 +170,16 @@ pub enum Family {
     /// ([`CellAttributes`]): a span is counted once per counted attribute
     /// it carries.
     Attr = 2,
+    /// The key without the service: cells of a span name added up over
+    /// every service. Where each name is in many services, its cells count
+    /// many spans each where the whole key's count one or two, so a query
+    /// of a name that reads no service reads far fewer of them.
+    AnyService = 3,
 }
 
-/// Whose spans a file's unnamed and attribute cells count (its named cells
-/// always count its own; so do attribute cells written before a run's were
-/// summed, [`FileCells::attr_per_file`]).
+/// Whose spans a file's unnamed, any-service and attribute cells count (its
+/// named cells always count its own; so do attribute cells written before a
+/// run's were summed, [`FileCells::attr_per_file`]).
 ///
 /// The files one merge writes for one time partition form a sorted run:
 /// they split the trace IDs, so each covers the partition's every second,
@@ -181,8 +194,8 @@ pub enum Counts {
     /// The spans of the files `members` (IDs ascending, this file among
     /// them) of run `run` (the ID of its first file).
     Run { run: u64, members: Vec<u64> },
-    /// The file has no unnamed or attribute cells: its spans are counted by
-    /// the file of run `run` whose [`Counts::Run`] lists it.
+    /// The file has no unnamed, any-service or attribute cells: its spans
+    /// are counted by the file of run `run` whose [`Counts::Run`] lists it.
     InRun { run: u64 },
 }
 
@@ -276,11 +289,13 @@ impl CellTable {
 /// A file's cells, decoded: what a query adds up.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FileCells {
-    /// The keys of the named tables' cells, of the unnamed ones' and of
-    /// the attribute ones'.
+    /// The keys of the named tables' cells, of the unnamed ones', of the
+    /// attribute ones' and of the any-service ones' (none in cells written
+    /// before that family: a query of it reads the named cells instead).
     pub named: Vec<CellKey>,
     pub unnamed: Vec<CellKey>,
     pub attr: Vec<CellKey>,
+    pub any_service: Vec<CellKey>,
     /// The attributes the attribute cells count (their names as
     /// [`CellAttributes::names`] has them), ascending: a span carrying one
     /// of them is in the attribute cells; of any other attribute, nothing
@@ -309,7 +324,18 @@ impl FileCells {
             Family::Named => &self.named,
             Family::Unnamed => &self.unnamed,
             Family::Attr => &self.attr,
+            Family::AnyService => &self.any_service,
         }
+    }
+
+    /// Whether the cells have `family`'s tables: cells written before the
+    /// any-service family have none of it.
+    pub fn has(&self, family: Family) -> bool {
+        self.table(family, 1).is_some()
+            || self
+                .packed
+                .iter()
+                .any(|p| p.family == family && p.seconds == 1)
     }
 
     /// The table of `family` with buckets of `seconds`.
@@ -342,6 +368,7 @@ impl FileCells {
                 .iter()
                 .chain(&self.unnamed)
                 .chain(&self.attr)
+                .chain(&self.any_service)
                 .map(|k| {
                     64 + k.name.as_ref().map_or(0, |s| s.len())
                         + k.attr.as_ref().map_or(0, |s| s.len())
@@ -353,8 +380,11 @@ impl FileCells {
 
     /// The attribute seconds with their durations where dense (their
     /// cells count four spans a cell or more on average), else with the
-    /// root keys' only (Traces Drilldown's breakdowns of durations by an
-    /// attribute ask them of root spans).
+    /// root and error keys' only (Traces Drilldown's breakdowns of
+    /// durations by an attribute ask them of root spans); and the
+    /// any-service family only where its seconds are dense or few, as the
+    /// named seconds keep their durations: where they are light, a name's
+    /// cells count a span or two each, and the named cells answer as well.
     pub fn thin(&mut self) {
         for t in &mut self.tables {
             if t.family == Family::Attr && t.seconds == 1 && t.has_durations {
@@ -366,6 +396,14 @@ impl FileCells {
                     );
                 }
             }
+        }
+        let light = self.table(Family::AnyService, 1).is_some_and(|t| {
+            let spans = t.cells.iter().map(|c| c.spans).sum();
+            t.cells.len() > builder::FEW_CELLS && !builder::timed(t.cells.len(), spans)
+        });
+        if light {
+            self.any_service.clear();
+            self.tables.retain(|t| t.family != Family::AnyService);
         }
     }
 
@@ -453,6 +491,16 @@ pub enum CellsView<'a> {
 }
 
 impl CellsView<'_> {
+    /// Whether the source has `family`'s cells: cells written before the
+    /// any-service family have none of it (nor a file whose run holds its
+    /// cells, whose sums then have none).
+    pub fn has(&self, family: Family) -> bool {
+        match self {
+            CellsView::Memory(c) => c.has(family),
+            CellsView::File(f) => f.has(family),
+        }
+    }
+
     /// The keys `family`'s tables number, as a key list holds them.
     pub fn keys(&self, family: Family) -> Result<KeyList<'static>> {
         match self {

@@ -192,8 +192,13 @@ pub fn plan(req: &MetricsRequest) -> Option<Plan> {
     let first = levels.iter().rposition(fits)?;
     let levels = &levels[first..];
     Some(Plan {
-        family: if named {
+        // A name asked of every service is read from the cells of every
+        // service added up (files written before them have the named
+        // cells alone: `answer_after`).
+        family: if named && reads.service {
             Family::Named
+        } else if named {
+            Family::AnyService
         } else if attr.is_some() {
             Family::Attr
         } else {
@@ -213,6 +218,12 @@ pub fn plan(req: &MetricsRequest) -> Option<Plan> {
 #[cfg(test)]
 pub fn class_of(req: &MetricsRequest, key: CellKey) -> Option<CellKey> {
     Some(plan(req)?.reads.project(key))
+}
+
+/// The family of cells [`plan`] reads for `req`, if cells can answer it.
+#[cfg(test)]
+pub fn family_of(req: &MetricsRequest) -> Option<Family> {
+    Some(plan(req)?.family)
 }
 
 /// The name attribute cells give `a`, if it is a span or resource
@@ -367,6 +378,9 @@ struct Counter<'a> {
     /// A key whose span could not be rebuilt, or a source without the
     /// tables the plan reads: the answer cannot be given from cells.
     failed: bool,
+    /// A source without the plan's family at all (cells written before
+    /// the any-service family): the answer is counted again from another.
+    missing: bool,
 }
 
 impl Counter<'_> {
@@ -437,7 +451,8 @@ impl Counter<'_> {
         // A key its nameless key's verdict leaves out is not built (most
         // keys of a query of one service), the others are projected on the
         // fields the query reads.
-        let nameless_judges = self.plan.family == Family::Named && !self.plan.judges_names;
+        let nameless_judges = matches!(self.plan.family, Family::Named | Family::AnyService)
+            && !self.plan.judges_names;
         let id = if (self.plan.roots && !self.dict.is_root(global))
             || (nameless_judges && !self.could_match(global))
         {
@@ -482,6 +497,15 @@ impl Counter<'_> {
     /// before any is counted, so a source that fails to read counts nothing.
     fn add(&mut self, cells: &CellsView<'_>) -> tracedb_lsm::Result<()> {
         let family = self.plan.family;
+        if self.failed {
+            // The answer is read from spans: the other sources are not.
+            return Ok(());
+        }
+        if !cells.has(family) {
+            self.missing = true;
+            self.failed = true;
+            return Ok(());
+        }
         if let Some(attr) = &self.plan.attr {
             // Cells of a file that did not count the attribute say nothing
             // of the spans carrying it.
@@ -669,13 +693,24 @@ pub fn answer_after(
     let mut held = budget.acquire(0).map_err(RunError::Overloaded)?;
     let mut eval = MetricsEval::new(&req.query, req.grid, req.max_series, 0)
         .map_err(|e| RunError::Invalid(e.to_string()))?;
-    let Some(plan) = plan(req) else {
+    let Some(mut plan) = plan(req) else {
         return Ok(Err(Unanswered::NotCounted));
     };
-    let (counter, stats) = match count(engine, req, plan, after, &mut held, cancel)? {
-        Err(unanswered) => return Ok(Err(unanswered)),
-        Ok((c, _)) if c.failed => return Ok(Err(Unanswered::NotCounted)),
-        Ok(done) => done,
+    let (counter, stats) = loop {
+        let family = plan.family;
+        let counted = count(engine, req, plan.clone(), after, &mut held, cancel)?;
+        match counted {
+            Err(unanswered) => return Ok(Err(unanswered)),
+            // Cells written before the any-service family have a name's
+            // cells in the named family alone: a query reading no service
+            // counts every source's named cells instead.
+            Ok((c, _)) if c.missing && family == Family::AnyService => {
+                held.shrink(held.bytes());
+                plan.family = Family::Named;
+            }
+            Ok((c, _)) if c.failed => return Ok(Err(Unanswered::NotCounted)),
+            Ok(done) => break done,
+        }
     };
     let row_bytes = req.grid.len() * CELL_BYTES + 256;
     // The sums are held until they are counted into the series.
@@ -725,6 +760,7 @@ fn count<'q>(
         intervals: vec![None; levels],
         counted: vec![None; levels],
         failed: false,
+        missing: false,
     };
     let range = TimeRange::new(req.grid.start.max(after), req.grid.end);
     let stats = match engine.cells_in(range, family, held, |cells| {

@@ -21,6 +21,7 @@ use crate::search::tests::spans;
 
 const SEC: u64 = 1_000_000_000;
 
+mod any_service;
 mod retention;
 
 /// An engine in `dir` whose buffers are flushed when the test says only

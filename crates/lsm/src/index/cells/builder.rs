@@ -312,6 +312,24 @@ fn sizes(records: &[u64]) -> (usize, usize) {
 }
 
 /// Bytes a table of `cells` cells and `exps` duration buckets takes.
+/// The keys `of` makes of the named keys `named` (each once, in order), and
+/// per named key the place of its own among them.
+fn coarser_keys(named: &[CellKey], of: fn(&CellKey) -> CellKey) -> (Vec<CellKey>, Vec<u32>) {
+    let mut keys: Vec<CellKey> = named.iter().map(of).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let places = named
+        .iter()
+        .map(|k| {
+            let at = keys
+                .binary_search(&of(k))
+                .expect("every named key's coarser key is listed");
+            at as u32
+        })
+        .collect();
+    (keys, places)
+}
+
 fn table_bytes((cells, exps): (usize, usize)) -> usize {
     cells * std::mem::size_of::<Cell>() + exps * std::mem::size_of::<(u8, u64)>()
 }
@@ -694,11 +712,12 @@ impl CellsBuilder {
     }
 
     /// [`CellsBuilder::finish`], but with every duration of the attribute
-    /// seconds kept (a merge adds a run's up before it thins them), telling
-    /// `needs` first how many bytes it will take beyond what the builder
-    /// holds ([`CellsBuilder::held_bytes`]):
-    /// about twice the seconds tables of the whole key and of the
-    /// attribute keys, which it counts exactly before building them (the
+    /// and any-service seconds kept (a merge adds a run's up before it
+    /// thins them), telling `needs` first how many bytes it will take
+    /// beyond what the builder holds ([`CellsBuilder::held_bytes`]): about
+    /// three times the seconds table of the whole key (the unnamed and
+    /// any-service seconds are at most its size) and twice the attribute
+    /// keys', which it counts exactly before building them (the
     /// coarser tables are added up from them while they are held, and the
     /// records are given back once they are built).
     pub fn finish_counted(self, needs: impl FnOnce(usize)) -> Option<FileCells> {
@@ -724,28 +743,23 @@ impl CellsBuilder {
             .collect();
         let n = named.len();
         let (named, renumber) = sorted(named, n);
-        let mut unnamed: Vec<CellKey> = named.iter().map(CellKey::without_name).collect();
-        unnamed.sort_unstable();
-        unnamed.dedup();
-        let unnamed_of: Vec<u32> = named
-            .iter()
-            .map(|k| {
-                let at = unnamed
-                    .binary_search(&k.without_name())
-                    .expect("every key's unnamed key is listed");
-                at as u32
-            })
-            .collect();
+        let (unnamed, unnamed_of) = coarser_keys(&named, CellKey::without_name);
+        let (any_service, any_service_of) = coarser_keys(&named, CellKey::without_service);
 
         let records = renumbered(self.records, &renumber);
         let spans = records.len() as u64;
         let (size, attr_size) = (sizes(&records), sizes(&attr_records));
-        needs(2 * (table_bytes(size) + table_bytes(attr_size)));
+        needs(3 * table_bytes(size) + 2 * table_bytes(attr_size));
         // The whole key by second, with durations: what the others are
         // added up from.
         let seconds = seconds_table(Family::Named, &records, size);
         drop(records);
         let unnamed_seconds = coarser(&seconds, Family::Unnamed, 1, |k| unnamed_of[k as usize]);
+        // Every duration kept: they are thinned where light once a run's
+        // are added up (`FileCells::thin`).
+        let any_seconds = coarser(&seconds, Family::AnyService, 1, |k| {
+            any_service_of[k as usize]
+        });
         // Each length's tables are added up from the previous length's, read
         // where they lie (copies of the seconds' tables, the largest, once
         // took 40 MiB of a compaction's memory).
@@ -768,8 +782,20 @@ impl CellsBuilder {
         } else {
             roots_timed(seconds, &named)
         };
+        let mut coarse = Vec::with_capacity(BUCKET_SECONDS.len() - 1);
+        for &len in &BUCKET_SECONDS[1..] {
+            let next = coarser(
+                coarse.last().unwrap_or(&any_seconds),
+                Family::AnyService,
+                len,
+                |k| k,
+            );
+            coarse.push(next);
+        }
         tables.insert(0, seconds);
         tables.insert(1, unnamed_seconds);
+        tables.push(any_seconds);
+        tables.extend(coarse);
         if !counted.is_empty() {
             let seconds = seconds_table(Family::Attr, &attr_records, attr_size);
             drop(attr_records);
@@ -785,6 +811,7 @@ impl CellsBuilder {
             named,
             unnamed,
             attr,
+            any_service,
             counted,
             tables,
             packed: Vec::new(),

@@ -104,8 +104,8 @@ impl Dict {
         }
         let unnamed = match &n.keys[at] {
             (Family::Unnamed | Family::Attr, _) => id,
-            (Family::Named, bytes) => {
-                let key = decode_key(bytes, Family::Named).without_name();
+            (family @ (Family::Named | Family::AnyService), bytes) => {
+                let key = decode_key(bytes, *family).without_name();
                 let list = KeyList::of(&[key], Family::Unnamed);
                 n.intern(Family::Unnamed, list.bytes(0))
             }

@@ -226,16 +226,12 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
             });
             out.extend_from_slice(&f);
         };
-    // A file whose run holds its unnamed cells has only named ones, or
-    // none where the run holds its named ones too.
-    let in_run = matches!(cells.counts, Counts::InRun { .. });
-    let families: &[Family] = match (in_run, cells.counted.is_empty()) {
-        (true, _) if cells.named_in_run => &[],
-        (true, true) => &[Family::Named],
-        (true, false) => &[Family::Named, Family::Attr],
-        (false, true) => &[Family::Named, Family::Unnamed],
-        (false, false) => &[Family::Named, Family::Unnamed, Family::Attr],
-    };
+    let families = &families_of(
+        &cells.counts,
+        cells.named_in_run,
+        !cells.counted.is_empty(),
+        cells.has(Family::AnyService),
+    );
     for &family in families {
         let keys = cells.keys(family);
         frame(
@@ -375,6 +371,30 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
     out
 }
 
+/// The families whose key lists and tables cells hold, in the order they
+/// are written: a file of a run holds its named cells alone (and its
+/// attribute ones where written before a run's were added up), or none
+/// where the run holds its named cells too; the others hold the unnamed
+/// family, the attribute one where they count an attribute, and the
+/// any-service one unless written before it.
+fn families_of(counts: &Counts, named_in_run: bool, attr: bool, any_service: bool) -> Vec<Family> {
+    let in_run = matches!(counts, Counts::InRun { .. });
+    let mut families = Vec::with_capacity(4);
+    if !(in_run && named_in_run) {
+        families.push(Family::Named);
+    }
+    if !in_run {
+        families.push(Family::Unnamed);
+    }
+    if attr && !(in_run && named_in_run) {
+        families.push(Family::Attr);
+    }
+    if any_service && !in_run {
+        families.push(Family::AnyService);
+    }
+    families
+}
+
 /// `frame` inflated to `len` bytes, checked against `crc`.
 fn inflate(path: &Path, at: u64, frame: &[u8], len: u32, crc: u32) -> Result<Vec<u8>> {
     if crc32c::crc32c(frame) != crc {
@@ -417,12 +437,13 @@ fn read_index(
     let mut sections = Vec::with_capacity(n);
     for _ in 0..n {
         let (kind, family) = match r.bytes(2)? {
-            [k @ (0 | 1 | 3 | 4), f @ (0..=2)] | [k @ 2, f @ 0] | [k @ 5, f @ 2] => (
+            [k @ (0 | 1 | 3 | 4), f @ (0..=3)] | [k @ 2, f @ 0] | [k @ 5, f @ 2] => (
                 *k,
                 match f {
                     0 => Family::Named,
                     1 => Family::Unnamed,
-                    _ => Family::Attr,
+                    2 => Family::Attr,
+                    _ => Family::AnyService,
                 },
             ),
             _ => return Err(r.err("a cells section of no known kind or family")),
@@ -527,7 +548,8 @@ fn read_index(
     let unnamed = sections.iter().any(|s| {
         matches!(
             s.what,
-            What::Keys(Family::Unnamed) | What::Table(Family::Unnamed, ..)
+            What::Keys(Family::Unnamed | Family::AnyService)
+                | What::Table(Family::Unnamed | Family::AnyService, ..)
         )
     });
     let run_ok = sections.iter().all(|s| match s.what {
@@ -759,6 +781,12 @@ impl CellsFile {
             Some((s, body)) => parse_counted(&self.path, &body, s.count),
             None => Ok(Vec::new()),
         }
+    }
+
+    /// Whether the cells have `family`'s key list, from the index alone:
+    /// cells written before the any-service family have none of it.
+    pub fn has(&self, family: Family) -> bool {
+        self.sections.iter().any(|s| s.what == What::Keys(family))
     }
 
     /// The bytes of `family`'s key list and tables as stored (their zstd

@@ -41,7 +41,12 @@ use crate::{layout::sidecar_path, span::Span};
 /// merges"); what it holds is counted in its work budget as it reads them.
 pub const MAX_SUMMED_CELLS: u64 = 16 << 20;
 
-const FAMILIES: [Family; 3] = [Family::Named, Family::Unnamed, Family::Attr];
+const FAMILIES: [Family; 4] = [
+    Family::Named,
+    Family::Unnamed,
+    Family::Attr,
+    Family::AnyService,
+];
 
 /// One input of a merge: its file's ID, the path of its sorted file, and
 /// the spans it holds.
@@ -57,6 +62,10 @@ pub struct InputSums {
     fixed: u64,
     /// The attributes every input counted that the node still counts.
     counted: Vec<Box<[u8]>>,
+    /// Whether every input has any-service cells (a file whose seconds of
+    /// that family were light, or written before it, has none): else the
+    /// sums leave the family out.
+    any_service: bool,
     parts: BTreeMap<u64, PartSums>,
 }
 
@@ -79,7 +88,7 @@ struct FamilySums {
 
 /// One partition's sums, and the spans to add to them and take out.
 struct PartSums {
-    families: [FamilySums; 3],
+    families: [FamilySums; 4],
     plus: Delta,
     minus: Delta,
 }
@@ -146,9 +155,10 @@ impl InputSums {
         // Which family of which input counts which inputs' spans, from the
         // cells' indexes alone.
         let spans_of: HashMap<u64, u64> = inputs.iter().map(|&(id, _, n)| (id, n)).collect();
-        let mut covered: [HashMap<u64, u32>; 3] = Default::default();
-        let mut sources: Vec<[Vec<u64>; 3]> = Vec::with_capacity(inputs.len());
+        let mut covered: [HashMap<u64, u32>; 4] = Default::default();
+        let mut sources: Vec<[Vec<u64>; 4]> = Vec::with_capacity(inputs.len());
         let mut counted: Option<Vec<Box<[u8]>>> = None;
+        let mut any_service = true;
         let mut cells = 0u64;
         for &(id, table, _) in inputs {
             let file = CellsFile::open(table)
@@ -164,7 +174,7 @@ impl InputSums {
                 return Err(NotSummed::TooManyCells);
             }
             let counts = file.counts().map_err(|_| NotSummed::Unreadable)?;
-            let covers: [Vec<u64>; 3] = FAMILIES.map(|family| match (family, &counts) {
+            let covers: [Vec<u64>; 4] = FAMILIES.map(|family| match (family, &counts) {
                 (Family::Named, _) if !file.named_in_run() => vec![id],
                 (Family::Attr, _) if file.attr_per_file() => vec![id],
                 (_, Counts::Own) => vec![id],
@@ -176,6 +186,9 @@ impl InputSums {
                     *covered[family].entry(*m).or_default() += 1;
                 }
             }
+            if !covers[3].is_empty() && !file.has(Family::AnyService) {
+                any_service = false;
+            }
             if !covers[2].is_empty() {
                 let theirs = file.counted().map_err(|_| NotSummed::Unreadable)?;
                 counted = Some(match counted {
@@ -185,8 +198,14 @@ impl InputSums {
             }
             sources.push(covers);
         }
-        // Every input counted once in every family, by inputs of the merge.
-        let once = covered.iter().all(|c| {
+        // Every input counted once in every family the sums keep, by
+        // inputs of the merge.
+        if !any_service {
+            for covers in &mut sources {
+                covers[3].clear();
+            }
+        }
+        let once = covered.iter().take(3 + usize::from(any_service)).all(|c| {
             c.len() == spans_of.len() && c.iter().all(|(m, &n)| n == 1 && spans_of.contains_key(m))
         });
         if !once {
@@ -199,6 +218,7 @@ impl InputSums {
             split,
             fixed: fixed.unwrap_or(0),
             counted,
+            any_service,
             parts: BTreeMap::new(),
         };
         for (&(_, table, _), covers) in inputs.iter().zip(&sources) {
@@ -375,6 +395,9 @@ impl InputSums {
         for (delta, add) in [(plus, true), (minus, false)] {
             let Some(delta) = delta else { continue };
             for (family, sums) in families.iter_mut().enumerate() {
+                if FAMILIES[family] == Family::AnyService && !self.any_service {
+                    continue;
+                }
                 let keys = delta.keys(FAMILIES[family]);
                 // Cells of an attribute the inputs' sums left out are not
                 // in them to take out.
@@ -384,10 +407,14 @@ impl InputSums {
                 }
             }
         }
-        let [named, unnamed, attr] = families;
+        let [named, unnamed, attr, any_service] = families;
         let (named, mut tables) = named.finish(Family::Named, |_| true);
         let (unnamed, more) = unnamed.finish(Family::Unnamed, |_| true);
         tables.extend(more);
+        let (any_service, more) = any_service.finish(Family::AnyService, |_| true);
+        if self.any_service {
+            tables.extend(more);
+        }
         let keeps = |k: &CellKey| {
             k.attr
                 .as_deref()
@@ -404,7 +431,13 @@ impl InputSums {
                 .find(|t| t.family == f && t.seconds == 1)
                 .map_or(0, |t| t.cells.iter().map(|c| c.spans).sum::<u64>())
         };
-        if seconds_spans(Family::Named) != spans || seconds_spans(Family::Unnamed) != spans {
+        let whole = [Family::Named, Family::Unnamed, Family::AnyService];
+        let kept = |f: &Family| *f != Family::AnyService || self.any_service;
+        if whole
+            .iter()
+            .filter(|f| kept(f))
+            .any(|&f| seconds_spans(f) != spans)
+        {
             return None;
         }
         // The named seconds keep their durations where a file's own would.
@@ -423,6 +456,11 @@ impl InputSums {
             named,
             unnamed,
             attr: if counted.is_empty() { Vec::new() } else { attr },
+            any_service: if self.any_service {
+                any_service
+            } else {
+                Vec::new()
+            },
             counted,
             tables,
             counts: if one {

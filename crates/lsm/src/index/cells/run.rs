@@ -1,10 +1,11 @@
-//! The unnamed and attribute cells of a sorted run a merge writes
-//! ([`RunCells`]).
+//! The unnamed, any-service and attribute cells of a sorted run a merge
+//! writes ([`RunCells`]).
 //!
 //! The files of a run split the trace IDs of one time partition, so each
 //! covers the partition's every second, and per-file cells of the unnamed
 //! family (a few hundred keys, each active every second) repeat each
-//! (second, key) once per file; so do the attribute family's (a few
+//! (second, key) once per file; so do the any-service family's (a few
+//! hundred to a few thousand keys) and the attribute family's (a few
 //! thousand keys: on an hour of 105 M spans, 61.6 M cells in 40 files,
 //! where the sums of such a run are 3.2 M). They are added up across the run's files
 //! as the merge finishes them, kept packed ([`Packed`]), and written once,
@@ -14,7 +15,7 @@
 //! little.
 
 use super::{
-    builder::{coarser, coarser_of, counts_only, roots_timed, timed},
+    builder::{coarser, coarser_of, counts_only, roots_timed, timed, FEW_CELLS},
     packed::{Packed, Packer},
     wire, CellKey, CellTable, Counts, Family, FileCells, HashMap,
 };
@@ -23,8 +24,9 @@ use super::{
 /// writes them, and the next files start new sums.
 pub const RUN_CELLS_BYTES: usize = 32 << 20;
 
-/// Adds up the unnamed and attribute cells of a run's files, in the order
-/// the merge finishes them, and says what each file's sidecar holds.
+/// Adds up the unnamed, any-service and attribute cells of a run's files,
+/// in the order the merge finishes them, and says what each file's sidecar
+/// holds.
 pub struct RunCells {
     /// [`RUN_CELLS_BYTES`], but in tests.
     bound: usize,
@@ -34,6 +36,7 @@ pub struct RunCells {
     members: Vec<u64>,
     unnamed: Sums,
     attr: Sums,
+    any_service: Sums,
     /// The attributes every member counted; `None` before the first.
     counted: Option<Vec<Box<[u8]>>>,
 }
@@ -61,6 +64,7 @@ impl RunCells {
             members: Vec::new(),
             unnamed: Sums::default(),
             attr: Sums::default(),
+            any_service: Sums::default(),
             counted: None,
         }
     }
@@ -68,9 +72,9 @@ impl RunCells {
     /// The cells to write with file `id` of the run (IDs ascending), whose
     /// own cells are `own` (`None`: it has none, so its spans are counted
     /// from the file when a query needs them); `last` when the run ends
-    /// with it. The file keeps its named cells; its unnamed and attribute
-    /// ones are added to the run's and written with the file that ends the
-    /// sums.
+    /// with it. The file keeps its named cells; its unnamed, any-service
+    /// and attribute ones are added to the run's and written with the file
+    /// that ends the sums.
     pub fn file(&mut self, id: u64, own: Option<FileCells>, last: bool) -> Option<FileCells> {
         let run = *self.run.get_or_insert(id);
         let Some(own) = own.map(FileCells::unpacked) else {
@@ -80,6 +84,7 @@ impl RunCells {
             named,
             unnamed,
             attr,
+            any_service,
             counted,
             tables,
             ..
@@ -89,21 +94,23 @@ impl RunCells {
             counts: Counts::InRun { run },
             ..FileCells::default()
         };
-        let (mut unnamed_seconds, mut attr_seconds) = (None, None);
+        let (mut unnamed_seconds, mut attr_seconds, mut any_seconds) = (None, None, None);
         for t in tables {
             match (t.family, t.seconds) {
                 (Family::Named, _) => mine.tables.push(t),
                 (Family::Unnamed, 1) => unnamed_seconds = Some(t),
                 (Family::Attr, 1) => attr_seconds = Some(t),
+                (Family::AnyService, 1) => any_seconds = Some(t),
                 _ => {}
             }
         }
-        let Some(seconds) = unnamed_seconds else {
-            // Cells without the unnamed seconds are not ones a builder
-            // makes: count the file from its spans.
+        let (Some(seconds), Some(any_seconds)) = (unnamed_seconds, any_seconds) else {
+            // Cells without the unnamed or any-service seconds are not ones
+            // a builder makes: count the file from its spans.
             return if last { self.holder(None) } else { None };
         };
         self.unnamed.add(&unnamed, seconds);
+        self.any_service.add(&any_service, any_seconds);
         // A file that counted an attribute the others did not leaves it
         // out of the sums.
         let counted = match (self.counted.take(), attr_seconds) {
@@ -128,16 +135,17 @@ impl RunCells {
 
     /// Bytes the sums hold.
     pub fn bytes(&self) -> usize {
-        self.unnamed.bytes() + self.attr.bytes()
+        self.unnamed.bytes() + self.attr.bytes() + self.any_service.bytes()
     }
 
     /// The cells of the file that ends the sums: its own named cells
-    /// (`mine`) and the members' unnamed and attribute cells, counted for
+    /// (`mine`) and the members' unnamed, any-service and attribute cells, counted for
     /// them; the sums start again. With one member, the file's own cells.
     fn holder(&mut self, mine: Option<FileCells>) -> Option<FileCells> {
         let members = std::mem::take(&mut self.members);
         let unnamed = std::mem::take(&mut self.unnamed);
         let attr = std::mem::take(&mut self.attr);
+        let any_service = std::mem::take(&mut self.any_service);
         let counted = self.counted.take().unwrap_or_default();
         let mut mine = match (mine, &unnamed.seconds) {
             (Some(m), Some(_)) => m,
@@ -160,6 +168,21 @@ impl RunCells {
         let hours = coarser(&minutes, Family::Unnamed, 3600, |k| k);
         mine.tables.extend([seconds.unpacked(), minutes, hours]);
         mine.unnamed = keys;
+        // Written where the sums are dense, with every duration, as in a
+        // file's own (`FileCells::thin`); kept packed until written, as the
+        // attribute sums are (an hour's at 22 k spans a second are 2.6 M
+        // cells).
+        let all = vec![true; any_service.keys.len()];
+        let (cells, spans) = cells_of(&any_service, &all);
+        if cells <= FEW_CELLS || timed(cells, spans) {
+            let (keys, seconds) = any_service.sorted(&all, true);
+            if let Some((seconds, minutes)) = seconds {
+                let hours = coarser(&minutes, Family::AnyService, 3600, |k| k);
+                mine.packed.push(seconds);
+                mine.tables.extend([minutes, hours]);
+                mine.any_service = keys;
+            }
+        }
         if counted.is_empty() {
             return Some(mine);
         }
@@ -174,17 +197,11 @@ impl RunCells {
                     .is_some_and(|name| counted.iter().any(|c| **c == *name))
             })
             .collect();
-        let Some(sums) = &attr.seconds else {
+        if attr.seconds.is_none() {
             return Some(mine);
-        };
-        // Durations where the sums kept are dense, as in a file's own.
-        let (mut cells, mut spans) = (0, 0);
-        for chunk in sums.chunks() {
-            for c in chunk.cells.iter().filter(|c| kept[c.key as usize]) {
-                cells += 1;
-                spans += c.spans;
-            }
         }
+        // Durations where the sums kept are dense, as in a file's own.
+        let (cells, spans) = cells_of(&attr, &kept);
         let (keys, seconds) = attr.sorted(&kept, timed(cells, spans));
         let Some((seconds, minutes)) = seconds else {
             return Some(mine);
@@ -197,6 +214,19 @@ impl RunCells {
         mine.counted = counted;
         Some(mine)
     }
+}
+
+/// The cells of the seconds `sums` holds of the keys `kept` marks, and the
+/// spans they count.
+fn cells_of(sums: &Sums, kept: &[bool]) -> (usize, u64) {
+    let (mut cells, mut spans) = (0, 0);
+    for chunk in sums.seconds.iter().flat_map(Packed::chunks) {
+        for c in chunk.cells.iter().filter(|c| kept[c.key as usize]) {
+            cells += 1;
+            spans += c.spans;
+        }
+    }
+    (cells, spans)
 }
 
 /// The attribute an attribute key's value is of: its scope byte, then its

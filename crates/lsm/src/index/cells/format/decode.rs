@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use super::{
-    counts_of, inflate, parse_counted, read_index, table::parse_table, KeyList, Section, What,
-    FOOTER_BYTES,
+    counts_of, families_of, inflate, parse_counted, read_index, table::parse_table, KeyList,
+    Section, What, FOOTER_BYTES,
 };
 use crate::{
     error::Result,
@@ -46,13 +46,10 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
     let attr_per_file = counts != Counts::Own
         && counted_section.is_some_and(|s| s.what == What::Counted { per_file: true });
     let named_in_run = run_named(&sections);
-    let families: &[Family] = match (&counts, counted.is_empty()) {
-        (Counts::InRun { .. }, _) if named_in_run => &[],
-        (Counts::InRun { .. }, true) => &[Family::Named],
-        (Counts::InRun { .. }, false) => &[Family::Named, Family::Attr],
-        (_, true) => &[Family::Named, Family::Unnamed],
-        (_, false) => &[Family::Named, Family::Unnamed, Family::Attr],
-    };
+    let any_service = sections
+        .iter()
+        .any(|s| s.what == What::Keys(Family::AnyService));
+    let families = families_of(&counts, named_in_run, !counted.is_empty(), any_service);
     let mut cells = FileCells {
         counts,
         counted,
@@ -67,7 +64,7 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
             .map(|s| s.count)
             .ok_or_else(|| corrupt(path, index_start, "metrics cells without their keys"))
     };
-    for &family in families {
+    for &family in &families {
         let s = sections
             .iter()
             .find(|s| s.what == What::Keys(family))
@@ -77,6 +74,7 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
             Family::Named => cells.named = keys,
             Family::Unnamed => cells.unnamed = keys,
             Family::Attr => cells.attr = keys,
+            Family::AnyService => cells.any_service = keys,
         }
     }
     // Per (family, length), its pieces, each with where its frame is.

@@ -188,8 +188,12 @@ pub(super) fn key_at(r: &mut Reader<'_>, family: Family) -> Result<KeyAt> {
         2 => Parent::Some,
         _ => return Err(r.err("a cell key's parent is not 0, 1 or 2")),
     };
-    if name.is_some() != (family == Family::Named) || attr.is_some() != (family == Family::Attr) {
+    let named = matches!(family, Family::Named | Family::AnyService);
+    if name.is_some() != named || attr.is_some() != (family == Family::Attr) {
         return Err(r.err("a cell key with a name or attribute its family's keys do not have"));
+    }
+    if service.is_some() && family == Family::AnyService {
+        return Err(r.err("a cell key of every service with a service"));
     }
     Ok(KeyAt {
         service,

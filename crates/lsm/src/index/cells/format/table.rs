@@ -115,8 +115,10 @@ pub(super) fn table_body<'a>(
 /// (a table's, or a time frame's of it) hold. A
 /// part ends where the keys' parent changes or whether their status is an
 /// error does, and once past [`PART_CELLS`] cells where their service does
-/// (or at any key past four times that), so the keys a query of roots, of
-/// errors, or of one service, matches are in few parts.
+/// or, among keys of no service (the any-service family's), their name
+/// does (or at any key past four times that), so the keys a query of
+/// roots, of errors, of one service, or of one name of every service,
+/// matches are in few parts.
 pub(super) fn key_ranges(cells: &[Cell], keys: &[CellKey]) -> Vec<(u32, u32)> {
     let n = keys.len() as u32;
     if n < 2 {
@@ -132,7 +134,8 @@ pub(super) fn key_ranges(cells: &[Cell], keys: &[CellKey]) -> Vec<(u32, u32)> {
         cells += per_key[k as usize - 1];
         let (a, b) = (&keys[k as usize - 1], &keys[k as usize]);
         if (a.parent, a.is_error()) != (b.parent, b.is_error())
-            || (cells >= PART_CELLS && a.service != b.service)
+            || (cells >= PART_CELLS
+                && (a.service != b.service || (a.service.is_none() && a.name != b.name)))
             || cells >= 4 * PART_CELLS
         {
             ranges.push((first, k - 1));

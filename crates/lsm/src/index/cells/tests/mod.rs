@@ -9,6 +9,7 @@ use crate::{
     span::{ScopeGroup, Span, SpanId, TraceId},
 };
 
+mod any_service;
 mod attr_model;
 mod run;
 
@@ -81,11 +82,18 @@ fn spans_are_counted_per_key_and_bucket_and_round_trip() {
     b.add(&span(Some("a"), "GET", 2, false, 10 * s, 1000));
     b.add(&span(None, "GET", 0, true, 10 * s, 0));
     let cells = b.finish().expect("cells");
-    // Four named keys, three unnamed ones.
-    assert_eq!((cells.named.len(), cells.unnamed.len()), (4, 3));
+    // Four named keys, three unnamed ones, and three of every service:
+    // a's GET roots and those of no service are one.
+    let any = (
+        cells.named.len(),
+        cells.unnamed.len(),
+        cells.any_service.len(),
+    );
+    assert_eq!(any, (4, 3, 3));
     assert!(cells.unnamed.iter().all(|k| k.name.is_none()));
+    assert!(cells.any_service.iter().all(|k| k.service.is_none()));
     assert_eq!(cells.spans(), 6);
-    assert_eq!(cells.tables.len(), 6);
+    assert_eq!(cells.tables.len(), 9);
     let named = cells.table(Family::Named, 1).expect("named seconds");
     // A few cells keep their durations (else: below).
     assert!(named.has_durations);
@@ -127,6 +135,24 @@ fn spans_are_counted_per_key_and_bucket_and_round_trip() {
     assert_eq!(
         roots_a(minutes, 0, 10),
         vec![(1, 3, vec![(2, 2)]), (2, 1, vec![(13, 1)])]
+    );
+    // A name of every service: the GET roots of a and of no service.
+    let any = cells
+        .table(Family::AnyService, 1)
+        .expect("any-service seconds");
+    let get_roots: Vec<Row> = any
+        .cells
+        .iter()
+        .filter(|c| {
+            let k = &cells.any_service[c.key as usize];
+            k.name.as_deref() == Some(&b"GET"[..]) && k.parent == Parent::None
+        })
+        .map(|c| (c.bucket, c.spans, any.durations_of(c).to_vec()))
+        .collect();
+    assert_eq!(
+        get_roots,
+        vec![(10, 3, vec![(2, 2)]), (11, 1, vec![])],
+        "{cells:?}"
     );
     let hours = cells.table(Family::Named, 3600).expect("named hours");
     assert_eq!(hours.cells.iter().map(|c| c.spans).sum::<u64>(), 6);

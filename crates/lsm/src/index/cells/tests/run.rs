@@ -4,11 +4,11 @@ use std::{path::Path, sync::Arc};
 
 use super::*;
 
-/// The unnamed cells a run's last file holds are those of all the run's
-/// spans; each file keeps its own named cells; the others say where theirs
-/// are; and all of it reads back as written.
+/// The unnamed and any-service cells a run's last file holds are those of
+/// all the run's spans; each file keeps its own named cells; the others
+/// say where theirs are; and all of it reads back as written.
 #[test]
-fn a_runs_unnamed_cells_are_the_sums_of_its_files() {
+fn a_runs_unnamed_and_any_service_cells_are_the_sums_of_its_files() {
     let spans = varied_spans(3000);
     let parts: Vec<&[Span]> = spans.chunks(1100).collect();
     let mut run = RunCells::default();
@@ -40,17 +40,24 @@ fn a_runs_unnamed_cells_are_the_sums_of_its_files() {
     );
     // In order, as a file's keys are, so its tables' parts are ranges of them.
     assert!(written[2].unnamed.is_sorted());
+    assert!(written[0].any_service.is_empty() && !written[0].has(Family::AnyService));
     let all = counted(&spans);
-    for len in BUCKET_SECONDS {
-        assert_eq!(
-            resolved(&written[2], Family::Unnamed, len),
-            resolved(&all, Family::Unnamed, len),
-            "the run's unnamed cells of {len} s"
-        );
+    let holder = written[2].clone().unpacked();
+    for family in [Family::Unnamed, Family::AnyService] {
+        for len in BUCKET_SECONDS {
+            assert_eq!(
+                resolved(&holder, family, len),
+                resolved(&all, family, len),
+                "the run's {family:?} cells of {len} s"
+            );
+        }
     }
     let path = Path::new("x.idx");
     for cells in written {
-        assert_eq!(decode(path, &encode(&cells)).expect("decodes"), Some(cells));
+        assert_eq!(
+            decode(path, &encode(&cells)).expect("decodes"),
+            Some(cells.unpacked())
+        );
     }
 }
 
@@ -396,7 +403,7 @@ fn attribute_cells_of_a_file_of_a_run_written_per_file_say_so() {
         tables: own
             .tables
             .iter()
-            .filter(|t| t.family != Family::Unnamed)
+            .filter(|t| !matches!(t.family, Family::Unnamed | Family::AnyService))
             .cloned()
             .collect(),
         counts: Counts::InRun { run: 4 },
@@ -411,6 +418,7 @@ fn attribute_cells_of_a_file_of_a_run_written_per_file_say_so() {
         member.counts = counts.clone();
         if counts == Counts::Own {
             member.unnamed = own.unnamed.clone();
+            member.any_service = own.any_service.clone();
             member.tables = own.tables.clone();
         }
         let bytes = encode(&member);
