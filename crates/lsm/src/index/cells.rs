@@ -501,6 +501,22 @@ impl CellsView<'_> {
         }
     }
 
+    /// Whether its named cells count the spans its other families count:
+    /// cells in memory (counted from a buffer's or a file's spans) and a
+    /// file's that count its own spans do, as do a run's sums that hold its
+    /// named cells too; a run's sums that do not, count more spans in
+    /// their other families than in the holder's own named cells.
+    pub fn named_counts_the_same(&self) -> Result<bool> {
+        match self {
+            CellsView::Memory(_) => Ok(true),
+            CellsView::File(f) => Ok(match f.counts()? {
+                Counts::Own => true,
+                Counts::Run { .. } => f.named_in_run(),
+                Counts::InRun { .. } => false,
+            }),
+        }
+    }
+
     /// The keys `family`'s tables number, as a key list holds them.
     pub fn keys(&self, family: Family) -> Result<KeyList<'static>> {
         match self {

@@ -193,8 +193,8 @@ pub fn plan(req: &MetricsRequest) -> Option<Plan> {
     let levels = &levels[first..];
     Some(Plan {
         // A name asked of every service is read from the cells of every
-        // service added up (files written before them have the named
-        // cells alone: `answer_after`).
+        // service added up (a source without them, from its named cells:
+        // `Counter::add`).
         family: if named && reads.service {
             Family::Named
         } else if named {
@@ -378,8 +378,9 @@ struct Counter<'a> {
     /// A key whose span could not be rebuilt, or a source without the
     /// tables the plan reads: the answer cannot be given from cells.
     failed: bool,
-    /// A source without the plan's family at all (cells written before
-    /// the any-service family): the answer is counted again from another.
+    /// A source without the plan's family at all, nor named cells that
+    /// could stand in for it (a run's sums written before the any-service
+    /// family, or light): the answer is counted again from another.
     missing: bool,
 }
 
@@ -496,16 +497,23 @@ impl Counter<'_> {
     /// the tables the plan reads that hold keys the query matches are read
     /// before any is counted, so a source that fails to read counts nothing.
     fn add(&mut self, cells: &CellsView<'_>) -> tracedb_lsm::Result<()> {
-        let family = self.plan.family;
         if self.failed {
             // The answer is read from spans: the other sources are not.
             return Ok(());
         }
-        if !cells.has(family) {
-            self.missing = true;
-            self.failed = true;
-            return Ok(());
-        }
+        let family = match self.plan.family {
+            f if cells.has(f) => f,
+            // A source without the any-service family (light, or written
+            // before it) is counted from its named cells where they count
+            // the same spans: the query reads no service, so keys that
+            // differ by their service alone are one class.
+            Family::AnyService if cells.named_counts_the_same()? => Family::Named,
+            _ => {
+                self.missing = true;
+                self.failed = true;
+                return Ok(());
+            }
+        };
         if let Some(attr) = &self.plan.attr {
             // Cells of a file that did not count the attribute say nothing
             // of the spans carrying it.
@@ -701,9 +709,10 @@ pub fn answer_after(
         let counted = count(engine, req, plan.clone(), after, &mut held, cancel)?;
         match counted {
             Err(unanswered) => return Ok(Err(unanswered)),
-            // Cells written before the any-service family have a name's
-            // cells in the named family alone: a query reading no service
-            // counts every source's named cells instead.
+            // A run's sums without the any-service family (light, or
+            // written before it) count more spans than the named cells of
+            // the file holding them: a query reading no service counts
+            // every source's named cells instead.
             Ok((c, _)) if c.missing && family == Family::AnyService => {
                 held.shrink(held.bytes());
                 plan.family = Family::Named;

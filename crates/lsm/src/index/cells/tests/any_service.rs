@@ -115,3 +115,38 @@ fn sums_of_an_input_without_the_family_leave_it_out() {
         );
     }
 }
+
+/// Whose spans a source's named cells count, against its other families':
+/// the same in memory, in a file of its own spans and in a run's sums that
+/// hold the named cells too; not in sums that do not (the holder's named
+/// cells count its own spans alone).
+#[test]
+fn named_cells_count_what_the_other_families_count_unless_a_run_holds_them_apart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let own = counted(&varied_spans(50));
+    let run = Counts::Run {
+        run: 3,
+        members: vec![3, 4],
+    };
+    let cases = [
+        (Counts::Own, false, true),
+        (run.clone(), false, false),
+        (run, true, true),
+    ];
+    for (i, (counts, named_in_run, same)) in cases.into_iter().enumerate() {
+        let cells = FileCells {
+            counts: counts.clone(),
+            named_in_run,
+            ..own.clone()
+        };
+        let table = dir.path().join(format!("{i}.sst"));
+        std::fs::write(crate::index::sidecar_path(&table), encode(&cells)).expect("write");
+        let file = CellsFile::open(&table).expect("opens").expect("cells");
+        let view = CellsView::File(&file);
+        let said = format!("{counts:?}, named in run: {named_in_run}");
+        assert_eq!(view.named_counts_the_same().expect("reads"), same, "{said}");
+    }
+    assert!(CellsView::Memory(&own)
+        .named_counts_the_same()
+        .expect("reads"));
+}
