@@ -311,7 +311,6 @@ fn sizes(records: &[u64]) -> (usize, usize) {
     (cells, exps)
 }
 
-/// Bytes a table of `cells` cells and `exps` duration buckets takes.
 /// The keys `of` makes of the named keys `named` (each once, in order), and
 /// per named key the place of its own among them.
 fn coarser_keys(named: &[CellKey], of: fn(&CellKey) -> CellKey) -> (Vec<CellKey>, Vec<u32>) {
@@ -330,6 +329,7 @@ fn coarser_keys(named: &[CellKey], of: fn(&CellKey) -> CellKey) -> (Vec<CellKey>
     (keys, places)
 }
 
+/// Bytes a table of `cells` cells and `exps` duration buckets takes.
 fn table_bytes((cells, exps): (usize, usize)) -> usize {
     cells * std::mem::size_of::<Cell>() + exps * std::mem::size_of::<(u8, u64)>()
 }
