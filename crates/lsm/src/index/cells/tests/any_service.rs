@@ -67,27 +67,12 @@ fn the_family_is_kept_where_its_seconds_are_dense_or_few() {
 fn sums_of_an_input_without_the_family_leave_it_out() {
     let dir = tempfile::tempdir().expect("tempdir");
     let spans = varied_spans(200);
-    let mut inputs = Vec::new();
-    for (id, half) in [(1u64, &spans[..100]), (2, &spans[100..])] {
-        let table = dir.path().join(format!("{id}.sst"));
-        let mut cells = counted(half);
-        if id == 2 {
-            cells.any_service.clear();
-            cells.tables.retain(|t| t.family != Family::AnyService);
-        }
-        std::fs::write(crate::index::sidecar_path(&table), encode(&cells)).expect("write");
-        inputs.push((id, table, half.len() as u64));
-    }
-    let inputs: Vec<Input<'_>> = inputs
-        .iter()
-        .map(|(id, t, n)| (*id, t.as_path(), *n))
-        .collect();
-    let sum = |inputs: &[Input<'_>]| {
-        let mut sums = InputSums::of(inputs, Some(7), 3600 * NANOS, Arc::default(), &mut |_| ())
-            .expect("sums");
-        sums.take(7, vec![1, 2], 200).expect("cells")
-    };
-    let cells = sum(&inputs);
+    let first = counted(&spans[..100]);
+    let second = counted(&spans[100..]);
+    let mut without = second.clone();
+    without.any_service.clear();
+    without.tables.retain(|t| t.family != Family::AnyService);
+    let cells = run::summed_pair(dir.path(), [&first, &without]);
     assert!(!cells.has(Family::AnyService) && cells.any_service.is_empty());
     let whole = counted(&spans);
     for family in [Family::Named, Family::Unnamed] {
@@ -100,13 +85,7 @@ fn sums_of_an_input_without_the_family_leave_it_out() {
         }
     }
     // With both inputs' the sums have it, as counted.
-    let table = dir.path().join("2.sst");
-    std::fs::write(
-        crate::index::sidecar_path(&table),
-        encode(&counted(&spans[100..])),
-    )
-    .expect("write");
-    let cells = sum(&inputs);
+    let cells = run::summed_pair(dir.path(), [&first, &second]);
     for seconds in BUCKET_SECONDS {
         assert_eq!(
             resolved(&cells, Family::AnyService, seconds),

@@ -166,6 +166,22 @@ fn a_run_holding_its_named_cells_reads_back_and_its_other_files_hold_none() {
     }
 }
 
+/// A merge's sums, for its partition 7, of two inputs: files 1 and 2 in
+/// `dir` of 100 spans each, whose sidecars hold `cells`.
+pub(super) fn summed_pair(dir: &Path, cells: [&FileCells; 2]) -> FileCells {
+    let tables: Vec<_> = (1..=2).map(|id| dir.join(format!("{id}.sst"))).collect();
+    for (table, c) in tables.iter().zip(cells) {
+        std::fs::write(crate::index::sidecar_path(table), encode(c)).expect("write");
+    }
+    let inputs: Vec<Input<'_>> = (1..)
+        .zip(&tables)
+        .map(|(id, t)| (id, t.as_path(), 100))
+        .collect();
+    let mut sums =
+        InputSums::of(&inputs, Some(7), 3600 * NANOS, Arc::default(), &mut |_| ()).expect("sums");
+    sums.take(7, vec![1, 2], 200).expect("cells")
+}
+
 /// A merge's sums of inputs whose spans carry no attribute counted have
 /// the attribute tables a builder writes for them, of no cells: a query
 /// reads them as cells, not as tables it cannot read.
@@ -173,19 +189,8 @@ fn a_run_holding_its_named_cells_reads_back_and_its_other_files_hold_none() {
 fn sums_of_inputs_without_attribute_cells_have_empty_attribute_tables() {
     let dir = tempfile::tempdir().expect("tempdir");
     let spans = varied_spans(200);
-    let mut inputs = Vec::new();
-    for (id, half) in [(1u64, &spans[..100]), (2, &spans[100..])] {
-        let table = dir.path().join(format!("{id}.sst"));
-        std::fs::write(crate::index::sidecar_path(&table), encode(&counted(half))).expect("write");
-        inputs.push((id, table, half.len() as u64));
-    }
-    let inputs: Vec<Input<'_>> = inputs
-        .iter()
-        .map(|(id, t, n)| (*id, t.as_path(), *n))
-        .collect();
-    let mut sums =
-        InputSums::of(&inputs, Some(7), 3600 * NANOS, Arc::default(), &mut |_| ()).expect("sums");
-    let cells = sums.take(7, vec![1, 2], 200).expect("cells");
+    let halves = [counted(&spans[..100]), counted(&spans[100..])];
+    let cells = summed_pair(dir.path(), [&halves[0], &halves[1]]);
     let whole = counted(&spans);
     assert!(!whole.counted.is_empty() && whole.attr.is_empty());
     assert_eq!(cells.counted, whole.counted);
