@@ -51,9 +51,9 @@ pub use builder::CellsBuilder;
 pub(crate) use cache::CacheRef;
 pub use cache::SectionCache;
 pub use dict::{Dict, KeyDict};
-#[cfg(test)]
-use format::encode_framed;
 pub use format::{cells_len, decode, encode, CellsFile, KeyList};
+#[cfg(test)]
+use format::{encode_framed, LISTED_BELOW};
 pub use inputs::{Input, InputSums, NotSummed, MAX_SUMMED_CELLS};
 pub use packed::Packed;
 pub use run::{RunCells, RUN_CELLS_BYTES};

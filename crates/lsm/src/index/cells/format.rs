@@ -39,6 +39,17 @@ const PART_CELLS: usize = 16 * 1024;
 /// higher level's cost is at flush and merge.
 const CELLS_ZSTD_LEVEL: i32 = 3;
 
+/// A table's cells of fewer spans than this give each span's duration
+/// bucket, not the buckets with their spans ([`table::table_body`]), and
+/// its `durations` flag says so. At light traffic most cells count a span
+/// or a few, each bucket of one span: on a day at a week's density (165
+/// spans a second) the cells took 4.40 B a span so, against 4.85 B with
+/// buckets and spans in every cell (3: 4.54 B; 32: 4.43 B;
+/// docs/BENCHMARKS.md, "A week of traffic").
+pub(super) const LISTED_BELOW: u8 = 16;
+/// The largest `durations` flag a table may have.
+const MAX_LISTED_BELOW: u8 = 64;
+
 /// The last bytes of a sidecar that ends with cells.
 const CELLS_MAGIC: &[u8; 8] = b"TDB-CEL1";
 /// Index frame length, index body length, its checksum, magic.
@@ -94,6 +105,10 @@ struct Section {
     buckets: Option<(u64, u64)>,
     /// Keys or cells it holds.
     count: u64,
+    /// A table's cells of fewer spans than this give each span's
+    /// duration bucket ([`LISTED_BELOW`]); 1 where none does (sidecars
+    /// written before), and for the other sections.
+    listed_below: u8,
     /// Bytes from the frame's start to the index frame's start.
     back: u64,
     frame_len: u32,
@@ -202,12 +217,13 @@ fn compress(body: &[u8]) -> Vec<u8> {
 /// (docs/FORMAT.md, "Metrics cells"). A query reads the index and the
 /// frames it needs.
 pub fn encode(cells: &FileCells) -> Vec<u8> {
-    encode_framed(cells, FRAME_CELLS)
+    encode_framed(cells, FRAME_CELLS, LISTED_BELOW)
 }
 
 /// [`encode`], cutting tables into time frames of `frame_cells` cells
-/// or more.
-pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
+/// or more, their cells of fewer than `listed_below` spans giving each
+/// span's duration bucket (1: none, as sidecars written before did).
+pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize, listed_below: u8) -> Vec<u8> {
     let mut out = Vec::new();
     // Each section, its `back` the frame's offset until the index's is known.
     let mut placed: Vec<Section> = Vec::new();
@@ -219,6 +235,7 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
                 keys,
                 buckets,
                 count: count as u64,
+                listed_below,
                 back: out.len() as u64,
                 frame_len: f.len() as u32,
                 body_len: body.len() as u32,
@@ -244,7 +261,14 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
     for t in cells.tables.iter().filter(|t| families.contains(&t.family)) {
         let keys = cells.keys(t.family);
         for in_frame in time_frames(t, frame_cells) {
-            put_frame(&mut frame, &mut out, t, &t.cells[in_frame], keys);
+            put_frame(
+                &mut frame,
+                &mut out,
+                t,
+                &t.cells[in_frame],
+                keys,
+                listed_below,
+            );
         }
     }
     // A packed table is unpacked a frame's chunks at a time.
@@ -259,14 +283,28 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
                 let rest = frames.pop().expect("a frame");
                 for in_frame in frames {
                     any = true;
-                    put_frame(&mut frame, &mut out, &held, &held.cells[in_frame], keys);
+                    put_frame(
+                        &mut frame,
+                        &mut out,
+                        &held,
+                        &held.cells[in_frame],
+                        keys,
+                        listed_below,
+                    );
                 }
                 held = cut(&held, rest);
             }
         }
         if !held.cells.is_empty() || !any {
             for in_frame in time_frames(&held, frame_cells) {
-                put_frame(&mut frame, &mut out, &held, &held.cells[in_frame], keys);
+                put_frame(
+                    &mut frame,
+                    &mut out,
+                    &held,
+                    &held.cells[in_frame],
+                    keys,
+                    listed_below,
+                );
             }
         }
     }
@@ -335,7 +373,7 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize) -> Vec<u8> {
                 };
                 index.extend_from_slice(&[kind, family as u8]);
                 put_varint(&mut index, seconds);
-                index.push(u8::from(durations));
+                index.push(if durations { s.listed_below.max(1) } else { 0 });
                 if let Some((first, last)) = s.keys {
                     put_varint(&mut index, u64::from(first));
                     put_varint(&mut index, u64::from(last));
@@ -452,10 +490,16 @@ fn read_index(
         // The run section's flag says also whether the run holds the named
         // cells (2); the others' is 0 or 1.
         let flag = r.bytes(1)?[0];
+        // A table's flag says also which of its cells give each span's
+        // duration bucket.
         let durations = match (kind, flag) {
             (_, 0) => false,
-            (_, 1) | (2, 2 | 3) => true,
-            _ => return Err(r.err("a cells section's durations flag is not 0 or 1")),
+            (_, 1) | (2, 2 | 3) | (1 | 3 | 4, 2..=MAX_LISTED_BELOW) => true,
+            _ => return Err(r.err("a cells section's durations flag is not one it may have")),
+        };
+        let listed_below = match kind {
+            1 | 3 | 4 => flag.max(1),
+            _ => 1,
         };
         let keys = match kind {
             3 | 4 => {
@@ -523,6 +567,7 @@ fn read_index(
             keys,
             buckets,
             count,
+            listed_below,
             back,
             frame_len,
             body_len,

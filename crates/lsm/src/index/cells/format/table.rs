@@ -35,17 +35,20 @@ pub(super) fn cut(t: &CellTable, range: std::ops::Range<usize>) -> CellTable {
 /// of `keys` (or a table of no cells, whole) with `frame`. A part of a
 /// table whose roots and errors alone keep durations
 /// ([`CellTable::roots_only`]) holds them if its keys are roots or errors
-/// (a part's keys share their parent and whether they are errors).
+/// (a part's keys share their parent and whether they are errors); its
+/// cells of fewer than `listed_below` spans give each span's duration
+/// bucket ([`table_body`]).
 pub(super) fn put_frame(
     frame: &mut impl FnMut(&mut Vec<u8>, Placed, usize, Vec<u8>),
     out: &mut Vec<u8>,
     t: &CellTable,
     in_frame: &[Cell],
     keys: &[CellKey],
+    listed_below: u8,
 ) {
     let Some(buckets) = in_frame.first().zip(in_frame.last()) else {
         let what = What::Table(t.family, t.seconds, t.has_durations);
-        let body = table_body(t, in_frame.iter(), t.has_durations);
+        let body = table_body(t, in_frame.iter(), t.has_durations, listed_below);
         frame(out, (what, None, None), 0, body);
         return;
     };
@@ -64,7 +67,7 @@ pub(super) fn put_frame(
             let timed =
                 t.has_durations && (!t.roots_only || keys[range.0 as usize].timed_when_light());
             let what = What::Table(t.family, t.seconds, timed);
-            let body = table_body(t, part.iter().copied(), timed);
+            let body = table_body(t, part.iter().copied(), timed, listed_below);
             frame(out, (what, Some(range), buckets), part.len(), body);
         }
     }
@@ -74,11 +77,16 @@ pub(super) fn put_frame(
 /// better than cells one after another: each cell's bucket (as the step
 /// from the previous cell's), its key (as the step from the previous
 /// cell's in the same bucket, else whole), its spans, then (`timed`: of a
-/// table with durations) its duration buckets.
+/// table with durations) its duration buckets: each with its spans, or,
+/// in a cell of fewer than `listed_below` spans, each span's bucket in
+/// ascending order (0 for a span in none). A cell of a span or two has
+/// its durations in as many bytes, where its buckets with their spans of
+/// one each took three or five.
 pub(super) fn table_body<'a>(
     t: &CellTable,
     cells: impl Iterator<Item = &'a Cell> + Clone,
     timed: bool,
+    listed_below: u8,
 ) -> Vec<u8> {
     let mut body = Vec::new();
     let mut last = 0u64;
@@ -101,6 +109,14 @@ pub(super) fn table_body<'a>(
     if timed {
         for c in cells {
             let durations = t.durations_of(c);
+            if c.spans < u64::from(listed_below) {
+                let in_buckets: u64 = durations.iter().map(|d| d.1).sum();
+                body.extend(std::iter::repeat_n(0, (c.spans - in_buckets) as usize));
+                for &(exp, n) in durations {
+                    body.extend(std::iter::repeat_n(exp, n as usize));
+                }
+                continue;
+            }
             put_varint(&mut body, durations.len() as u64);
             for &(exp, n) in durations {
                 body.push(exp);
@@ -248,7 +264,22 @@ pub(super) fn parse_table(
         }
         let kept = reading.keeps(bucket);
         let from = t.durations.len() as u32;
-        if read_durations {
+        if read_durations && spans < u64::from(s.listed_below) {
+            // Each span's bucket, ascending: equal ones are one bucket.
+            let listed = rd.bytes(spans as usize)?;
+            if listed.windows(2).any(|w| w[0] > w[1]) || listed.last() > Some(&64) {
+                return Err(rd.err("a cell's durations are out of order or out of range"));
+            }
+            if kept {
+                for &exp in listed.iter().filter(|&&e| e > 0) {
+                    let begun = t.durations.len() > from as usize;
+                    match t.durations.last_mut() {
+                        Some(d) if begun && d.0 == exp => d.1 += 1,
+                        _ => t.durations.push((exp, 1)),
+                    }
+                }
+            }
+        } else if read_durations {
             let b = rd.count(2)?;
             if kept {
                 // Exponents start at 1: 0 is below any.

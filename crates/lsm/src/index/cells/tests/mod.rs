@@ -11,6 +11,7 @@ use crate::{
 
 mod any_service;
 mod attr_model;
+mod listed;
 mod run;
 
 fn field(out: &mut Vec<u8>, n: u64, b: &[u8]) {
@@ -555,14 +556,14 @@ fn a_long_table_is_framed_in_time_and_read_by_the_buckets_wanted() {
     let cells = counted(&every_second(40, 3600));
     let path = Path::new("x.idx");
     assert_eq!(
-        decode(path, &encode_framed(&cells, FRAME)).expect("decodes"),
+        decode(path, &encode_framed(&cells, FRAME, LISTED_BELOW)).expect("decodes"),
         Some(cells.clone())
     );
     let dir = tempfile::tempdir().expect("tempdir");
     let table = dir.path().join("1.sst");
     std::fs::write(
         crate::index::sidecar_path(&table),
-        encode_framed(&cells, FRAME),
+        encode_framed(&cells, FRAME, LISTED_BELOW),
     )
     .expect("write");
     let file = CellsFile::open(&table).expect("open").expect("cells");
@@ -625,7 +626,7 @@ fn a_long_table_is_framed_in_time_and_read_by_the_buckets_wanted() {
     // Damaged, a smaller framed table (four frames) is refused or reads
     // as itself.
     let framed = counted(&every_second(40, 900));
-    let good = encode_framed(&framed, FRAME / 4);
+    let good = encode_framed(&framed, FRAME / 4, LISTED_BELOW);
     let mut refused = 0;
     for bad in damaged(&good, 19, 600) {
         match decode(path, &bad) {

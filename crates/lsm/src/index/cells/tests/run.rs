@@ -300,7 +300,7 @@ fn a_runs_attribute_cells_are_the_sums_of_what_every_file_counted() {
         decode(path, &encode(holder)).expect("decodes"),
         Some(unpacked.clone())
     );
-    let framed = encode_framed(holder, 100);
+    let framed = encode_framed(holder, 100, LISTED_BELOW);
     assert_eq!(decode(path, &framed).expect("decodes"), Some(unpacked));
     for member in &written[..3] {
         assert_eq!(
