@@ -12,9 +12,11 @@
 //! span name asked of every service; and the attribute keys) cells of 1 s,
 //! 1 min and 1 h. A query adds, for each interval of its grid, the coarsest buckets
 //! that lie whole inside it and finer ones at its edges; the 1 s cells of
-//! the whole key hold counts only where they count few spans each (they
-//! are most of the bytes), so a query of durations by name over such a
-//! file needs a grid of whole minutes, or reads the spans.
+//! the attribute keys hold counts only where they count few spans each
+//! (there they are most of the attribute cells' bytes), so a query of
+//! durations by attribute over such a file needs a grid of whole minutes,
+//! or reads the spans. (The whole key's did too, in sidecars written
+//! before every cell of few spans gave its durations in a byte a span.)
 //!
 //! A key keeps its fields as the span has them on the wire (the service as
 //! the resource's encoded `service.name` attribute, the name as its bytes,
@@ -222,9 +224,10 @@ pub struct CellTable {
     /// Whether the cells hold their spans' duration buckets.
     pub has_durations: bool,
     /// With `has_durations`: only the cells of root and error keys
-    /// ([`CellKey::timed_when_light`]) hold them, the others counts only (a
-    /// named or attribute table of seconds too light for all its
-    /// durations: `builder::roots_timed`). On disk each part of such a
+    /// ([`CellKey::timed_when_light`]) hold them, the others counts only (an
+    /// attribute table of seconds too light for all its durations, or a
+    /// named one read from a sidecar written before the named seconds kept
+    /// every duration: `builder::roots_timed`). On disk each part of such a
     /// table says which it is, parts being cut where the keys' parent, or
     /// whether they are errors, changes.
     pub roots_only: bool,
@@ -382,9 +385,9 @@ impl FileCells {
     /// cells count four spans a cell or more on average), else with the
     /// root and error keys' only (Traces Drilldown's breakdowns of
     /// durations by an attribute ask them of root spans); and the
-    /// any-service family only where its seconds are dense or few, as the
-    /// named seconds keep their durations: where they are light, a name's
-    /// cells count a span or two each, and the named cells answer as well.
+    /// any-service family only where its seconds are dense or few: where
+    /// they are light, a name's cells count a span or two each, and the
+    /// named cells answer as well.
     pub fn thin(&mut self) {
         for t in &mut self.tables {
             if t.family == Family::Attr && t.seconds == 1 && t.has_durations {

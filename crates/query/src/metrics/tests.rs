@@ -403,8 +403,8 @@ fn queries_cells_cannot_answer_are_read_from_spans() {
         5 * SEC,
         t
     )));
-    // The whole key's seconds hold durations where dense (else the files'
-    // cells send the query to the spans).
+    // The whole key's seconds hold durations (a file's written before kept
+    // them where dense only: those send the query to the spans).
     let by_name = "{} | quantile_over_time(duration, .9) by(name)";
     assert!(cells::answerable(&q(by_name, 56 * SEC, t)));
     assert!(cells::answerable(&q(by_name, 120 * SEC, t)));
@@ -702,11 +702,12 @@ fn a_span_stored_twice_counts_twice_in_cells_until_compaction() {
     assert_eq!(cells_total(&engine), n);
 }
 
-/// Durations by name at a step of seconds: from the cells of files whose
-/// named seconds count four spans a cell or more, from the spans where a
-/// file of the window counts fewer (and then within Tempo's range only).
+/// Durations at a step of seconds: by name, from the cells of every file,
+/// dense or light; by a counted attribute, of spans that are neither roots
+/// nor errors, from the spans where a file's attribute seconds count few
+/// spans a cell (and then within Tempo's range only).
 #[test]
-fn durations_by_name_at_a_step_of_seconds_are_counted_where_cells_are_dense() {
+fn durations_at_a_step_of_seconds_are_counted_by_name_always_by_attribute_where_dense() {
     let dir = tempfile::tempdir().expect("tempdir");
     let engine = test_engine(dir.path(), None);
     let mut rng = Rng::new(7);
@@ -721,45 +722,61 @@ fn durations_by_name_at_a_step_of_seconds_are_counted_where_cells_are_dense() {
         max_series: 1000,
         max_exemplars: 0,
     };
-    let queries = [
+    let from_cells = |r: &MetricsRequest| {
+        cells::run(&engine, r, &Cancel::new())
+            .expect("runs")
+            .map(finished)
+    };
+    let scanned =
+        |r: &MetricsRequest| finished(scan::scan(&engine, r, &Cancel::new(), None).expect("runs"));
+    let by_name = [
         "{} | quantile_over_time(duration, .5, .9) by(name)",
         "{ resource.service.name = \"cart\" } | histogram_over_time(duration) by(name)",
         "{ name = \"query\" && status != error } | quantile_over_time(duration, .99)",
     ];
-    for text in queries {
+    let by_attribute = [
+        "{ span.b != nil && status != error } | quantile_over_time(duration, .5, .9) by(span.b)",
+        "{ span.a >= 2 && status != error } | histogram_over_time(duration)",
+    ];
+    for text in by_name.iter().chain(&by_attribute) {
         // Intervals of 7 s: none holds a whole minute.
         let r = req(text, base, base + 70 * SEC, 7 * SEC);
-        let from_cells = cells::run(&engine, &r, &Cancel::new())
-            .expect("runs")
-            .unwrap_or_else(|| panic!("{text}: not answered from cells"));
-        let from_spans = scan::scan(&engine, &r, &Cancel::new(), None).expect("runs");
-        let (a, b) = (finished(from_cells), finished(from_spans));
+        let b = scanned(&r);
         assert!(!b.is_empty(), "{text}");
-        assert_eq!(a, b, "{text}");
+        assert_eq!(from_cells(&r), Some(b), "{text}");
     }
     // A light file beside it: 5000 traces over 20,000 s, a span or two a
-    // cell, and too many cells to keep their durations.
+    // cell, and too many cells to keep their attribute durations.
     let light = random_batches(&mut rng, 5000, 1, 0, |t| base + (100 + 4 * t) * SEC);
     engine.write_blocking(light.concat()).expect("write");
     engine.flush().expect("flush");
-    for text in queries {
+    for text in by_name {
+        let r = req(text, base, base + 20110 * SEC, 7 * SEC);
+        let b = scanned(&r);
+        assert!(!b.is_empty(), "{text}");
+        assert_eq!(from_cells(&r), Some(b), "{text}");
+        // Past Tempo's 24 h too, from cells.
+        let r = req(
+            text,
+            base - 2 * 24 * 3600 * SEC,
+            base + 20130 * SEC,
+            61 * SEC,
+        );
+        assert!(super::run(&engine, &r, &Cancel::new()).is_ok(), "{text}");
+    }
+    for text in by_attribute {
         let r = req(text, base, base + 20110 * SEC, 7 * SEC);
         assert!(cells::answerable(&r), "{text}");
         assert!(
-            cells::run(&engine, &r, &Cancel::new())
-                .expect("runs")
-                .is_none(),
+            from_cells(&r).is_none(),
             "{text}: answered from cells that keep no durations"
         );
         let answer = super::run(&engine, &r, &Cancel::new())
             .unwrap_or_else(|_| panic!("{text}: not answered"));
-        let from_spans = scan::scan(&engine, &r, &Cancel::new(), None).expect("runs");
-        assert_eq!(finished(answer), finished(from_spans), "{text}");
+        assert_eq!(finished(answer), scanned(&r), "{text}");
         // The dense file's window alone is still counted from its cells.
         let r = req(text, base, base + 70 * SEC, 7 * SEC);
-        assert!(cells::run(&engine, &r, &Cancel::new())
-            .expect("runs")
-            .is_some());
+        assert!(from_cells(&r).is_some(), "{text}");
         // Past Tempo's 24 h, a query that would read spans is refused; at
         // a step of whole minutes the cells answer it.
         let r = req(
@@ -782,32 +799,19 @@ fn durations_by_name_at_a_step_of_seconds_are_counted_where_cells_are_dense() {
         );
         assert!(super::run(&engine, &r, &Cancel::new()).is_ok(), "{text}");
     }
-    // Root spans' durations by name or by a counted attribute (Traces
-    // Drilldown's breakdowns), and error spans', are kept in the light file
-    // too: counted from cells, past 24 h too.
+    // Root spans' durations by a counted attribute (Traces Drilldown's
+    // breakdowns), and error spans', are kept in the light file's
+    // attribute seconds too: counted from cells, past 24 h too.
     for text in [
-        "{nestedSetParent<0 && true && name != nil} | quantile_over_time(duration, 0.9) by(name)",
-        "{nestedSetParent<0 && true} | histogram_over_time(duration) by(name)",
         "{nestedSetParent<0 && true && span.b != nil} | quantile_over_time(duration, 0.9) by(span.b)",
         "{nestedSetParent<0 && span.a >= 2} | histogram_over_time(duration)",
-        "{ status = error } | quantile_over_time(duration, .5, .99) by(name)",
-        "{ resource.service.name = \"cart\" && status = error } | histogram_over_time(duration) by(name)",
         "{ status = error && span.b != nil } | quantile_over_time(duration, 0.9) by(span.b)",
     ] {
         let r = req(text, base, base + 20110 * SEC, 7 * SEC);
-        let from_cells = cells::run(&engine, &r, &Cancel::new())
-            .expect("runs")
-            .unwrap_or_else(|| panic!("{text}: not answered from cells"));
-        let from_spans = scan::scan(&engine, &r, &Cancel::new(), None).expect("runs");
-        let (a, b) = (finished(from_cells), finished(from_spans));
+        let b = scanned(&r);
         assert!(b.len() > 1, "{text}");
-        assert_eq!(a, b, "{text}");
-        let r = req(
-            text,
-            base - 2 * 24 * 3600 * SEC,
-            base + 20130 * SEC,
-            61 * SEC,
-        );
+        assert_eq!(from_cells(&r), Some(b), "{text}");
+        let r = req(text, base - 2 * 24 * 3600 * SEC, base + 20130 * SEC, 61 * SEC);
         assert!(super::run(&engine, &r, &Cancel::new()).is_ok(), "{text}");
     }
 }

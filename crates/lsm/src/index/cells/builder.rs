@@ -11,21 +11,19 @@ use super::{
 };
 use crate::{index::ValueKind, span::Span};
 
-/// Spans counted per cell, on average, from which the seconds of the whole
-/// key and of the attribute keys keep their durations: on 8.7 M spans of
+/// Spans counted per cell, on average, from which the seconds of the
+/// attribute keys keep their durations (and a file keeps its any-service
+/// family, [`FileCells::thin`]): on 8.7 M spans of
 /// 20 s of max ingest the attribute cells took 0.41 B a span with
 /// durations (0.11 without), and on 4.5 M spans at a week's 165 a second,
 /// where most cells count one span, 2.03 B (0.89 without). Where spans are that few, reading them answers
 /// a query of durations at a step of seconds quickly enough.
 const SPANS_PER_TIMED_CELL: usize = 4;
 
-/// Named seconds of at most this many cells keep their durations however
-/// few spans they count: a few kilobytes a file. The last file of a
-/// merge's run holds what is left of its partition, often a few thousand
-/// spans a cell or two each; without it, a query of durations by name at
-/// a step of seconds read every span of the window for that one file. (A
-/// run's attribute seconds are summed, so its last file has none of its
-/// own.)
+/// Any-service seconds of at most this many cells are kept however few
+/// spans they count: a few kilobytes a file (the last file of a merge's
+/// run holds what is left of its partition, often a few thousand spans a
+/// cell or two each).
 pub(super) const FEW_CELLS: usize = 4096;
 
 /// Most keys one file's cells of one family hold: a span's cell is packed
@@ -370,9 +368,9 @@ pub(super) fn timed(cells: usize, spans: u64) -> bool {
     (cells as u64).saturating_mul(SPANS_PER_TIMED_CELL as u64) <= spans
 }
 
-/// `seconds`' durations dropped: the seconds of the whole key and of the
-/// attribute keys keep counts only where they count few spans a cell, as
-/// they are most of the cells, and their durations most of a cell's bytes.
+/// `seconds`' durations dropped: the seconds of the attribute keys keep
+/// counts only where they count few spans a cell, as they are most of the
+/// attribute cells, and their durations most of a cell's bytes.
 pub(super) fn counts_only(mut seconds: CellTable) -> CellTable {
     seconds.has_durations = false;
     seconds.durations = Vec::new();
@@ -747,7 +745,6 @@ impl CellsBuilder {
         let (any_service, any_service_of) = coarser_keys(&named, CellKey::without_service);
 
         let records = renumbered(self.records, &renumber);
-        let spans = records.len() as u64;
         let (size, attr_size) = (sizes(&records), sizes(&attr_records));
         needs(3 * table_bytes(size) + 2 * table_bytes(attr_size));
         // The whole key by second, with durations: what the others are
@@ -774,14 +771,9 @@ impl CellsBuilder {
             tables.push(named);
             tables.push(unnamed);
         }
-        // The whole key's seconds keep durations only where dense, as the
-        // attribute seconds do (a file's named keys are most of its cells),
-        // or few; elsewhere only root spans' durations.
-        let seconds = if size.0 <= FEW_CELLS || timed(size.0, spans) {
-            seconds
-        } else {
-            roots_timed(seconds, &named)
-        };
+        // The whole key's seconds keep every duration, however light: a
+        // query of durations by name in one service reads them at any step
+        // (a light cell's take a byte a span, `format::LISTED_BELOW`).
         let mut coarse = Vec::with_capacity(BUCKET_SECONDS.len() - 1);
         for &len in &BUCKET_SECONDS[1..] {
             let next = coarser(

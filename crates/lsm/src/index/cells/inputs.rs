@@ -24,7 +24,7 @@
 use std::{collections::BTreeMap, path::Path, sync::Arc};
 
 use super::{
-    builder::{roots_timed, timed, FEW_CELLS},
+    builder::roots_timed,
     decode,
     packed::{Packed, Packer},
     run::{attribute_of, merge_durations, sum},
@@ -440,14 +440,14 @@ impl InputSums {
         {
             return None;
         }
-        // The named seconds keep their durations where a file's own would.
+        // The named seconds keep every duration, as a file's own do, where
+        // each input's did: an input's written before they did may have
+        // kept only its roots' and errors', and the sums then keep only
+        // those (the others' of the other inputs are dropped).
         for t in &mut tables {
-            if t.family == Family::Named && t.seconds == 1 && t.has_durations {
-                let light = t.cells.len() > FEW_CELLS && !timed(t.cells.len(), spans);
-                if light || t.roots_only {
-                    let whole = std::mem::replace(t, CellTable::empty(Family::Named, 1, false));
-                    *t = roots_timed(whole, &named);
-                }
+            if t.family == Family::Named && t.seconds == 1 && t.has_durations && t.roots_only {
+                let whole = std::mem::replace(t, CellTable::empty(Family::Named, 1, false));
+                *t = roots_timed(whole, &named);
             }
         }
         let run = members.first().copied()?;

@@ -166,8 +166,11 @@ fn spans_are_counted_per_key_and_bucket_and_round_trip() {
     assert_eq!(decode(path, b"blocks, no cells").expect("no cells"), None);
 }
 
+/// The whole key's seconds keep every cell's durations, however few spans
+/// a cell counts. Sidecars written before kept, where light, those of root
+/// and error keys only; their parts say which, and read back so.
 #[test]
-fn named_seconds_keep_durations_where_they_count_four_spans_a_cell() {
+fn named_seconds_keep_every_duration_however_light() {
     let s = NANOS;
     // GET spans are roots, PUT spans children, POST spans children in
     // error.
@@ -190,23 +193,24 @@ fn named_seconds_keep_durations_where_they_count_four_spans_a_cell() {
     };
     let build = |spans_a_cell, seconds| build_of(spans_a_cell, seconds, true, false);
     let path = Path::new("x.idx");
-    // Three spans a cell, as where traffic is light: counts only, but for
-    // the roots', whose durations Traces Drilldown asks by name, and the
-    // errors'.
-    let light = build_of(3, 1400, true, true);
-    let seconds = light.table(Family::Named, 1).expect("named seconds");
-    assert!(seconds.has_durations && seconds.roots_only);
-    assert_eq!(seconds.cells.len(), 4200);
-    assert!(seconds.cells.iter().all(|c| c.spans == 3));
-    for c in &seconds.cells {
-        let name = light.named[c.key as usize]
+    let name_of = |cells: &FileCells, c: &Cell| -> Vec<u8> {
+        cells.named[c.key as usize]
             .name
             .as_deref()
-            .unwrap_or_default();
-        let want: &[(u8, u64)] = match name {
+            .unwrap_or_default()
+            .to_vec()
+    };
+    // Three spans a cell, as where traffic is light: every key's durations.
+    let light = build_of(3, 1400, true, true);
+    let seconds = light.table(Family::Named, 1).expect("named seconds");
+    assert!(seconds.has_durations && !seconds.roots_only);
+    assert_eq!(seconds.cells.len(), 4200);
+    for c in &seconds.cells {
+        let name = name_of(&light, c);
+        let want: &[(u8, u64)] = match &name[..] {
             b"GET" => &[(4, 2), (5, 1)],
-            b"POST" => &[(8, 2), (9, 1)],
-            _ => &[],
+            b"PUT" => &[(6, 2), (7, 1)],
+            _ => &[(8, 2), (9, 1)],
         };
         assert_eq!(seconds.durations_of(c), want, "{name:?}");
     }
@@ -214,17 +218,36 @@ fn named_seconds_keep_durations_where_they_count_four_spans_a_cell() {
         decode(path, &encode(&light)).expect("decodes"),
         Some(light.clone())
     );
+    // As a sidecar written before kept them: the roots' and errors' only.
+    let mut before = light.clone();
+    let named = before.named.clone();
+    for t in &mut before.tables {
+        if t.family == Family::Named && t.seconds == 1 {
+            let whole = std::mem::replace(t, CellTable::empty(Family::Named, 1, false));
+            *t = builder::roots_timed(whole, &named);
+        }
+    }
+    let seconds = before.table(Family::Named, 1).expect("named seconds");
+    assert!(seconds.has_durations && seconds.roots_only);
+    for c in &seconds.cells {
+        let name = name_of(&before, c);
+        assert_eq!(seconds.durations_of(c).is_empty(), name == b"PUT");
+    }
+    assert_eq!(
+        decode(path, &encode(&before)).expect("decodes"),
+        Some(before.clone())
+    );
     // On disk the parts of roots and of errors hold durations and the
     // others' do not; a buffer's table says it has durations only where
     // asked for those keys'.
     let dir = tempfile::tempdir().expect("tempdir");
     let table = dir.path().join("1.sst");
-    std::fs::write(crate::index::sidecar_path(&table), encode(&light)).expect("write");
+    std::fs::write(crate::index::sidecar_path(&table), encode(&before)).expect("write");
     let file = CellsFile::open(&table).expect("open").expect("cells");
-    let mask = |f: fn(&CellKey) -> bool| -> Vec<bool> { light.named.iter().map(f).collect() };
+    let mask = |f: fn(&CellKey) -> bool| -> Vec<bool> { before.named.iter().map(f).collect() };
     let (roots, errors) = (mask(CellKey::is_root), mask(CellKey::is_error));
     let everything = vec![true; roots.len()];
-    for view in [CellsView::File(&file), CellsView::Memory(&light)] {
+    for view in [CellsView::File(&file), CellsView::Memory(&before)] {
         let timed = |want: &[bool]| -> Vec<bool> {
             view.table(Family::Named, 1, Reading::whole(), Some(want))
                 .expect("reads")
@@ -237,21 +260,14 @@ fn named_seconds_keep_durations_where_they_count_four_spans_a_cell() {
         assert!(timed(&errors).iter().all(|&t| t), "errors");
         assert!(timed(&everything).contains(&false), "every key");
     }
-    // Of children only, none in error, or of roots only, all or nothing
-    // is timed.
+    // Of children only, none in error, every duration too.
     let children = build_of(3, 4200, false, false);
     let seconds = children.table(Family::Named, 1).expect("named seconds");
-    assert!(!seconds.has_durations && !seconds.roots_only);
-    assert!(seconds.durations.is_empty());
-    assert_eq!(
-        decode(path, &encode(&children)).expect("decodes"),
-        Some(children.clone())
-    );
-    // Unless they are few (a run's last file, a light flush).
-    let few = build(3, 2000);
-    let seconds = few.table(Family::Named, 1).expect("named seconds");
-    assert!(seconds.has_durations);
-    assert_eq!(seconds.durations_of(&seconds.cells[0]), [(4, 2), (5, 1)]);
+    assert!(seconds.has_durations && !seconds.roots_only);
+    assert!(seconds
+        .cells
+        .iter()
+        .all(|c| seconds.durations_of(c) == [(6, 2), (7, 1)]));
     // Four: each cell keeps how its durations fall.
     let dense = build(4, 3);
     let seconds = dense.table(Family::Named, 1).expect("named seconds");

@@ -167,7 +167,7 @@ fn a_run_holding_its_named_cells_reads_back_and_its_other_files_hold_none() {
 }
 
 /// A merge's sums, for its partition 7, of two inputs: files 1 and 2 in
-/// `dir` of 100 spans each, whose sidecars hold `cells`.
+/// `dir`, whose sidecars hold `cells`.
 pub(super) fn summed_pair(dir: &Path, cells: [&FileCells; 2]) -> FileCells {
     let tables: Vec<_> = (1..=2).map(|id| dir.join(format!("{id}.sst"))).collect();
     for (table, c) in tables.iter().zip(cells) {
@@ -175,11 +175,59 @@ pub(super) fn summed_pair(dir: &Path, cells: [&FileCells; 2]) -> FileCells {
     }
     let inputs: Vec<Input<'_>> = (1..)
         .zip(&tables)
-        .map(|(id, t)| (id, t.as_path(), 100))
+        .zip(cells)
+        .map(|((id, t), c)| (id, t.as_path(), c.spans()))
         .collect();
     let mut sums =
         InputSums::of(&inputs, Some(7), 3600 * NANOS, Arc::default(), &mut |_| ()).expect("sums");
-    sums.take(7, vec![1, 2], 200).expect("cells")
+    let spans = cells.iter().map(|c| c.spans()).sum();
+    sums.take(7, vec![1, 2], spans).expect("cells")
+}
+
+/// A merge's sums keep every named second's durations, however light, as
+/// a file's own do; of an input written before, whose light named seconds
+/// kept their roots' and errors' only, those only.
+#[test]
+fn a_merges_named_seconds_keep_the_durations_its_inputs_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A span a (second, key), light, in more than a few cells; every
+    // third key a root's, every fifth an error's.
+    let half = |h: u64| -> FileCells {
+        let spans: Vec<Span> = (0..3000u64)
+            .map(|i| {
+                let name = format!("op{}", i % 15);
+                let (status, root) = (if i % 5 == 0 { 2 } else { 0 }, i % 3 == 0);
+                let start = (2 * (i / 15) + h + 1) * NANOS;
+                span(Some("a"), &name, status, root, start, 1 << (i % 9 + 3))
+            })
+            .collect();
+        counted(&spans)
+    };
+    let halves = [half(0), half(1)];
+    let sums = summed_pair(dir.path(), [&halves[0], &halves[1]]);
+    let seconds = sums.table(Family::Named, 1).expect("named seconds");
+    assert!(seconds.cells.len() > 4096 && seconds.cells.iter().all(|c| c.spans == 1));
+    assert!(seconds.has_durations && !seconds.roots_only);
+    assert!(seconds
+        .cells
+        .iter()
+        .all(|c| seconds.durations_of(c).len() == 1));
+    // The second input as written before.
+    let mut before = halves[1].clone();
+    let named = before.named.clone();
+    for t in &mut before.tables {
+        if t.family == Family::Named && t.seconds == 1 {
+            let whole = std::mem::replace(t, CellTable::empty(Family::Named, 1, false));
+            *t = builder::roots_timed(whole, &named);
+        }
+    }
+    let sums = summed_pair(dir.path(), [&halves[0], &before]);
+    let seconds = sums.table(Family::Named, 1).expect("named seconds");
+    assert!(seconds.has_durations && seconds.roots_only);
+    for c in &seconds.cells {
+        let key = &sums.named[c.key as usize];
+        assert_eq!(seconds.durations_of(c).is_empty(), !key.timed_when_light());
+    }
 }
 
 /// A merge's sums of inputs whose spans carry no attribute counted have
