@@ -1,10 +1,16 @@
 //! Writes the metrics cells of a data directory's live files again, in
 //! this build's layout: for an A/B of two cell layouts on the very same
-//! spans (docs/BENCHMARKS.md, "A week of traffic").
+//! spans (docs/BENCHMARKS.md, "A week of traffic", and "Durations a byte a
+//! span, and every named second timed").
 //!
 //! ```text
-//! cargo run --release -p tracedb-lsm --example cells_reencode -- DATA_DIR
+//! cargo run --release -p tracedb-lsm --example cells_reencode -- DATA_DIR [--listed-below N] [--named-as-before]
 //! ```
+//!
+//! `--listed-below N` writes the durations of cells of fewer than N spans
+//! span by span (1: none, as before 4b88898; this build's default else);
+//! `--named-as-before` drops light named seconds' durations but their
+//! root and error keys', as before 1a3f4f5.
 //!
 //! Run it on a stopped server's directory, or a copy: each sidecar's cells
 //! are read, checked, and written back in place of the old ones (the
@@ -13,28 +19,47 @@
 use std::path::PathBuf;
 
 use tracedb_lsm::{
-    index::cells::{cells_len, decode, encode},
+    index::cells::{cells_len, decode, encode, encode_listed_below},
     layout, manifest,
 };
 
+const USAGE: &str = "usage: cells_reencode DATA_DIR [--listed-below N] [--named-as-before]";
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = PathBuf::from(
-        std::env::args()
-            .nth(1)
-            .ok_or("usage: cells_reencode DATA_DIR")?,
-    );
+    let mut args = std::env::args().skip(1);
+    let dir = PathBuf::from(args.next().ok_or(USAGE)?);
+    let (mut listed_below, mut named_as_before) = (None, false);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--listed-below" => {
+                let n: u8 = args.next().ok_or(USAGE)?.parse()?;
+                if !(1..=64).contains(&n) {
+                    return Err("--listed-below takes 1 to 64".into());
+                }
+                listed_below = Some(n);
+            }
+            "--named-as-before" => named_as_before = true,
+            _ => return Err(USAGE.into()),
+        }
+    }
     let (state, _) = manifest::read(&layout::manifest_path(&dir))?.ok_or("no manifest")?;
     let tables = layout::tables_dir(&dir);
     let (mut files, mut before, mut after) = (0, 0u64, 0u64);
     for entry in state.files.values() {
         let sidecar = layout::sidecar_path(&layout::table_path(&tables, entry.id));
         let mut bytes = std::fs::read(&sidecar)?;
-        let Some(cells) = decode(&sidecar, &bytes)? else {
+        let Some(mut cells) = decode(&sidecar, &bytes)? else {
             continue;
         };
+        if named_as_before {
+            cells.named_as_before();
+        }
         let old = cells_len(&sidecar, &bytes)?;
         bytes.truncate(bytes.len() - old);
-        let new = encode(&cells);
+        let new = match listed_below {
+            Some(n) => encode_listed_below(&cells, n),
+            None => encode(&cells),
+        };
         before += old as u64;
         after += new.len() as u64;
         bytes.extend_from_slice(&new);

@@ -220,6 +220,15 @@ pub fn encode(cells: &FileCells) -> Vec<u8> {
     encode_framed(cells, FRAME_CELLS, LISTED_BELOW)
 }
 
+/// [`encode`], a table's cells of fewer than `listed_below` spans (1 to
+/// 64) listing their spans' duration buckets: 1 writes every cell's
+/// buckets with their spans, as sidecars did before. For an A/B of the
+/// forms on the same cells (the `cells_reencode` example).
+pub fn encode_listed_below(cells: &FileCells, listed_below: u8) -> Vec<u8> {
+    assert!((1..=MAX_LISTED_BELOW).contains(&listed_below));
+    encode_framed(cells, FRAME_CELLS, listed_below)
+}
+
 /// [`encode`], cutting tables into time frames of `frame_cells` cells
 /// or more, their cells of fewer than `listed_below` spans giving each
 /// span's duration bucket (1: none, as sidecars written before did).
