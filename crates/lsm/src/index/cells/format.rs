@@ -283,6 +283,16 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize, listed_below:
     // A packed table is unpacked a frame's chunks at a time.
     for p in cells.packed.iter().filter(|p| families.contains(&p.family)) {
         let keys = cells.keys(p.family);
+        let mut put = |held: &CellTable, in_frame: std::ops::Range<usize>| {
+            put_frame(
+                &mut frame,
+                &mut out,
+                held,
+                &held.cells[in_frame],
+                keys,
+                listed_below,
+            )
+        };
         let mut held = p.empty();
         let mut any = false;
         for chunk in p.chunks() {
@@ -292,28 +302,14 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize, listed_below:
                 let rest = frames.pop().expect("a frame");
                 for in_frame in frames {
                     any = true;
-                    put_frame(
-                        &mut frame,
-                        &mut out,
-                        &held,
-                        &held.cells[in_frame],
-                        keys,
-                        listed_below,
-                    );
+                    put(&held, in_frame);
                 }
                 held = cut(&held, rest);
             }
         }
         if !held.cells.is_empty() || !any {
             for in_frame in time_frames(&held, frame_cells) {
-                put_frame(
-                    &mut frame,
-                    &mut out,
-                    &held,
-                    &held.cells[in_frame],
-                    keys,
-                    listed_below,
-                );
+                put(&held, in_frame);
             }
         }
     }
