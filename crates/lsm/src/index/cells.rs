@@ -390,7 +390,7 @@ impl FileCells {
         for t in &mut self.tables {
             if t.family == Family::Named && t.seconds == 1 && t.has_durations {
                 let spans = t.cells.iter().map(|c| c.spans).sum();
-                if t.cells.len() > builder::FEW_CELLS && !builder::timed(t.cells.len(), spans) {
+                if builder::light(t.cells.len(), spans) {
                     *t = builder::roots_timed(
                         std::mem::replace(t, CellTable::empty(Family::Named, 1, false)),
                         &self.named,
@@ -421,7 +421,7 @@ impl FileCells {
         }
         let light = self.table(Family::AnyService, 1).is_some_and(|t| {
             let spans = t.cells.iter().map(|c| c.spans).sum();
-            t.cells.len() > builder::FEW_CELLS && !builder::timed(t.cells.len(), spans)
+            builder::light(t.cells.len(), spans)
         });
         if light {
             self.any_service.clear();

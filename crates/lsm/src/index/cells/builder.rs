@@ -368,6 +368,15 @@ pub(super) fn timed(cells: usize, spans: u64) -> bool {
     (cells as u64).saturating_mul(SPANS_PER_TIMED_CELL as u64) <= spans
 }
 
+/// Whether seconds of `cells` cells counting `spans` spans are light:
+/// more than [`FEW_CELLS`] cells, counting fewer than
+/// [`SPANS_PER_TIMED_CELL`] spans a cell. The any-service family is left
+/// out there (and named seconds written before kept their roots' and
+/// errors' durations only).
+pub(super) fn light(cells: usize, spans: u64) -> bool {
+    cells > FEW_CELLS && !timed(cells, spans)
+}
+
 /// `seconds`' durations dropped: the seconds of the attribute keys keep
 /// counts only where they count few spans a cell, as they are most of the
 /// attribute cells, and their durations most of a cell's bytes.

@@ -15,7 +15,7 @@
 //! little.
 
 use super::{
-    builder::{coarser, coarser_of, counts_only, roots_timed, timed, FEW_CELLS},
+    builder::{coarser, coarser_of, counts_only, light, roots_timed, timed},
     packed::{Packed, Packer},
     wire, CellKey, CellTable, Counts, Family, FileCells, HashMap,
 };
@@ -174,7 +174,7 @@ impl RunCells {
         // cells).
         let all = vec![true; any_service.keys.len()];
         let (cells, spans) = cells_of(&any_service, &all);
-        if cells <= FEW_CELLS || timed(cells, spans) {
+        if !light(cells, spans) {
             let (keys, seconds) = any_service.sorted(&all, true);
             if let Some((seconds, minutes)) = seconds {
                 let hours = coarser(&minutes, Family::AnyService, 3600, |k| k);

@@ -166,6 +166,21 @@ fn spans_are_counted_per_key_and_bucket_and_round_trip() {
     assert_eq!(decode(path, b"blocks, no cells").expect("no cells"), None);
 }
 
+/// `cells` with its named seconds' durations those of its root and error
+/// keys only, as a light file's sidecar written before they kept every
+/// duration had them.
+pub(super) fn roots_timed_named(cells: &FileCells) -> FileCells {
+    let mut before = cells.clone();
+    let named = before.named.clone();
+    for t in &mut before.tables {
+        if t.family == Family::Named && t.seconds == 1 {
+            let whole = std::mem::replace(t, CellTable::empty(Family::Named, 1, false));
+            *t = builder::roots_timed(whole, &named);
+        }
+    }
+    before
+}
+
 /// The whole key's seconds keep every cell's durations, however few spans
 /// a cell counts. Sidecars written before kept, where light, those of root
 /// and error keys only; their parts say which, and read back so.
@@ -219,14 +234,7 @@ fn named_seconds_keep_every_duration_however_light() {
         Some(light.clone())
     );
     // As a sidecar written before kept them: the roots' and errors' only.
-    let mut before = light.clone();
-    let named = before.named.clone();
-    for t in &mut before.tables {
-        if t.family == Family::Named && t.seconds == 1 {
-            let whole = std::mem::replace(t, CellTable::empty(Family::Named, 1, false));
-            *t = builder::roots_timed(whole, &named);
-        }
-    }
+    let before = roots_timed_named(&light);
     let seconds = before.table(Family::Named, 1).expect("named seconds");
     assert!(seconds.has_durations && seconds.roots_only);
     for c in &seconds.cells {

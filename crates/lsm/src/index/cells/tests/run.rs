@@ -213,14 +213,7 @@ fn a_merges_named_seconds_keep_the_durations_its_inputs_kept() {
         .iter()
         .all(|c| seconds.durations_of(c).len() == 1));
     // The second input as written before.
-    let mut before = halves[1].clone();
-    let named = before.named.clone();
-    for t in &mut before.tables {
-        if t.family == Family::Named && t.seconds == 1 {
-            let whole = std::mem::replace(t, CellTable::empty(Family::Named, 1, false));
-            *t = builder::roots_timed(whole, &named);
-        }
-    }
+    let before = roots_timed_named(&halves[1]);
     let sums = summed_pair(dir.path(), [&halves[0], &before]);
     let seconds = sums.table(Family::Named, 1).expect("named seconds");
     assert!(seconds.has_durations && seconds.roots_only);
