@@ -446,7 +446,7 @@ fn inflate(path: &Path, at: u64, frame: &[u8], len: u32, crc: u32) -> Result<Vec
     if len > MAX_BODY_BYTES {
         return Err(corrupt(path, at, "metrics cells over 1 GiB"));
     }
-    zstd::bulk::decompress(frame, len as usize)
+    crate::index::format::inflate(frame, len as usize)
         .ok()
         .filter(|b| b.len() == len as usize)
         .ok_or_else(|| corrupt(path, at, "metrics cells do not inflate to their length"))
@@ -921,7 +921,9 @@ impl CellsFile {
     /// The table of `family` with buckets of `seconds`, if the cells have
     /// it, in pieces: the whole table, or those of its parts that hold a
     /// key `want` marks (all of them without `want`), each in order of
-    /// bucket then key, read as `reading` asks.
+    /// bucket then key, read as `reading` asks. With `want`, a piece holds
+    /// the cells of the keys it marks only: the others are stepped over,
+    /// as the buckets `reading` leaves out are.
     pub fn table(
         &self,
         family: Family,
@@ -949,7 +951,7 @@ impl CellsFile {
             } && s.buckets.is_none_or(|(a, b)| reading.keeps_any(a, b));
             if wanted {
                 let body = self.body(s)?;
-                pieces.push(parse_table(&self.path, &body, s, keys, reading)?);
+                pieces.push(parse_table(&self.path, &body, s, keys, reading, want)?);
             }
         }
         Ok(found.then_some(pieces))

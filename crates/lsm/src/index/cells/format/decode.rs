@@ -82,7 +82,7 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
     let mut pieces: Vec<((Family, u64), Pieces)> = Vec::new();
     for s in &sections {
         if let What::Table(f, l, _) = s.what {
-            let piece = parse_table(path, &frame(s)?, s, count_of(f)?, Reading::whole())?;
+            let piece = parse_table(path, &frame(s)?, s, count_of(f)?, Reading::whole(), None)?;
             let at = index_start - s.back;
             match pieces.iter_mut().find(|(fl, _)| *fl == (f, l)) {
                 Some((_, of)) => of.push((at, piece)),

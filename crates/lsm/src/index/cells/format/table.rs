@@ -181,17 +181,19 @@ fn varints_end(buf: &[u8], from: usize, n: usize) -> Option<usize> {
 }
 
 /// The table, or table part, of section `s` from its inflated `body`, its
-/// family having `keys` keys, read as `reading` asks.
+/// family having `keys` keys, read as `reading` asks, with the cells of the
+/// keys `want` marks only (all without it; a key past its end is kept).
 ///
 /// The columns are read side by side, a cell at a time (where each starts
 /// is found first by counting the varints' last bytes), so a cell the
-/// reading leaves out is never stored.
+/// reading or `want` leaves out is never stored, nor its durations.
 pub(super) fn parse_table(
     path: &Path,
     body: &[u8],
     s: &Section,
     keys: u64,
     reading: Reading<'_>,
+    want: Option<&[bool]>,
 ) -> Result<CellTable> {
     let What::Table(family, seconds, has_durations) = s.what else {
         unreachable!("a table's section")
@@ -262,7 +264,8 @@ pub(super) fn parse_table(
         if spans == 0 {
             return Err(rs.err("a cell of no spans"));
         }
-        let kept = reading.keeps(bucket);
+        let kept = reading.keeps(bucket)
+            && want.is_none_or(|w| w.get(key as usize).copied().unwrap_or(true));
         let from = t.durations.len() as u32;
         if read_durations && spans < u64::from(s.listed_below) {
             // Each span's bucket, ascending: equal ones are one bucket.
