@@ -452,6 +452,72 @@ fn inflate(path: &Path, at: u64, frame: &[u8], len: u32, crc: u32) -> Result<Vec
         .ok_or_else(|| corrupt(path, at, "metrics cells do not inflate to their length"))
 }
 
+/// Whether no two sections of one table share a key and a bucket: its
+/// parts' ranges of keys or of buckets lie apart (each part has its own
+/// durations flag: a table whose roots alone keep durations has parts with
+/// and without), and a whole table is its only section.
+fn parts_apart(sections: &[Section]) -> bool {
+    const ALL: (u64, u64) = (0, u64::MAX);
+    apart(
+        sections
+            .iter()
+            .filter_map(|s| match s.what {
+                What::Table(family, seconds, _) => Some((
+                    (family as u8, seconds),
+                    s.buckets.unwrap_or(ALL),
+                    s.keys.map_or(ALL, |(a, b)| (u64::from(a), u64::from(b))),
+                )),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// A table's part: its table, and its first and last bucket and key.
+pub(super) type PartRanges = ((u8, u64), (u64, u64), (u64, u64));
+
+/// Whether no two `parts` of one table share a bucket and a key.
+///
+/// A sweep over each table's parts by their first bucket, in `n log n` (a
+/// file's index has thousands of parts, and is read at every query): the
+/// parts whose buckets are still open hold keys apart, so a part's keys
+/// meet one of theirs only if they meet those of the last to start at or
+/// before its last key.
+pub(super) fn apart(mut parts: Vec<PartRanges>) -> bool {
+    use std::{
+        cmp::Reverse,
+        collections::{BTreeMap, BinaryHeap},
+    };
+    parts.sort_unstable();
+    // The open parts' keys (first to last), and when each closes (its last
+    // bucket, and its first key).
+    let mut open: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut ends: BinaryHeap<Reverse<(u64, u64)>> = BinaryHeap::new();
+    let mut table = None;
+    for (of, (first, last), (from, to)) in parts {
+        if table != Some(of) {
+            (table, open, ends) = (Some(of), BTreeMap::new(), BinaryHeap::new());
+        }
+        while let Some(&Reverse((end, key))) = ends.peek() {
+            if end >= first {
+                break;
+            }
+            ends.pop();
+            open.remove(&key);
+        }
+        if open
+            .range(..=to)
+            .next_back()
+            .is_some_and(|(_, &end)| end >= from)
+        {
+            return false;
+        }
+        open.insert(from, to);
+        ends.push(Reverse((last, from)));
+    }
+    true
+}
+
 /// The index of the cells whose footer is `footer`, found at `at` (the
 /// footer's offset in the sidecar): where the index frame starts, and the
 /// sections. `read_at(offset, len)` reads the sidecar's bytes.
@@ -547,23 +613,13 @@ fn read_index(
         let fits = back
             .checked_sub(u64::from(frame_len))
             .is_some_and(|_| back <= start);
-        let again = sections.iter().any(|s: &Section| match (s.what, what) {
-            (What::Run { .. }, What::Run { .. }) | (What::Counted { .. }, What::Counted { .. }) => {
-                true
-            }
-            // Parts of one table, of keys or buckets apart (each with its
-            // own durations flag: a table whose roots alone keep durations
-            // has parts with and without).
-            (What::Table(f, l, _), What::Table(f2, l2, _)) if (f, l) == (f2, l2) => {
-                let overlap = |a: Option<(u64, u64)>, b: Option<(u64, u64)>| match (a, b) {
-                    (Some(a), Some(b)) => a.0 <= b.1 && b.0 <= a.1,
-                    _ => true,
-                };
-                let keys_of = |k: Option<(u32, u32)>| k.map(|(a, b)| (u64::from(a), u64::from(b)));
-                overlap(keys_of(s.keys), keys_of(keys)) && overlap(s.buckets, buckets)
-            }
-            _ => s.what == what,
-        });
+        // A table's parts are checked together, below.
+        let again = !matches!(what, What::Table(..))
+            && sections.iter().any(|s: &Section| match (s.what, what) {
+                (What::Run { .. }, What::Run { .. })
+                | (What::Counted { .. }, What::Counted { .. }) => true,
+                _ => s.what == what,
+            });
         if !fits || again {
             return Err(r.err("a cells section out of the sidecar's bounds, or twice"));
         }
@@ -581,6 +637,9 @@ fn read_index(
     }
     if r.at != body.len() {
         return Err(r.err("bytes left over after the metrics cells' index"));
+    }
+    if !parts_apart(&sections) {
+        return Err(r.err("a cells section out of the sidecar's bounds, or twice"));
     }
     let keys_of = |family| {
         sections

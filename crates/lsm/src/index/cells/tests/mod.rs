@@ -12,6 +12,7 @@ use crate::{
 mod any_service;
 mod attr_model;
 mod listed;
+mod parts;
 mod run;
 
 fn field(out: &mut Vec<u8>, n: u64, b: &[u8]) {
