@@ -53,7 +53,7 @@ pub use builder::CellsBuilder;
 pub(crate) use cache::CacheRef;
 pub use cache::SectionCache;
 pub use dict::{Dict, KeyDict};
-pub use format::{cells_len, decode, encode, encode_listed_below, CellsFile, KeyList};
+pub use format::{cells_len, decode, encode, encode_laid_out, CellsFile, KeyList, Layout};
 #[cfg(test)]
 use format::{encode_framed, LISTED_BELOW};
 pub use inputs::{Input, InputSums, NotSummed, MAX_SUMMED_CELLS};

@@ -25,12 +25,22 @@ pub use decode::decode;
 pub(super) use keys::decode_key;
 use keys::put_key;
 pub use keys::KeyList;
-use table::{cut, parse_table, put_frame};
+use table::{cut, parse_table, put_frame, select};
 
 /// Cells of a table part, about: a table is written in parts, each holding
 /// the cells of a range of keys, so a query reads the parts holding the
 /// keys it matches ([`table::key_ranges`]).
 const PART_CELLS: usize = 16 * 1024;
+
+/// Cells of a named table's part past which it also ends where the name
+/// changes within a service ([`table::key_ranges`]): a service's named
+/// seconds hold about a cell a span and every name of it, so a query of one
+/// name reads a few of its parts. On the hour of 82.7 M spans framed by the
+/// minute ([`NAMED_FRAME_CELLS`]), one name's 0.9 quantile in one service
+/// took 149 ms cut by service alone, 146 ms past 16,384 cells, 111 ms past
+/// this and 102 ms past 4,096, the cells 1.87, 1.87, 1.91 and 1.98 B a span
+/// (docs/BENCHMARKS.md, "Named cells framed by the minute").
+const NAMED_PART_CELLS: usize = PART_CELLS / 2;
 
 /// zstd level of the cells' frames. Parts are smaller frames than whole
 /// tables and compress worse: on 101 M spans over an hour, 1.84 B a span
@@ -173,6 +183,19 @@ const FRAME_BUCKETS: u64 = 60;
 /// against 51 ms unframed (docs/BENCHMARKS.md, "A week of traffic").
 const FRAME_CELLS: usize = 64 * PART_CELLS;
 
+/// [`FRAME_CELLS`] for the named family's cells of keys neither a root's
+/// nor an error's, most of a file's cells: a query at a step that is not
+/// whole minutes reads the seconds of the minutes its intervals' edges
+/// cut, and the frames holding them. A file of a run spreads its cells
+/// over the partition's every second, so at [`FRAME_CELLS`] a frame held
+/// half an hour and such a query read them all: on the hour of 82.7 M
+/// spans, one name's 0.9 quantile by service at Drilldown's 150 s took
+/// 1,275 ms so and 628 ms framed by the minute, the cells 1.94 and 1.87 B
+/// a span (docs/BENCHMARKS.md, "Named cells framed by the minute"). The
+/// roots' and errors' keep [`FRAME_CELLS`]: a few a minute, framed so
+/// small they would make Drilldown's panels read many parts.
+const NAMED_FRAME_CELLS: usize = PART_CELLS;
+
 /// The cells of `t` (indices into its cells) each of its time frames
 /// holds: the seconds and minutes are cut where a bucket starts a new
 /// [`FRAME_BUCKETS`] once a frame holds `frame_cells` cells, so a query
@@ -197,6 +220,25 @@ fn time_frames(t: &CellTable, frame_cells: usize) -> Vec<std::ops::Range<usize>>
     frames
 }
 
+/// Cells of a table framed in time apart from its others ([`encode`]).
+#[derive(Debug, Clone, Copy)]
+enum Share {
+    All,
+    /// Those of root and error keys ([`CellKey::timed_when_light`]).
+    Timed,
+    Others,
+}
+
+impl Share {
+    fn holds(self, key: &CellKey) -> bool {
+        match self {
+            Share::All => true,
+            Share::Timed => key.timed_when_light(),
+            Share::Others => !key.timed_when_light(),
+        }
+    }
+}
+
 /// A run's files, each ID as the step from the one before.
 fn members_body(members: &[u64]) -> Vec<u8> {
     let mut body = Vec::new();
@@ -217,22 +259,80 @@ fn compress(body: &[u8]) -> Vec<u8> {
 /// (docs/FORMAT.md, "Metrics cells"). A query reads the index and the
 /// frames it needs.
 pub fn encode(cells: &FileCells) -> Vec<u8> {
-    encode_framed(cells, FRAME_CELLS, LISTED_BELOW)
+    encode_framed_as(cells, Layout::default())
 }
 
-/// [`encode`], a table's cells of fewer than `listed_below` spans (1 to
-/// 64) listing their spans' duration buckets: 1 writes every cell's
-/// buckets with their spans, as sidecars did before. For an A/B of the
-/// forms on the same cells (the `cells_reencode` example).
-pub fn encode_listed_below(cells: &FileCells, listed_below: u8) -> Vec<u8> {
-    assert!((1..=MAX_LISTED_BELOW).contains(&listed_below));
-    encode_framed(cells, FRAME_CELLS, listed_below)
+/// How [`encode`] lays a file's cells out, for an A/B of layouts on the
+/// same cells (the `cells_reencode` example); [`Layout::default`] is
+/// [`encode`]'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// Cells a table's time frame holds before the next whole minute (an
+    /// hour, in a table of minutes) ends it.
+    pub frame_cells: usize,
+    /// The same, for the named family's cells of keys neither a root's
+    /// nor an error's, framed apart from the others where it differs.
+    pub named_frame_cells: usize,
+    /// Cells of a named table's part past which it ends where the name
+    /// changes within a service (`usize::MAX`: only where the service
+    /// does, as in the other families).
+    pub name_part_cells: usize,
+    /// A table's cells of fewer spans than this (1 to 64) list their
+    /// spans' duration buckets: 1 writes every cell's buckets with their
+    /// spans, as sidecars did before.
+    pub listed_below: u8,
+}
+
+impl Default for Layout {
+    fn default() -> Layout {
+        Layout {
+            frame_cells: FRAME_CELLS,
+            named_frame_cells: NAMED_FRAME_CELLS,
+            name_part_cells: NAMED_PART_CELLS,
+            listed_below: LISTED_BELOW,
+        }
+    }
+}
+
+/// [`encode`], laid out as `layout` says.
+pub fn encode_laid_out(cells: &FileCells, layout: Layout) -> Vec<u8> {
+    assert!((1..=MAX_LISTED_BELOW).contains(&layout.listed_below));
+    encode_framed_as(cells, layout)
 }
 
 /// [`encode`], cutting tables into time frames of `frame_cells` cells
 /// or more, their cells of fewer than `listed_below` spans giving each
 /// span's duration bucket (1: none, as sidecars written before did).
+#[cfg(test)]
 pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize, listed_below: u8) -> Vec<u8> {
+    encode_framed_as(
+        cells,
+        Layout {
+            frame_cells,
+            named_frame_cells: frame_cells,
+            listed_below,
+            ..Layout::default()
+        },
+    )
+}
+
+fn encode_framed_as(cells: &FileCells, layout: Layout) -> Vec<u8> {
+    let Layout {
+        frame_cells,
+        named_frame_cells,
+        name_part_cells,
+        listed_below,
+    } = layout;
+    // A named table framed apart is two shares: its root and error keys'
+    // cells (a few a minute, framed as the other families') and the
+    // others'.
+    let shares = |family| match family {
+        Family::Named if named_frame_cells != frame_cells => vec![
+            (Share::Timed, frame_cells),
+            (Share::Others, named_frame_cells),
+        ],
+        _ => vec![(Share::All, frame_cells)],
+    };
     let mut out = Vec::new();
     // Each section, its `back` the frame's offset until the index's is known.
     let mut placed: Vec<Section> = Vec::new();
@@ -269,18 +369,41 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize, listed_below:
     }
     for t in cells.tables.iter().filter(|t| families.contains(&t.family)) {
         let keys = cells.keys(t.family);
-        for in_frame in time_frames(t, frame_cells) {
+        let mut any = false;
+        for (share, frame_cells) in shares(t.family) {
+            let cells = match share {
+                Share::All => std::borrow::Cow::Borrowed(t),
+                share => std::borrow::Cow::Owned(select(t, |k| share.holds(&keys[k as usize]))),
+            };
+            if cells.cells.is_empty() {
+                continue;
+            }
+            any = true;
+            for in_frame in time_frames(&cells, frame_cells) {
+                put_frame(
+                    &mut frame,
+                    &mut out,
+                    &cells,
+                    &cells.cells[in_frame],
+                    keys,
+                    (name_part_cells, listed_below),
+                );
+            }
+        }
+        if !any {
+            // A table of no cells, whole.
             put_frame(
                 &mut frame,
                 &mut out,
                 t,
-                &t.cells[in_frame],
+                &[],
                 keys,
-                listed_below,
+                (name_part_cells, listed_below),
             );
         }
     }
-    // A packed table is unpacked a frame's chunks at a time.
+    // A packed table is unpacked a frame's chunks at a time, each share's
+    // held apart.
     for p in cells.packed.iter().filter(|p| families.contains(&p.family)) {
         let keys = cells.keys(p.family);
         let mut put = |held: &CellTable, in_frame: std::ops::Range<usize>| {
@@ -290,27 +413,44 @@ pub(super) fn encode_framed(cells: &FileCells, frame_cells: usize, listed_below:
                 held,
                 &held.cells[in_frame],
                 keys,
-                listed_below,
+                (name_part_cells, listed_below),
             )
         };
-        let mut held = p.empty();
+        let mut held: Vec<(Share, usize, CellTable)> = shares(p.family)
+            .into_iter()
+            .map(|(share, frame_cells)| (share, frame_cells, p.empty()))
+            .collect();
         let mut any = false;
         for chunk in p.chunks() {
-            held.append(chunk);
-            if held.cells.len() >= frame_cells {
-                let mut frames = time_frames(&held, frame_cells);
-                let rest = frames.pop().expect("a frame");
-                for in_frame in frames {
-                    any = true;
-                    put(&held, in_frame);
+            let mut chunk = Some(chunk);
+            for (share, frame_cells, held) in &mut held {
+                held.append(match share {
+                    Share::All => chunk.take().expect("all of a chunk is one share"),
+                    share => select(chunk.as_ref().expect("a chunk"), |k| {
+                        share.holds(&keys[k as usize])
+                    }),
+                });
+                if held.cells.len() >= *frame_cells {
+                    let mut frames = time_frames(held, *frame_cells);
+                    let rest = frames.pop().expect("a frame");
+                    for in_frame in frames {
+                        any = true;
+                        put(held, in_frame);
+                    }
+                    *held = cut(held, rest);
                 }
-                held = cut(&held, rest);
             }
         }
-        if !held.cells.is_empty() || !any {
-            for in_frame in time_frames(&held, frame_cells) {
-                put(&held, in_frame);
+        for (_, frame_cells, held) in &held {
+            if !held.cells.is_empty() {
+                any = true;
+                for in_frame in time_frames(held, *frame_cells) {
+                    put(held, in_frame);
+                }
             }
+        }
+        if !any {
+            put(&p.empty(), 0..0);
         }
     }
     if !cells.counted.is_empty() && families.contains(&Family::Attr) {

@@ -16,11 +16,22 @@ use crate::{
 
 /// The cells `range` of `t`, with their durations, as a table.
 pub(super) fn cut(t: &CellTable, range: std::ops::Range<usize>) -> CellTable {
+    copied(t, &t.cells[range])
+}
+
+/// The cells of `t` whose key `keep` keeps, in its order.
+pub(super) fn select(t: &CellTable, keep: impl Fn(u32) -> bool) -> CellTable {
+    copied(t, t.cells.iter().filter(|c| keep(c.key)))
+}
+
+/// A table like `t` of `cells` (some of `t`'s, in its order) and their
+/// durations.
+fn copied<'a>(t: &CellTable, cells: impl IntoIterator<Item = &'a Cell>) -> CellTable {
     let mut out = CellTable {
         roots_only: t.roots_only,
         ..CellTable::empty(t.family, t.seconds, t.has_durations)
     };
-    for c in &t.cells[range] {
+    for c in cells {
         let from = out.durations.len() as u32;
         out.durations.extend_from_slice(t.durations_of(c));
         out.cells.push(Cell {
@@ -37,14 +48,15 @@ pub(super) fn cut(t: &CellTable, range: std::ops::Range<usize>) -> CellTable {
 /// ([`CellTable::roots_only`]) holds them if its keys are roots or errors
 /// (a part's keys share their parent and whether they are errors); its
 /// cells of fewer than `listed_below` spans give each span's duration
-/// bucket ([`table_body`]).
+/// bucket ([`table_body`]). A named part past `name_part_cells` cells ends
+/// where the name changes ([`key_ranges`]).
 pub(super) fn put_frame(
     frame: &mut impl FnMut(&mut Vec<u8>, Placed, usize, Vec<u8>),
     out: &mut Vec<u8>,
     t: &CellTable,
     in_frame: &[Cell],
     keys: &[CellKey],
-    listed_below: u8,
+    (name_part_cells, listed_below): (usize, u8),
 ) {
     let Some(buckets) = in_frame.first().zip(in_frame.last()) else {
         let what = What::Table(t.family, t.seconds, t.has_durations);
@@ -53,7 +65,7 @@ pub(super) fn put_frame(
         return;
     };
     let buckets = Some((buckets.0.bucket, buckets.1.bucket));
-    let ranges = key_ranges(in_frame, keys);
+    let ranges = key_ranges(in_frame, keys, name_part_cells);
     let mut part_of = vec![0usize; keys.len()];
     for (i, &(first, last)) in ranges.iter().enumerate() {
         part_of[first as usize..=last as usize].fill(i);
@@ -134,8 +146,14 @@ pub(super) fn table_body<'a>(
 /// or, among keys of no service (the any-service family's), their name
 /// does (or at any key past four times that), so the keys a query of
 /// roots, of errors, of one service, or of one name of every service,
-/// matches are in few parts.
-pub(super) fn key_ranges(cells: &[Cell], keys: &[CellKey]) -> Vec<(u32, u32)> {
+/// matches are in few parts. Among named keys of a service, a part also
+/// ends where the name changes once past `name_part_cells` cells (this
+/// version's files: never).
+pub(super) fn key_ranges(
+    cells: &[Cell],
+    keys: &[CellKey],
+    name_part_cells: usize,
+) -> Vec<(u32, u32)> {
     let n = keys.len() as u32;
     if n < 2 {
         return vec![(0, n.saturating_sub(1))];
@@ -153,6 +171,10 @@ pub(super) fn key_ranges(cells: &[Cell], keys: &[CellKey]) -> Vec<(u32, u32)> {
             || (cells >= PART_CELLS
                 && (a.service != b.service || (a.service.is_none() && a.name != b.name)))
             || cells >= 4 * PART_CELLS
+            || (cells >= name_part_cells
+                && a.service.is_some()
+                && a.name.is_some()
+                && (a.service != b.service || a.name != b.name))
         {
             ranges.push((first, k - 1));
             (first, cells) = (k, 0);

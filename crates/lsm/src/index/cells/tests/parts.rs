@@ -1,9 +1,132 @@
-//! The index's check that a table's parts lie apart (docs/FORMAT.md,
-//! "Metrics cells").
+//! How a named table is cut into time frames and parts (docs/FORMAT.md,
+//! "Metrics cells"), and the index's check that a table's parts lie apart.
+
+use std::path::Path;
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
+use super::*;
 use crate::index::cells::format::{apart, PartRanges};
+
+/// Services, names a service's spans take, and minutes of spans.
+const SERVICES: usize = 20;
+const NAMES: usize = 16;
+const MINUTES: u64 = 5;
+
+/// In every second, a span of every (service, name), none of them a root's
+/// or an error's, and a root span of every service: the named seconds of
+/// the others hold 19,200 cells a minute, more than a named frame's
+/// 16,384, the roots' 1,200.
+fn many_names() -> Vec<Span> {
+    let mut spans = Vec::new();
+    for second in 1..=MINUTES * 60 {
+        for s in 0..SERVICES {
+            let service = format!("service-{s}");
+            spans.push(span(Some(&service), "GET /", 0, true, second * NANOS, 1000));
+            for n in 0..NAMES {
+                let name = format!("op {n}");
+                spans.push(span(Some(&service), &name, 0, false, second * NANOS, 900));
+            }
+        }
+    }
+    spans
+}
+
+/// The minute (its last second over 60, rounded up) a bucket of seconds is in.
+fn minute(bucket: u64) -> u64 {
+    bucket.div_ceil(60)
+}
+
+/// The named seconds of keys neither a root's nor an error's are framed by
+/// the minute, the roots' as the other families' tables (one frame here);
+/// within a minute, a service's parts end where the name changes once past
+/// 8,192 cells. Asked for one name of one service, a reader reads a part a
+/// minute and gives that key's cells alone; every layout reads back as the
+/// same cells.
+#[test]
+fn named_seconds_are_framed_by_the_minute_and_cut_by_name() {
+    let cells = counted(&many_names());
+    let path = Path::new("x.idx");
+    let before = Layout {
+        named_frame_cells: Layout::default().frame_cells,
+        name_part_cells: usize::MAX,
+        ..Layout::default()
+    };
+    for layout in [Layout::default(), before] {
+        let read = decode(path, &encode_laid_out(&cells, layout)).expect("decodes");
+        assert_eq!(read, Some(cells.clone()), "{layout:?}");
+    }
+    // The same cells with their named seconds packed (as a merge's sums
+    // are held) are written alike.
+    let mut packed = cells.clone();
+    let at = packed
+        .tables
+        .iter()
+        .position(|t| t.family == Family::Named && t.seconds == 1)
+        .expect("named seconds");
+    let seconds = packed.tables.remove(at);
+    packed.packed.push(Packed::of(&seconds));
+    let read = decode(path, &encode(&packed)).expect("decodes");
+    assert_eq!(read, Some(packed.clone().unpacked()));
+    for written in [&cells, &packed] {
+        framed_by_the_minute_and_cut_by_name(
+            written,
+            cells.table(Family::Named, 1).expect("seconds"),
+        );
+    }
+}
+
+/// [`named_seconds_are_framed_by_the_minute_and_cut_by_name`], on the
+/// sidecar `cells` write, their named seconds being `whole`.
+fn framed_by_the_minute_and_cut_by_name(cells: &FileCells, whole: &CellTable) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table = dir.path().join("1.sst");
+    std::fs::write(crate::index::sidecar_path(&table), encode(cells)).expect("write");
+    let file = CellsFile::open(&table).expect("open").expect("cells");
+    let keys = file.keys(Family::Named).expect("keys");
+    let all = file
+        .table(Family::Named, 1, Reading::whole(), None)
+        .expect("read")
+        .expect("seconds");
+    let minutes_of = |t: &CellTable| {
+        let first = t.cells.first().expect("a part holds cells").bucket;
+        let last = t.cells.last().expect("a part holds cells").bucket;
+        (minute(first), minute(last))
+    };
+    let (roots, others): (Vec<&CellTable>, Vec<&CellTable>) = all
+        .iter()
+        .partition(|t| keys[t.cells[0].key as usize].is_root());
+    assert_eq!(roots.len(), 1, "the roots' cells are one part");
+    assert_eq!(minutes_of(roots[0]), (1, MINUTES));
+    for part in &others {
+        let (first, last) = minutes_of(part);
+        assert_eq!(first, last, "a part of others' keys in one minute");
+        assert!(part.cells.iter().all(|c| !keys[c.key as usize].is_root()));
+    }
+    // Each minute's others are cut where the name changes past 8,192
+    // cells: three parts a minute, not two (past 16,384, where the
+    // service does).
+    assert_eq!(others.len() as u64, 3 * MINUTES, "{} parts", others.len());
+
+    let service = keys[0].service.clone();
+    let want: Vec<bool> = keys
+        .iter()
+        .map(|k| !k.is_root() && k.service == service && k.name.as_deref() == Some(b"op 3"))
+        .collect();
+    assert_eq!(want.iter().filter(|&&w| w).count(), 1);
+    let pieces = file
+        .table(Family::Named, 1, Reading::default(), Some(&want))
+        .expect("read")
+        .expect("seconds");
+    assert_eq!(pieces.len() as u64, MINUTES, "a part a minute");
+    let wanted = |k: u32| want[k as usize];
+    assert_eq!(
+        cells_of(&pieces, wanted),
+        cells_of(std::slice::from_ref(whole), wanted)
+    );
+    let read: usize = pieces.iter().map(|t| t.cells.len()).sum();
+    assert_eq!(read as u64, MINUTES * 60, "that key's cells alone");
+}
 
 /// The index's check of a table's parts says what comparing every two of
 /// them says: on random parts of two tables, some meeting, most not.
