@@ -416,7 +416,7 @@ fn collect(out: &mut DescriptorEncoder<'_>, ops: &Ops) -> fmt::Result {
             ),
             (
                 "tracedb_metrics_cells_cached_bytes",
-                "Of the index cache, the sorted files' metrics cells sections a metrics query inflated and kept for the next.",
+                "Of the index cache, the sorted files' metrics cells sections a metrics query inflated and kept for the next, and each file's index of them.",
                 |e| e.stats.cells_sections_bytes as u64,
             ),
             (

@@ -311,30 +311,33 @@ impl Engine {
     ) -> (Vec<Readable<'a>>, Vec<&'a Arc<TableFile>>) {
         let cache = self.inner.summary_cache.cells_files();
         let turn = cache.turn();
-        let open = |file: &TableFile| match CellsFile::open(file.path())
-            .and_then(|c| c.map(|c| c.cached_in(cache, file.id, turn)).transpose())
-        {
-            // Attribute cells written before a run's were added up count
-            // their file's own spans.
-            Ok(Some(c)) if family == Family::Attr && c.attr_per_file() => Some((c, Counts::Own)),
-            // Named cells count their own file's spans, unless a merge
-            // added them up over its run.
-            Ok(Some(c)) if family == Family::Named && !c.named_in_run() => Some((c, Counts::Own)),
-            Ok(Some(c)) => match c.counts() {
-                Ok(counts) => Some((c, counts)),
+        let open =
+            |file: &TableFile| match CellsFile::open_cached(file.path(), cache, file.id, turn) {
+                // Attribute cells written before a run's were added up count
+                // their file's own spans.
+                Ok(Some(c)) if family == Family::Attr && c.attr_per_file() => {
+                    Some((c, Counts::Own))
+                }
+                // Named cells count their own file's spans, unless a merge
+                // added them up over its run.
+                Ok(Some(c)) if family == Family::Named && !c.named_in_run() => {
+                    Some((c, Counts::Own))
+                }
+                Ok(Some(c)) => match c.counts() {
+                    Ok(counts) => Some((c, counts)),
+                    Err(e) => {
+                        tracing::warn!(file = %file.path().display(), error = %e,
+                        "metrics cells unreadable; counting the file's spans");
+                        None
+                    }
+                },
+                Ok(None) => None,
                 Err(e) => {
                     tracing::warn!(file = %file.path().display(), error = %e,
-                        "metrics cells unreadable; counting the file's spans");
+                    "metrics cells unreadable; counting the file's spans");
                     None
                 }
-            },
-            Ok(None) => None,
-            Err(e) => {
-                tracing::warn!(file = %file.path().display(), error = %e,
-                    "metrics cells unreadable; counting the file's spans");
-                None
-            }
-        };
+            };
         let mut opened: Vec<(&'a Arc<TableFile>, Opened)> =
             files.iter().map(|&file| (file, open(file))).collect();
         let mut readable = Vec::new();

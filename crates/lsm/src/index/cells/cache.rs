@@ -19,12 +19,21 @@
 //! than the bound would otherwise push out, one after another, the
 //! sections it read first, and every repeat of it would find nothing kept.
 //! It keeps what fits instead, and its repeats find that much.
+//!
+//! Each file's index of sections, parsed and checked, is kept besides
+//! (an eighth of the bytes): every query opens every file of its window,
+//! and a file's index holds thousands of table parts. The indexes of files
+//! no longer live go when the cache is told of them; past their share, a
+//! file's index is read again at every query.
 
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::dict::{Dict, KeyDict};
+use super::{
+    dict::{Dict, KeyDict},
+    format::Section,
+};
 use crate::index::HashMap;
 
 /// Bytes an entry costs besides its body.
@@ -57,6 +66,22 @@ pub struct SectionCache {
     kept: Mutex<Kept>,
     bound: usize,
     dict: KeyDict,
+    indexes: Mutex<Indexes>,
+    indexes_bound: usize,
+}
+
+/// Files' parsed indexes, by file and sidecar inode: where each starts in
+/// its sidecar, and its sections.
+type KeptIndex = (u64, Arc<[Section]>);
+
+#[derive(Default)]
+struct Indexes {
+    by_file: HashMap<(u64, u64), KeptIndex>,
+    bytes: usize,
+}
+
+fn index_bytes(sections: &[Section]) -> usize {
+    std::mem::size_of_val(sections) + ENTRY_BYTES
 }
 
 /// Where a [`crate::index::cells::CellsFile`] (or a walk of a file's
@@ -88,11 +113,31 @@ impl SectionCache {
     /// A cache of `bytes` in all.
     pub fn new(bytes: usize) -> SectionCache {
         let dict = bytes / 2;
+        let indexes = bytes / 8;
         SectionCache {
             kept: Mutex::default(),
-            bound: bytes - dict,
+            bound: bytes - dict - indexes,
             dict: KeyDict::new(dict),
+            indexes: Mutex::default(),
+            indexes_bound: indexes,
         }
+    }
+
+    /// The index kept for file `file` whose sidecar has inode `inode`.
+    pub(super) fn index(&self, file: u64, inode: u64) -> Option<KeptIndex> {
+        self.indexes.lock().by_file.get(&(file, inode)).cloned()
+    }
+
+    /// Keeps the index of file `file` whose sidecar has inode `inode`, if
+    /// it fits in their share.
+    pub(super) fn keep_index(&self, file: u64, inode: u64, start: u64, sections: Arc<[Section]>) {
+        let size = index_bytes(&sections);
+        let mut kept = self.indexes.lock();
+        if kept.bytes + size > self.indexes_bound || kept.by_file.contains_key(&(file, inode)) {
+            return;
+        }
+        kept.bytes += size;
+        kept.by_file.insert((file, inode), (start, sections));
     }
 
     /// The dictionary a query numbers its sources' keys with.
@@ -113,9 +158,9 @@ impl SectionCache {
         self.sections_bytes() + self.dict_bytes()
     }
 
-    /// Bytes of the sections kept.
+    /// Bytes of the sections kept, and of the files' indexes.
     pub fn sections_bytes(&self) -> usize {
-        self.kept.lock().bytes
+        self.kept.lock().bytes + self.indexes.lock().bytes
     }
 
     /// Bytes of the current dictionary.
@@ -136,6 +181,16 @@ impl SectionCache {
     /// `live` refuses.
     pub fn retain(&self, live: impl Fn(u64) -> bool) {
         self.dict.retain(&live);
+        let mut indexes = self.indexes.lock();
+        let Indexes { by_file, bytes } = &mut *indexes;
+        by_file.retain(|&(file, _), (_, sections)| {
+            let keep = live(file);
+            if !keep {
+                *bytes -= index_bytes(sections);
+            }
+            keep
+        });
+        drop(indexes);
         let mut kept = self.kept.lock();
         let Kept { entries, bytes, .. } = &mut *kept;
         entries.retain(|k, e| {
@@ -259,8 +314,9 @@ mod tests {
     #[test]
     fn past_its_bound_the_cache_keeps_what_the_query_read_first() {
         let size = 1000;
-        // Three sections' room, once the dictionary's half is taken.
-        let cache = Arc::new(SectionCache::new(6 * (size + ENTRY_BYTES)));
+        // Three sections' room, once the dictionary's half and the
+        // indexes' eighth are taken.
+        let cache = Arc::new(SectionCache::new(8 * (size + ENTRY_BYTES)));
         // One query reads five sections: the first three are kept.
         let first = at(&cache, 1, 1, cache.turn());
         for offset in 0..5 {

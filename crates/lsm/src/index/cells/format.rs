@@ -105,7 +105,7 @@ enum What {
 
 /// Where one section's zstd frame is, as the cells' index says.
 #[derive(Debug, Clone, Copy)]
-struct Section {
+pub(super) struct Section {
     what: What,
     /// A table's part: the first and last key (inclusive) its cells have.
     /// `None` for a whole table and the other sections.
@@ -885,7 +885,7 @@ pub struct CellsFile {
     path: std::path::PathBuf,
     file: std::fs::File,
     index_start: u64,
-    sections: Vec<Section>,
+    sections: Arc<[Section]>,
     /// Where inflated sections are kept between queries, if anywhere.
     cache: Option<CacheRef>,
 }
@@ -894,56 +894,50 @@ impl CellsFile {
     /// The cells of the sidecar of the sorted file at `table`; `None` when
     /// it has none.
     pub fn open(table: &Path) -> Result<Option<CellsFile>> {
-        use std::os::unix::fs::FileExt;
         let path = crate::index::sidecar_path(table);
         let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
-        let size = file.metadata().map_err(|e| Error::io(&path, e))?.len();
-        let Some(at) = size.checked_sub(FOOTER_BYTES as u64) else {
-            return Ok(None);
-        };
-        let mut footer = [0u8; FOOTER_BYTES];
-        file.read_exact_at(&mut footer, at)
-            .map_err(|e| Error::io(&path, e))?;
-        let mut read_at = |offset: u64, len: usize| {
-            let mut buf = vec![0u8; len];
-            file.read_exact_at(&mut buf, offset)
-                .map_err(|e| Error::io(&path, e))?;
-            Ok(buf)
-        };
-        let Some((index_start, sections)) = read_index(&path, &footer, at, &mut read_at)? else {
-            return Ok(None);
-        };
-        Ok(Some(CellsFile {
-            path,
-            file,
-            index_start,
-            sections,
-            cache: None,
-        }))
+        Ok(
+            index_of(&path, &file)?.map(|(index_start, sections)| CellsFile {
+                path,
+                file,
+                index_start,
+                sections,
+                cache: None,
+            }),
+        )
     }
 
-    /// These cells, keeping what they inflate in `cache` (and taking what
-    /// it kept) as file `file`'s, for the query whose turn is `turn`
-    /// ([`SectionCache::turn`]).
-    pub fn cached_in(
-        mut self,
+    /// [`CellsFile::open`], as file `file`'s: its index read once and kept
+    /// in `cache` (a query opens every file of its window, and a file's
+    /// index has thousands of parts to check), and what it inflates kept
+    /// there for the query whose turn is `turn` ([`SectionCache::turn`]).
+    pub fn open_cached(
+        table: &Path,
         cache: &Arc<SectionCache>,
         file: u64,
         turn: u64,
-    ) -> Result<CellsFile> {
+    ) -> Result<Option<CellsFile>> {
         use std::os::unix::fs::MetadataExt;
-        let inode = self
-            .file
-            .metadata()
-            .map_err(|e| Error::io(&self.path, e))?
-            .ino();
-        self.cache = Some(CacheRef {
-            cache: cache.clone(),
-            file,
-            inode,
-            turn,
-        });
-        Ok(self)
+        let path = crate::index::sidecar_path(table);
+        let handle = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+        let inode = handle.metadata().map_err(|e| Error::io(&path, e))?.ino();
+        let (index_start, sections) = match cache.index(file, inode) {
+            Some(kept) => kept,
+            None => match index_of(&path, &handle)? {
+                Some((start, sections)) => {
+                    cache.keep_index(file, inode, start, sections.clone());
+                    (start, sections)
+                }
+                None => return Ok(None),
+            },
+        };
+        Ok(Some(CellsFile {
+            path,
+            file: handle,
+            index_start,
+            sections,
+            cache: Some(CacheRef::new(cache.clone(), file, inode, turn)),
+        }))
     }
 
     /// Section `what`, if the cells have it, kept in the cache if `keep`.
@@ -1058,6 +1052,12 @@ impl CellsFile {
             .sum()
     }
 
+    /// How many sections (key lists, tables and parts, and the others) the
+    /// index lists.
+    pub fn sections(&self) -> usize {
+        self.sections.len()
+    }
+
     /// How many cells `family`'s table with buckets of `seconds` holds (0
     /// when the cells do not have it), from the index alone.
     pub fn cell_count(&self, family: Family, seconds: u64) -> u64 {
@@ -1137,7 +1137,7 @@ impl CellsFile {
             .map_or(0, |s| s.count);
         let mut found = false;
         let mut pieces = Vec::new();
-        for s in &self.sections {
+        for s in self.sections.iter() {
             if !matches!(s.what, What::Table(f, l, _) if f == family && l == seconds) {
                 continue;
             }
@@ -1155,6 +1155,27 @@ impl CellsFile {
         }
         Ok(found.then_some(pieces))
     }
+}
+
+/// Where the cells' index of the sidecar `file` (at `path`) starts, and its
+/// sections; `None` when it has no cells.
+fn index_of(path: &Path, file: &std::fs::File) -> Result<Option<(u64, Arc<[Section]>)>> {
+    use std::os::unix::fs::FileExt;
+    let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    let Some(at) = size.checked_sub(FOOTER_BYTES as u64) else {
+        return Ok(None);
+    };
+    let mut footer = [0u8; FOOTER_BYTES];
+    file.read_exact_at(&mut footer, at)
+        .map_err(|e| Error::io(path, e))?;
+    let mut read_at = |offset: u64, len: usize| {
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, offset)
+            .map_err(|e| Error::io(path, e))?;
+        Ok(buf)
+    };
+    Ok(read_index(path, &footer, at, &mut read_at)?
+        .map(|(start, sections)| (start, sections.into())))
 }
 
 /// How many bytes at the end of a sidecar's bytes its cells take (0 when

@@ -719,11 +719,9 @@ fn a_table_read_for_some_buckets_gives_their_cells_whole() {
     assert!(expected.len() > 100 && expected.len() < whole.len() / 2);
     assert!(expected.iter().any(|c| c.3.len() > 1));
     for round in 0..2 {
-        let file = CellsFile::open(&table)
+        let file = CellsFile::open_cached(&table, &cache, 1, cache.turn())
             .expect("open")
-            .expect("cells")
-            .cached_in(&cache, 1, cache.turn())
-            .expect("cached");
+            .expect("cells");
         let read = |durations| {
             file.table(
                 Family::Unnamed,
@@ -762,11 +760,9 @@ fn a_rebuilt_sidecar_is_not_read_from_the_old_ones_cached_sections() {
         let tmp = dir.path().join("new.idx");
         std::fs::write(&tmp, encode(&cells)).expect("write");
         std::fs::rename(&tmp, &sidecar).expect("rename");
-        let file = CellsFile::open(&table)
+        let file = CellsFile::open_cached(&table, &cache, 1, cache.turn())
             .expect("open")
-            .expect("cells")
-            .cached_in(&cache, 1, cache.turn())
-            .expect("cached");
+            .expect("cells");
         assert_eq!(file.keys(Family::Unnamed).expect("keys"), cells.unnamed);
         let pieces = file
             .table(Family::Unnamed, 1, Reading::whole(), None)

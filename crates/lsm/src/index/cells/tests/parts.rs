@@ -1,5 +1,6 @@
 //! How a named table is cut into time frames and parts (docs/FORMAT.md,
-//! "Metrics cells"), and the index's check that a table's parts lie apart.
+//! "Metrics cells"), the index's check that a table's parts lie apart, and
+//! a file's index kept between queries.
 
 use std::path::Path;
 
@@ -169,4 +170,69 @@ fn parts_apart_as_every_two_say() {
     let whole = ((0, 1), (0, u64::MAX), (0, u64::MAX));
     assert!(!apart(vec![whole, ((0, 1), (7, 7), (3, 3))]));
     assert!(apart(vec![whole, ((1, 1), (7, 7), (3, 3))]));
+}
+
+/// A file's index is read once and kept: opened again, the file is not
+/// read for it (its footer damaged in place, it still opens from the
+/// cache, and only from it), a rebuilt sidecar (a new inode) is read anew,
+/// and the index goes with its file. Past their share, indexes are not
+/// kept.
+#[test]
+fn a_files_index_is_kept_between_opens() {
+    use std::os::unix::fs::FileExt;
+    let cells = counted(&many_names());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table = dir.path().join("1.sst");
+    let sidecar = crate::index::sidecar_path(&table);
+    std::fs::write(&sidecar, encode(&cells)).expect("write");
+    let damage = || {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&sidecar)
+            .expect("open");
+        let len = f.metadata().expect("metadata").len();
+        f.write_all_at(&[0; 20], len - 20)
+            .expect("damage the footer");
+    };
+    let cache = Arc::new(SectionCache::new(64 << 20));
+    let first = CellsFile::open_cached(&table, &cache, 1, cache.turn()).expect("opens");
+    let keys = first.expect("cells").keys(Family::Named).expect("keys");
+    assert!(cache.sections_bytes() > 0, "the index kept");
+    damage();
+    assert!(
+        CellsFile::open(&table).expect("opens").is_none(),
+        "no cells without the footer"
+    );
+    let again = CellsFile::open_cached(&table, &cache, 1, cache.turn()).expect("opens");
+    assert_eq!(
+        again
+            .expect("cells from the kept index")
+            .keys(Family::Named)
+            .expect("keys"),
+        keys
+    );
+    // Another file, or a rebuilt sidecar, is read from disk.
+    assert!(CellsFile::open_cached(&table, &cache, 2, cache.turn())
+        .expect("opens")
+        .is_none());
+    let rebuilt = dir.path().join("rebuilt.idx");
+    std::fs::write(&rebuilt, encode(&cells)).expect("write");
+    std::fs::rename(&rebuilt, &sidecar).expect("rename");
+    damage();
+    assert!(CellsFile::open_cached(&table, &cache, 1, cache.turn())
+        .expect("opens")
+        .is_none());
+    cache.retain(|file| file != 1);
+    assert_eq!(cache.sections_bytes(), 0);
+
+    // A cache too small for the index keeps none.
+    std::fs::write(&sidecar, encode(&cells)).expect("write");
+    let small = Arc::new(SectionCache::new(16 << 10));
+    assert!(CellsFile::open_cached(&table, &small, 1, small.turn())
+        .expect("opens")
+        .is_some());
+    damage();
+    assert!(CellsFile::open_cached(&table, &small, 1, small.turn())
+        .expect("opens")
+        .is_none());
 }
