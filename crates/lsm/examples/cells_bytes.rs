@@ -37,6 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Per family, the bytes of each length's table.
     let mut table_bytes = [[0u64; BUCKET_SECONDS.len()]; 4];
     let (mut own, mut holders, mut members, mut in_runs) = (0, 0, 0, 0);
+    let mut sections = 0;
     for entry in state.files.values() {
         let table = layout::table_path(&tables, entry.id);
         spans += SsTable::open(&table)?.meta().span_count;
@@ -76,6 +77,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     timed(Family::AnyService)?
                 );
             }
+            sections += c.sections();
             for (i, f) in FAMILIES.into_iter().enumerate() {
                 family_bytes[i] += c.stored_bytes(f);
                 for (j, &seconds) in BUCKET_SECONDS.iter().enumerate() {
@@ -98,6 +100,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "cells {cells} bytes ({:.2} B per span) of sidecars' {sidecars} ({:.2} B per span)",
         per_span(cells),
         per_span(sidecars)
+    );
+    println!(
+        "{sections} sections in the files' indexes ({} a file)",
+        sections as u64 / (files - without).max(1)
     );
     println!(
         "named {:.2}, unnamed {:.2}, attribute {:.2}, any-service {:.2} B per span",
