@@ -37,8 +37,8 @@ const PART_CELLS: usize = 16 * 1024;
 /// seconds hold about a cell a span and every name of it, so a query of one
 /// name reads a few of its parts. On the hour of 82.7 M spans framed by the
 /// minute ([`NAMED_FRAME_CELLS`]), one name's 0.9 quantile in one service
-/// took 149 ms cut by service alone, 146 ms past 16,384 cells, 111 ms past
-/// this and 102 ms past 4,096, the cells 1.87, 1.87, 1.91 and 1.98 B a span
+/// took 147 ms cut by service alone, 141 ms past 16,384 cells, 109 ms past
+/// this and 95 ms past 4,096, the cells 1.87, 1.87, 1.91 and 1.98 B a span
 /// (docs/BENCHMARKS.md, "Named cells framed by the minute").
 const NAMED_PART_CELLS: usize = PART_CELLS / 2;
 
@@ -190,7 +190,7 @@ const FRAME_CELLS: usize = 64 * PART_CELLS;
 /// over the partition's every second, so at [`FRAME_CELLS`] a frame held
 /// half an hour and such a query read them all: on the hour of 82.7 M
 /// spans, one name's 0.9 quantile by service at Drilldown's 150 s took
-/// 1,275 ms so and 628 ms framed by the minute, the cells 1.94 and 1.87 B
+/// 1,300 ms so and 636 ms framed by the minute, the cells 1.94 and 1.87 B
 /// a span (docs/BENCHMARKS.md, "Named cells framed by the minute"). The
 /// roots' and errors' keep [`FRAME_CELLS`]: a few a minute, framed so
 /// small they would make Drilldown's panels read many parts.
