@@ -1091,7 +1091,7 @@ impl CellsFile {
     }
 
     /// The numbers `dict` gives `family`'s keys, in their list's order.
-    /// When these cells are cached ([`CellsFile::cached_in`]), `dict` keeps
+    /// When these cells are cached ([`CellsFile::open_cached`]), `dict` keeps
     /// them for this file's list, and the list is not read again.
     pub fn key_ids(&self, family: Family, dict: &Dict) -> Result<Arc<[u32]>> {
         let section = self.sections.iter().find(|s| s.what == What::Keys(family));
