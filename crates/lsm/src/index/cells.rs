@@ -289,8 +289,10 @@ impl CellTable {
     }
 }
 
-/// A file's cells, decoded: what a query adds up.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// A file's cells, decoded: what a query adds up. Two are equal when they
+/// hold the same keys and tables, whatever the tables' order (they are
+/// found by family and length).
+#[derive(Debug, Clone, Default)]
 pub struct FileCells {
     /// The keys of the named tables' cells, of the unnamed ones', of the
     /// attribute ones' and of the any-service ones' (none in cells written
@@ -319,6 +321,28 @@ pub struct FileCells {
     /// that added up its inputs' cells: [`InputSums`]).
     pub named_in_run: bool,
 }
+
+impl PartialEq for FileCells {
+    fn eq(&self, other: &FileCells) -> bool {
+        fn tables(c: &FileCells) -> Vec<&CellTable> {
+            let mut t: Vec<&CellTable> = c.tables.iter().collect();
+            t.sort_by_key(|t| (t.family as u8, t.seconds));
+            t
+        }
+        self.named == other.named
+            && self.unnamed == other.unnamed
+            && self.attr == other.attr
+            && self.any_service == other.any_service
+            && self.counted == other.counted
+            && tables(self) == tables(other)
+            && self.packed == other.packed
+            && self.counts == other.counts
+            && self.attr_per_file == other.attr_per_file
+            && self.named_in_run == other.named_in_run
+    }
+}
+
+impl Eq for FileCells {}
 
 impl FileCells {
     /// The keys the cells of `family`'s tables number.
