@@ -4,7 +4,7 @@
 //! span, and every named second timed", "Named cells framed by the minute").
 //!
 //! ```text
-//! cargo run --release -p tracedb-lsm --example cells_reencode -- DATA_DIR [--listed-below N] [--named-as-before] [--named-frames N] [--name-parts N|none]
+//! cargo run --release -p tracedb-lsm --example cells_reencode -- DATA_DIR [--listed-below N] [--named-as-before] [--named-frames N] [--name-parts N|none] [--named-minutes-kept]
 //! ```
 //!
 //! `--listed-below N` writes the durations of cells of fewer than N spans
@@ -15,7 +15,9 @@
 //! at the first whole minute past N cells (this build: 16,384; 1,048,576
 //! frames them with the others, as before); `--name-parts N` ends a named
 //! part where the name changes within a service once past N cells (this
-//! build: 8,192; `none`: only where the service changes, as before).
+//! build: 8,192; `none`: only where the service changes, as before);
+//! `--named-minutes-kept` writes the named minutes where light too, as
+//! before.
 //!
 //! Run it on a stopped server's directory, or a copy: each sidecar's cells
 //! are read, checked, and written back in place of the old ones (the
@@ -29,7 +31,7 @@ use tracedb_lsm::{
 };
 
 const USAGE: &str = "usage: cells_reencode DATA_DIR [--listed-below N] [--named-as-before] \
-                     [--named-frames N] [--name-parts N|none]";
+                     [--named-frames N] [--name-parts N|none] [--named-minutes-kept]";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -45,6 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 layout.listed_below = n;
             }
             "--named-as-before" => named_as_before = true,
+            "--named-minutes-kept" => layout.light_named_minutes_left_out = false,
             "--named-frames" => layout.named_frame_cells = args.next().ok_or(USAGE)?.parse()?,
             "--name-parts" => {
                 layout.name_part_cells = match args.next().ok_or(USAGE)?.as_str() {

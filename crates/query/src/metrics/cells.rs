@@ -539,7 +539,15 @@ impl Counter<'_> {
                 self.intervals[l] = Some(of);
             }
         }
+        // Each table read, the plan's level its cells are counted at, and
+        // how many of its buckets make one of that level's (1, but for
+        // seconds read in place of named minutes left out).
         let mut tables = Vec::with_capacity(self.plan.levels.len());
+        let timed = |pieces: &[std::borrow::Cow<'_, tracedb_lsm::index::cells::CellTable>]| {
+            pieces
+                .iter()
+                .all(|t| t.has_durations || !self.plan.durations)
+        };
         for (l, &len) in self.plan.levels.iter().enumerate() {
             // Only the cells counted at this level are read.
             let reading = Reading {
@@ -549,12 +557,33 @@ impl Counter<'_> {
                     .map(|wanted| (self.buckets_of(l).0, wanted)),
             };
             match cells.table(family, len, reading, Some(&want))? {
-                Some(pieces)
-                    if pieces
-                        .iter()
-                        .all(|t| t.has_durations || !self.plan.durations) =>
-                {
-                    tables.extend(pieces.into_iter().map(|t| (l, t)));
+                Some(pieces) if timed(&pieces) => {
+                    tables.extend(pieces.into_iter().map(|t| (l, 1, t)));
+                }
+                // Named minutes left out where light: their seconds, which
+                // keep every duration there, are read in their place.
+                None if family == Family::Named && len == 60 => {
+                    let wanted = self.counted[l].as_deref().map(|minutes| {
+                        minutes
+                            .iter()
+                            .flat_map(|&m| std::iter::repeat_n(m, 60))
+                            .collect::<Vec<bool>>()
+                    });
+                    let reading = Reading {
+                        durations: self.plan.durations,
+                        buckets: wanted
+                            .as_deref()
+                            .map(|w| ((self.buckets_of(l).0 - 1) * 60 + 1, w)),
+                    };
+                    match cells.table(family, 1, reading, Some(&want))? {
+                        Some(pieces) if timed(&pieces) => {
+                            tables.extend(pieces.into_iter().map(|t| (l, 60, t)));
+                        }
+                        _ => {
+                            self.failed = true;
+                            return Ok(());
+                        }
+                    }
                 }
                 _ => {
                     self.failed = true;
@@ -564,16 +593,18 @@ impl Counter<'_> {
         }
         // Samples per series, the length of a row of sums.
         let n = g.len();
-        for (l, table) in &tables {
-            let (l, table) = (*l, &**table);
+        for (l, per, table) in &tables {
+            let (l, per, table) = (*l, *per, &**table);
             let (first, last) = self.buckets_of(l);
             let mut bucket = None;
-            for cell in table.buckets(first, last) {
+            for cell in table.buckets((first - 1) * per + 1, last * per) {
                 if bucket.is_none_or(|(b, _)| b != cell.bucket) {
+                    // The bucket of level `l` holding the cell's.
+                    let at = cell.bucket.div_ceil(per);
                     let interval = match &self.intervals[l] {
-                        Some(of) => Some(of[(cell.bucket - first) as usize] as usize)
+                        Some(of) => Some(of[(at - first) as usize] as usize)
                             .filter(|&i| i != u32::MAX as usize),
-                        None => self.counted_at(l, cell.bucket),
+                        None => self.counted_at(l, at),
                     };
                     bucket = Some((cell.bucket, interval));
                 }

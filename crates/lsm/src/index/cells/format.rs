@@ -281,6 +281,9 @@ pub struct Layout {
     /// spans' duration buckets: 1 writes every cell's buckets with their
     /// spans, as sidecars did before.
     pub listed_below: u8,
+    /// Whether the named minutes are left out where light
+    /// ([`named_minutes_left_out`]).
+    pub light_named_minutes_left_out: bool,
 }
 
 impl Default for Layout {
@@ -290,7 +293,40 @@ impl Default for Layout {
             named_frame_cells: NAMED_FRAME_CELLS,
             name_part_cells: NAMED_PART_CELLS,
             listed_below: LISTED_BELOW,
+            light_named_minutes_left_out: true,
         }
+    }
+}
+
+/// Minutes whose cells are at least this share of the seconds' (in
+/// quarters) add up too few seconds each to be worth their bytes.
+const LIGHT_MINUTES_QUARTERS: usize = 3;
+
+/// Whether `cells`' named minutes are left out of their sidecar: their
+/// seconds keep every cell's durations, so a reader adds the minutes up
+/// from them, and the minutes hold three quarters as many cells as the
+/// seconds or more (light traffic, where a named cell counts a span or
+/// two), so reading the seconds costs about as much.
+fn named_minutes_left_out(cells: &FileCells) -> bool {
+    // Cells of the named table of `seconds`, if it keeps every duration.
+    let timed = |seconds: u64| {
+        let whole = cells
+            .tables
+            .iter()
+            .find(|t| t.family == Family::Named && t.seconds == seconds)
+            .map(|t| (t.has_durations && !t.roots_only, t.cells.len()));
+        let packed = cells
+            .packed
+            .iter()
+            .find(|p| p.family == Family::Named && p.seconds == seconds)
+            .map(|p| (p.has_durations && !p.roots_only, p.cells()));
+        whole.or(packed)
+    };
+    match (timed(1), timed(60)) {
+        (Some((true, seconds)), Some((true, minutes))) => {
+            minutes * 4 >= seconds * LIGHT_MINUTES_QUARTERS
+        }
+        _ => false,
     }
 }
 
@@ -322,7 +358,9 @@ fn encode_framed_as(cells: &FileCells, layout: Layout) -> Vec<u8> {
         named_frame_cells,
         name_part_cells,
         listed_below,
+        light_named_minutes_left_out,
     } = layout;
+    let left_out = light_named_minutes_left_out && named_minutes_left_out(cells);
     // A named table framed apart is two shares: its root and error keys'
     // cells (a few a minute, framed as the other families') and the
     // others'.
@@ -358,6 +396,9 @@ fn encode_framed_as(cells: &FileCells, layout: Layout) -> Vec<u8> {
         !cells.counted.is_empty(),
         cells.has(Family::AnyService),
     );
+    let written = |family: Family, seconds: u64| {
+        families.contains(&family) && !(left_out && family == Family::Named && seconds == 60)
+    };
     for &family in families {
         let keys = cells.keys(family);
         frame(
@@ -367,7 +408,7 @@ fn encode_framed_as(cells: &FileCells, layout: Layout) -> Vec<u8> {
             keys_body(keys),
         );
     }
-    for t in cells.tables.iter().filter(|t| families.contains(&t.family)) {
+    for t in cells.tables.iter().filter(|t| written(t.family, t.seconds)) {
         let keys = cells.keys(t.family);
         let mut any = false;
         for (share, frame_cells) in shares(t.family) {
@@ -404,7 +445,7 @@ fn encode_framed_as(cells: &FileCells, layout: Layout) -> Vec<u8> {
     }
     // A packed table is unpacked a frame's chunks at a time, each share's
     // held apart.
-    for p in cells.packed.iter().filter(|p| families.contains(&p.family)) {
+    for p in cells.packed.iter().filter(|p| written(p.family, p.seconds)) {
         let keys = cells.keys(p.family);
         let mut put = |held: &CellTable, in_frame: std::ops::Range<usize>| {
             put_frame(

@@ -9,7 +9,7 @@ use super::{
 };
 use crate::{
     error::Result,
-    index::cells::{CellTable, Counts, Family, FileCells, Reading},
+    index::cells::{builder::coarser, CellTable, Counts, Family, FileCells, Reading},
     table::corrupt,
 };
 
@@ -129,6 +129,21 @@ pub fn decode(path: &Path, file: &[u8]) -> Result<Option<FileCells>> {
             t.append(piece);
         }
         cells.tables.push(t);
+    }
+    // Named minutes left out where light are added up from the seconds,
+    // which keep every duration where they are.
+    let has = |cells: &FileCells, seconds| cells.table(Family::Named, seconds).is_some();
+    if has(&cells, 1) && !has(&cells, 60) {
+        let seconds = cells.table(Family::Named, 1).expect("named seconds");
+        if !seconds.has_durations || seconds.roots_only {
+            return Err(corrupt(
+                path,
+                index_start,
+                "named minutes left out beside seconds without every duration",
+            ));
+        }
+        let minutes = coarser(seconds, Family::Named, 60, |k| k);
+        cells.tables.push(minutes);
     }
     for t in &mut cells.tables {
         t.sort();

@@ -12,6 +12,7 @@ use crate::{
 mod any_service;
 mod attr_model;
 mod listed;
+mod minutes;
 mod parts;
 mod run;
 
