@@ -281,8 +281,9 @@ pub struct Layout {
     /// spans' duration buckets: 1 writes every cell's buckets with their
     /// spans, as sidecars did before.
     pub listed_below: u8,
-    /// Whether the named minutes are left out where light
-    /// ([`named_minutes_left_out`]).
+    /// Whether the named minutes are left out where light: where the named
+    /// seconds keep every duration and the minutes would hold three
+    /// quarters as many cells or more.
     pub light_named_minutes_left_out: bool,
 }
 
