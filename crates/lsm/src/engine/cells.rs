@@ -327,14 +327,14 @@ impl Engine {
                     Ok(counts) => Some((c, counts)),
                     Err(e) => {
                         tracing::warn!(file = %file.path().display(), error = %e,
-                        "metrics cells unreadable; counting the file's spans");
+                            "metrics cells unreadable; counting the file's spans");
                         None
                     }
                 },
                 Ok(None) => None,
                 Err(e) => {
                     tracing::warn!(file = %file.path().display(), error = %e,
-                    "metrics cells unreadable; counting the file's spans");
+                        "metrics cells unreadable; counting the file's spans");
                     None
                 }
             };

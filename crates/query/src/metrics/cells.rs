@@ -375,6 +375,10 @@ struct Counter<'a> {
     intervals: Vec<Option<Vec<u32>>>,
     /// The same, whether each bucket is counted at its level.
     counted: Vec<Option<Vec<bool>>>,
+    /// The seconds of the minutes counted at the minutes' level (60 to each
+    /// of `counted`'s), for sources whose named minutes are left out:
+    /// built when the first such source is read.
+    minute_seconds: Option<Vec<bool>>,
     /// A key whose span could not be rebuilt, or a source without the
     /// tables the plan reads: the answer cannot be given from cells.
     failed: bool,
@@ -563,15 +567,18 @@ impl Counter<'_> {
                 // Named minutes left out where light: their seconds, which
                 // keep every duration there, are read in their place.
                 None if family == Family::Named && len == 60 => {
-                    let wanted = self.counted[l].as_deref().map(|minutes| {
-                        minutes
-                            .iter()
-                            .flat_map(|&m| std::iter::repeat_n(m, 60))
-                            .collect::<Vec<bool>>()
-                    });
+                    if self.minute_seconds.is_none() {
+                        self.minute_seconds = self.counted[l].as_deref().map(|minutes| {
+                            minutes
+                                .iter()
+                                .flat_map(|&m| std::iter::repeat_n(m, 60))
+                                .collect()
+                        });
+                    }
                     let reading = Reading {
                         durations: self.plan.durations,
-                        buckets: wanted
+                        buckets: self
+                            .minute_seconds
                             .as_deref()
                             .map(|w| ((self.buckets_of(l).0 - 1) * 60 + 1, w)),
                     };
@@ -654,6 +661,7 @@ impl Counter<'_> {
             + self.classes.len() * 96
             + self.local.len() * 4
             + self.nameless.len() * 2
+            + self.minute_seconds.as_ref().map_or(0, Vec::len)
             + self
                 .intervals
                 .iter()
@@ -799,6 +807,7 @@ fn count<'q>(
         sums: Map::default(),
         intervals: vec![None; levels],
         counted: vec![None; levels],
+        minute_seconds: None,
         failed: false,
         missing: false,
     };

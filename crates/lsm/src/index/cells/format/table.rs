@@ -148,7 +148,7 @@ pub(super) fn table_body<'a>(
 /// roots, of errors, of one service, or of one name of every service,
 /// matches are in few parts. Among named keys of a service, a part also
 /// ends where the name changes once past `name_part_cells` cells (this
-/// version's files: never).
+/// version's files: 8,192; `usize::MAX`, as files written before, never).
 pub(super) fn key_ranges(
     cells: &[Cell],
     keys: &[CellKey],
